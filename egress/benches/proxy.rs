@@ -1,0 +1,200 @@
+//! Benchmark (not a timed test): builtin proxy vs squid vs a direct connection, in the same run,
+//! inside network namespaces this program creates (root needed). Prints throughput and latency
+//! ratios. Run: `cargo bench -p ocsb-egress --bench proxy`.
+//!
+//! Measured: plain-HTTP requests/s over keep-alive client connections (by name and by IP
+//! literal: the builtin proxy resolves every request afresh, squid caches DNS), added latency per
+//! request with a new client connection each time (p50/p99), CONNECT tunnel throughput (median
+//! of 3 × 256 MiB), and idle memory (RSS) of each backend.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::io::{BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::client::read_reply;
+use common::lab::{BUILTIN_PORT, Lab, SQUID_PORT};
+
+const ORIGIN: &str = "198.51.100.7";
+
+#[derive(Clone, Copy)]
+enum Via {
+    Direct,
+    Proxy(u16),
+}
+
+impl Via {
+    fn name(self) -> &'static str {
+        match self {
+            Via::Direct => "direct",
+            Via::Proxy(BUILTIN_PORT) => "builtin",
+            Via::Proxy(_) => "squid",
+        }
+    }
+    fn connect(self) -> TcpStream {
+        let addr: SocketAddr = match self {
+            Via::Direct => format!("{ORIGIN}:80").parse().unwrap(),
+            Via::Proxy(p) => format!("127.0.0.1:{p}").parse().unwrap(),
+        };
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_nodelay(true).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s
+    }
+    fn request(self, host: &str) -> String {
+        match self {
+            Via::Direct => format!("GET /bench HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+            Via::Proxy(_) => format!("GET http://{host}/bench HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+        }
+    }
+}
+
+fn percentile(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Requests/s with `threads` keep-alive client connections for `secs` seconds.
+fn keepalive_rps(lab: &Lab, via: Via, host: &'static str, threads: usize, secs: u64) -> f64 {
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            lab.topo.filter.spawn(move || {
+                let s = via.connect();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut w = s;
+                let req = via.request(host);
+                let end = Instant::now() + Duration::from_secs(secs);
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    w.write_all(req.as_bytes()).unwrap();
+                    let rep = read_reply(&mut r, false).expect("reply");
+                    assert_eq!(rep.status, 200, "{}", via.name());
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let total: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    total as f64 / secs as f64
+}
+
+/// Latency of one request on a fresh client connection (connect + request + reply).
+fn fresh_latencies(lab: &Lab, via: Via, host: &'static str, n: usize) -> Vec<Duration> {
+    lab.topo.filter.run(move || {
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            let s = via.connect();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut w = s;
+            w.write_all(via.request(host).replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
+            let rep = read_reply(&mut r, false).expect("reply");
+            assert_eq!(rep.status, 200);
+            v.push(t.elapsed());
+        }
+        v
+    })
+}
+
+/// MB/s of one 256 MiB body through a CONNECT tunnel (or directly to port 443).
+fn tunnel_mbps(lab: &Lab, via: Via) -> f64 {
+    const N: usize = 256 << 20;
+    lab.topo.filter.run(move || {
+        let t = Instant::now();
+        let s = match via {
+            Via::Direct => {
+                let s = TcpStream::connect(format!("{ORIGIN}:443")).unwrap();
+                s.set_nodelay(true).unwrap();
+                s
+            }
+            Via::Proxy(p) => {
+                let mut s = TcpStream::connect(format!("127.0.0.1:{p}")).unwrap();
+                s.write_all(format!("CONNECT {ORIGIN}:443 HTTP/1.1\r\nHost: {ORIGIN}:443\r\n\r\n").as_bytes()).unwrap();
+                // Read the CONNECT reply head byte by byte so no tunnel bytes are buffered away.
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    s.read_exact(&mut b).unwrap();
+                    head.push(b[0]);
+                }
+                assert!(head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200"), "{}", String::from_utf8_lossy(&head));
+                s
+            }
+        };
+        let mut s = s;
+        s.write_all(format!("GET /bytes/{N} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).unwrap();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut got = 0usize;
+        let mut header_done = false;
+        let mut head = Vec::new();
+        while got < N {
+            let k = s.read(&mut buf).unwrap();
+            assert!(k > 0, "eof after {got}");
+            if !header_done {
+                head.extend_from_slice(&buf[..k]);
+                if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                    header_done = true;
+                    got += head.len() - (i + 4);
+                }
+            } else {
+                got += k;
+            }
+        }
+        N as f64 / 1e6 / t.elapsed().as_secs_f64()
+    })
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+fn main() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("the benchmark creates network namespaces: run it as root");
+        std::process::exit(1);
+    }
+    let mut lab = Lab::new("allow pub.test.net\n");
+    lab.start_builtin();
+    lab.start_squid();
+    std::thread::sleep(Duration::from_millis(500));
+    let builtin_pid: u32 = ocsb_egress::status(&lab.instance()).unwrap().process.unwrap().parse().unwrap();
+    let squid_pid = lab.squid.as_ref().unwrap().id();
+    println!("idle RSS: builtin {} KiB, squid {} KiB", rss_kib(builtin_pid), rss_kib(squid_pid));
+
+    let vias = [Via::Direct, Via::Proxy(BUILTIN_PORT), Via::Proxy(SQUID_PORT)];
+    for (label, host) in [("by name (pub.test.net)", "pub.test.net"), ("by IP literal", ORIGIN)] {
+        let rps: Vec<f64> = vias.iter().map(|v| keepalive_rps(&lab, *v, host, 4, 3)).collect();
+        println!(
+            "plain HTTP {label}, 4 keep-alive connections: direct {:.0} req/s, builtin {:.0} req/s, squid {:.0} req/s; builtin/squid {:.2}, builtin/direct {:.2}",
+            rps[0], rps[1], rps[2], rps[1] / rps[2], rps[1] / rps[0]
+        );
+    }
+    for (label, host) in [("by name", "pub.test.net"), ("by IP literal", ORIGIN)] {
+        let mut lat: Vec<Vec<Duration>> = vias.iter().map(|v| fresh_latencies(&lab, *v, host, 400)).collect();
+        let p: Vec<(Duration, Duration)> = lat.iter_mut().map(|l| (percentile(l, 0.5), percentile(l, 0.99))).collect();
+        println!(
+            "one request per new connection {label}: p50/p99 direct {:?}/{:?}; added by builtin +{:?}/+{:?}; added by squid +{:?}/+{:?}",
+            p[0].0,
+            p[0].1,
+            p[1].0.saturating_sub(p[0].0),
+            p[1].1.saturating_sub(p[0].1),
+            p[2].0.saturating_sub(p[0].0),
+            p[2].1.saturating_sub(p[0].1)
+        );
+    }
+    let mut t: Vec<f64> = Vec::new();
+    for v in vias {
+        let mut runs: Vec<f64> = (0..3).map(|_| tunnel_mbps(&lab, v)).collect();
+        runs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        t.push(runs[1]);
+    }
+    println!(
+        "CONNECT tunnel, 256 MiB (median of 3): direct {:.0} MB/s, builtin {:.0} MB/s, squid {:.0} MB/s; builtin/direct {:.2}, builtin/squid {:.2}",
+        t[0], t[1], t[2], t[1] / t[0], t[1] / t[2]
+    );
+    println!("busy RSS: builtin {} KiB, squid {} KiB", rss_kib(builtin_pid), rss_kib(squid_pid));
+}

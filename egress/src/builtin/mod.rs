@@ -1,0 +1,11 @@
+//! The builtin backend: a tokio + hyper forward proxy that needs nothing but the kernel.
+
+pub mod conns;
+pub mod control;
+pub mod dial;
+pub mod logger;
+pub mod proxy;
+pub mod serve;
+
+pub use logger::Logger;
+pub use proxy::{DECISION_HEADER, Limits, PolicyCell, Running, start};

@@ -1,0 +1,512 @@
+//! The builtin HTTP/1.1 forward proxy: absolute-form requests and CONNECT tunnels.
+//!
+//! Every request (also each request on a keep-alive connection) is decided afresh by the policy
+//! crate, with the authority parsed the way squid parses it (the URI wins over `Host`, userinfo
+//! is ignored, legacy IPv4 forms are canonicalised). Denials get a 403 with
+//! `X-Egress-Decision: <rule> <file:line>`; allowed requests go to the **checked address**, never
+//! to the name (see [`super::dial`]).
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method as HttpMethod, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use ocsb_policy::egress::{Decision, Host, Policy, RuleKind, Step, Target, Verdict};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use super::conns::{Admit, BusyGuard, Slot, Table};
+use super::dial::{self, DialError};
+use super::logger::Logger;
+use ocsb_policy::egress::LogLine;
+
+/// The response header that carries the deciding rule of a denial.
+pub const DECISION_HEADER: &str = "x-egress-decision";
+/// The response header on errors the proxy generated itself (DNS failure, upstream refused).
+pub const ERROR_HEADER: &str = "x-egress-error";
+
+/// Resource caps. *Why*: the proxy is reachable by the agent, which may misbehave; none of its
+/// inputs may exhaust the host's memory or file descriptors or lock out other clients.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request head (request line + headers) accepted; larger heads get 431.
+    pub max_header_bytes: usize,
+    /// Open client connections; at the cap the oldest idle one is evicted, else the new one refused.
+    pub max_connections: usize,
+    /// How long a connection may wait for (the rest of) a request head.
+    pub idle_timeout: Duration,
+    /// One DNS lookup per request, at most this long (squid: `dns_timeout`).
+    pub dns_timeout: Duration,
+    /// Per-address upstream connect timeout.
+    pub connect_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_header_bytes: 64 * 1024,
+            max_connections: 1024,
+            idle_timeout: Duration::from_secs(30),
+            dns_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The policy in force, swapped whole on reload; requests already being decided keep the one
+/// they started with.
+#[derive(Clone)]
+pub struct PolicyCell(Arc<RwLock<Arc<Policy>>>);
+
+impl PolicyCell {
+    pub fn new(p: Policy) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(p))))
+    }
+    pub fn get(&self) -> Arc<Policy> {
+        self.0.read().map(|g| g.clone()).unwrap_or_else(|e| e.into_inner().clone())
+    }
+    pub fn set(&self, p: Policy) {
+        match self.0.write() {
+            Ok(mut g) => *g = Arc::new(p),
+            Err(e) => *e.into_inner() = Arc::new(p),
+        }
+    }
+}
+
+struct Shared {
+    policy: PolicyCell,
+    logger: Logger,
+    limits: Limits,
+    conns: Arc<Table>,
+}
+
+type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+/// A running proxy: its bound addresses and a handle to stop it.
+pub struct Running {
+    pub addrs: Vec<SocketAddr>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    conns: Arc<Table>,
+}
+
+impl Running {
+    /// Stop accepting; open tunnels finish on their own.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+    /// The connection table, for live counts in `status`.
+    pub fn connections(&self) -> Arc<Table> {
+        self.conns.clone()
+    }
+}
+
+/// Start serving on already-bound listeners (the caller binds, so that a port conflict is
+/// reported before the process detaches).
+pub fn start(listeners: Vec<TcpListener>, policy: PolicyCell, logger: Logger, limits: Limits) -> Running {
+    let conns = Table::new(limits.max_connections);
+    let shared = Arc::new(Shared { policy, logger, limits, conns: conns.clone() });
+    let (stop, stop_rx) = watch::channel(false);
+    let addrs = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
+    let tasks = listeners
+        .into_iter()
+        .map(|l| tokio::spawn(accept_loop(l, shared.clone(), stop_rx.clone())))
+        .collect();
+    Running { addrs, stop, tasks, conns }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stop.changed() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                shared.logger.note(&format!("accept failed: {e}"));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let slot = match shared.conns.admit() {
+            Admit::Admitted(s) => s,
+            Admit::AdmittedEvicting(s) => {
+                shared.logger.log(&refusal(peer, 503, "-", "EVICT_IDLE"));
+                s
+            }
+            Admit::Refused => {
+                shared.logger.log(&refusal(peer, 503, "-", "CONN_LIMIT"));
+                drop(stream);
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(serve_connection(stream, peer, shared.clone(), slot));
+    }
+}
+
+fn refusal(peer: SocketAddr, status: u16, rule: &str, method: &str) -> LogLine {
+    LogLine {
+        time: fmt_time(now_ms()),
+        client: dial::canonical(peer.ip()).to_string(),
+        result: "NONE_NONE".into(),
+        status,
+        rule: rule.into(),
+        method: method.into(),
+        target: "-".into(),
+        peer: None,
+    }
+}
+
+fn fmt_time(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1000, ms % 1000)
+}
+
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, slot: Arc<Slot>) {
+    let svc_shared = shared.clone();
+    let svc_slot = slot.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let guard = svc_slot.enter();
+        handle(req, peer, svc_shared.clone(), guard)
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .max_buf_size(shared.limits.max_header_bytes.max(8192))
+        .header_read_timeout(shared.limits.idle_timeout)
+        .keep_alive(true);
+    let conn = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
+    tokio::select! {
+        r = conn => {
+            if let Err(e) = r {
+                let status = if e.is_parse_too_large() { 431 } else if e.is_parse() { 400 } else { 0 };
+                if status != 0 {
+                    shared.logger.log(&refusal(peer, status, "-", "error:invalid-request"));
+                }
+            }
+        }
+        _ = slot.kill.notified() => {}
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// The fields of one transaction's log line that are known before the response is sent.
+struct Txn {
+    time_ms: u64,
+    client: IpAddr,
+    method: String,
+    target: String,
+    decision: Option<Decision>,
+}
+
+impl Txn {
+    fn line(&self, code: &str, status: u16, _bytes: u64, server: Option<IpAddr>) -> LogLine {
+        // The rule field is the policy's note (`block:project:3`), exactly what squid's
+        // `annotate_transaction` records, so both backends log the same text.
+        LogLine {
+            time: fmt_time(self.time_ms),
+            client: self.client.to_string(),
+            result: code.into(),
+            status,
+            rule: self.decision.as_ref().map(|d| d.note()).unwrap_or_else(|| "-".into()),
+            method: self.method.clone(),
+            target: self.target.clone(),
+            peer: server.map(|ip| ip.to_string()),
+        }
+    }
+}
+
+fn host_display(h: &Host) -> String {
+    match h {
+        Host::Name(n) => n.clone(),
+        Host::Ip(IpAddr::V4(a)) => a.to_string(),
+        Host::Ip(IpAddr::V6(a)) => format!("[{a}]"),
+    }
+}
+
+fn text_response(status: StatusCode, body: String) -> Response<ProxyBody> {
+    let mut r = Response::new(Full::new(Bytes::from(body)).map_err(|n: Infallible| match n {}).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    if status != StatusCode::FORBIDDEN {
+        // Marks an answer made by the proxy itself (not by the origin), like squid's
+        // X-Squid-Error: `egress verify` must not count it as a passed request.
+        r.headers_mut().insert(ERROR_HEADER, HeaderValue::from_static("proxy"));
+    }
+    r
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    guard: BusyGuard,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let is_connect = req.method() == HttpMethod::CONNECT;
+    let mut txn = Txn {
+        time_ms: now_ms(),
+        client: dial::canonical(peer.ip()),
+        method: req.method().as_str().to_string(),
+        target: req.uri().to_string(),
+        decision: None,
+    };
+
+    // 1. Parse the target the way squid does.
+    let parsed = if is_connect {
+        Target::from_connect(&req.uri().to_string()).map_err(|e| e.to_string())
+    } else if req.uri().scheme().is_none() {
+        Err("not a proxy request: the request target must be an absolute URL".to_string())
+    } else {
+        Target::from_absolute_uri(req.method().as_str(), &req.uri().to_string()).map_err(|e| e.to_string())
+    };
+    let target = match parsed {
+        Ok(t) => t,
+        Err(e) => {
+            shared.logger.log(&txn.line("NONE_NONE", 400, 0, None));
+            return Ok(text_response(StatusCode::BAD_REQUEST, format!("ocsb egress: bad request: {e}\n")));
+        }
+    };
+    let host = host_display(&target.host);
+    txn.target = if is_connect {
+        format!("{host}:{}", target.port)
+    } else {
+        let scheme = req.uri().scheme_str().unwrap_or("http").to_ascii_lowercase();
+        let default_port = match scheme.as_str() {
+            "https" => 443,
+            "ftp" => 21,
+            _ => 80,
+        };
+        let port = if target.port == default_port { String::new() } else { format!(":{}", target.port) };
+        let path = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        format!("{scheme}://{host}{port}{path}")
+    };
+
+    // 2. Decide; resolve only when the decision needs addresses, and only once.
+    let policy = shared.policy.get();
+    let (decision, addrs) = decide(&policy, &target, shared.limits.dns_timeout).await;
+    txn.decision = Some(decision.clone());
+    if decision.verdict == Verdict::Deny {
+        shared.logger.log(&txn.line("TCP_DENIED", 403, 0, None));
+        let mut r = text_response(
+            StatusCode::FORBIDDEN,
+            format!(
+                "ocsb egress: {} denied by rule {decision}\nTo allow it, add a rule to .opencode-sandbox/egress.conf and run `ocsb egress up`.\n",
+                txn.target
+            ),
+        );
+        if let Ok(v) = HeaderValue::from_str(&decision.to_string()) {
+            r.headers_mut().insert(DECISION_HEADER, v);
+        }
+        return Ok(r);
+    }
+
+    // 3. Dial the checked addresses.
+    let permit_private = matches!(decision.rule, RuleKind::Allow | RuleKind::Connect);
+    let dialed = dial::dial_checked(&addrs, target.port, permit_private, shared.limits.connect_timeout).await;
+    let (upstream, server_ip) = match dialed {
+        Ok(x) => x,
+        Err(e) => {
+            let (status, msg) = match e {
+                DialError::NoAddress => (StatusCode::SERVICE_UNAVAILABLE, format!("cannot resolve {host}")),
+                DialError::PrivateRefused(ip) => {
+                    (StatusCode::FORBIDDEN, format!("refused to connect to private address {ip}"))
+                }
+                DialError::Failed(ip, e) => (StatusCode::BAD_GATEWAY, format!("cannot connect to {ip}: {e}")),
+            };
+            shared.logger.log(&txn.line("TCP_MISS", status.as_u16(), 0, None));
+            return Ok(text_response(status, format!("ocsb egress: {msg}\n")));
+        }
+    };
+
+    if is_connect {
+        let logger = shared.logger.clone();
+        tokio::spawn(async move {
+            let _guard = guard; // the tunnel keeps the connection busy (never evicted as idle)
+            let mut upstream = upstream;
+            match hyper::upgrade::on(req).await {
+                Ok(up) => {
+                    let mut client = TokioIo::new(up);
+                    let r = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, 64 * 1024, 64 * 1024)
+                        .await;
+                    let (_, to_client) = r.unwrap_or((0, 0));
+                    logger.log(&txn.line("TCP_TUNNEL", 200, to_client, Some(server_ip)));
+                }
+                Err(_) => logger.log(&txn.line("TCP_TUNNEL", 200, 0, Some(server_ip))),
+            }
+        });
+        return Ok(Response::new(http_body_util::Empty::new().map_err(|n: Infallible| match n {}).boxed()));
+    }
+
+    // Plain HTTP: only `http://` is forwarded (no TLS origination, no FTP gateway).
+    if req.uri().scheme_str().is_some_and(|s| !s.eq_ignore_ascii_case("http")) {
+        shared.logger.log(&txn.line("TCP_MISS", 501, 0, None));
+        return Ok(text_response(
+            StatusCode::NOT_IMPLEMENTED,
+            "ocsb egress: only http:// URLs are forwarded; use CONNECT (https_proxy) for TLS\n".into(),
+        ));
+    }
+    match forward(req, upstream, &target, &host).await {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            let (mut parts, body) = resp.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            let line = txn.line("TCP_MISS", status, 0, Some(server_ip));
+            let body = LoggedBody { inner: body, bytes: 0, line: Some(line), logger: shared.logger.clone(), _guard: guard };
+            Ok(Response::from_parts(parts, body.boxed()))
+        }
+        Err(e) => {
+            shared.logger.log(&txn.line("TCP_MISS", 502, 0, Some(server_ip)));
+            Ok(text_response(StatusCode::BAD_GATEWAY, format!("ocsb egress: upstream failed: {e}\n")))
+        }
+    }
+}
+
+/// The two-phase decision: most requests are decided from the name alone; the private-range
+/// check resolves once and the same addresses are then dialed.
+async fn decide(policy: &Policy, target: &Target, dns_timeout: Duration) -> (Decision, Vec<IpAddr>) {
+    match policy.evaluate(target) {
+        Step::Decided(d) => {
+            if d.verdict == Verdict::Deny {
+                return (d, Vec::new());
+            }
+            let addrs = match &target.host {
+                Host::Ip(ip) => vec![dial::canonical(*ip)],
+                Host::Name(n) => dial::resolve(n, dns_timeout).await,
+            };
+            (d, addrs)
+        }
+        Step::NeedsAddresses(p) => {
+            let addrs = dial::resolve(p.host(), dns_timeout).await;
+            let d = p.finish(&addrs);
+            (d, addrs)
+        }
+    }
+}
+
+/// Send the request upstream in origin-form with `Host` taken from the URI (the URI wins).
+async fn forward(
+    req: Request<Incoming>,
+    upstream: TcpStream,
+    target: &Target,
+    host: &str,
+) -> Result<Response<Incoming>, hyper::Error> {
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await?;
+    tokio::spawn(conn);
+    let (mut parts, body) = req.into_parts();
+    let path = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+    parts.uri = path.parse().unwrap_or_else(|_| hyper::Uri::from_static("/"));
+    parts.version = hyper::Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers);
+    let host_value = if target.port == 80 { host.to_string() } else { format!("{host}:{}", target.port) };
+    if let Ok(v) = HeaderValue::from_str(&host_value) {
+        parts.headers.insert(hyper::header::HOST, v);
+    }
+    sender.send_request(Request::from_parts(parts, body)).await
+}
+
+/// Remove hop-by-hop headers (RFC 9110 §7.6.1) and the proxy's own credentials: they concern
+/// the client↔proxy hop and must not reach the origin (or come back from it).
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = h
+        .get_all(hyper::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in listed {
+        h.remove(n);
+    }
+    for n in [
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ] {
+        h.remove(n);
+    }
+}
+
+/// A response body that counts the bytes sent and writes the log line when it is finished or
+/// dropped (squid logs at the end of a transaction too).
+struct LoggedBody {
+    inner: Incoming,
+    bytes: u64,
+    line: Option<LogLine>,
+    logger: Logger,
+    _guard: BusyGuard,
+}
+
+impl Body for LoggedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(f))) = &r
+            && let Some(d) = f.data_ref()
+        {
+            self.bytes += d.len() as u64;
+        }
+        r
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for LoggedBody {
+    fn drop(&mut self) {
+        if let Some(l) = self.line.take() {
+            self.logger.log(&l);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_connection_listed_ones_are_removed() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "keep-alive, x-secret"),
+            ("x-secret", "1"),
+            ("proxy-authorization", "Basic Zm9v"),
+            ("proxy-connection", "keep-alive"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("accept", "*/*"),
+        ] {
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, vec!["accept"]);
+    }
+}

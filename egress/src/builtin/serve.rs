@@ -1,0 +1,301 @@
+//! The detached `serve` process of the builtin backend: binds the listeners, keeps the policy,
+//! answers the control socket, writes the access log.
+//!
+//! The launcher runs it as `ocsb egress serve <args>` (see [`ServeArgs::to_args`]) and hands the
+//! raw arguments to [`main`]; the crate's own `ocsb-egress` binary does the same for tests.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ocsb_policy::egress::{Policy, load_layers};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Notify;
+
+use super::logger::Logger;
+use super::proxy::{self, Limits, PolicyCell};
+use crate::error::{Error, Result};
+use crate::paths::EgressPaths;
+
+/// What a `serve` process needs: where the rules are, where its state goes, what to listen on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeArgs {
+    pub state_dir: PathBuf,
+    pub user_config_dir: PathBuf,
+    pub project_dir: PathBuf,
+    pub listen: Vec<SocketAddr>,
+}
+
+impl ServeArgs {
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut v: Vec<OsString> = vec![
+            "--state-dir".into(),
+            self.state_dir.clone().into(),
+            "--user-config-dir".into(),
+            self.user_config_dir.clone().into(),
+            "--project-dir".into(),
+            self.project_dir.clone().into(),
+        ];
+        for l in &self.listen {
+            v.push("--listen".into());
+            v.push(l.to_string().into());
+        }
+        v
+    }
+
+    pub fn parse(args: &[OsString]) -> std::result::Result<Self, String> {
+        let (mut state, mut user, mut project, mut listen) = (None, None, None, Vec::new());
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut val = || it.next().cloned().ok_or_else(|| format!("{} needs a value", a.to_string_lossy()));
+            match a.to_str() {
+                Some("--state-dir") => state = Some(PathBuf::from(val()?)),
+                Some("--user-config-dir") => user = Some(PathBuf::from(val()?)),
+                Some("--project-dir") => project = Some(PathBuf::from(val()?)),
+                Some("--listen") => {
+                    let v = val()?;
+                    let s = v.to_string_lossy();
+                    listen.push(s.parse().map_err(|e| format!("--listen {s}: {e}"))?);
+                }
+                _ => return Err(format!("unknown argument {:?}", a)),
+            }
+        }
+        if listen.is_empty() {
+            return Err("at least one --listen ADDR:PORT is needed".into());
+        }
+        Ok(Self {
+            state_dir: state.ok_or("--state-dir is missing")?,
+            user_config_dir: user.ok_or("--user-config-dir is missing")?,
+            project_dir: project.ok_or("--project-dir is missing")?,
+            listen,
+        })
+    }
+
+    fn load_policy(&self) -> Result<Policy> {
+        let layers = load_layers(&self.user_config_dir, &self.project_dir)?;
+        Ok(Policy::compile(&layers)?)
+    }
+}
+
+/// Entry point of `ocsb egress serve ARGS` (blocking; returns the process exit code).
+/// Exit codes: 0 stopped normally, 1 runtime failure, 2 bad arguments, 3 bad rules.
+pub fn main(args: &[OsString]) -> i32 {
+    let args = match ServeArgs::parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("ocsb egress serve: {e}");
+            return 2;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ocsb egress serve: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ocsb egress serve: {e}");
+            if e.is_input() { 3 } else { 1 }
+        }
+    }
+}
+
+/// Raise the soft fd limit to the hard one: each client connection and each tunnel costs fds,
+/// and the default soft limit (1024) is below the connection cap plus tunnels.
+fn raise_nofile() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
+async fn run(args: ServeArgs) -> Result<()> {
+    let paths = EgressPaths::new(&args.state_dir);
+    std::fs::create_dir_all(&paths.dir).map_err(|e| Error::io("cannot create", &paths.dir, e))?;
+    let policy = args.load_policy()?;
+    raise_nofile();
+
+    let mut listeners = Vec::new();
+    for a in &args.listen {
+        let l = bind_listener(*a).map_err(|e| {
+            Error::net(
+                format!(
+                    "cannot listen on {a} (port busy: another project or an old instance; set another OCSB_EGRESS_PORT, or run `ocsb egress down` in the other project)"
+                ),
+                e,
+            )
+        })?;
+        listeners.push(l);
+    }
+
+    let sock = paths.control_socket();
+    if sock.exists() {
+        if std::os::unix::net::UnixStream::connect(&sock).is_ok() {
+            return Err(Error::state(
+                format!("another egress filter already answers on {}", sock.display()),
+                "run `ocsb egress down` first",
+            ));
+        }
+        let _ = std::fs::remove_file(&sock);
+    }
+    let control = UnixListener::bind(&sock).map_err(|e| Error::io("cannot create the control socket", &sock, e))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
+    }
+
+    // Keep one previous log: the access log is append-only and would otherwise grow forever.
+    if std::fs::metadata(paths.access_log()).is_ok_and(|m| m.len() > 64 << 20) {
+        let _ = std::fs::rename(paths.access_log(), paths.access_log().with_extension("log.1"));
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(paths.access_log())
+        .map_err(|e| Error::io("cannot open the access log", paths.access_log(), e))?;
+    let logger = Logger::new(Box::new(log));
+    let hash = policy.hash();
+    let cell = PolicyCell::new(policy);
+    let running = proxy::start(listeners, cell.clone(), logger.clone(), Limits::default());
+    let listen: Vec<String> = running.addrs.iter().map(|a| a.to_string()).collect();
+    logger.note(&format!("started pid {} listening on {} policy {hash}", std::process::id(), listen.join(" ")));
+    crate::paths::write_atomic(&paths.pid_file(), format!("{}\n", std::process::id()).as_bytes())
+        .map_err(|e| Error::io("cannot write the pid file", paths.pid_file(), e))?;
+
+    let state = Arc::new(ServeState {
+        args: args.clone(),
+        cell,
+        logger: logger.clone(),
+        hash: std::sync::Mutex::new(hash),
+        listen,
+        started: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        stop: Notify::new(),
+    });
+
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| Error::net("cannot install the SIGHUP handler", e))?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| Error::net("cannot install the SIGTERM handler", e))?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| Error::net("cannot install the SIGINT handler", e))?;
+    loop {
+        tokio::select! {
+            c = control.accept() => {
+                if let Ok((stream, _)) = c {
+                    tokio::spawn(control_conn(stream, state.clone(), running.connections()));
+                }
+            }
+            _ = hup.recv() => { let _ = state.reload(); }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = state.stop.notified() => break,
+        }
+    }
+    logger.note("stopping");
+    let _ = std::fs::remove_file(&sock);
+    let _ = std::fs::remove_file(paths.pid_file());
+    tokio::time::timeout(Duration::from_secs(2), running.stop()).await.ok();
+    Ok(())
+}
+
+/// Bind with a deep accept queue: std's default backlog (128) overflows when a client opens
+/// connections in a burst, and the kernel then drops SYNs for a full second.
+fn bind_listener(a: SocketAddr) -> std::io::Result<TcpListener> {
+    let s = if a.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    s.set_reuseaddr(true)?;
+    s.bind(a)?;
+    s.listen(4096)
+}
+
+struct ServeState {
+    args: ServeArgs,
+    cell: PolicyCell,
+    logger: Logger,
+    hash: std::sync::Mutex<String>,
+    listen: Vec<String>,
+    started: u64,
+    stop: Notify,
+}
+
+impl ServeState {
+    /// Re-read and compile the layers; swap only if they compile. *Why*: a typo in a rule file
+    /// must not open (or close) the network; the old policy stays in force and the caller is
+    /// told what is wrong, with file and line.
+    fn reload(&self) -> serde_json::Value {
+        match self.args.load_policy() {
+            Ok(p) => {
+                let h = p.hash();
+                self.cell.set(p);
+                if let Ok(mut g) = self.hash.lock() {
+                    *g = h.clone();
+                }
+                self.logger.note(&format!("reloaded policy {h}"));
+                json!({"ok": true, "hash": h})
+            }
+            Err(e) => {
+                self.logger.note(&format!("reload refused, old policy kept: {}", e.to_string().replace('\n', " ")));
+                json!({"ok": false, "error": e.to_string(), "input_error": e.is_input()})
+            }
+        }
+    }
+
+    fn status(&self, open: usize) -> serde_json::Value {
+        json!({
+            "ok": true,
+            "backend": "builtin",
+            "pid": std::process::id(),
+            "listen": self.listen,
+            "policy_hash": *self.hash.lock().unwrap_or_else(|e| e.into_inner()),
+            "started": self.started,
+            "open_connections": open,
+        })
+    }
+}
+
+async fn control_conn(stream: tokio::net::UnixStream, state: Arc<ServeState>, conns: Arc<super::conns::Table>) {
+    let open = conns.open();
+    let (r, mut w) = stream.into_split();
+    let mut line = String::new();
+    let mut r = BufReader::new(r);
+    if tokio::time::timeout(Duration::from_secs(5), r.read_line(&mut line)).await.is_err() {
+        return;
+    }
+    let (answer, stop) = match line.trim() {
+        "status" => (state.status(open), false),
+        "reload" => (state.reload(), false),
+        "stop" => (json!({"ok": true}), true),
+        other => (json!({"ok": false, "error": format!("unknown command {other:?}")}), false),
+    };
+    let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
+    let _ = w.flush().await;
+    if stop {
+        state.stop.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serve_args_round_trip_and_errors() {
+        let a = ServeArgs {
+            state_dir: "/s".into(),
+            user_config_dir: "/u".into(),
+            project_dir: "/p".into(),
+            listen: vec!["127.0.0.1:3128".parse().unwrap(), "172.17.0.1:3128".parse().unwrap()],
+        };
+        assert_eq!(ServeArgs::parse(&a.to_args()).unwrap(), a);
+        let e = ServeArgs::parse(&["--state-dir".into(), "/s".into()]).unwrap_err();
+        assert!(e.contains("--listen"), "{e}");
+        let e = ServeArgs::parse(&["--listen".into(), "nope".into()]).unwrap_err();
+        assert!(e.contains("nope"), "{e}");
+    }
+}

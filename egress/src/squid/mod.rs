@@ -1,0 +1,7 @@
+//! The squid backend: squid in Docker (host network), driven through the Engine API.
+
+pub mod container;
+pub mod image;
+
+pub use container::{connect, container_name};
+pub use image::{ImageSource, Progress};

@@ -1,0 +1,245 @@
+//! `egress verify`: every `expect-pass` / `expect-block` through the filter, as the sandbox
+//! would send it (curl with the proxy, plus the line's extra curl options), and a check that a
+//! direct connection that bypasses the filter is blocked.
+//!
+//! A failure names the expectation's `file:line`, what happened, and which rule decided, so the
+//! user knows what to change. Nothing fails silently: a missing curl is an error.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::process::Command;
+
+use ocsb_policy::egress::{ExpectKind, Policy, Target};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    /// The filter's address as the sandbox uses it (`127.0.0.1:<OCSB_EGRESS_PORT>`).
+    pub proxy: SocketAddr,
+    /// Prefix that runs a command the way the sandbox would (e.g. under the netlock group, or
+    /// `ip netns exec <ns>` in tests); empty = run directly.
+    pub wrap: Vec<OsString>,
+    /// Run the direct-connection (bypass) check.
+    pub direct_check: bool,
+    /// URL for the direct check when no `expect-pass` line gives one.
+    pub direct_url: String,
+    pub curl: OsString,
+    /// Per-request limit in seconds.
+    pub max_time: u32,
+}
+
+impl VerifyOptions {
+    pub fn new(proxy: SocketAddr) -> Self {
+        Self {
+            proxy,
+            wrap: Vec::new(),
+            direct_check: true,
+            direct_url: "https://example.com/".into(),
+            curl: "curl".into(),
+            max_time: 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// `expect-pass`, `expect-block` or `direct-blocked`.
+    pub kind: String,
+    pub url: String,
+    /// `file:line` of the expectation (none for the built-in direct check).
+    pub at: Option<String>,
+    pub ok: bool,
+    /// What happened: `blocked by block:project:3`, `passed (HTTP 200)`, `proxy error 503`, ...
+    pub observed: String,
+    /// When it failed: why, and what to change.
+    pub why: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+    /// Turn failures into an error (for the CLI's exit status).
+    pub fn into_result(self) -> Result<Report> {
+        if self.ok() {
+            return Ok(self);
+        }
+        let failures = self
+            .checks
+            .iter()
+            .filter(|c| !c.ok)
+            .map(|c| {
+                format!(
+                    "{} {}{}: {}{}",
+                    c.kind,
+                    c.url,
+                    c.at.as_deref().map(|a| format!(" ({a})")).unwrap_or_default(),
+                    c.observed,
+                    c.why.as_deref().map(|w| format!(" — {w}")).unwrap_or_default()
+                )
+            })
+            .collect();
+        Err(Error::Verify { failures })
+    }
+}
+
+/// What curl saw.
+struct Outcome {
+    exit: i32,
+    http_code: u16,
+    connect_code: u16,
+    decision: Option<String>,
+    proxy_error: bool,
+    squid_denied: bool,
+    stderr: String,
+}
+
+fn curl(opts: &VerifyOptions, url: &str, extra: &[String], via_proxy: bool) -> Result<Outcome> {
+    let mut argv: Vec<OsString> = opts.wrap.clone();
+    argv.push(opts.curl.clone());
+    argv.extend(["-sS", "-o", "/dev/null", "-D", "-", "-w", "\n%{http_code} %{http_connect}\n"].map(OsString::from));
+    argv.push("--max-time".into());
+    argv.push(opts.max_time.to_string().into());
+    if via_proxy {
+        argv.push("-x".into());
+        argv.push(format!("http://{}", opts.proxy).into());
+    } else {
+        argv.push("--noproxy".into());
+        argv.push("*".into());
+    }
+    argv.push(url.into());
+    argv.extend(extra.iter().map(OsString::from));
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy")
+        .output()
+        .map_err(|e| Error::io("cannot run curl (apt-get install curl)", PathBufLike(&argv[0]), e))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("000 000");
+    let mut codes = last.split_whitespace().map(|c| c.parse::<u16>().unwrap_or(0));
+    let (http_code, connect_code) = (codes.next().unwrap_or(0), codes.next().unwrap_or(0));
+    let header = |name: &str| {
+        stdout.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    };
+    Ok(Outcome {
+        exit: out.status.code().unwrap_or(-1),
+        http_code,
+        connect_code,
+        decision: header("x-egress-decision"),
+        proxy_error: header("x-egress-error").is_some() || header("x-squid-error").is_some_and(|v| !v.starts_with("ERR_ACCESS_DENIED")),
+        squid_denied: header("x-squid-error").is_some_and(|v| v.starts_with("ERR_ACCESS_DENIED")),
+        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    })
+}
+
+struct PathBufLike<'a>(&'a OsString);
+impl From<PathBufLike<'_>> for std::path::PathBuf {
+    fn from(p: PathBufLike<'_>) -> Self {
+        std::path::PathBuf::from(p.0)
+    }
+}
+
+impl Outcome {
+    /// The filter refused: a 403 to CONNECT, or a 403 that the filter (not the origin) made —
+    /// it carries `X-Egress-Decision` (builtin) or `X-Squid-Error: ERR_ACCESS_DENIED` (squid).
+    fn blocked_by_proxy(&self) -> bool {
+        self.connect_code == 403 || (self.http_code == 403 && (self.decision.is_some() || self.squid_denied))
+    }
+    fn describe(&self) -> String {
+        if self.connect_code == 403 || self.http_code == 403 {
+            return format!("blocked by the filter{}", self.decision.as_deref().map(|d| format!(" (rule {d})")).unwrap_or_default());
+        }
+        if self.proxy_error || self.connect_code >= 500 {
+            return format!("filter error (HTTP {} / CONNECT {})", self.http_code, self.connect_code);
+        }
+        if self.http_code == 0 {
+            return format!("no answer (curl exit {}: {})", self.exit, self.stderr);
+        }
+        format!("passed (HTTP {})", self.http_code)
+    }
+}
+
+/// The rule the policy says decides `url` (no DNS: explains name-based rules).
+fn explain(policy: &Policy, url: &str) -> String {
+    let t = if url.starts_with("http://") || url.starts_with("https://") || url.starts_with("ftp://") {
+        // curl sends https:// through CONNECT, http:// as an absolute-form GET.
+        if let Some(rest) = url.strip_prefix("https://") {
+            let auth = rest.split(['/', '?', '#']).next().unwrap_or("");
+            let auth = if auth.contains(':') && !auth.ends_with(']') { auth.to_string() } else { format!("{auth}:443") };
+            Target::from_connect(&auth).ok()
+        } else {
+            Target::from_absolute_uri("GET", url).ok()
+        }
+    } else {
+        None
+    };
+    match t {
+        Some(t) => {
+            let d = policy.decide(&t, &[]);
+            format!("the rules say {} by `{d}`", d.verdict)
+        }
+        None => "the URL cannot be parsed".into(),
+    }
+}
+
+/// Run every expectation of `policy` and the direct check.
+pub fn run(policy: &Policy, opts: &VerifyOptions) -> Result<Report> {
+    let mut checks = Vec::new();
+    for e in policy.expects() {
+        let o = curl(opts, &e.url, &e.curl_args, true)?;
+        let blocked = o.blocked_by_proxy();
+        let (kind, ok, why) = match e.kind {
+            ExpectKind::Block => (
+                "expect-block",
+                blocked,
+                (!blocked).then(|| format!("{}; add a `block` rule (and check that no `allow`/`connect` rule wins)", explain(policy, &e.url))),
+            ),
+            ExpectKind::Pass => {
+                let ok = !blocked && !o.proxy_error && o.connect_code < 500 && o.http_code != 0;
+                let why = (!ok).then(|| {
+                    if blocked {
+                        format!("{}; add an `allow` rule (or `connect host:port` for a non-443 port)", explain(policy, &e.url))
+                    } else {
+                        "the filter let it through but the server could not be reached (DNS or connection failure); check the host name and `ocsb egress logs`".to_string()
+                    }
+                });
+                ("expect-pass", ok, why)
+            }
+        };
+        checks.push(Check { kind: kind.into(), url: e.url.clone(), at: Some(e.at.to_string()), ok, observed: o.describe(), why });
+    }
+    if opts.direct_check {
+        let url = policy
+            .expects()
+            .iter()
+            .find(|e| e.kind == ExpectKind::Pass)
+            .map(|e| e.url.clone())
+            .unwrap_or_else(|| opts.direct_url.clone());
+        let o = curl(opts, &url, &[], false)?;
+        // Blocked = no HTTP answer at all: the connection was refused before it left.
+        let ok = o.http_code == 0 && o.connect_code == 0;
+        checks.push(Check {
+            kind: "direct-blocked".into(),
+            url,
+            at: None,
+            ok,
+            observed: if ok { format!("direct connection failed as it should (curl exit {})", o.exit) } else { format!("a direct connection without the filter got HTTP {}", o.http_code) },
+            why: (!ok).then(|| "traffic can bypass the filter: the netlock is not active for this process (`ocsb netlock setup`, then `ocsb netlock verify`)".into()),
+        });
+    }
+    Ok(Report { checks })
+}

@@ -1,0 +1,178 @@
+//! The command line: clap definitions only. Each subcommand's work lives in `commands/`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Exit codes, documented in `--help` and the README.
+pub const EXIT_CODES: &str = "\
+Exit status:
+  0  success
+  1  the command failed (the message says why and how to fix it)
+  2  bad command line
+  3  bad input in a settings or rules file (the message names file and line)";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ocsb",
+    version,
+    about = "Let OpenCode work on your project with full permissions while its mistakes stay inside a sandbox",
+    long_about = "Let OpenCode work on your project with full permissions (no \"allow this path?\" \
+                  prompts) while its mistakes stay inside a sandbox: namespaces, landlock and seccomp \
+                  for the filesystem, an egress filter for HTTP(S), and an nftables netlock that \
+                  rejects everything that bypasses the filter.",
+    after_help = EXIT_CODES,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// The project directory (default: the nearest ancestor with `.opencode-sandbox/`, else the
+    /// git work tree containing the current directory, else the current directory).
+    #[arg(short = 'C', long = "project", global = true, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Add `.opencode-sandbox/` and `.cc-safety-net/policy.json` to the current repository.
+    ///
+    /// Idempotent: files that exist are left as they are.
+    #[command(after_help = EXIT_CODES)]
+    Init,
+
+    /// Print the effective settings (all five layers applied).
+    #[command(after_help = EXIT_CODES)]
+    Config(ConfigArgs),
+
+    /// The egress filter: rules, rendering and decisions.
+    #[command(subcommand)]
+    Egress(EgressCommand),
+
+    /// Worktrees: one session, one worktree, with the project's hooks.
+    #[command(subcommand)]
+    Wt(WtCommand),
+
+    /// The network lock (nftables table `inet ocsb_netlock`, owned by ocsb-netlock-helper).
+    #[command(subcommand)]
+    Netlock(crate::netlock::NetlockCommand),
+
+    /// Check dependencies and host setup: one line per check (ok, warn, fail), each failure with
+    /// the command that fixes it.
+    ///
+    /// Outside a project only the host is checked. Exit status 0 when no check failed, 1 otherwise.
+    #[command(after_help = EXIT_CODES)]
+    Doctor(DoctorArgs),
+
+    /// Filter, netlock and self-tests, then OpenCode in the sandbox with the web UI on
+    /// OCSB_WEB_PORT (4196): log in as `opencode` with the password from the state directory.
+    ///
+    /// Ctrl-C stops OpenCode and the web front; the egress filter keeps running.
+    #[command(after_help = EXIT_CODES)]
+    Run(RunArgs),
+
+    /// Egress filter up, netlock verified, self-tests: what `run` does before OpenCode.
+    #[command(after_help = EXIT_CODES)]
+    Prepare,
+
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print an array of `{"id", "status", "message", "fix"}` instead of lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// Also say which layer (file and line) set each value.
+    #[arg(long)]
+    pub origin: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EgressCommand {
+    /// Print what the filter is given: the squid.conf for the squid backend.
+    #[command(after_help = EXIT_CODES)]
+    Render,
+
+    /// Say whether a request would pass the filter, and which rule decides it.
+    ///
+    /// The first word printed is `allow` or `deny`. The project's rule layers are read exactly as
+    /// `run` reads them. No DNS lookup is made: pass `--resolve` with the addresses the name
+    /// resolves to when the private-network rule matters.
+    #[command(after_help = EXIT_CODES)]
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// An absolute URL (`https://host/path`), or with `--connect` a `host:port` authority.
+    pub target: String,
+
+    /// Treat TARGET as the authority of a CONNECT tunnel (`host:port`), as `git` over SSH or a
+    /// Kubernetes client would send it through the proxy.
+    #[arg(long)]
+    pub connect: bool,
+
+    /// An address the host name resolves to (repeatable). Without it a name that reaches the
+    /// private-network check is treated as unresolved.
+    #[arg(long = "resolve", value_name = "IP")]
+    pub resolve: Vec<std::net::IpAddr>,
+
+    /// Print `{"verdict", "rule", "source"}` as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WtCommand {
+    /// Create <OCSB_WORKTREES_DIR>/<OCSB_WT_PREFIX><slug> on a new branch, then run
+    /// `.opencode-sandbox/hooks/wt-post-add` in it.
+    ///
+    /// The branch starts from OCSB_WT_BASE (default: the current HEAD). The slug is the one
+    /// capture group of OCSB_WT_SLUG_REGEX, or the branch name made path-safe. If the hook fails,
+    /// the worktree and the branch are removed again. Prints the new worktree's path.
+    #[command(after_help = EXIT_CODES)]
+    Add {
+        /// The new branch (refused: spaces, `..`, a leading `-`, control characters, `@{`).
+        #[arg(allow_hyphen_values = true)]
+        branch: String,
+        /// Arguments for the wt-post-add hook.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+
+    /// Run `.opencode-sandbox/hooks/wt-pre-rm` and remove a worktree; its branch is kept.
+    ///
+    /// Refuses if the worktree has uncommitted changes (untracked files count).
+    #[command(after_help = EXIT_CODES)]
+    Rm {
+        /// The worktree: its slug (`42`), its directory name, or its path.
+        name: String,
+        /// Discard uncommitted changes.
+        #[arg(long)]
+        force: bool,
+    },
+
+    /// List the worktrees in OCSB_WORKTREES_DIR: slug, branch, clean/dirty, path.
+    #[command(after_help = EXIT_CODES)]
+    List,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Do not open the browser.
+    #[arg(long)]
+    pub no_browser: bool,
+    /// Extra arguments for `opencode serve`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "OPENCODE ARGS")]
+    pub opencode_args: Vec<String>,
+}

@@ -1,0 +1,66 @@
+//! `ocsb egress render|explain`: the egress policy as squid gets it, and single decisions.
+
+use std::net::IpAddr;
+
+use ocsb_policy::egress::{Decision, Policy, Target};
+
+use crate::cli::ExplainArgs;
+use crate::error::{Error, Result};
+use crate::project::Project;
+
+/// `egress render`: the squid.conf the filter would run with, for this project's layers.
+pub fn render(project: &Project) -> Result<()> {
+    let policy = project.egress_policy()?;
+    let opts = crate::egress_opts::squid_options(&project.settings);
+    print!("{}", policy.render_squid(&opts)?);
+    Ok(())
+}
+
+/// `egress explain`: one decision, with the rule and its `file:line`.
+pub fn explain(project: &Project, args: &ExplainArgs) -> Result<()> {
+    let policy = project.egress_policy()?;
+    let target = parse_target(&args.target, args.connect)?;
+    let (decision, unresolved) = decide(&policy, &target, &args.resolve);
+    if args.json {
+        let mut v = serde_json::json!({
+            "verdict": decision.verdict,
+            "rule": decision.rule,
+            "source": decision.source.as_ref().map(|l| l.to_string()),
+        });
+        if unresolved {
+            v["unresolved"] = serde_json::Value::Bool(true);
+        }
+        println!("{v}");
+    } else {
+        println!("{} {decision}", decision.verdict);
+        if unresolved {
+            println!(
+                "  note: no --resolve given; this holds if {} resolves only to public addresses \
+                 (any private address would make it `deny private`)",
+                args.target
+            );
+        }
+    }
+    Ok(())
+}
+
+fn parse_target(text: &str, connect: bool) -> Result<Target> {
+    let parsed = if connect { Target::from_connect(text) } else { Target::from_absolute_uri("GET", text) };
+    parsed.map_err(|e| {
+        let example = if connect { "git.example.com:2222" } else { "https://example.com/" };
+        Error::failed(format!("cannot parse {text:?}: {e}"), format!("give a target such as {example}"))
+    })
+}
+
+/// Decide, resolving only if the policy asks for addresses. Returns whether the answer rests on
+/// a name that was not resolved (no `--resolve` given).
+fn decide(policy: &Policy, target: &Target, resolved: &[IpAddr]) -> (Decision, bool) {
+    use ocsb_policy::egress::Step;
+    match policy.evaluate(target) {
+        Step::Decided(d) => (d, false),
+        Step::NeedsAddresses(pending) => {
+            let unresolved = resolved.is_empty();
+            (pending.finish(resolved), unresolved)
+        }
+    }
+}

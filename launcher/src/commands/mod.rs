@@ -1,0 +1,5 @@
+//! One module per subcommand.
+
+pub mod config;
+pub mod egress;
+pub mod init;

@@ -1,0 +1,530 @@
+//! Facts → checks. Pure: no file, process or socket is touched here, so each verdict is tested
+//! from hand-written facts. Every `fail` carries the command that fixes it.
+
+use ocsb_policy::settings::NetlockAcquire;
+
+use super::check::Check;
+use super::facts::{
+    EgressFacts, Facts, HelperFacts, KernelFacts, NetlockFacts, OpencodeFacts, PortFacts, ProbeFacts, ProjectFacts,
+};
+
+/// Where a fix should put a personal setting: the project's local layer inside a project, the
+/// user layer outside one.
+fn settings_file(project: &ProjectFacts) -> &'static str {
+    match project {
+        ProjectFacts::Inside { .. } => ".opencode-sandbox/local/sandbox.conf",
+        _ => "~/.config/opencode-sandbox/sandbox.conf",
+    }
+}
+
+pub fn judge(f: &Facts) -> Vec<Check> {
+    let mut out = Vec::new();
+    out.extend(project(&f.project));
+    out.push(userns(&f.kernel, f.sandbox_enabled));
+    out.push(landlock(f.kernel.landlock_abi, f.sandbox_enabled));
+    out.push(seccomp(f.kernel.seccomp, f.sandbox_enabled));
+    out.push(netlock_group(&f.netlock));
+    out.push(netlock_shim(&f.netlock));
+    out.push(netlock_helper(&f.netlock));
+    out.push(netlock_probe(&f.netlock));
+    out.push(egress(&f.egress));
+    out.push(docker_access(f.docker_allowed, settings_file(&f.project)));
+    out.push(opencode(&f.opencode, settings_file(&f.project)));
+    for p in &f.ports {
+        out.push(port(p, settings_file(&f.project)));
+    }
+    out.push(dbus_proxy(f));
+    out.push(git(&f.git));
+    out
+}
+
+fn project(p: &ProjectFacts) -> Vec<Check> {
+    match p {
+        ProjectFacts::Inside { dir, rules } => {
+            let mut v = vec![Check::ok("project", format!("{} (settings loaded)", dir.display()))];
+            v.push(match rules {
+                Ok(n) => Check::ok("egress-rules", format!("{n} rule layers compile")),
+                Err(e) => Check::fail(
+                    "egress-rules",
+                    one_line(e),
+                    "edit the file and line named in the message, then `ocsb egress render`",
+                ),
+            });
+            v
+        }
+        ProjectFacts::Outside { dir } => vec![Check::ok(
+            "project",
+            format!(
+                "none at {} (no .opencode-sandbox/ here or above): host checks only; `ocsb init` in a repository makes one",
+                dir.display()
+            ),
+        )],
+        ProjectFacts::BadSettings { error } => vec![Check::fail(
+            "settings",
+            format!("{} (the checks below use the defaults)", one_line(error)),
+            "edit the file and line named in the message, then `ocsb config`",
+        )],
+    }
+}
+
+/// Error texts of the launcher are `what\n  fix: …`; a check line holds one line.
+fn one_line(s: &str) -> String {
+    s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
+}
+
+/// A missing kernel feature fails only when the sandbox is on; with `OCSB_SANDBOX=0` it is
+/// reported, not required.
+fn required(id: &'static str, enabled: bool, message: String, fix: String) -> Check {
+    if enabled {
+        Check::fail(id, message, fix)
+    } else {
+        Check::warn(id, format!("{message} (not needed now: OCSB_SANDBOX=0)"), Some(fix))
+    }
+}
+
+fn userns(k: &KernelFacts, enabled: bool) -> Check {
+    let mut seen = Vec::new();
+    for (name, v) in [
+        ("kernel.unprivileged_userns_clone", &k.userns_clone),
+        ("user.max_user_namespaces", &k.max_user_namespaces),
+        ("kernel.apparmor_restrict_unprivileged_userns", &k.apparmor_restrict),
+    ] {
+        if let Some(v) = v {
+            seen.push(format!("{name}={v}"));
+        }
+    }
+    let sysctls = if seen.is_empty() { String::new() } else { format!(" ({})", seen.join(", ")) };
+    match &k.userns {
+        Ok(()) => Check::ok("userns", format!("unprivileged user namespaces work{sysctls}")),
+        Err(e) => {
+            // The first sysctl that explains the refusal decides the fix.
+            let fix = if k.userns_clone.as_deref() == Some("0") {
+                "sudo sysctl -w kernel.unprivileged_userns_clone=1 && echo kernel.unprivileged_userns_clone=1 | sudo tee /etc/sysctl.d/50-ocsb-userns.conf"
+            } else if k.max_user_namespaces.as_deref() == Some("0") {
+                "sudo sysctl -w user.max_user_namespaces=15000 && echo user.max_user_namespaces=15000 | sudo tee /etc/sysctl.d/50-ocsb-userns.conf"
+            } else if k.apparmor_restrict.as_deref() == Some("1") {
+                "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 && echo kernel.apparmor_restrict_unprivileged_userns=0 | sudo tee /etc/sysctl.d/50-ocsb-userns.conf (or give ocsb an AppArmor profile with `userns,`)"
+            } else {
+                "inside a container: run it with user namespaces allowed (e.g. `docker run --security-opt seccomp=unconfined --security-opt apparmor=unconfined …`)"
+            };
+            required(
+                "userns",
+                enabled,
+                format!("bubblewrap cannot create a sandbox: unprivileged user namespaces are refused ({e}){sysctls}"),
+                fix.to_string(),
+            )
+        }
+    }
+}
+
+const LANDLOCK_FIX: &str = "boot Linux >= 6.12 with landlock in the LSM list: add `lsm=landlock,…` (keep the current list from /sys/kernel/security/lsm) to GRUB_CMDLINE_LINUX in /etc/default/grub, then `sudo update-grub` and reboot";
+
+fn landlock(abi: i64, enabled: bool) -> Check {
+    match abi {
+        n if n >= 6 => Check::ok("landlock", format!("ABI {n} (>= 6: filesystem rights and abstract-unix/signal scopes)")),
+        0 => required("landlock", enabled, "landlock is not available (disabled or kernel too old; need ABI >= 6)".into(), LANDLOCK_FIX.into()),
+        n => required(
+            "landlock",
+            enabled,
+            format!("ABI {n} is too old: the abstract-unix socket scope needs ABI >= 6 (Linux 6.12)"),
+            LANDLOCK_FIX.into(),
+        ),
+    }
+}
+
+fn seccomp(present: bool, enabled: bool) -> Check {
+    if present {
+        Check::ok("seccomp", "seccomp filters available")
+    } else {
+        required(
+            "seccomp",
+            enabled,
+            "seccomp is not available (kernel built without CONFIG_SECCOMP_FILTER)".into(),
+            "use a distribution kernel (CONFIG_SECCOMP=y, CONFIG_SECCOMP_FILTER=y)".into(),
+        )
+    }
+}
+
+fn install_fix(n: &NetlockFacts) -> String {
+    format!("sudo PREFIX={} sh packaging/install-netlock.sh (in the ocsb source tree)", n.shim.prefix.display())
+}
+
+fn netlock_group(n: &NetlockFacts) -> Check {
+    let Some(gid) = n.gid else {
+        let fix = if n.group == "opencode-sandbox" {
+            install_fix(n)
+        } else {
+            format!("sudo groupadd --system {} (or remove OCSB_NETLOCK_GROUP to use opencode-sandbox)", n.group)
+        };
+        return Check::fail("netlock-group", format!("the group {:?} (OCSB_NETLOCK_GROUP) does not exist", n.group), fix);
+    };
+    match n.acquire {
+        NetlockAcquire::Exec => Check::ok(
+            "netlock-group",
+            format!("group {} exists (gid {gid}); {} gets it through the setgid shim", n.group, n.user),
+        ),
+        NetlockAcquire::Sg if n.member => {
+            Check::ok("netlock-group", format!("group {} exists (gid {gid}); {} is a member (for sg)", n.group, n.user))
+        }
+        NetlockAcquire::Sg => Check::fail(
+            "netlock-group",
+            format!("{} is not a member of the group {} (OCSB_NETLOCK_ACQUIRE=sg needs it)", n.user, n.group),
+            format!("sudo usermod -aG {} {}", n.group, n.user),
+        ),
+    }
+}
+
+fn netlock_shim(n: &NetlockFacts) -> Check {
+    let s = &n.shim;
+    if n.acquire == NetlockAcquire::Sg {
+        return Check::ok("netlock-shim", "not used (OCSB_NETLOCK_ACQUIRE=sg)");
+    }
+    let path = s.path.display();
+    let Some((uid, gid, mode)) = s.meta else {
+        return Check::fail("netlock-shim", format!("the setgid shim {path} is missing"), install_fix(n));
+    };
+    let group_ok = n.gid == Some(gid);
+    if uid == 0 && mode == 0o2755 && group_ok {
+        return Check::ok("netlock-shim", format!("{path} is 2755 root:{}", n.group));
+    }
+    let owner = s.group_name.clone().unwrap_or_else(|| gid.to_string());
+    Check::fail(
+        "netlock-shim",
+        format!("{path} is {mode:04o} uid {uid}:{owner}, needs 2755 root:{}", n.group),
+        // chown first: it clears the set-gid bit, which chmod then sets.
+        format!("sudo chown root:{} {path} && sudo chmod 2755 {path}", n.group),
+    )
+}
+
+fn netlock_helper(n: &NetlockFacts) -> Check {
+    let start = if n.shim.unit_installed {
+        "sudo systemctl enable --now ocsb-netlock.service".to_string()
+    } else if n.shim.helper_installed {
+        format!("sudo {}/libexec/ocsb/ocsb-netlock-helper daemon & (no systemd unit installed)", n.shim.prefix.display())
+    } else {
+        install_fix(n)
+    };
+    match &n.helper {
+        HelperFacts::NoStatusFile => Check::fail(
+            "netlock-helper",
+            "the netlock helper is not running (no /run/ocsb-netlock/status.json)".to_string(),
+            start,
+        ),
+        HelperFacts::Unreadable(e) => {
+            Check::fail("netlock-helper", format!("cannot read /run/ocsb-netlock/status.json: {e}"), start)
+        }
+        HelperFacts::Status { state, pid, alive, gid, error } => {
+            let pid_text = pid.map(|p| format!("pid {p}")).unwrap_or_else(|| "no pid".into());
+            if !alive {
+                return Check::fail(
+                    "netlock-helper",
+                    format!("the netlock helper is not running (status file names {pid_text}, which is gone; last state {state})"),
+                    start,
+                );
+            }
+            match state.as_str() {
+                "enforcing" => match (gid, n.gid) {
+                    (Some(h), Some(g)) if *h != g => Check::fail(
+                        "netlock-helper",
+                        format!("the helper locks gid {h}, but the group {} is gid {g}", n.group),
+                        "set `group` in /etc/ocsb/netlock.toml to the netlock group, then `sudo systemctl restart ocsb-netlock.service`",
+                    ),
+                    _ => Check::ok("netlock-helper", format!("running ({pid_text}), table enforcing")),
+                },
+                "removed" => Check::fail(
+                    "netlock-helper",
+                    format!("running ({pid_text}) but the lock was removed (`ocsb netlock teardown`)"),
+                    "ocsb netlock setup",
+                ),
+                "error" => Check::fail(
+                    "netlock-helper",
+                    format!("the helper reports an error: {}", error.as_deref().unwrap_or("(no message)")),
+                    "journalctl -u ocsb-netlock.service; then sudo systemctl restart ocsb-netlock.service",
+                ),
+                s if s.starts_with("stopped") => {
+                    Check::fail("netlock-helper", format!("the netlock helper is {s}"), start)
+                }
+                other => Check::warn(
+                    "netlock-helper",
+                    format!("running ({pid_text}), state {other:?}"),
+                    Some("ocsb netlock status".into()),
+                ),
+            }
+        }
+    }
+}
+
+fn netlock_probe(n: &NetlockFacts) -> Check {
+    match &n.probe {
+        ProbeFacts::Locked { gid } => Check::ok(
+            "netlock-probe",
+            format!("a datagram sent as group {} (gid {gid}) was rejected (EPERM); the probe is bound to lo", n.group),
+        ),
+        ProbeFacts::Open { gid } => Check::fail(
+            "netlock-probe",
+            format!("netlock is NOT working: a datagram sent as group {} (gid {gid}) was not rejected", n.group),
+            "ocsb netlock setup && ocsb netlock verify",
+        ),
+        ProbeFacts::NotRun => Check::fail(
+            "netlock-probe",
+            "not run: the netlock group or the setgid shim is missing (see above); sandboxes refuse to start",
+            if n.gid.is_some() { install_fix(n) } else { netlock_group(n).fix.unwrap_or_else(|| install_fix(n)) },
+        ),
+        ProbeFacts::Error { what, fix } => Check::fail("netlock-probe", one_line(what), one_line(fix)),
+    }
+}
+
+fn egress(e: &EgressFacts) -> Check {
+    match e {
+        EgressFacts::Builtin => Check::ok("egress", "backend builtin (the proxy runs in ocsb; needs nothing else)"),
+        EgressFacts::Squid { endpoint, docker: Err(why), .. } => Check::fail(
+            "egress",
+            format!("backend squid: Docker is not reachable at {endpoint}: {why}"),
+            "sudo systemctl start docker (and join the group docker), or set OCSB_EGRESS_BACKEND=builtin",
+        ),
+        EgressFacts::Squid { docker: Ok(v), image: Some(true), .. } => {
+            Check::ok("egress", format!("backend squid: Docker {v}, image opencode-sandbox-egress present"))
+        }
+        EgressFacts::Squid { docker: Ok(v), .. } => Check::warn(
+            "egress",
+            format!("backend squid: Docker {v}, image opencode-sandbox-egress not built yet (the first `ocsb egress up` builds it)"),
+            Some("ocsb egress up".into()),
+        ),
+    }
+}
+
+fn docker_access(allowed: bool, file: &str) -> Check {
+    if allowed {
+        Check::warn(
+            "docker-access",
+            "OCSB_DOCKER=1: the agent may use the Docker socket, and Docker is a way out of the sandbox (docker run -v /:/host)",
+            Some(format!("echo OCSB_DOCKER=0 >> {file}")),
+        )
+    } else {
+        Check::ok("docker-access", "OCSB_DOCKER=0: the Docker socket is not given to the agent")
+    }
+}
+
+fn opencode(o: &OpencodeFacts, file: &str) -> Check {
+    let Some(path) = &o.found else {
+        let wher = if o.setting.contains('/') { "does not exist or is not executable" } else { "is not in PATH" };
+        return Check::fail(
+            "opencode",
+            format!("opencode not found: OCSB_OPENCODE_BIN={} {wher}", o.setting),
+            format!("npm i -g opencode-ai, or set OCSB_OPENCODE_BIN=/path/to/opencode in {file}"),
+        );
+    };
+    match &o.version {
+        Ok(v) => Check::ok("opencode", format!("{} {v}", path.display())),
+        Err(e) => Check::fail(
+            "opencode",
+            format!("{} does not run: {e}", path.display()),
+            "npm i -g opencode-ai (reinstall), or point OCSB_OPENCODE_BIN at a working binary",
+        ),
+    }
+}
+
+fn port(p: &PortFacts, file: &str) -> Check {
+    match &p.free {
+        Ok(()) => Check::ok(p.id, format!("127.0.0.1:{} ({}) is free", p.port, p.setting)),
+        Err(e) => Check::fail(
+            p.id,
+            format!(
+                "port {} ({}) is busy on 127.0.0.1: {e}; another project or an old instance (or this project's `ocsb run`) holds it",
+                p.port, p.setting
+            ),
+            format!("ss -ltnp 'sport = :{}' shows who; or set another {} in {file}", p.port, setting_to_change(p.setting)),
+        ),
+    }
+}
+
+/// OpenCode's port is the web port + 1: to move it, move the web port.
+fn setting_to_change(setting: &str) -> &str {
+    if setting.contains("+ 1") { "OCSB_WEB_PORT" } else { setting }
+}
+
+fn dbus_proxy(f: &Facts) -> Check {
+    match (&f.dbus_proxy, f.notifications) {
+        (Some(p), _) => Check::ok("xdg-dbus-proxy", format!("{} (desktop notifications)", p.display())),
+        (None, false) => Check::ok("xdg-dbus-proxy", "not installed; not needed (OCSB_NOTIFICATIONS=0)"),
+        (None, true) => Check::warn(
+            "xdg-dbus-proxy",
+            "not installed: no desktop notifications from the sandbox (optional)",
+            Some("sudo apt-get install xdg-dbus-proxy".into()),
+        ),
+    }
+}
+
+fn git(g: &Result<String, String>) -> Check {
+    match g {
+        Ok(v) => Check::ok("git", v.clone()),
+        Err(e) => Check::fail("git", format!("git not usable: {e}"), "sudo apt-get install git"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::doctor::check::Status;
+    use crate::doctor::facts::ShimFacts;
+
+    fn healthy() -> Facts {
+        Facts {
+            project: ProjectFacts::Inside { dir: "/p".into(), rules: Ok(4) },
+            sandbox_enabled: true,
+            kernel: KernelFacts {
+                userns: Ok(()),
+                userns_clone: None,
+                max_user_namespaces: Some("63000".into()),
+                apparmor_restrict: None,
+                landlock_abi: 7,
+                seccomp: true,
+            },
+            netlock: NetlockFacts {
+                group: "opencode-sandbox".into(),
+                gid: Some(995),
+                user: "me".into(),
+                member: false,
+                acquire: NetlockAcquire::Exec,
+                shim: ShimFacts {
+                    path: "/usr/local/libexec/ocsb/ocsb-netlock-exec".into(),
+                    meta: Some((0, 995, 0o2755)),
+                    group_name: Some("opencode-sandbox".into()),
+                    helper_installed: true,
+                    unit_installed: true,
+                    prefix: "/usr/local".into(),
+                },
+                helper: HelperFacts::Status {
+                    state: "enforcing".into(),
+                    pid: Some(42),
+                    alive: true,
+                    gid: Some(995),
+                    error: None,
+                },
+                probe: ProbeFacts::Locked { gid: 995 },
+            },
+            egress: EgressFacts::Builtin,
+            docker_allowed: false,
+            opencode: OpencodeFacts {
+                setting: "opencode".into(),
+                found: Some("/usr/bin/opencode".into()),
+                version: Ok("1.18.33".into()),
+            },
+            ports: vec![PortFacts { id: "port-web", setting: "OCSB_WEB_PORT", port: 4196, free: Ok(()) }],
+            notifications: true,
+            dbus_proxy: Some(PathBuf::from("/usr/bin/xdg-dbus-proxy")),
+            git: Ok("git version 2.39.5".into()),
+        }
+    }
+
+    fn find(checks: &[Check], id: &str) -> Check {
+        checks.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no check {id}")).clone()
+    }
+
+    #[test]
+    fn a_healthy_machine_is_all_ok() {
+        let c = judge(&healthy());
+        assert!(c.iter().all(|c| c.status == Status::Ok), "{c:#?}");
+    }
+
+    #[test]
+    fn every_fail_has_a_fix() {
+        let mut f = healthy();
+        f.kernel = KernelFacts { userns: Err("EPERM".into()), ..f.kernel.clone() };
+        f.netlock.gid = None;
+        f.netlock.shim.meta = None;
+        f.netlock.helper = HelperFacts::NoStatusFile;
+        f.netlock.probe = ProbeFacts::Open { gid: 1 };
+        f.opencode.found = None;
+        f.git = Err("not found".into());
+        for c in judge(&f) {
+            if c.status == Status::Fail {
+                assert!(c.fix.as_deref().is_some_and(|s| !s.is_empty()), "{c:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn userns_fix_follows_the_sysctl() {
+        let mut k = KernelFacts { userns: Err("unshare: EPERM".into()), ..healthy().kernel };
+        k.apparmor_restrict = Some("1".into());
+        let c = userns(&k, true);
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.message.starts_with("bubblewrap cannot create a sandbox"), "{c}");
+        assert!(c.fix.unwrap().contains("kernel.apparmor_restrict_unprivileged_userns=0"));
+        k.userns_clone = Some("0".into());
+        assert!(userns(&k, true).fix.unwrap().contains("kernel.unprivileged_userns_clone=1"));
+        assert_eq!(userns(&k, false).status, Status::Warn);
+    }
+
+    #[test]
+    fn landlock_needs_abi_6() {
+        assert_eq!(landlock(6, true).status, Status::Ok);
+        assert_eq!(landlock(5, true).status, Status::Fail);
+        assert_eq!(landlock(0, false).status, Status::Warn);
+    }
+
+    #[test]
+    fn shim_mode_and_group() {
+        let mut f = healthy();
+        f.netlock.shim.meta = Some((0, 0, 0o755));
+        f.netlock.shim.group_name = Some("root".into());
+        let c = netlock_shim(&f.netlock);
+        assert_eq!(
+            c.to_string(),
+            "fail netlock-shim: /usr/local/libexec/ocsb/ocsb-netlock-exec is 0755 uid 0:root, needs 2755 root:opencode-sandbox; \
+             fix: sudo chown root:opencode-sandbox /usr/local/libexec/ocsb/ocsb-netlock-exec && sudo chmod 2755 /usr/local/libexec/ocsb/ocsb-netlock-exec"
+        );
+        f.netlock.acquire = NetlockAcquire::Sg;
+        assert_eq!(netlock_shim(&f.netlock).status, Status::Ok);
+        assert_eq!(netlock_group(&f.netlock).fix.as_deref(), Some("sudo usermod -aG opencode-sandbox me"));
+    }
+
+    #[test]
+    fn helper_states() {
+        let mut n = healthy().netlock;
+        let st = |state: &str, alive| HelperFacts::Status {
+            state: state.into(),
+            pid: Some(42),
+            alive,
+            gid: Some(995),
+            error: Some("boom".into()),
+        };
+        n.helper = st("enforcing", false);
+        assert_eq!(netlock_helper(&n).status, Status::Fail);
+        n.helper = st("removed", true);
+        assert_eq!(netlock_helper(&n).fix.as_deref(), Some("ocsb netlock setup"));
+        n.helper = st("error", true);
+        assert!(netlock_helper(&n).message.contains("boom"));
+        n.helper = HelperFacts::Status { state: "enforcing".into(), pid: Some(1), alive: true, gid: Some(7), error: None };
+        assert!(netlock_helper(&n).message.contains("locks gid 7"));
+        n.shim.unit_installed = false;
+        n.shim.helper_installed = false;
+        n.helper = HelperFacts::NoStatusFile;
+        assert_eq!(
+            netlock_helper(&n).fix.as_deref(),
+            Some("sudo PREFIX=/usr/local sh packaging/install-netlock.sh (in the ocsb source tree)")
+        );
+    }
+
+    #[test]
+    fn outside_a_project_nothing_project_related_fails() {
+        let mut f = healthy();
+        f.project = ProjectFacts::Outside { dir: "/".into() };
+        let c = judge(&f);
+        assert!(c.iter().all(|c| c.status == Status::Ok), "{c:#?}");
+        assert!(!c.iter().any(|c| c.id == "egress-rules"));
+        f.docker_allowed = true;
+        assert_eq!(find(&judge(&f), "docker-access").fix.as_deref(), Some("echo OCSB_DOCKER=0 >> ~/.config/opencode-sandbox/sandbox.conf"));
+    }
+
+    #[test]
+    fn busy_port_names_the_setting_to_change() {
+        let p = PortFacts { id: "port-opencode", setting: "OCSB_WEB_PORT + 1", port: 4197, free: Err("in use".into()) };
+        let c = port(&p, ".opencode-sandbox/local/sandbox.conf");
+        assert!(c.message.starts_with("port 4197 (OCSB_WEB_PORT + 1) is busy"), "{c}");
+        assert!(c.fix.unwrap().ends_with("set another OCSB_WEB_PORT in .opencode-sandbox/local/sandbox.conf"));
+    }
+}

@@ -1,0 +1,360 @@
+//! The part of `doctor` that looks at the machine and fills in [`Facts`]. It changes nothing:
+//! it reads files and sysctls, runs `--version`s, binds and closes loopback ports, asks the
+//! Docker socket two questions, and runs the netlock probe (one datagram on a socket bound to
+//! `lo`, which cannot leave the machine even when the lock is missing).
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::unistd::{Group, User, getuid};
+use ocsb_policy::egress;
+use ocsb_policy::settings::{EgressBackend, LoadInput, NetlockAcquire, Settings};
+
+use super::facts::{
+    EgressFacts, Facts, HelperFacts, KernelFacts, NetlockFacts, OpencodeFacts, PortFacts, ProbeFacts, ProjectFacts,
+    ShimFacts,
+};
+use crate::error::Result;
+use crate::project::{self, PROJECT_CONF_DIR};
+
+/// The netlock helper's status file (netlock-helper/src/status.rs).
+pub const HELPER_STATUS_FILE: &str = "/run/ocsb-netlock/status.json";
+/// The squid backend's image (egress/src/squid/image.rs).
+const EGRESS_IMAGE: &str = "opencode-sandbox-egress:latest";
+/// `opencode --version` starts node; a cold start measured 2.3 s.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(20);
+/// Name used for settings outside a project, where there is no project directory to name them.
+const HOST_ONLY_NAME: &str = "host";
+
+pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
+    let (project, settings) = project_and_settings(explicit)?;
+    let status = crate::sandbox::status();
+    let sysctl = |k: &str| status.sysctls.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
+    let kernel = KernelFacts {
+        userns: status.namespaces.clone(),
+        userns_clone: sysctl("kernel/unprivileged_userns_clone"),
+        max_user_namespaces: sysctl("user/max_user_namespaces"),
+        apparmor_restrict: sysctl("kernel/apparmor_restrict_unprivileged_userns"),
+        landlock_abi: status.landlock_abi,
+        seccomp: status.seccomp,
+    };
+    let web = settings.web_port();
+    let ports = vec![
+        port("port-web", "OCSB_WEB_PORT", web),
+        port("port-opencode", "OCSB_WEB_PORT + 1", settings.opencode_port()),
+        port("port-egress", "OCSB_EGRESS_PORT", settings.egress_port()),
+    ];
+    Ok(Facts {
+        project,
+        sandbox_enabled: settings.sandbox_enabled(),
+        kernel,
+        netlock: netlock(&settings),
+        egress: match settings.egress_backend() {
+            EgressBackend::Builtin => EgressFacts::Builtin,
+            EgressBackend::Squid => squid(),
+        },
+        docker_allowed: settings.docker_allowed(),
+        opencode: opencode(&settings),
+        ports,
+        notifications: settings.notifications(),
+        dbus_proxy: which("xdg-dbus-proxy"),
+        git: version_of(Path::new("git")),
+    })
+}
+
+/// Inside a project (a `.opencode-sandbox/` here or above, or `-C DIR` holding one): all five
+/// settings layers and the egress rules. Outside one: the user layer, the environment and the
+/// defaults only, and no project checks — a missing project is not an error on the host.
+fn project_and_settings(explicit: Option<&Path>) -> Result<(ProjectFacts, Settings)> {
+    let dir = project::locate(explicit)?;
+    if dir.join(PROJECT_CONF_DIR).is_dir() {
+        return Ok(match project::Project::load(Some(&dir)) {
+            Ok(p) => {
+                let rules = egress::load_layers(&p.user_config_dir, &p.dir)
+                    .and_then(|layers| egress::Policy::compile(&layers).map(|_| layers.len()))
+                    .map_err(|e| e.to_string());
+                (ProjectFacts::Inside { dir: p.dir, rules }, p.settings)
+            }
+            Err(e) => (ProjectFacts::BadSettings { error: e.to_string() }, defaults()?),
+        });
+    }
+    let mut input = LoadInput::from_process(dir.clone())?;
+    if !input.env.iter().any(|(k, _)| k == "OCSB_NAME") {
+        // The default name comes from the project directory; here there is none, and a
+        // directory like `/` would give an invalid name — a false error on the host.
+        input.env.push(("OCSB_NAME".into(), HOST_ONLY_NAME.into()));
+    }
+    Ok(match Settings::load(&input) {
+        Ok(s) => (ProjectFacts::Outside { dir }, s),
+        Err(e) => (ProjectFacts::BadSettings { error: e.to_string() }, defaults()?),
+    })
+}
+
+/// The package defaults alone, for the checks that follow a broken settings file.
+fn defaults() -> Result<Settings> {
+    let nowhere = PathBuf::from("/nonexistent/ocsb-doctor");
+    let input = LoadInput {
+        home: project::home_dir()?,
+        project_dir: nowhere.clone(),
+        user_config_dir: nowhere,
+        env: vec![("OCSB_NAME".into(), HOST_ONLY_NAME.into())],
+    };
+    Ok(Settings::load(&input)?)
+}
+
+fn netlock(settings: &Settings) -> NetlockFacts {
+    let group = settings.netlock_group().to_string();
+    let grp = Group::from_name(&group).ok().flatten();
+    let uid = getuid();
+    let me = User::from_uid(uid).ok().flatten();
+    let user = me.as_ref().map(|u| u.name.clone()).unwrap_or_else(|| uid.to_string());
+    let member = uid.is_root()
+        || grp.as_ref().is_some_and(|g| {
+            me.as_ref().is_some_and(|u| u.gid == g.gid) || g.mem.iter().any(|m| *m == user)
+        });
+    let acquire = settings.netlock_acquire();
+    let shim = shim();
+    let probe = probe(acquire, &group, &shim.path);
+    NetlockFacts { gid: grp.map(|g| g.gid.as_raw()), group, user, member, acquire, shim, helper: helper(), probe }
+}
+
+/// The installation prefix: `ocsb` lives in `<prefix>/bin`.
+fn prefix() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().and_then(Path::parent).map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("/usr/local"))
+}
+
+fn shim() -> ShimFacts {
+    let prefix = prefix();
+    // Same place as crate::netlock::probe::shim_path: the shim execs `<prefix>/bin/ocsb`.
+    let path = prefix.join("libexec/ocsb/ocsb-netlock-exec");
+    let meta = std::fs::metadata(&path).ok().map(|m| (m.uid(), m.gid(), m.permissions().mode() & 0o7777));
+    let group_name =
+        meta.and_then(|(_, gid, _)| Group::from_gid(gid.into()).ok().flatten()).map(|g| g.name);
+    let unit_installed = ["/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"]
+        .iter()
+        .any(|d| Path::new(d).join("ocsb-netlock.service").exists());
+    ShimFacts {
+        helper_installed: prefix.join("libexec/ocsb/ocsb-netlock-helper").exists(),
+        path,
+        meta,
+        group_name,
+        unit_installed,
+        prefix,
+    }
+}
+
+fn helper() -> HelperFacts {
+    let text = match std::fs::read_to_string(HELPER_STATUS_FILE) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return HelperFacts::NoStatusFile,
+        Err(e) => return HelperFacts::Unreadable(e.to_string()),
+    };
+    let v: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => return HelperFacts::Unreadable(format!("not JSON: {e}")),
+    };
+    let num = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).and_then(|n| u32::try_from(n).ok());
+    let pid = num("pid");
+    // A status file outlives a killed daemon: only a live process with the helper's name counts.
+    // (comm is cut to 15 bytes: "ocsb-netlock-he".)
+    let alive = pid.is_some_and(|p| {
+        std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| "ocsb-netlock-helper".starts_with(c.trim()))
+    });
+    HelperFacts::Status {
+        state: v.get("state").and_then(serde_json::Value::as_str).unwrap_or("unknown").to_string(),
+        pid,
+        alive,
+        gid: num("gid"),
+        error: v.get("error").and_then(serde_json::Value::as_str).map(str::to_string),
+    }
+}
+
+/// The probe as the locked group, the way the sandbox gets the group (shim or sg).
+///
+/// Minimal stand-in for `crate::netlock::probe::run`, which is not yet part of the binary: it
+/// runs the same hidden entry point `ocsb __netlock-probe` (one UDP datagram from a socket bound
+/// to `lo`) and parses the same line `gids R E S locked|open|error MESSAGE`.
+fn probe(acquire: NetlockAcquire, group: &str, shim: &Path) -> ProbeFacts {
+    const ARG: &str = "__netlock-probe";
+    let Some(gid) = Group::from_name(group).ok().flatten().map(|g| g.gid.as_raw()) else {
+        return ProbeFacts::NotRun;
+    };
+    let mut cmd = match acquire {
+        NetlockAcquire::Exec => {
+            if !shim.exists() {
+                return ProbeFacts::NotRun;
+            }
+            let mut c = Command::new(shim);
+            c.arg(ARG);
+            c
+        }
+        NetlockAcquire::Sg => {
+            let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("ocsb"));
+            let quoted = format!("'{}'", exe.to_string_lossy().replace('\'', r"'\''"));
+            let mut c = Command::new("sg");
+            c.arg(group).arg("-c").arg(format!("exec {quoted} {ARG}"));
+            c
+        }
+    };
+    let out = match run_with_timeout(&mut cmd, Duration::from_secs(10)) {
+        Ok(o) => o,
+        Err(e) => return ProbeFacts::Error { what: format!("could not run the probe: {e}"), fix: "check the installation".into() },
+    };
+    let line = out.stdout.lines().find(|l| l.starts_with("gids ")).unwrap_or_default().to_string();
+    if !out.success || line.is_empty() {
+        return ProbeFacts::Error {
+            what: format!("could not run the probe as group {group}: {}", out.stderr.trim()),
+            fix: match acquire {
+                NetlockAcquire::Exec => format!(
+                    "reinstall the shim `2755 root:{group}` beside this ocsb (sudo sh packaging/install-netlock.sh), and do not run ocsb under no_new_privs"
+                ),
+                NetlockAcquire::Sg => format!("sudo usermod -aG {group} $USER"),
+            },
+        };
+    }
+    let mut words = line.split_whitespace().skip(1);
+    let ids: Vec<u32> = words.by_ref().take(3).filter_map(|w| w.parse().ok()).collect();
+    if ids != [gid, gid, gid] {
+        return ProbeFacts::Error {
+            what: format!("the probe ran with gids {ids:?} (real/effective/saved), not the netlock group's {gid}"),
+            fix: format!("sudo chown root:{group} {p} && sudo chmod 2755 {p}", p = shim.display()),
+        };
+    }
+    let rest: Vec<&str> = words.collect();
+    match rest.first().copied() {
+        Some("locked") => ProbeFacts::Locked { gid },
+        Some("open") => ProbeFacts::Open { gid },
+        _ => ProbeFacts::Error {
+            what: format!("the probe could not decide: {}", rest.get(1..).map(|r| r.join(" ")).unwrap_or_default()),
+            fix: "ip link set lo up; then ocsb netlock verify".into(),
+        },
+    }
+}
+
+fn squid() -> EgressFacts {
+    let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
+    let socket = match host.as_deref() {
+        None => Ok(PathBuf::from("/var/run/docker.sock")),
+        Some(h) => match h.strip_prefix("unix://") {
+            Some(p) => Ok(PathBuf::from(p)),
+            None => Err(format!("DOCKER_HOST={h}: doctor checks only unix:// sockets")),
+        },
+    };
+    let endpoint = host.unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+    let socket = match socket {
+        Ok(s) => s,
+        Err(e) => return EgressFacts::Squid { endpoint, docker: Err(e), image: None },
+    };
+    let docker = docker_get(&socket, "/version").and_then(|(code, body)| {
+        if code != 200 {
+            return Err(format!("GET /version answered {code}"));
+        }
+        let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| format!("bad /version reply: {e}"))?;
+        Ok(v.get("Version").and_then(serde_json::Value::as_str).unwrap_or("(unknown version)").to_string())
+    });
+    let image = docker
+        .as_ref()
+        .ok()
+        .and_then(|_| docker_get(&socket, &format!("/images/{EGRESS_IMAGE}/json")).ok())
+        .map(|(code, _)| code == 200);
+    EgressFacts::Squid { endpoint, docker, image }
+}
+
+/// One `GET` on the Docker Engine API over its unix socket (HTTP/1.0: the engine closes the
+/// connection after the reply, so reading to the end is the whole answer).
+fn docker_get(socket: &Path, path: &str) -> std::result::Result<(u16, String), String> {
+    let mut s = UnixStream::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+    let t = Some(Duration::from_secs(5));
+    s.set_read_timeout(t).and_then(|()| s.set_write_timeout(t)).map_err(|e| e.to_string())?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n").as_bytes()).map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).map_err(|e| e.to_string())?;
+    let code = reply.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or("no HTTP reply")?;
+    let body = reply.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((code, body))
+}
+
+fn opencode(settings: &Settings) -> OpencodeFacts {
+    let bin = settings.opencode_bin();
+    let setting = bin.display().to_string();
+    let found = if setting.contains('/') { is_executable(&bin).then_some(bin) } else { which(&setting) };
+    let version = match &found {
+        Some(p) => version_of(p),
+        None => Err("not found".into()),
+    };
+    OpencodeFacts { setting, found, version }
+}
+
+fn port(id: &'static str, setting: &'static str, port: u16) -> PortFacts {
+    // Loopback only: the filter and the web UI listen on 127.0.0.1.
+    let free = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).map(drop).map_err(|e| e.to_string());
+    PortFacts { id, setting, port, free }
+}
+
+fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A bare command name looked up in PATH, as the shell would.
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| is_executable(p))
+}
+
+/// `<bin> --version`, first non-empty line.
+fn version_of(bin: &Path) -> std::result::Result<String, String> {
+    let mut cmd = Command::new(bin);
+    cmd.arg("--version").stdin(Stdio::null());
+    let out = run_with_timeout(&mut cmd, VERSION_TIMEOUT).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => "not found".to_string(),
+        _ => e.to_string(),
+    })?;
+    if !out.success {
+        return Err(format!("`{} --version` failed: {}", bin.display(), out.stderr.trim()));
+    }
+    out.stdout
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| format!("`{} --version` printed nothing", bin.display()))
+}
+
+struct Output {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs a short command with a deadline (a hung `--version` must not hang `doctor`).
+fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> std::io::Result<Output> {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let start = Instant::now();
+    loop {
+        if child.try_wait()?.is_some() {
+            let o = child.wait_with_output()?;
+            return Ok(Output {
+                success: o.status.success(),
+                stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+            });
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} s", timeout.as_secs()),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

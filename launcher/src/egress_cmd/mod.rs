@@ -1,0 +1,189 @@
+//! `ocsb egress up|down|status|logs|verify|serve`: glue from the settings to the
+//! `ocsb-egress` lifecycle. All filter logic lives in that crate; this module only maps settings
+//! to an [`ocsb_egress::Instance`], prints results, and maps errors to exit codes.
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+
+use clap::{Args, Subcommand};
+use ocsb_egress::lifecycle::{Backend, Instance, SquidOverrides};
+use ocsb_egress::squid::ImageSource;
+use ocsb_egress::{GatewaySetting, LogsOptions, UpAction};
+use ocsb_policy::settings::EgressBackend;
+
+use crate::cli::EXIT_CODES;
+use crate::error::{Error, Result};
+use crate::project::Project;
+
+/// The lifecycle subcommands of `ocsb egress` (flattened into the lead's `EgressCommand`).
+#[derive(Debug, Subcommand)]
+pub enum LifecycleCommand {
+    /// Start the filter (builtin proxy or squid container), or reload its rules without a restart.
+    ///
+    /// Invalid rules are refused with file and line; a running filter keeps its old rules.
+    #[command(after_help = EXIT_CODES)]
+    Up,
+    /// Stop and remove the filter.
+    #[command(after_help = EXIT_CODES)]
+    Down,
+    /// Running or not, backend, listen addresses, and whether the rules are current or stale.
+    #[command(after_help = EXIT_CODES)]
+    Status(JsonArg),
+    /// Follow every request and refusal; denials are highlighted.
+    #[command(after_help = EXIT_CODES)]
+    Logs(LogsArgs),
+    /// Run every expect-pass / expect-block through the filter as the sandbox would, plus a
+    /// check that a direct connection bypassing the filter is blocked.
+    #[command(after_help = EXIT_CODES)]
+    Verify(VerifyArgs),
+    /// (internal) The builtin filter process that `egress up` starts.
+    #[command(hide = true)]
+    Serve {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// One JSON object per request.
+    #[arg(long)]
+    pub json: bool,
+    /// Print what is there and exit instead of following.
+    #[arg(long)]
+    pub no_follow: bool,
+    /// Start with the last N lines.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Skip the direct-connection (bypass) check.
+    #[arg(long)]
+    pub no_direct: bool,
+}
+
+fn map_err(e: ocsb_egress::Error) -> Error {
+    match e {
+        ocsb_egress::Error::Policy(p) => Error::Policy(p),
+        other => {
+            let text = other.to_string();
+            match text.split_once("\n  hint: ") {
+                Some((what, fix)) => Error::failed(what, fix),
+                None => Error::failed(text, "see the message above"),
+            }
+        }
+    }
+}
+
+/// The filter instance of this project, from the settings.
+pub fn instance(project: &Project) -> Result<Instance> {
+    let s = &project.settings;
+    let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
+    Ok(Instance {
+        name: s.name().to_string(),
+        backend: match s.egress_backend() {
+            EgressBackend::Builtin => Backend::Builtin,
+            EgressBackend::Squid => Backend::Squid,
+        },
+        state_dir: s.state_dir(),
+        user_config_dir: project.user_config_dir.clone(),
+        project_dir: project.dir.clone(),
+        port: s.egress_port(),
+        docker_gw: match s.docker_gw() {
+            Some(ip) => GatewaySetting::Address(ip),
+            None => GatewaySetting::Detect,
+        },
+        serve_command: vec![exe.into(), "egress".into(), "serve".into()],
+        image_source: ImageSource::Auto,
+        squid_overrides: SquidOverrides::default(),
+    })
+}
+
+/// Run one lifecycle command. `Serve` does not need a project (its arguments say everything).
+pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<()> {
+    if let LifecycleCommand::Serve { args } = &cmd {
+        let code = ocsb_egress::builtin::serve::main(args);
+        std::process::exit(code);
+    }
+    let project = Project::load(explicit)?;
+    let inst = instance(&project)?;
+    match cmd {
+        LifecycleCommand::Up => {
+            let r = ocsb_egress::up(&inst, ocsb_egress::lifecycle::stderr_progress()).map_err(map_err)?;
+            let verb = match r.action {
+                UpAction::Started => "started",
+                UpAction::Reloaded => "reloaded (no restart)",
+            };
+            println!("egress filter ({}) {verb}: {}", r.backend.as_str(), r.listen.join(" "));
+            println!("  {}", r.listen_note);
+            Ok(())
+        }
+        LifecycleCommand::Down => {
+            let was = ocsb_egress::down(&inst).map_err(map_err)?;
+            println!("{}", if was { "egress filter stopped" } else { "egress filter was not running" });
+            Ok(())
+        }
+        LifecycleCommand::Status(a) => {
+            let st = ocsb_egress::status(&inst).map_err(map_err)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&st).unwrap_or_default());
+            } else {
+                println!("running:  {}", if st.running { "yes" } else { "no" });
+                println!("backend:  {}", st.backend.as_str());
+                println!("listen:   {}", st.listen.join(" "));
+                println!("          {}", st.listen_note);
+                if let Some(p) = &st.process {
+                    println!("process:  {p}{}", st.health.as_deref().map(|h| format!(" ({h})")).unwrap_or_default());
+                }
+                let cfg = match st.config.as_str() {
+                    "stale" => "stale: the rules changed since the filter loaded them; run `ocsb egress up`",
+                    "current" => "current",
+                    _ => "unknown",
+                };
+                println!("rules:    {cfg}");
+                if let Some(e) = &st.rules_error {
+                    println!("rules error (the running filter keeps its old rules):\n  {e}");
+                }
+            }
+            Ok(())
+        }
+        LifecycleCommand::Logs(a) => {
+            let opts = LogsOptions { follow: !a.no_follow, json: a.json, color: std::io::stdout().is_terminal(), tail: a.tail };
+            ocsb_egress::logs(&inst, &opts, &mut std::io::stdout().lock()).map_err(map_err)
+        }
+        LifecycleCommand::Verify(a) => {
+            let policy = inst.load_policy().map_err(map_err)?;
+            let mut opts = ocsb_egress::verify::VerifyOptions::new(std::net::SocketAddr::from(([127, 0, 0, 1], inst.port)));
+            opts.direct_check = !a.no_direct;
+            // TODO(lead): run curl the way the sandbox runs (under the netlock group), e.g.
+            // opts.wrap = netlock wrapper argv; until then the direct check runs as the caller.
+            let report = ocsb_egress::verify::run(&policy, &opts).map_err(map_err)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+            } else {
+                for c in &report.checks {
+                    let mark = if c.ok { "ok  " } else { "FAIL" };
+                    let at = c.at.as_deref().map(|a| format!(" ({a})")).unwrap_or_default();
+                    println!("{mark} {} {}{at}: {}", c.kind, c.url, c.observed);
+                    if let Some(w) = &c.why {
+                        println!("     {w}");
+                    }
+                }
+            }
+            report.into_result().map(|_| ()).map_err(map_err)
+        }
+        LifecycleCommand::Serve { .. } => unreachable!("handled above"),
+    }
+}

@@ -1,0 +1,62 @@
+//! The one error type of the launcher. Every variant renders as a message that says what went
+//! wrong and how to fix it; `exit_code` maps it to the documented exit status.
+
+use std::fmt;
+use std::path::PathBuf;
+
+#[derive(Debug)]
+pub enum Error {
+    /// Bad input in a settings or rules file (names file and line).
+    Policy(ocsb_policy::Error),
+    /// An I/O operation on a named path failed.
+    Io { path: PathBuf, action: &'static str, source: std::io::Error },
+    /// Anything else that failed: `what` happened, `fix` says what to do about it.
+    Failed { what: String, fix: String },
+}
+
+impl Error {
+    pub fn failed(what: impl Into<String>, fix: impl Into<String>) -> Self {
+        Error::Failed { what: what.into(), fix: fix.into() }
+    }
+
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), action, source }
+    }
+
+    /// The documented exit status (see `cli::EXIT_CODES`).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Policy(_) => 3,
+            Error::Io { .. } | Error::Failed { .. } => 1,
+        }
+    }
+}
+
+impl From<ocsb_policy::Error> for Error {
+    fn from(e: ocsb_policy::Error) -> Self {
+        Error::Policy(e)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Policy(e) => write!(f, "{e}"),
+            Error::Io { path, action, source } => {
+                write!(f, "cannot {action} {}: {source}", path.display())?;
+                match source.kind() {
+                    std::io::ErrorKind::PermissionDenied => {
+                        write!(f, "\n  hint: check the owner and mode of that path")
+                    }
+                    std::io::ErrorKind::NotFound => write!(f, "\n  hint: check that the path exists"),
+                    _ => Ok(()),
+                }
+            }
+            Error::Failed { what, fix } => write!(f, "{what}\n  fix: {fix}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,76 @@
+//! `OPENCODE_CONFIG_CONTENT`: the highest config layer a project cannot override with its own
+//! files. It carries the permission block, the skill paths and the plugin files.
+//!
+//! The permission block follows the measured recipe (research §1.5): no top-level `"*"` key. A
+//! top-level `"*": "allow"` is appended after a project's own `permission.bash` entry by
+//! OpenCode's order-preserving merge, and since rules are "last match wins" it would cancel the
+//! `sudo`/`systemd-run` denies. The built-in default is already "allow everything", so the block
+//! only turns the few `ask` defaults into `allow` and ends `bash` with the denies.
+//!
+//! These denies are a guard against the model's own `bash` tool, which matches rules as text
+//! (`bash -c "sudo …"` slips through) and `/session/{id}/shell` and the terminal ignore them
+//! entirely: the sandbox (`no_new_privs`, no system bus) is the boundary.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+/// Commands the agent's bash tool must refuse, each as bare word, with arguments, and by path.
+pub const DENIED_COMMANDS: &[&str] = &["sudo", "systemd-run"];
+
+pub fn permission() -> Value {
+    let mut bash = serde_json::Map::new();
+    bash.insert("*".into(), json!("allow"));
+    for c in DENIED_COMMANDS {
+        bash.insert((*c).into(), json!("deny"));
+        bash.insert(format!("{c} *"), json!("deny"));
+        bash.insert(format!("*/{c} *"), json!("deny"));
+        bash.insert(format!("*/{c}"), json!("deny"));
+    }
+    json!({
+        "read": "allow",
+        "edit": "allow",
+        "external_directory": "allow",
+        "doom_loop": "allow",
+        "webfetch": "allow",
+        "bash": Value::Object(bash),
+    })
+}
+
+/// The whole content: permissions, `skills.paths` (directories scanned for `SKILL.md`), and
+/// `plugin` entries as `file://` URLs.
+pub fn content(skill_paths: &[PathBuf], plugins: &[PathBuf]) -> Value {
+    let mut v = json!({ "permission": permission() });
+    if !skill_paths.is_empty() {
+        v["skills"] = json!({ "paths": skill_paths.iter().map(|p| p.to_string_lossy()).collect::<Vec<_>>() });
+    }
+    if !plugins.is_empty() {
+        v["plugin"] = json!(plugins.iter().map(|p| format!("file://{}", p.display())).collect::<Vec<_>>());
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_top_level_star_and_denies_last() {
+        let p = permission();
+        assert!(p.get("*").is_none(), "a top-level * would let a project's bash rules cancel the denies");
+        let bash = p["bash"].as_object().unwrap();
+        let keys: Vec<&String> = bash.keys().collect();
+        assert_eq!(keys[0], "*");
+        assert!(bash.iter().skip(1).all(|(_, v)| v == "deny"));
+        assert!(bash.contains_key("sudo *") && bash.contains_key("*/systemd-run *"));
+    }
+
+    #[test]
+    fn content_has_skills_and_plugins() {
+        let c = content(&[PathBuf::from("/s/skills")], &[PathBuf::from("/p/x.js")]);
+        assert_eq!(c["skills"]["paths"][0], "/s/skills");
+        assert_eq!(c["plugin"][0], "file:///p/x.js");
+        let c = content(&[], &[]);
+        assert!(c.get("skills").is_none() && c.get("plugin").is_none());
+    }
+}

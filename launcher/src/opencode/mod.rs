@@ -1,0 +1,229 @@
+//! Everything OpenCode is given: its binary, its global config, its skills and plugins, and its
+//! environment (`OPENCODE_CONFIG_CONTENT`, `OCSB_ENV_FILE`, `OCSB_ENV`, `OCSB_KUBECONFIG`, the
+//! per-run server secret). Files go to the state directory; the environment is returned for the
+//! sandbox (which adds the proxy variables and the own `XDG_*` directories).
+
+pub mod config;
+pub mod envfile;
+
+use std::path::{Path, PathBuf};
+
+use ocsb_policy::settings::Settings;
+
+use crate::error::{Error, Result};
+
+/// The package's files, built into the binary so an installed `ocsb` needs no data directory.
+pub const PACKAGE_CONFIG: &str = include_str!("../../../opencode/opencode.jsonc");
+pub const GUARD_PLUGIN: &str = include_str!("../../../opencode/plugins/ocsb-guard.js");
+/// Plugins selectable with `OCSB_PLUGINS` by name.
+pub const PACKAGE_PLUGINS: &[(&str, &str)] =
+    &[("skill-compact-resurrect", include_str!("../../../opencode/plugins/skill-compact-resurrect.js"))];
+/// Skills selectable with `OCSB_SKILLS` by name (besides those in `OCSB_SKILL_DIRS`).
+pub const PACKAGE_SKILLS: &[(&str, &str)] =
+    &[("opencode-sandbox", include_str!("../../../skills/opencode-sandbox/SKILL.md"))];
+/// The Tokens panel is part of the web front; the name is accepted in `OCSB_PLUGINS` for
+/// compatibility with the seed and selects nothing (`OCSB_PANEL` switches it).
+const BUILTIN_PANEL: &str = "context-panel";
+
+/// What `run` needs to start OpenCode.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// `opencode serve --hostname 127.0.0.1 --port <web+1>` and the user's extra arguments.
+    pub argv: Vec<String>,
+    /// Variables added to the sandbox's environment (they win over its defaults).
+    pub env: Vec<(String, String)>,
+    /// OpenCode's own per-run password; the web front sends it upstream.
+    pub server_secret: String,
+    /// Directories with skills, read by OpenCode (`skills.paths`).
+    pub skill_paths: Vec<PathBuf>,
+}
+
+/// The OpenCode binary: an absolute path, or a name looked up in `PATH`.
+pub fn find_binary(bin: &Path, path_var: Option<&str>) -> Result<PathBuf> {
+    let fix = "install OpenCode 2 (`npm i -g opencode-ai`), or set OCSB_OPENCODE_BIN to its path";
+    if bin.is_absolute() {
+        return if bin.is_file() {
+            Ok(bin.to_path_buf())
+        } else {
+            Err(Error::failed(format!("OCSB_OPENCODE_BIN={} does not exist", bin.display()), fix))
+        };
+    }
+    let path = path_var.unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(bin))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or_else(|| Error::failed(format!("`{}` was not found in PATH", bin.display()), fix))
+}
+
+/// The global OpenCode config: `OCSB_OPENCODE_CONFIG`, else `~/.config/opencode-sandbox/
+/// opencode.jsonc` when it exists, else the package's. Returns the text and where it came from.
+pub fn global_config(settings: &Settings, user_config_dir: &Path) -> Result<(String, String)> {
+    if let Some(p) = settings.opencode_config() {
+        let t = std::fs::read_to_string(&p).map_err(|e| Error::io("read OCSB_OPENCODE_CONFIG", &p, e))?;
+        return Ok((t, p.display().to_string()));
+    }
+    let user = user_config_dir.join("opencode.jsonc");
+    match std::fs::read_to_string(&user) {
+        Ok(t) => Ok((t, user.display().to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((PACKAGE_CONFIG.to_string(), "the package's".into())),
+        Err(e) => Err(Error::io("read", user, e)),
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
+    }
+    std::fs::write(path, text).map_err(|e| Error::io("write", path, e))
+}
+
+/// Resolve `OCSB_SKILLS`: a skill named N is `<dir>/N/SKILL.md` in an `OCSB_SKILL_DIRS` entry
+/// (first match wins), else the package's skill N (written to `<state>/package/skills/N`).
+pub fn resolve_skills(settings: &Settings, state_dir: &Path) -> Result<Vec<PathBuf>> {
+    let dirs = settings.skill_dirs();
+    let mut out = Vec::new();
+    for name in settings.skills() {
+        if let Some(d) = dirs.iter().map(|d| d.join(name)).find(|d| d.join("SKILL.md").is_file()) {
+            out.push(d);
+            continue;
+        }
+        if let Some((_, text)) = PACKAGE_SKILLS.iter().find(|(n, _)| n == name) {
+            let d = state_dir.join("package/skills").join(name);
+            write(&d.join("SKILL.md"), text)?;
+            out.push(d);
+            continue;
+        }
+        let known: Vec<&str> = PACKAGE_SKILLS.iter().map(|(n, _)| *n).collect();
+        return Err(Error::failed(
+            format!(
+                "skill `{name}` (OCSB_SKILLS) was not found: no {name}/SKILL.md in OCSB_SKILL_DIRS ({}) and the package has only {}",
+                if dirs.is_empty() { "empty".to_string() } else { dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(" ") },
+                known.join(", ")
+            ),
+            "add the directory that contains it to OCSB_SKILL_DIRS, or remove the name from OCSB_SKILLS",
+        ));
+    }
+    Ok(out)
+}
+
+/// Resolve `OCSB_PLUGINS` (absolute `.js`/`.ts` files, or the package's plugins by name) and add
+/// the always-on guard plugin. Package plugins are written to `<state>/package/plugins/`.
+pub fn resolve_plugins(settings: &Settings, state_dir: &Path) -> Result<Vec<PathBuf>> {
+    let dir = state_dir.join("package/plugins");
+    let guard = dir.join("ocsb-guard.js");
+    write(&guard, GUARD_PLUGIN)?;
+    let mut out = vec![guard];
+    for p in settings.plugins() {
+        if p == BUILTIN_PANEL {
+            continue;
+        }
+        let path = Path::new(p);
+        if path.is_absolute() {
+            if !path.is_file() {
+                return Err(Error::failed(format!("plugin {p} (OCSB_PLUGINS) does not exist"), "fix the path or remove it from OCSB_PLUGINS"));
+            }
+            out.push(path.to_path_buf());
+        } else if let Some((name, text)) = PACKAGE_PLUGINS.iter().find(|(n, _)| n == p) {
+            let f = dir.join(format!("{name}.js"));
+            write(&f, text)?;
+            out.push(f);
+        } else {
+            let known: Vec<&str> = PACKAGE_PLUGINS.iter().map(|(n, _)| *n).chain([BUILTIN_PANEL]).collect();
+            return Err(Error::failed(
+                format!("plugin `{p}` (OCSB_PLUGINS) is not a package plugin ({}) nor an absolute path", known.join(", ")),
+                "use one of those names or an absolute path to a .js/.ts plugin file",
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// `OCSB_KUBECONFIG`, copied into the state directory (0600) so the agent gets exactly this file
+/// while `~/.kube/config` stays hidden.
+fn kubeconfig(settings: &Settings, state_dir: &Path) -> Result<Option<PathBuf>> {
+    let Some(src) = settings.kubeconfig() else { return Ok(None) };
+    let dst = state_dir.join("kube/config");
+    let text = std::fs::read(&src).map_err(|e| Error::io("read OCSB_KUBECONFIG", &src, e))?;
+    if let Some(d) = dst.parent() {
+        std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
+    }
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(&dst);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&dst).map_err(|e| Error::io("create", &dst, e))?;
+    f.write_all(&text).map_err(|e| Error::io("write", &dst, e))?;
+    Ok(Some(dst))
+}
+
+/// Prepare OpenCode's files in the state directory and compute its command line and
+/// environment. Fails before anything starts when an input is bad (env file line, missing skill).
+pub fn setup(settings: &Settings, user_config_dir: &Path, state_dir: &Path, extra_args: &[String]) -> Result<Setup> {
+    let env_file = match settings.env_file() {
+        Some(p) => envfile::load(&p)?,
+        None => Vec::new(),
+    };
+    let bin = find_binary(&settings.opencode_bin(), std::env::var("PATH").ok().as_deref())?;
+    let (global, _) = global_config(settings, user_config_dir)?;
+    write(&state_dir.join("config/opencode/opencode.jsonc"), &global)?;
+    let skill_paths = resolve_skills(settings, state_dir)?;
+    let plugins = resolve_plugins(settings, state_dir)?;
+    let content = config::content(&skill_paths, &plugins);
+    let server_secret = crate::web::auth::random_secret()?;
+
+    let mut env: Vec<(String, String)> = Vec::new();
+    env.extend(env_file.iter().cloned());
+    env.extend(settings.env_vars());
+    if let Some(k) = kubeconfig(settings, state_dir)? {
+        env.push(("KUBECONFIG".into(), k.display().to_string()));
+    }
+    // Names the guard plugin blanks in the agent's shells: the env file holds tokens for MCP
+    // servers and the model provider, which run in OpenCode's process, not in the agent's shell.
+    let blank: Vec<&str> = env_file.iter().map(|(k, _)| k.as_str()).collect();
+    env.extend([
+        ("OPENCODE_CONFIG_CONTENT".to_string(), content.to_string()),
+        ("OPENCODE_SERVER_USERNAME".to_string(), crate::web::auth::USER.to_string()),
+        ("OPENCODE_SERVER_PASSWORD".to_string(), server_secret.clone()),
+        ("OPENCODE_DISABLE_AUTOUPDATE".to_string(), "1".to_string()),
+        ("OCSB_BLANK_ENV".to_string(), blank.join(",")),
+        ("OCSB_WEB_URL".to_string(), format!("http://127.0.0.1:{}/", settings.web_port())),
+    ]);
+    let mut argv = vec![
+        bin.display().to_string(),
+        "serve".into(),
+        "--hostname".into(),
+        "127.0.0.1".into(),
+        "--port".into(),
+        settings.opencode_port().to_string(),
+    ];
+    argv.extend(extra_args.iter().cloned());
+    Ok(Setup { argv, env, server_secret, skill_paths })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_lookup() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("opencode");
+        std::fs::write(&f, "#!/bin/sh\n").unwrap();
+        let e = find_binary(Path::new("opencode"), Some(d.path().to_str().unwrap())).unwrap_err().to_string();
+        assert!(e.contains("npm i -g opencode-ai"), "not executable: {e}");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(find_binary(Path::new("opencode"), Some(&format!("/nonexistent:{}", d.path().display()))).unwrap(), f);
+        assert!(find_binary(&d.path().join("nope"), None).is_err());
+    }
+
+    #[test]
+    fn package_files_are_valid() {
+        assert!(GUARD_PLUGIN.contains("shell.env"));
+        assert!(PACKAGE_SKILLS[0].1.starts_with("---\nname: opencode-sandbox\n"));
+        assert!(PACKAGE_CONFIG.contains("\"plugin\""));
+    }
+}

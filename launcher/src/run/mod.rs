@@ -1,0 +1,333 @@
+//! `ocsb prepare` and `ocsb run`: the orchestration. Every step prints one line; a failing step
+//! says which step, why, and the fix, and nothing after it starts.
+//!
+//! `prepare`: egress filter up → netlock verified (a sandboxed no-op must start: the sandbox
+//! probes the lock as the netlock group and refuses without it) → self-tests (the rules'
+//! `expect-*` lines and the direct-bypass check, run by curl inside the sandbox).
+//! `run`: the lock of the project, `prepare`, OpenCode (`opencode serve` on web port + 1) in the
+//! sandbox, the web front on the web port, the browser; Ctrl-C stops OpenCode and the front and
+//! leaves the filter running.
+
+mod browser;
+mod signals;
+pub mod state;
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use ocsb_policy::settings::{NetlockAcquire, Settings};
+
+use crate::error::{Error, Result};
+use crate::project::Project;
+use crate::sandbox::{self, Acquire, Limits, Netlock, SandboxSpec, TmpMode, TtyMode};
+use crate::{opencode, web};
+
+/// How long OpenCode may take to answer `/global/health` after it started.
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The netlock part of the sandbox spec: the group's gid and how the sandbox gets it.
+pub fn netlock(settings: &Settings) -> Result<Netlock> {
+    let group = settings.netlock_group();
+    let gid = match nix::unistd::Group::from_name(group) {
+        Ok(Some(g)) => g.gid.as_raw(),
+        _ => {
+            return Err(Error::failed(
+                format!("netlock: the group {group} does not exist, so the netlock is not installed"),
+                "install the netlock helper (`sudo make install`), then `ocsb netlock setup`",
+            ));
+        }
+    };
+    let ids = nix::unistd::getresgid().map_err(|e| Error::failed(format!("getresgid: {e}"), "report this"))?;
+    let acquire = if [ids.real, ids.effective, ids.saved].iter().all(|g| g.as_raw() == gid) {
+        // Already the group (e.g. started through `sg`): nothing to acquire.
+        Acquire::Inherited
+    } else {
+        match settings.netlock_acquire() {
+            NetlockAcquire::Exec => {
+                let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
+                let prefix = exe.parent().and_then(Path::parent).unwrap_or(Path::new("/"));
+                Acquire::Shim { path: prefix.join("libexec/ocsb/ocsb-netlock-exec") }
+            }
+            NetlockAcquire::Sg => Acquire::Sg { group: group.to_string() },
+        }
+    };
+    Ok(Netlock::Required { gid, acquire, probe_interval: Duration::from_secs(5) })
+}
+
+/// The sandbox for this project, from its settings (the seed's policy).
+pub fn spec(project: &Project, netlock: Netlock, extra_env: &[(String, String)], argv: Vec<String>) -> SandboxSpec {
+    let s = &project.settings;
+    let state = s.state_dir();
+    let ssh_agent = std::env::var_os("SSH_AUTH_SOCK").map(PathBuf::from).filter(|p| p.is_absolute() && p.exists());
+    let host: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let env = sandbox::env::build(&sandbox::env::EnvInputs {
+        host: &host,
+        home: &project.home,
+        state_dir: &state,
+        proxy_port: s.egress_port(),
+        ssh_agent: ssh_agent.as_deref(),
+        extra: extra_env,
+    });
+    let mut hide = s.hide();
+    hide.extend(state::hidden_from_sandbox(&state));
+    let wt = s.worktrees_dir();
+    SandboxSpec {
+        project_dir: project.dir.clone(),
+        state_dir: state,
+        home: project.home.clone(),
+        worktrees_dir: wt.is_dir().then_some(wt),
+        rw: s.rw(),
+        rw_home: s.rw_home(),
+        hide,
+        hide_home: s.hide_home(),
+        tmp: if s.tmp_private() { TmpMode::Private } else { TmpMode::Shared },
+        docker_socket: if s.docker_allowed() {
+            sandbox::spec::DOCKER_SOCKETS.iter().map(PathBuf::from).find(|p| p.exists())
+        } else {
+            None
+        },
+        ssh_agent,
+        env,
+        argv,
+        cwd: None,
+        namespaces: s.sandbox_enabled(),
+        netlock,
+        tcp: None,
+        limits: Limits::default(),
+        tty: TtyMode::Never,
+    }
+}
+
+fn egress_instance(project: &Project) -> Result<ocsb_egress::Instance> {
+    let s = &project.settings;
+    let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
+    Ok(ocsb_egress::Instance {
+        name: s.name().to_string(),
+        backend: match s.egress_backend() {
+            ocsb_policy::settings::EgressBackend::Builtin => ocsb_egress::Backend::Builtin,
+            ocsb_policy::settings::EgressBackend::Squid => ocsb_egress::Backend::Squid,
+        },
+        state_dir: s.state_dir(),
+        user_config_dir: project.user_config_dir.clone(),
+        project_dir: project.dir.clone(),
+        port: s.egress_port(),
+        docker_gw: match s.docker_gw() {
+            Some(ip) => ocsb_egress::GatewaySetting::Address(ip),
+            None => ocsb_egress::GatewaySetting::Detect,
+        },
+        serve_command: vec![exe.into(), "egress".into(), "serve".into()],
+        image_source: ocsb_egress::squid::ImageSource::Auto,
+        squid_overrides: ocsb_egress::SquidOverrides::default(),
+    })
+}
+
+fn egress_err(step: &str, e: ocsb_egress::Error) -> Error {
+    match e {
+        ocsb_egress::Error::Policy(p) => Error::Policy(p),
+        other => {
+            let text = other.to_string();
+            let (what, fix) = text.split_once("\n  hint: ").unwrap_or((&text, "see the message above"));
+            Error::failed(format!("{step}: {what}"), fix)
+        }
+    }
+}
+
+/// What `prepare` established, for `run`.
+pub struct Prepared {
+    pub netlock: Netlock,
+}
+
+/// `ocsb prepare`.
+pub fn prepare(project: &Project) -> Result<Prepared> {
+    let s = &project.settings;
+    let state = s.state_dir();
+    state::create(&state)?;
+
+    // 1. The egress filter.
+    let inst = egress_instance(project)?;
+    let up = ocsb_egress::up(&inst, ocsb_egress::lifecycle::stderr_progress()).map_err(|e| egress_err("egress", e))?;
+    let verb = match up.action {
+        ocsb_egress::UpAction::Started => "started",
+        ocsb_egress::UpAction::Reloaded => "running, rules reloaded",
+    };
+    println!("egress:     {} filter {verb} on {}", up.backend.as_str(), up.listen.join(" "));
+    let gw = up.listen.iter().filter_map(|a| a.parse::<SocketAddr>().ok()).map(|a| a.ip()).find(|ip| !ip.is_loopback());
+    state::write_docker_config(&state, gw, s.egress_port())?;
+
+    // 2. The netlock, checked the way the sandbox will use it.
+    let lock = netlock(s)?;
+    let check = spec(project, lock.clone(), &[], vec!["true".into()]);
+    match sandbox::run(&check) {
+        Ok(0) => {}
+        Ok(code) => {
+            return Err(Error::failed(
+                format!("netlock: a sandboxed `true` exited with status {code}"),
+                "run `ocsb netlock verify` and `ocsb doctor`",
+            ));
+        }
+        Err(e) => {
+            let e: Error = e.into();
+            return Err(Error::failed(format!("netlock/sandbox check failed: {e}"), "run `ocsb netlock verify`; see the fix above"));
+        }
+    }
+    let gid = match &lock {
+        Netlock::Required { gid, .. } => *gid,
+        Netlock::Off => 0,
+    };
+    println!("netlock:    ok: the sandbox starts as group {} (gid {gid}) and the lock rejects its probe", s.netlock_group());
+
+    // 3. Self-tests, with curl run inside the sandbox.
+    let policy = inst.load_policy().map_err(|e| egress_err("self-tests", e))?;
+    let spec_path = state.join("egress/selftest-spec.json");
+    let st_spec = spec(project, lock.clone(), &[], vec!["true".into()]);
+    std::fs::write(&spec_path, serde_json::to_vec(&st_spec).unwrap_or_default()).map_err(|e| Error::io("write", &spec_path, e))?;
+    let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
+    let mut opts = ocsb_egress::verify::VerifyOptions::new(SocketAddr::from(([127, 0, 0, 1], s.egress_port())));
+    opts.wrap = vec![exe.into(), sandbox::RUN_SPEC_ARG.into(), spec_path.into()];
+    opts.max_time = 10;
+    let report = ocsb_egress::verify::run(&policy, &opts).map_err(|e| egress_err("self-tests", e))?;
+    let n = report.checks.len();
+    match report.into_result() {
+        Ok(_) => println!("self-tests: {n} checks passed (expect-pass/expect-block rules, direct connection blocked)"),
+        Err(e) => return Err(egress_err("self-tests", e)),
+    }
+    Ok(Prepared { netlock: lock })
+}
+
+/// Whether OpenCode answers `GET /global/health` with `{"healthy":true…}`. Short timeouts: a
+/// request that arrives just as the port opens can hang forever (research §2.4).
+fn healthy(addr: SocketAddr, authorization: &str) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+    let req = format!("GET /global/health HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {authorization}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut buf = Vec::new();
+    let _ = s.take(64 * 1024).read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    text.starts_with("HTTP/1.1 200") && text.contains("\"healthy\":true")
+}
+
+fn check_port_free(addr: SocketAddr, setting: &str) -> Result<()> {
+    TcpListener::bind(addr).map(drop).map_err(|e| web::port_busy(addr, setting, &e))
+}
+
+/// `ocsb run [opencode args]`.
+pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Result<()> {
+    let s = &project.settings;
+    let state = s.state_dir();
+    state::create(&state)?;
+    let _lock = state::lock(&state)?;
+    let web_addr = SocketAddr::from(([127, 0, 0, 1], s.web_port()));
+    let oc_addr = SocketAddr::from(([127, 0, 0, 1], s.opencode_port()));
+    check_port_free(web_addr, "OCSB_WEB_PORT")?;
+    check_port_free(oc_addr, "OCSB_WEB_PORT (OpenCode listens on the next port)")?;
+
+    // Bad inputs (env file, skills, plugins) fail before anything starts.
+    let setup = opencode::setup(s, &project.user_config_dir, &state, opencode_args)?;
+    let prepared = prepare(project)?;
+    let (password, created) = web::auth::load_or_create(&state::password_file(&state))?;
+
+    signals::install();
+    let spec = spec(project, prepared.netlock, &setup.env, setup.argv.clone());
+    let (tx, rx) = mpsc::channel();
+    let sandbox_thread = std::thread::Builder::new()
+        .name("ocsb-sandbox".into())
+        .spawn(move || {
+            let r = sandbox::run(&spec).map_err(Error::from);
+            let _ = tx.send(r);
+        })
+        .map_err(|e| Error::io("start a thread for", "the sandbox", e))?;
+    println!("opencode:   starting {} serve on {oc_addr} in the sandbox", setup.argv[0]);
+
+    let upstream_authorization = web::auth::basic_header(web::auth::USER, &setup.server_secret);
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Ok(r) = rx.try_recv() {
+            let code = r?;
+            return Err(Error::failed(
+                format!("OpenCode exited during start-up (status {code})"),
+                format!("see its output above and {}", state.join("data/opencode/log").display()),
+            ));
+        }
+        if signals::received().is_some() {
+            signals::terminate_children();
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+            println!("stopped before OpenCode was ready");
+            return Ok(());
+        }
+        if healthy(oc_addr, &upstream_authorization) {
+            break;
+        }
+        if Instant::now() > deadline {
+            signals::terminate_children();
+            return Err(Error::failed(
+                format!("OpenCode did not answer on {oc_addr} within {} s", READY_TIMEOUT.as_secs()),
+                format!("see {}", state.join("data/opencode/log").display()),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    let front = web::start(web::FrontConfig {
+        listen: web_addr,
+        upstream: oc_addr,
+        password: password.clone(),
+        upstream_authorization,
+        panel: s.panel(),
+    });
+    let front = match front {
+        Ok(f) => f,
+        Err(e) => {
+            signals::terminate_children();
+            return Err(e);
+        }
+    };
+    let url = format!("http://{web_addr}/");
+    println!("web:        {url} (user {}, password in {})", web::auth::USER, state::password_file(&state).display());
+    if created {
+        println!("            first start: the password is {password}");
+    }
+    if !s.panel() {
+        println!("            Tokens panel off (OCSB_PANEL=0)");
+    }
+    if !no_browser {
+        println!("browser:    {}", browser::open(&url));
+    }
+    println!("ready; Ctrl-C stops OpenCode (the egress filter keeps running: `ocsb egress down` stops it)");
+
+    let outcome = loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(r) => break Some(r),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if signals::received().is_some() {
+            front.stop();
+            signals::terminate_children();
+            let r = rx.recv_timeout(Duration::from_secs(10)).ok();
+            if r.is_some() {
+                let _ = sandbox_thread.join();
+            }
+            println!("stopped");
+            return Ok(());
+        }
+    };
+    front.stop();
+    let _ = sandbox_thread.join();
+    match outcome {
+        Some(Ok(0)) => Ok(()),
+        Some(Ok(code)) => Err(Error::failed(
+            format!("OpenCode exited with status {code}"),
+            format!("see {}", state.join("data/opencode/log").display()),
+        )),
+        Some(Err(e)) => Err(e),
+        None => Err(Error::failed("the sandbox thread ended without a status", "report this")),
+    }
+}

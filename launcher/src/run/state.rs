@@ -1,0 +1,114 @@
+//! The per-project state directory (`OCSB_STATE_DIR`, default
+//! `~/.local/share/opencode-sandbox/<name>/`) and the single-instance lock.
+//!
+//! Layout: `config/ data/ cache/ state/` are OpenCode's own `XDG_*` directories (its sessions
+//! database is `data/opencode/opencode.db`, so sessions survive restarts), `tmp/` the private
+//! `/tmp`, `docker/config.json` the Docker client's proxy settings, `package/` the skills and
+//! plugins copied from the package on every start, `egress/` the filter's files, `password` the
+//! web password (0600) and `run.lock` the lock of a running `ocsb run`.
+
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+pub fn password_file(state: &Path) -> PathBuf {
+    state.join("password")
+}
+
+pub fn lock_file(state: &Path) -> PathBuf {
+    state.join("run.lock")
+}
+
+/// Paths in the (writable) state directory the sandbox must not see: the user's web password
+/// and the filter's control socket and pid file.
+pub fn hidden_from_sandbox(state: &Path) -> Vec<PathBuf> {
+    vec![password_file(state), state.join("egress"), lock_file(state)]
+}
+
+pub fn create(state: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(state).map_err(|e| Error::io("create the state directory", state, e))
+}
+
+/// Held while `ocsb run` runs; released by the kernel when the process ends, however it ends.
+pub struct InstanceLock {
+    _file: std::fs::File,
+}
+
+/// Take the project's lock, or say that another `ocsb run` (with its pid) has it.
+pub fn lock(state: &Path) -> Result<InstanceLock> {
+    let path = lock_file(state);
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io("open", &path, e))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is passed.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let pid = std::fs::read_to_string(&path).unwrap_or_default();
+            return Err(Error::failed(
+                format!("ocsb run is already running for this project (pid {}, state {})", pid.trim(), state.display()),
+                "use the running instance (its web UI), or stop it with Ctrl-C in its terminal; to run a second copy of the project, give it another OCSB_NAME and ports",
+            ));
+        }
+        return Err(Error::io("lock", &path, err));
+    }
+    f.set_len(0).map_err(|e| Error::io("write", &path, e))?;
+    writeln!(f, "{}", std::process::id()).map_err(|e| Error::io("write", &path, e))?;
+    Ok(InstanceLock { _file: f })
+}
+
+/// The Docker client config: builds and containers use the filter, reached at the docker0
+/// gateway (containers cannot reach the host's 127.0.0.1).
+pub fn write_docker_config(state: &Path, gateway: Option<std::net::IpAddr>, port: u16) -> Result<()> {
+    let dir = state.join("docker");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
+    let path = dir.join("config.json");
+    let mut v: serde_json::Value = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(serde_json::json!({}));
+    match gateway {
+        Some(gw) => {
+            let url = format!("http://{gw}:{port}");
+            v["proxies"] = serde_json::json!({"default": {"httpProxy": url, "httpsProxy": url, "noProxy": "localhost,127.0.0.1"}});
+        }
+        None => {
+            if let Some(o) = v.as_object_mut() {
+                o.remove("proxies");
+            }
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(&v).unwrap_or_default()).map_err(|e| Error::io("write", &path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_lock_is_refused_with_the_pid() {
+        let d = tempfile::tempdir().unwrap();
+        let a = lock(d.path()).unwrap();
+        // flock locks belong to the open file description: a second open conflicts.
+        let e = lock(d.path()).err().expect("second lock must fail").to_string();
+        assert!(e.contains("already running") && e.contains(&std::process::id().to_string()), "{e}");
+        drop(a);
+        lock(d.path()).unwrap();
+    }
+
+    #[test]
+    fn docker_config_keeps_other_keys() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("docker")).unwrap();
+        std::fs::write(d.path().join("docker/config.json"), r#"{"auths":{"x":{}}}"#).unwrap();
+        write_docker_config(d.path(), Some("172.17.0.1".parse().unwrap()), 3128).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(d.path().join("docker/config.json")).unwrap()).unwrap();
+        assert_eq!(v["proxies"]["default"]["httpsProxy"], "http://172.17.0.1:3128");
+        assert!(v["auths"]["x"].is_object());
+    }
+}

@@ -1,0 +1,118 @@
+//! Landlock: the second wall behind the mount tree. The hard floor (an error when the kernel
+//! lacks it) is the filesystem rights of ABI 5 matching the mount policy (read and execute
+//! everywhere, write only beneath the writable mounts, ioctl only on the terminal devices) and the
+//! ABI 6 scopes: abstract UNIX sockets (reachable otherwise, because the sandbox shares the host
+//! network namespace: X11, D-Bus and any `@name` listener) and signals to processes outside.
+//! Newer rights are added best-effort.
+
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+use serde::{Deserialize, Serialize};
+
+use super::error::{Error, Result};
+use super::spec::TcpPorts;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LandlockPolicy {
+    pub writable: Vec<PathBuf>,
+    pub devices: Vec<PathBuf>,
+    pub sockets: Vec<PathBuf>,
+    pub tcp: Option<TcpPorts>,
+}
+
+/// What got enforced, for `ocsb sandbox status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enforcement {
+    Full,
+    /// The hard floor is enforced; some best-effort rights of newer ABIs are not.
+    Partial,
+}
+
+/// The Landlock ABI of the running kernel (0 when absent or disabled).
+pub fn kernel_abi() -> i64 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a NULL attr and size 0, this flag only queries the ABI version.
+    unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    }
+    .max(0)
+}
+
+fn ll_err(e: impl std::fmt::Display) -> Error {
+    let abi = kernel_abi();
+    Error::kernel(
+        "landlock",
+        std::io::Error::other(format!("{e} (kernel landlock ABI {abi})")),
+        "the sandbox needs landlock ABI >= 6 (Linux >= 6.12) with landlock enabled: add `landlock` to the `lsm=` kernel command line (check /sys/kernel/security/lsm) or upgrade the kernel; OCSB_SANDBOX=0 runs without the sandbox",
+    )
+}
+
+fn path_fd(p: &Path) -> Result<PathFd> {
+    PathFd::new(p).map_err(|e| Error::refused(format!("landlock rule for {}: {e}", p.display()), "check that the path exists inside the sandbox"))
+}
+
+/// Restrict the calling thread (and what it later executes).
+pub fn apply(policy: &LandlockPolicy) -> Result<Enforcement> {
+    let floor = ABI::V5;
+    let read = AccessFs::from_read(floor);
+    let write_floor = AccessFs::from_all(floor) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
+    let dev = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate;
+
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(floor))
+        .map_err(ll_err)?
+        .scope(Scope::AbstractUnixSocket | Scope::Signal)
+        .map_err(ll_err)?;
+    if policy.tcp.is_some() {
+        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(ll_err)?;
+    }
+    // Best effort: rights of newer ABIs (pathname UNIX socket resolution in ABI 9).
+    let newer: BitFlags<AccessFs> = AccessFs::from_all(ABI::V10) & !AccessFs::from_all(floor);
+    ruleset = ruleset.set_compatibility(CompatLevel::BestEffort).handle_access(newer).map_err(ll_err)?;
+
+    let mut created = ruleset.create().map_err(ll_err)?;
+    created = created
+        .add_rule(PathBeneath::new(path_fd(Path::new("/"))?, read))
+        .map_err(ll_err)?;
+    for w in &policy.writable {
+        created = created
+            .add_rule(PathBeneath::new(path_fd(w)?, write_floor | newer))
+            .map_err(ll_err)?;
+    }
+    for d in &policy.devices {
+        let mut access = dev;
+        if d.is_dir() {
+            access |= AccessFs::ReadDir;
+        }
+        created = created.add_rule(PathBeneath::new(path_fd(d)?, access)).map_err(ll_err)?;
+    }
+    for s in &policy.sockets {
+        created = created
+            .add_rule(PathBeneath::new(path_fd(s)?, BitFlags::from(AccessFs::ReadFile) | newer))
+            .map_err(ll_err)?;
+    }
+    if let Some(tcp) = &policy.tcp {
+        for port in &tcp.connect {
+            created = created.add_rule(NetPort::new(*port, AccessNet::ConnectTcp)).map_err(ll_err)?;
+        }
+        for port in &tcp.bind {
+            created = created.add_rule(NetPort::new(*port, AccessNet::BindTcp)).map_err(ll_err)?;
+        }
+    }
+    let status = created.restrict_self().map_err(ll_err)?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok(Enforcement::Full),
+        RulesetStatus::PartiallyEnforced => Ok(Enforcement::Partial),
+        RulesetStatus::NotEnforced => Err(ll_err("the ruleset was not enforced")),
+    }
+}

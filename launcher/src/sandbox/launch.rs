@@ -1,0 +1,143 @@
+//! The launcher side: prepare the host (state directories, `/tmp` cleanup, placeholders for
+//! protected paths), build the plan, start stage 2 with the netlock gid, relay the pty, and
+//! return the command's exit status.
+//!
+//! Call [`run`] from the main thread or from a thread that outlives the sandbox: the kernel's
+//! parent-death signal follows the thread that forked stage 2.
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use super::error::{Error, Result};
+use super::landlock::LandlockPolicy;
+use super::plan::{self, Plan, RealFs};
+use super::spec::{Netlock, SandboxSpec, TmpMode, TtyMode};
+use super::stage2::{self, Request};
+use super::{netlock, pty, tmpclean};
+
+/// Create what the sandbox needs on the host and build the plan. Idempotent.
+pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
+    for d in super::env::state_subdirs(&spec.state_dir) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&d)
+            .map_err(|e| Error::io("create", &d, e))?;
+    }
+    if !spec.namespaces {
+        return Ok(None);
+    }
+    let tmp = spec.state_dir.join("tmp");
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700)).map_err(|e| Error::io("chmod", &tmp, e))?;
+    if spec.tmp == TmpMode::Private {
+        tmpclean::clean(&tmp, tmpclean::MAX_AGE, SystemTime::now());
+    }
+    let first = plan::build(spec, &RealFs)?;
+    if first.placeholders.is_empty() {
+        return Ok(Some(first));
+    }
+    for p in &first.placeholders {
+        let r = if p.dir {
+            std::fs::DirBuilder::new().mode(0o755).create(&p.path)
+        } else {
+            std::fs::OpenOptions::new().write(true).create_new(true).open(&p.path).map(drop)
+        };
+        match r {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io("create the read-only placeholder", &p.path, e)),
+        }
+    }
+    Ok(Some(plan::build(spec, &RealFs)?))
+}
+
+/// Build the stage-2 request from the spec and plan.
+pub fn request(spec: &SandboxSpec, plan: Option<Plan>) -> Request {
+    let landlock = match &plan {
+        Some(p) => LandlockPolicy {
+            writable: p.writable.clone(),
+            devices: p.devices.clone(),
+            sockets: spec.ssh_agent.iter().chain(spec.docker_socket.iter()).filter_map(|s| std::fs::canonicalize(s).ok()).collect(),
+            tcp: spec.tcp.clone(),
+        },
+        None => LandlockPolicy::default(),
+    };
+    let cwd = plan
+        .as_ref()
+        .map(|p| p.cwd.clone())
+        .or_else(|| spec.cwd.clone())
+        .unwrap_or_else(|| spec.project_dir.clone());
+    let (gid, interval) = match &spec.netlock {
+        Netlock::Off => (None, Duration::from_secs(5)),
+        Netlock::Required { gid, probe_interval, .. } => (Some(*gid), *probe_interval),
+    };
+    Request {
+        launcher_pid: std::process::id() as i32,
+        plan,
+        landlock,
+        argv: spec.argv.clone(),
+        env: spec.env.clone(),
+        cwd,
+        netlock_gid: gid,
+        probe_interval: interval,
+        limits: spec.limits.clone(),
+        tty: false,
+    }
+}
+
+/// Run the command in the sandbox; returns its exit status (128 + signal when killed,
+/// 125 when the sandbox could not be built, 127 when the command could not be executed).
+pub fn run(spec: &SandboxSpec) -> Result<i32> {
+    let plan = prepare(spec)?;
+    if let Some(p) = &plan {
+        for w in &p.warnings {
+            eprintln!("ocsb: warning: {w}");
+        }
+    }
+    let mut req = request(spec, plan);
+    let use_pty = spec.tty == TtyMode::Auto && std::io::stdin().is_terminal();
+    req.tty = use_pty;
+    let json = serde_json::to_vec(&req).map_err(|e| Error::refused(format!("serialising the request: {e}"), "report this"))?;
+    let exe = std::fs::read_link("/proc/self/exe").map_err(|e| Error::io("resolve", "/proc/self/exe", e))?;
+    let acquire = match &spec.netlock {
+        Netlock::Off => None,
+        Netlock::Required { acquire, .. } => Some(acquire),
+    };
+    let mut cmd: Command = netlock::stage2_command(acquire, &exe, stage2::ARG);
+    cmd.env_clear().env(stage2::ENV, OsString::from(String::from_utf8_lossy(&json).into_owned()));
+    if matches!(acquire, Some(super::spec::Acquire::Sg { .. })) {
+        cmd.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    }
+    let pty = if use_pty { Some(pty::open()?) } else { None };
+    if let Some(p) = &pty {
+        let dup = |what| {
+            p.slave.try_clone().map(Stdio::from).map_err(|e| Error::io("duplicate", what, e))
+        };
+        cmd.stdin(dup("the pty")?).stdout(dup("the pty")?).stderr(dup("the pty")?);
+    }
+    let mut child = cmd.spawn().map_err(|e| Error::io("start", Path::new(cmd.get_program()), e))?;
+    let status = match pty {
+        Some(p) => {
+            drop(p.slave);
+            let raw = pty::RawMode::enter();
+            let done = AtomicBool::new(false);
+            let status = std::thread::scope(|s| {
+                s.spawn(|| pty::relay(&p.master, &done));
+                let st = child.wait();
+                done.store(true, Ordering::Relaxed);
+                st
+            });
+            drop(raw);
+            status
+        }
+        None => child.wait(),
+    }
+    .map_err(|e| Error::io("wait for", "the sandbox", e))?;
+    use std::os::unix::process::ExitStatusExt;
+    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}

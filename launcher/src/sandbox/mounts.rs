@@ -1,0 +1,448 @@
+//! Enforcement of a [`Plan`]: every host source is cloned (`open_tree(OPEN_TREE_CLONE)`) before
+//! anything is mounted, so no later mount can change what a source path means; then a fresh
+//! tmpfs root is populated with fd-relative, symlink-refusing lookups (`openat2` with
+//! `RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH`), pivoted into, and our own tmpfs mounts are sealed
+//! read-only. Privileged calls go through [`MountSys`] so the order is unit-tested with a
+//! recording double.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::mount::{MntFlags, MsFlags};
+use nix::sys::stat::Mode;
+
+use super::error::{Error, Result};
+use super::plan::{Access, Op, Plan};
+use super::sys;
+
+/// The privileged operations the executor needs.
+pub trait MountSys {
+    type Handle;
+    /// `mount(NULL, "/", MS_REC|MS_SLAVE)`: nothing we mount propagates back to the host.
+    fn make_root_slave(&mut self) -> io::Result<()>;
+    /// A detached recursive clone of a host path with the access flags applied.
+    fn clone_tree(&mut self, src: &Path, access: Access) -> io::Result<Self::Handle>;
+    fn new_tmpfs(&mut self, mode: u32, size: Option<u64>) -> io::Result<Self::Handle>;
+    /// A read-only, empty regular file (mode 0444) to mount over a hidden file: reads see
+    /// nothing, writes get `EROFS`.
+    fn empty_file(&mut self) -> io::Result<Self::Handle>;
+    fn new_proc(&mut self) -> io::Result<Self::Handle>;
+    fn new_devpts(&mut self) -> io::Result<Self::Handle>;
+    /// Attach the new root somewhere so that it can be populated and pivoted into.
+    fn attach_root(&mut self, root: &Self::Handle) -> io::Result<()>;
+    /// Attach `h` on `dst` (inside the new root), creating the mount point if needed.
+    fn attach(&mut self, h: &Self::Handle, dst: &Path, dir: bool) -> io::Result<()>;
+    fn symlink(&mut self, dst: &Path, target: &Path) -> io::Result<()>;
+    /// Re-bind an existing path of the new tree onto itself read-only (missing: no-op).
+    fn cover_ro(&mut self, dst: &Path) -> io::Result<()>;
+    fn pivot(&mut self) -> io::Result<()>;
+    /// Make one mount (not its children) read-only.
+    fn seal(&mut self, h: &Self::Handle) -> io::Result<()>;
+}
+
+/// procfs entries that write to the host kernel; bwrap covers the same ones.
+const PROC_COVER: &[&str] = &["sys", "sysrq-trigger", "irq", "bus"];
+
+fn step_err(what: &'static str, dst: &Path, e: io::Error) -> Error {
+    let fix = match e.raw_os_error() {
+        Some(libc::ENOSYS) => "this kernel lacks the new mount API (open_tree, move_mount, fsopen: Linux >= 5.2; mount_setattr: Linux >= 5.12); upgrade the kernel or use OCSB_SANDBOX=0".to_string(),
+        Some(libc::ELOOP) => format!("{} (or a directory above it) became a symbolic link; remove the link and start again", dst.display()),
+        Some(libc::EPERM) | Some(libc::EACCES) => "the kernel refused a mount inside the user namespace: inside a container this needs user namespaces with mount rights (for example docker --privileged); check that /proc is not partly covered (hidepid, overmounts)".to_string(),
+        _ => format!("check that {} exists and is readable", dst.display()),
+    };
+    Error::Kernel { step: what, source: io::Error::new(e.kind(), format!("{}: {e}", dst.display())), fix }
+}
+
+/// Build the whole tree and pivot into it. On return the process's root is the new tree.
+pub fn apply<S: MountSys>(sys: &mut S, plan: &Plan) -> Result<()> {
+    sys.make_root_slave().map_err(|e| {
+        Error::kernel(
+            "making / a slave mount",
+            e,
+            "the mount namespace could not be made private; inside a container run with CAP_SYS_ADMIN over its user namespace",
+        )
+    })?;
+    // Phase A: clone every host source before the tree exists.
+    let mut sources = Vec::with_capacity(plan.ops.len());
+    for op in &plan.ops {
+        sources.push(match op {
+            Op::Bind { src, access, .. } => {
+                Some(sys.clone_tree(src, *access).map_err(|e| step_err("cloning a mount", src, e))?)
+            }
+            Op::Mask { dst } => {
+                Some(sys.empty_file().map_err(|e| step_err("creating an empty file", dst, e))?)
+            }
+            _ => None,
+        });
+    }
+    let root = sys
+        .new_tmpfs(0o755, Some(1 << 20))
+        .map_err(|e| step_err("creating the root tmpfs", Path::new("/"), e))?;
+    sys.attach_root(&root).map_err(|e| step_err("attaching the new root", Path::new("/"), e))?;
+    let mut sealed = vec![root];
+    for (op, src) in plan.ops.iter().zip(sources) {
+        match op {
+            Op::Bind { dst, dir, .. } => {
+                let h = src.expect("cloned in phase A");
+                sys.attach(&h, dst, *dir).map_err(|e| step_err("bind mount", dst, e))?;
+            }
+            Op::Mask { dst } => {
+                let h = src.expect("cloned in phase A");
+                sys.attach(&h, dst, false).map_err(|e| step_err("hiding a file", dst, e))?;
+            }
+            Op::Tmpfs { dst, mode, size, seal } => {
+                let h = sys.new_tmpfs(*mode, *size).map_err(|e| step_err("tmpfs", dst, e))?;
+                sys.attach(&h, dst, true).map_err(|e| step_err("tmpfs", dst, e))?;
+                if *seal {
+                    sealed.push(h);
+                }
+            }
+            Op::Symlink { dst, target } => {
+                sys.symlink(dst, target).map_err(|e| step_err("symlink", dst, e))?;
+            }
+            Op::Proc { dst } => {
+                let h = sys.new_proc().map_err(|e| {
+                    Error::kernel(
+                        "mounting a fresh /proc",
+                        e,
+                        "procfs cannot be mounted in the sandbox's pid namespace: inside a container /proc is usually partly covered; run the container with an unmasked /proc (e.g. --security-opt systempaths=unconfined)",
+                    )
+                })?;
+                sys.attach(&h, dst, true).map_err(|e| step_err("/proc", dst, e))?;
+                for sub in PROC_COVER {
+                    let p = dst.join(sub);
+                    sys.cover_ro(&p).map_err(|e| step_err("covering /proc", &p, e))?;
+                }
+            }
+            Op::DevPts { dst } => {
+                let h = sys.new_devpts().map_err(|e| step_err("devpts", dst, e))?;
+                sys.attach(&h, dst, true).map_err(|e| step_err("devpts", dst, e))?;
+            }
+        }
+    }
+    sys.pivot().map_err(|e| Error::kernel("pivot_root", e, "the new root could not be entered"))?;
+    for h in &sealed {
+        sys.seal(h).map_err(|e| step_err("sealing a tmpfs read-only", Path::new("/"), e))?;
+    }
+    Ok(())
+}
+
+/// The real implementation. The new root is attached on `/tmp` of the (private) mount
+/// namespace; every host source was cloned before that, so nothing is shadowed.
+pub struct RealMounts {
+    root: Option<OwnedFd>,
+    /// A small sealed tmpfs holding the empty file that masks hidden files.
+    empty: Option<OwnedFd>,
+}
+
+impl RealMounts {
+    pub fn new() -> Self {
+        RealMounts { root: None, empty: None }
+    }
+
+    fn root(&self) -> io::Result<BorrowedFd<'_>> {
+        self.root.as_ref().map(|f| f.as_fd()).ok_or_else(|| io::Error::other("new root not attached"))
+    }
+
+    fn rel(dst: &Path) -> Vec<&std::ffi::OsStr> {
+        dst.components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Open (creating as needed) the mount point `dst` inside the new root, refusing symlinks
+    /// on every component.
+    fn mount_point(&self, dst: &Path, dir: bool) -> io::Result<OwnedFd> {
+        let root = self.root()?;
+        let parts = Self::rel(dst);
+        let resolve = sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_BENEATH;
+        let mut cur: Option<OwnedFd> = None;
+        if parts.is_empty() {
+            return sys::openat2(Some(root), Path::new("."), libc::O_PATH, 0, resolve);
+        }
+        for (i, part) in parts.iter().enumerate() {
+            let last = i + 1 == parts.len();
+            let parent = cur.as_ref().map_or(root, |f| f.as_fd());
+            let p = Path::new(part);
+            let next = match sys::openat2(Some(parent), p, libc::O_PATH, 0, resolve) {
+                Ok(fd) => fd,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    if last && !dir {
+                        let f = sys::openat2(
+                            Some(parent),
+                            p,
+                            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                            0o644,
+                            resolve,
+                        )?;
+                        drop(f);
+                    } else {
+                        match nix::sys::stat::mkdirat(parent, p, Mode::from_bits_truncate(0o755)) {
+                            Ok(()) | Err(Errno::EEXIST) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    sys::openat2(Some(parent), p, libc::O_PATH, 0, resolve)?
+                }
+                Err(e) => return Err(e),
+            };
+            cur = Some(next);
+        }
+        Ok(cur.expect("non-empty path"))
+    }
+}
+
+impl Default for RealMounts {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn access_attrs(access: Access) -> u64 {
+    match access {
+        Access::Ro => sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+        Access::Rw => sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+        Access::Device => sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
+    }
+}
+
+impl MountSys for RealMounts {
+    type Handle = OwnedFd;
+
+    fn make_root_slave(&mut self) -> io::Result<()> {
+        nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
+            .map_err(io::Error::from)
+    }
+
+    fn clone_tree(&mut self, src: &Path, access: Access) -> io::Result<OwnedFd> {
+        let fd = sys::openat2(None, src, libc::O_PATH | libc::O_NOFOLLOW, 0, sys::RESOLVE_NO_SYMLINKS)?;
+        let tree = sys::open_tree(
+            Some(fd.as_fd()),
+            Path::new(""),
+            sys::OPEN_TREE_CLONE | sys::OPEN_TREE_CLOEXEC | sys::AT_RECURSIVE | sys::AT_EMPTY_PATH,
+        )?;
+        sys::mount_setattr(tree.as_fd(), true, access_attrs(access), 0)?;
+        Ok(tree)
+    }
+
+    fn new_tmpfs(&mut self, mode: u32, size: Option<u64>) -> io::Result<OwnedFd> {
+        let mode = format!("{mode:o}");
+        let size = size.map(|s| s.to_string());
+        let mut opts = vec![("mode", mode.as_str())];
+        if let Some(s) = &size {
+            opts.push(("size", s.as_str()));
+        }
+        sys::new_fs("tmpfs", &opts, sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV)
+    }
+
+    fn empty_file(&mut self) -> io::Result<OwnedFd> {
+        if self.empty.is_none() {
+            let fs = self.new_tmpfs(0o755, Some(4096))?;
+            let name = Path::new("empty");
+            drop(sys::openat2(Some(fs.as_fd()), name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o444, sys::RESOLVE_BENEATH)?);
+            sys::mount_setattr(fs.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0)?;
+            self.empty = Some(fs);
+        }
+        let fs = self.empty.as_ref().expect("just created");
+        let tree = sys::open_tree(
+            Some(fs.as_fd()),
+            Path::new("empty"),
+            sys::OPEN_TREE_CLONE | sys::OPEN_TREE_CLOEXEC,
+        )?;
+        sys::mount_setattr(tree.as_fd(), false, access_attrs(Access::Ro), 0)?;
+        Ok(tree)
+    }
+
+    fn new_proc(&mut self) -> io::Result<OwnedFd> {
+        sys::new_fs(
+            "proc",
+            &[],
+            sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC,
+        )
+    }
+
+    fn new_devpts(&mut self) -> io::Result<OwnedFd> {
+        sys::new_fs(
+            "devpts",
+            &[("ptmxmode", "0666"), ("mode", "0620")],
+            sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
+        )
+    }
+
+    fn attach_root(&mut self, root: &OwnedFd) -> io::Result<()> {
+        sys::move_mount_to_path(root.as_fd(), Path::new("/tmp"))?;
+        let fd = nix::fcntl::open("/tmp", OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
+        self.root = Some(fd);
+        Ok(())
+    }
+
+    fn attach(&mut self, h: &OwnedFd, dst: &Path, dir: bool) -> io::Result<()> {
+        let target = self.mount_point(dst, dir)?;
+        sys::move_mount_fd(h.as_fd(), target.as_fd())
+    }
+
+    fn symlink(&mut self, dst: &Path, target: &Path) -> io::Result<()> {
+        let parent = dst.parent().unwrap_or(Path::new("/"));
+        let name = dst.file_name().ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let dir = self.mount_point(parent, true)?;
+        match nix::unistd::symlinkat(target, dir.as_fd(), name) {
+            Ok(()) | Err(Errno::EEXIST) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn cover_ro(&mut self, dst: &Path) -> io::Result<()> {
+        let root = self.root()?;
+        let rel: PathBuf = Self::rel(dst).iter().collect();
+        let resolve = sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_BENEATH;
+        let fd = match sys::openat2(Some(root), &rel, libc::O_PATH | libc::O_NOFOLLOW, 0, resolve) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let tree = sys::open_tree(
+            Some(fd.as_fd()),
+            Path::new(""),
+            sys::OPEN_TREE_CLONE | sys::OPEN_TREE_CLOEXEC | sys::AT_RECURSIVE | sys::AT_EMPTY_PATH,
+        )?;
+        sys::mount_setattr(tree.as_fd(), true, access_attrs(Access::Ro), 0)?;
+        sys::move_mount_fd(tree.as_fd(), fd.as_fd())
+    }
+
+    fn pivot(&mut self) -> io::Result<()> {
+        let root = self.root.take().ok_or_else(|| io::Error::other("new root not attached"))?;
+        nix::unistd::fchdir(root.as_fd())?;
+        nix::unistd::pivot_root(".", ".")?;
+        // The old root is now stacked on ".": detach it (lazily, so busy host mounts go too).
+        nix::mount::umount2(".", MntFlags::MNT_DETACH)?;
+        nix::unistd::chdir("/")?;
+        Ok(())
+    }
+
+    fn seal(&mut self, h: &OwnedFd) -> io::Result<()> {
+        sys::mount_setattr(h.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::plan::Plan;
+
+    /// Records every call; handles are indices into `made`.
+    #[derive(Default)]
+    struct Recorder {
+        log: Vec<String>,
+        made: Vec<String>,
+    }
+
+    impl MountSys for Recorder {
+        type Handle = usize;
+        fn make_root_slave(&mut self) -> io::Result<()> {
+            self.log.push("rslave /".into());
+            Ok(())
+        }
+        fn clone_tree(&mut self, src: &Path, access: Access) -> io::Result<usize> {
+            self.made.push(format!("clone {} {access:?}", src.display()));
+            self.log.push(self.made.last().unwrap().clone());
+            Ok(self.made.len() - 1)
+        }
+        fn new_tmpfs(&mut self, mode: u32, _size: Option<u64>) -> io::Result<usize> {
+            self.made.push(format!("tmpfs {mode:o}"));
+            Ok(self.made.len() - 1)
+        }
+        fn empty_file(&mut self) -> io::Result<usize> {
+            self.made.push("empty-file".into());
+            self.log.push("empty-file".into());
+            Ok(self.made.len() - 1)
+        }
+        fn new_proc(&mut self) -> io::Result<usize> {
+            self.made.push("proc".into());
+            Ok(self.made.len() - 1)
+        }
+        fn new_devpts(&mut self) -> io::Result<usize> {
+            self.made.push("devpts".into());
+            Ok(self.made.len() - 1)
+        }
+        fn attach_root(&mut self, root: &usize) -> io::Result<()> {
+            self.log.push(format!("root {}", self.made[*root]));
+            Ok(())
+        }
+        fn attach(&mut self, h: &usize, dst: &Path, _dir: bool) -> io::Result<()> {
+            self.log.push(format!("attach {} on {}", self.made[*h], dst.display()));
+            Ok(())
+        }
+        fn symlink(&mut self, dst: &Path, target: &Path) -> io::Result<()> {
+            self.log.push(format!("symlink {} -> {}", dst.display(), target.display()));
+            Ok(())
+        }
+        fn cover_ro(&mut self, dst: &Path) -> io::Result<()> {
+            self.log.push(format!("cover {}", dst.display()));
+            Ok(())
+        }
+        fn pivot(&mut self) -> io::Result<()> {
+            self.log.push("pivot".into());
+            Ok(())
+        }
+        fn seal(&mut self, h: &usize) -> io::Result<()> {
+            self.log.push(format!("seal {h}"));
+            Ok(())
+        }
+    }
+
+    fn plan() -> Plan {
+        Plan {
+            ops: vec![
+                Op::Bind { src: "/usr".into(), dst: "/usr".into(), access: Access::Ro, dir: true },
+                Op::Tmpfs { dst: "/run".into(), mode: 0o755, size: None, seal: true },
+                Op::Proc { dst: "/proc".into() },
+                Op::Bind { src: "/s/tmp".into(), dst: "/tmp".into(), access: Access::Rw, dir: true },
+                Op::Bind { src: "/tmp/p".into(), dst: "/tmp/p".into(), access: Access::Rw, dir: true },
+                Op::Mask { dst: "/home/u/.ssh/id_rsa".into() },
+                Op::Bind { src: "/tmp/p/.git/hooks".into(), dst: "/tmp/p/.git/hooks".into(), access: Access::Ro, dir: true },
+            ],
+            ..Plan::default()
+        }
+    }
+
+    #[test]
+    fn sources_are_cloned_before_the_root_exists() {
+        let mut r = Recorder::default();
+        apply(&mut r, &plan()).unwrap();
+        let root = r.log.iter().position(|l| l.starts_with("root")).unwrap();
+        let clones: Vec<usize> =
+            r.log.iter().enumerate().filter(|(_, l)| l.starts_with("clone")).map(|(i, _)| i).collect();
+        assert_eq!(clones.len(), 4, "{:#?}", r.log);
+        assert!(clones.iter().all(|&i| i < root), "{:#?}", r.log);
+        assert!(r.log.iter().position(|l| l == "empty-file").unwrap() < root);
+        assert_eq!(r.log[0], "rslave /");
+    }
+
+    #[test]
+    fn attach_follows_plan_order_then_pivot_then_seal() {
+        let mut r = Recorder::default();
+        apply(&mut r, &plan()).unwrap();
+        let attaches: Vec<&String> = r.log.iter().filter(|l| l.starts_with("attach")).collect();
+        assert_eq!(attaches[0], "attach clone /usr Ro on /usr");
+        assert_eq!(attaches[1], "attach tmpfs 755 on /run");
+        assert_eq!(attaches[2], "attach proc on /proc");
+        assert_eq!(attaches[3], "attach clone /s/tmp Rw on /tmp");
+        assert_eq!(attaches[4], "attach clone /tmp/p Rw on /tmp/p");
+        assert_eq!(attaches[5], "attach empty-file on /home/u/.ssh/id_rsa");
+        assert_eq!(attaches[6], "attach clone /tmp/p/.git/hooks Ro on /tmp/p/.git/hooks");
+        let pivot = r.log.iter().position(|l| l == "pivot").unwrap();
+        let seals: Vec<usize> =
+            r.log.iter().enumerate().filter(|(_, l)| l.starts_with("seal")).map(|(i, _)| i).collect();
+        assert_eq!(seals.len(), 2, "root and /run are sealed");
+        assert!(seals.iter().all(|&i| i > pivot));
+        for sub in ["sys", "sysrq-trigger", "irq", "bus"] {
+            assert!(r.log.contains(&format!("cover /proc/{sub}")));
+        }
+    }
+}

@@ -1,0 +1,812 @@
+//! The mount plan: a pure function from a [`SandboxSpec`] and facts about the host filesystem to
+//! an ordered list of mount operations. No syscalls here, so the order rules are unit-tested.
+//!
+//! Order, and why:
+//! 1. read-only binds of every top-level host directory onto a fresh tmpfs root (symlinks such as
+//!    `/bin -> usr/bin` recreated), except `/proc`, `/dev`, `/tmp`, `/run`, which are built fresh;
+//! 2. a fresh `/run` (the host's holds the session and system bus, docker.sock, systemd's private
+//!    socket: landlock ABI 7 does not mediate `connect()` on them, so they must be absent), a
+//!    minimal `/dev`, a fresh `/proc`;
+//! 3. `/tmp`, the writable binds and the hidden paths, shallowest first (a mount hides what an
+//!    earlier, shallower mount put beneath it), writable before hidden at equal depth, so `/tmp`
+//!    comes before a project or state dir that lives under `/tmp`;
+//! 4. the protected paths inside the project, read-only, last of all, so no writable bind can
+//!    re-expose them;
+//! 5. the sockets the policy passes (ssh-agent, docker when allowed).
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{Error, Result};
+use super::spec::{
+    DISABLED_PROGRAMS, DOCKER_SOCKETS, PROTECTED_IN_PROJECT, SandboxSpec, TmpMode, ssh_entry_visible,
+};
+
+/// What `lstat` says about a host path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    /// Sockets, fifos, devices.
+    Special,
+    Missing,
+}
+
+/// The host filesystem facts the plan needs; `RealFs` reads them, tests use a map.
+pub trait HostFs {
+    fn kind(&self, p: &Path) -> Kind;
+    fn canonicalize(&self, p: &Path) -> io::Result<PathBuf>;
+    fn read_dir(&self, p: &Path) -> io::Result<Vec<String>>;
+    fn read_link(&self, p: &Path) -> io::Result<PathBuf>;
+}
+
+pub struct RealFs;
+
+impl HostFs for RealFs {
+    fn kind(&self, p: &Path) -> Kind {
+        match std::fs::symlink_metadata(p) {
+            Err(_) => Kind::Missing,
+            Ok(m) if m.file_type().is_symlink() => Kind::Symlink,
+            Ok(m) if m.is_dir() => Kind::Dir,
+            Ok(m) if m.is_file() => Kind::File,
+            Ok(_) => Kind::Special,
+        }
+    }
+    fn canonicalize(&self, p: &Path) -> io::Result<PathBuf> {
+        std::fs::canonicalize(p)
+    }
+    fn read_dir(&self, p: &Path) -> io::Result<Vec<String>> {
+        let mut v = Vec::new();
+        for e in std::fs::read_dir(p)? {
+            v.push(e?.file_name().to_string_lossy().into_owned());
+        }
+        v.sort();
+        Ok(v)
+    }
+    fn read_link(&self, p: &Path) -> io::Result<PathBuf> {
+        std::fs::read_link(p)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Access {
+    /// Read-only, nosuid, nodev, recursively (`mount_setattr(AT_RECURSIVE)`).
+    Ro,
+    /// Writable, nosuid, nodev.
+    Rw,
+    /// A device node from the host's `/dev`: nosuid, noexec, read-write.
+    Device,
+}
+
+/// One mount operation; `dst` is a path inside the sandbox (absolute).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Bind a detached recursive clone of host `src` onto `dst`.
+    Bind { src: PathBuf, dst: PathBuf, access: Access, dir: bool },
+    /// A fresh tmpfs; `seal` makes it read-only once everything beneath is mounted.
+    Tmpfs { dst: PathBuf, mode: u32, size: Option<u64>, seal: bool },
+    /// An empty read-only regular file over a hidden file (reads see nothing, writes `EROFS`).
+    Mask { dst: PathBuf },
+    Symlink { dst: PathBuf, target: PathBuf },
+    /// A fresh procfs for the new pid namespace, with `sys`, `sysrq-trigger`, `irq`, `bus`
+    /// covered read-only.
+    Proc { dst: PathBuf },
+    /// A new devpts instance (`ptmxmode=0666`).
+    DevPts { dst: PathBuf },
+}
+
+impl Op {
+    pub fn dst(&self) -> &Path {
+        match self {
+            Op::Bind { dst, .. }
+            | Op::Tmpfs { dst, .. }
+            | Op::Mask { dst }
+            | Op::Symlink { dst, .. }
+            | Op::Proc { dst }
+            | Op::DevPts { dst } => dst,
+        }
+    }
+}
+
+/// A path the launcher creates on the host before start so that a protected path that does not
+/// exist yet can still be mounted read-only (the agent must not create it either).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placeholder {
+    pub path: PathBuf,
+    pub dir: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Plan {
+    pub ops: Vec<Op>,
+    /// Landlock: trees where writes are allowed (inside paths).
+    pub writable: Vec<PathBuf>,
+    /// Landlock: device files that may be written and ioctl'd.
+    pub devices: Vec<PathBuf>,
+    pub placeholders: Vec<Placeholder>,
+    pub warnings: Vec<String>,
+    pub cwd: PathBuf,
+}
+
+const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+const SKIP_AT_ROOT: &[&str] = &["proc", "dev", "tmp", "run", "lost+found"];
+/// `/run` entries kept (read-only) because systems resolve programs through them.
+const RUN_KEEP: &[&str] = &["current-system", "booted-system"];
+/// Directories outside `/run` known to hold sockets that lead out (mail submission, LXD).
+const SOCKET_DIRS: &[&str] = &[
+    "/var/spool/postfix/public",
+    "/var/spool/postfix/private",
+    "/var/snap/lxd/common/lxd",
+    "/var/lib/lxd",
+];
+/// Docker sockets under the home directory (Docker Desktop), hidden unless Docker is allowed.
+const HOME_DOCKER_SOCKETS: &[&str] = &[".docker/run/docker.sock", ".docker/desktop/docker.sock"];
+
+fn depth(p: &Path) -> usize {
+    p.components().filter(|c| matches!(c, Component::Normal(_))).count()
+}
+
+fn absolute(p: &Path, what: &str) -> Result<()> {
+    if p.is_absolute() {
+        Ok(())
+    } else {
+        Err(Error::refused(
+            format!("{what} {} is not an absolute path", p.display()),
+            "resolve the path against the project or home directory before building the sandbox",
+        ))
+    }
+}
+
+struct Builder<'a> {
+    fs: &'a dyn HostFs,
+    plan: Plan,
+    /// Ops of phase 3 with their sort key: (depth, 0 = writable / 1 = hidden).
+    layered: Vec<(usize, u8, Op)>,
+    hidden: BTreeSet<PathBuf>,
+    private_tmp: bool,
+}
+
+impl Builder<'_> {
+    /// Paths that are not in the tree at all: `/run` is built fresh, and so is a private `/tmp`.
+    fn not_in_tree(&self, p: &Path) -> bool {
+        p.starts_with("/run") || (self.private_tmp && p.starts_with("/tmp"))
+    }
+
+    fn canonical(&self, p: &Path) -> Result<PathBuf> {
+        self.fs.canonicalize(p).map_err(|e| Error::io("resolve", p, e))
+    }
+
+    fn writable(&mut self, p: &Path, what: &str) -> Result<()> {
+        absolute(p, what)?;
+        match self.fs.kind(p) {
+            Kind::Missing => {
+                self.plan.warnings.push(format!("{what} {} does not exist; not mounted", p.display()));
+                Ok(())
+            }
+            _ => {
+                let c = self.canonical(p)?;
+                let dir = self.fs.kind(&c) == Kind::Dir;
+                self.plan.writable.push(c.clone());
+                self.layered.push((
+                    depth(&c),
+                    0,
+                    Op::Bind { src: c.clone(), dst: c, access: Access::Rw, dir },
+                ));
+                Ok(())
+            }
+        }
+    }
+
+    fn hide(&mut self, p: &Path, what: &str) -> Result<()> {
+        absolute(p, what)?;
+        match self.fs.kind(p) {
+            Kind::Missing => Ok(()),
+            Kind::Symlink => {
+                // The link itself cannot be mounted over; hide what it points to, so the link
+                // dangles into an empty directory or file.
+                match self.fs.canonicalize(p) {
+                    Ok(c) if c != p => self.hide(&c, what),
+                    _ => Ok(()),
+                }
+            }
+            kind => {
+                let c = self.canonical(p)?;
+                if self.not_in_tree(&c) || !self.hidden.insert(c.clone()) {
+                    return Ok(());
+                }
+                let op = if kind == Kind::Dir {
+                    Op::Tmpfs { dst: c.clone(), mode: 0o755, size: Some(4096), seal: true }
+                } else {
+                    Op::Mask { dst: c.clone() }
+                };
+                self.layered.push((depth(&c), 1, op));
+                Ok(())
+            }
+        }
+    }
+
+    fn under_hidden(&self, p: &Path) -> bool {
+        self.hidden.iter().any(|h| p.starts_with(h))
+    }
+
+    fn base(&mut self) -> Result<()> {
+        let root = Path::new("/");
+        let names = self.fs.read_dir(root).map_err(|e| Error::io("list", root, e))?;
+        for name in names {
+            if SKIP_AT_ROOT.contains(&name.as_str()) {
+                continue;
+            }
+            let p = root.join(&name);
+            match self.fs.kind(&p) {
+                Kind::Dir => self.plan.ops.push(Op::Bind {
+                    src: p.clone(),
+                    dst: p,
+                    access: Access::Ro,
+                    dir: true,
+                }),
+                Kind::File => self.plan.ops.push(Op::Bind {
+                    src: p.clone(),
+                    dst: p,
+                    access: Access::Ro,
+                    dir: false,
+                }),
+                Kind::Symlink => {
+                    let target = self.fs.read_link(&p).map_err(|e| Error::io("read link", &p, e))?;
+                    self.plan.ops.push(Op::Symlink { dst: p, target });
+                }
+                Kind::Special | Kind::Missing => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn run_dir(&mut self) -> Result<()> {
+        self.plan.ops.push(Op::Tmpfs { dst: "/run".into(), mode: 0o755, size: Some(1 << 20), seal: true });
+        for name in RUN_KEEP {
+            let p = Path::new("/run").join(name);
+            match self.fs.kind(&p) {
+                Kind::Dir => self.plan.ops.push(Op::Bind { src: p.clone(), dst: p, access: Access::Ro, dir: true }),
+                Kind::Symlink => {
+                    let target = self.fs.read_link(&p).map_err(|e| Error::io("read link", &p, e))?;
+                    self.plan.ops.push(Op::Symlink { dst: p, target });
+                }
+                _ => {}
+            }
+        }
+        // /etc/resolv.conf is often a symlink into /run (systemd-resolved, NetworkManager).
+        if let Ok(c) = self.fs.canonicalize(Path::new("/etc/resolv.conf"))
+            && c.starts_with("/run")
+            && self.fs.kind(&c) == Kind::File
+        {
+            self.plan.ops.push(Op::Bind { src: c.clone(), dst: c, access: Access::Ro, dir: false });
+        }
+        // An old-style /var/run directory (not a link to /run) holds the same sockets.
+        if self.fs.kind(Path::new("/var/run")) == Kind::Dir {
+            self.hide(Path::new("/var/run"), "/var/run")?;
+        }
+        Ok(())
+    }
+
+    fn dev(&mut self, shm_bytes: u64) {
+        let dev = Path::new("/dev");
+        self.plan.ops.push(Op::Tmpfs { dst: dev.into(), mode: 0o755, size: Some(1 << 20), seal: true });
+        for n in DEV_NODES {
+            let p = dev.join(n);
+            self.plan.ops.push(Op::Bind { src: p.clone(), dst: p.clone(), access: Access::Device, dir: false });
+            self.plan.devices.push(p);
+        }
+        self.plan.ops.push(Op::DevPts { dst: dev.join("pts") });
+        self.plan.devices.push(dev.join("pts"));
+        self.plan.ops.push(Op::Symlink { dst: dev.join("ptmx"), target: "pts/ptmx".into() });
+        self.plan.ops.push(Op::Tmpfs { dst: dev.join("shm"), mode: 0o1777, size: Some(shm_bytes), seal: false });
+        self.plan.writable.push(dev.join("shm"));
+        for (name, target) in [
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+        ] {
+            self.plan.ops.push(Op::Symlink { dst: dev.join(name), target: target.into() });
+        }
+        self.plan.ops.push(Op::Proc { dst: "/proc".into() });
+    }
+
+    /// A protected path inside the project: read-only whether or not it exists. Symlinks on the
+    /// way are refused: binding through them would protect (or expose) some other place.
+    fn protect(&mut self, project: &Path, rel: &str) -> Result<()> {
+        let mut cur = project.to_path_buf();
+        let parts: Vec<&str> = rel.split('/').collect();
+        for (i, part) in parts.iter().enumerate() {
+            cur.push(part);
+            let last = i + 1 == parts.len();
+            match self.fs.kind(&cur) {
+                Kind::Symlink => {
+                    return Err(Error::refused(
+                        format!("{} is a symbolic link; it must be a real {} so it can be mounted read-only in place", cur.display(), if last && rel.ends_with("config") { "file" } else { "directory" }),
+                        format!("replace the link with the real directory or file (inspect it first: `ls -l {}`)", cur.display()),
+                    ));
+                }
+                Kind::Missing => {
+                    if i == 0 && parts.len() > 1 {
+                        // No `.git` at all: nothing of git to protect yet (see README limits).
+                        return Ok(());
+                    }
+                    let dir = !(last && *part == "config");
+                    self.plan.placeholders.push(Placeholder { path: cur.clone(), dir });
+                    if !last {
+                        return Ok(());
+                    }
+                    self.push_protected(cur, dir);
+                    return Ok(());
+                }
+                Kind::File | Kind::Special if !last => {
+                    // `.git` as a file: a worktree's pointer. Keep the pointer itself read-only.
+                    self.push_protected(cur, false);
+                    return Ok(());
+                }
+                Kind::Dir if last => {
+                    self.push_protected(cur, true);
+                    return Ok(());
+                }
+                Kind::File | Kind::Special => {
+                    self.push_protected(cur, false);
+                    return Ok(());
+                }
+                Kind::Dir => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn push_protected(&mut self, p: PathBuf, dir: bool) {
+        if self.under_hidden(&p) {
+            return;
+        }
+        let op = Op::Bind { src: p.clone(), dst: p, access: Access::Ro, dir };
+        if !self.plan.ops.contains(&op) {
+            self.plan.ops.push(op);
+        }
+    }
+
+    fn expose_socket(&mut self, p: &Path, what: &str) -> Result<()> {
+        absolute(p, what)?;
+        if self.fs.kind(p) == Kind::Missing {
+            self.plan.warnings.push(format!("{what} {} does not exist; not passed in", p.display()));
+            return Ok(());
+        }
+        let c = self.canonical(p)?;
+        self.plan.ops.push(Op::Bind { src: c.clone(), dst: c, access: Access::Ro, dir: false });
+        Ok(())
+    }
+}
+
+/// Build the plan. Fails (without side effects) on relative paths, unreadable paths and
+/// symlinked protected paths.
+pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
+    absolute(&spec.project_dir, "project directory")?;
+    absolute(&spec.state_dir, "state directory")?;
+    absolute(&spec.home, "home directory")?;
+    if fs.kind(&spec.project_dir) != Kind::Dir && fs.kind(&spec.project_dir) != Kind::Symlink {
+        return Err(Error::refused(
+            format!("project directory {} does not exist", spec.project_dir.display()),
+            "run the command from inside the project, or pass -C DIR",
+        ));
+    }
+    let private_tmp = spec.tmp == TmpMode::Private;
+    let mut b = Builder { fs, plan: Plan::default(), layered: Vec::new(), hidden: BTreeSet::new(), private_tmp };
+    b.base()?;
+    b.run_dir()?;
+    b.dev(spec.limits.shm_bytes);
+
+    // Phase 3: /tmp, writable, hidden.
+    match spec.tmp {
+        TmpMode::Private => {
+            let src = spec.state_dir.join("tmp");
+            b.layered.push((1, 0, Op::Bind { src, dst: "/tmp".into(), access: Access::Rw, dir: true }));
+        }
+        TmpMode::Shared => {
+            b.layered.push((1, 0, Op::Bind { src: "/tmp".into(), dst: "/tmp".into(), access: Access::Rw, dir: true }));
+        }
+    }
+    b.plan.writable.push("/tmp".into());
+    let project = b.canonical(&spec.project_dir)?;
+    b.writable(&project, "project directory")?;
+    if let Some(w) = &spec.worktrees_dir {
+        b.writable(w, "worktrees directory")?;
+    }
+    b.writable(&spec.state_dir, "state directory")?;
+    for p in &spec.rw {
+        b.writable(p, "OCSB_RW entry")?;
+    }
+    for p in &spec.rw_home {
+        absolute(p, "OCSB_RW_HOME entry")?;
+        if fs.kind(p) != Kind::Missing {
+            b.writable(p, "OCSB_RW_HOME entry")?;
+        }
+    }
+    let mut hidden: Vec<(PathBuf, &str)> = Vec::new();
+    hidden.extend(spec.hide.iter().map(|p| (p.clone(), "OCSB_HIDE entry")));
+    hidden.extend(spec.hide_home.iter().map(|p| (p.clone(), "OCSB_HIDE_HOME entry")));
+    hidden.push((spec.home.join(".Xauthority"), "X authority file"));
+    for d in SOCKET_DIRS {
+        hidden.push((PathBuf::from(d), "socket directory"));
+    }
+    for p in DISABLED_PROGRAMS {
+        hidden.push((PathBuf::from(p), "disabled program"));
+    }
+    if spec.docker_socket.is_none() {
+        for p in DOCKER_SOCKETS {
+            hidden.push((PathBuf::from(p), "docker socket"));
+        }
+        for p in HOME_DOCKER_SOCKETS {
+            hidden.push((spec.home.join(p), "docker socket"));
+        }
+    }
+    let ssh = spec.home.join(".ssh");
+    let ssh = if fs.kind(&ssh) == Kind::Symlink { fs.canonicalize(&ssh).unwrap_or(ssh) } else { ssh };
+    if fs.kind(&ssh) == Kind::Dir {
+        for name in fs.read_dir(&ssh).map_err(|e| Error::io("list", &ssh, e))? {
+            if !ssh_entry_visible(&name) {
+                hidden.push((ssh.join(name), "private ssh file"));
+            }
+        }
+    }
+    for (p, what) in hidden {
+        if b.not_in_tree(&p) {
+            continue;
+        }
+        b.hide(&p, what)?;
+    }
+    let mut layered = std::mem::take(&mut b.layered);
+    layered.sort_by_key(|(d, class, _)| (*d, *class));
+    let mut seen = BTreeSet::new();
+    for (_, _, op) in layered {
+        if seen.insert(op.clone()) {
+            b.plan.ops.push(op);
+        }
+    }
+
+    // Phase 4: protected paths. A `.git` directory becomes a mount point itself (bound onto
+    // itself, writable), so it cannot be renamed or removed and replaced by one with the
+    // agent's hooks (`mv .git g && mkdir -p .git/hooks` gets EBUSY).
+    let git = project.join(".git");
+    if fs.kind(&git) == Kind::Dir && !b.under_hidden(&git) {
+        let op = Op::Bind { src: git.clone(), dst: git, access: Access::Rw, dir: true };
+        if !b.plan.ops.contains(&op) {
+            b.plan.ops.push(op);
+        }
+    }
+    for rel in PROTECTED_IN_PROJECT {
+        b.protect(&project, rel)?;
+    }
+    // Phase 5: sockets passed in.
+    if let Some(s) = &spec.ssh_agent {
+        b.expose_socket(s, "ssh-agent socket")?;
+    }
+    if let Some(s) = &spec.docker_socket {
+        b.expose_socket(s, "docker socket")?;
+    }
+    b.plan.cwd = match &spec.cwd {
+        Some(c) => {
+            absolute(c, "working directory")?;
+            c.clone()
+        }
+        None => project,
+    };
+    Ok(b.plan)
+}
+
+impl PartialOrd for Op {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Op {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        format!("{self:?}").cmp(&format!("{other:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::spec::{Limits, Netlock, TtyMode};
+    use std::collections::BTreeMap;
+
+    /// A host filesystem as a map of path -> kind (+ link targets).
+    #[derive(Default)]
+    struct FakeFs {
+        kinds: BTreeMap<PathBuf, Kind>,
+        links: BTreeMap<PathBuf, PathBuf>,
+    }
+
+    impl FakeFs {
+        fn with(mut self, p: &str, k: Kind) -> Self {
+            self.kinds.insert(p.into(), k);
+            self
+        }
+        fn link(mut self, p: &str, t: &str) -> Self {
+            self.kinds.insert(p.into(), Kind::Symlink);
+            self.links.insert(p.into(), t.into());
+            self
+        }
+    }
+
+    impl HostFs for FakeFs {
+        fn kind(&self, p: &Path) -> Kind {
+            if let Some(k) = self.kinds.get(p) {
+                return *k;
+            }
+            // lstat resolves links in the parent directories
+            match (p.parent().map(|d| self.canonicalize(d)), p.file_name()) {
+                (Some(Ok(d)), Some(n)) if d != p.parent().unwrap() => self.kind(&d.join(n)),
+                _ => Kind::Missing,
+            }
+        }
+        fn canonicalize(&self, p: &Path) -> io::Result<PathBuf> {
+            let mut out = PathBuf::from("/");
+            for c in p.components().skip(1) {
+                out.push(c);
+                if let Some(t) = self.links.get(&out) {
+                    out = if t.is_absolute() { t.clone() } else { out.parent().unwrap().join(t) };
+                }
+            }
+            if self.kind(&out) == Kind::Missing {
+                return Err(io::Error::from_raw_os_error(libc::ENOENT));
+            }
+            Ok(out)
+        }
+        fn read_dir(&self, p: &Path) -> io::Result<Vec<String>> {
+            Ok(self
+                .kinds
+                .keys()
+                .filter(|k| k.parent() == Some(p))
+                .map(|k| k.file_name().unwrap().to_string_lossy().into_owned())
+                .collect())
+        }
+        fn read_link(&self, p: &Path) -> io::Result<PathBuf> {
+            self.links.get(p).cloned().ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
+        }
+    }
+
+    fn host() -> FakeFs {
+        FakeFs::default()
+            .with("/usr", Kind::Dir)
+            .with("/etc", Kind::Dir)
+            .with("/etc/resolv.conf", Kind::Symlink)
+            .link("/etc/resolv.conf", "/run/systemd/resolve/stub-resolv.conf")
+            .with("/run", Kind::Dir)
+            .with("/run/systemd", Kind::Dir)
+            .with("/run/systemd/resolve", Kind::Dir)
+            .with("/run/systemd/resolve/stub-resolv.conf", Kind::File)
+            .with("/run/docker.sock", Kind::Special)
+            .link("/bin", "usr/bin")
+            .with("/proc", Kind::Dir)
+            .with("/dev", Kind::Dir)
+            .with("/tmp", Kind::Dir)
+            .with("/var", Kind::Dir)
+            .link("/var/run", "/run")
+            .with("/home", Kind::Dir)
+            .with("/home/u", Kind::Dir)
+            .with("/home/u/.ssh", Kind::Dir)
+            .with("/home/u/.ssh/id_ed25519", Kind::File)
+            .with("/home/u/.ssh/id_ed25519.pub", Kind::File)
+            .with("/home/u/.ssh/config", Kind::File)
+            .with("/home/u/.ssh/known_hosts", Kind::File)
+            .with("/home/u/.aws", Kind::Dir)
+            .with("/home/u/.cache", Kind::Dir)
+            .with("/home/u/p", Kind::Dir)
+            .with("/home/u/p/.git", Kind::Dir)
+            .with("/home/u/p/.git/hooks", Kind::Dir)
+            .with("/home/u/p/.git/config", Kind::File)
+            .with("/home/u/p/.opencode-sandbox", Kind::Dir)
+            .with("/home/u/.local", Kind::Dir)
+            .with("/home/u/.local/share", Kind::Dir)
+            .with("/home/u/.local/share/ocsb", Kind::Dir)
+            .with("/home/u/.local/share/ocsb/p", Kind::Dir)
+            .with("/home/u/.local/share/ocsb/p/tmp", Kind::Dir)
+    }
+
+    fn spec() -> SandboxSpec {
+        SandboxSpec {
+            project_dir: "/home/u/p".into(),
+            state_dir: "/home/u/.local/share/ocsb/p".into(),
+            home: "/home/u".into(),
+            worktrees_dir: Some("/home/u/p-worktrees".into()),
+            rw: vec![],
+            rw_home: vec!["/home/u/.cache".into(), "/home/u/.npm".into()],
+            hide: vec![],
+            hide_home: vec!["/home/u/.aws".into(), "/home/u/.kube/config".into()],
+            tmp: TmpMode::Private,
+            docker_socket: None,
+            ssh_agent: None,
+            env: vec![],
+            argv: vec!["true".into()],
+            cwd: None,
+            namespaces: true,
+            netlock: Netlock::Off,
+            tcp: None,
+            limits: Limits::default(),
+            tty: TtyMode::Never,
+        }
+    }
+
+    fn pos(plan: &Plan, dst: &str) -> usize {
+        plan.ops
+            .iter()
+            .position(|o| o.dst() == Path::new(dst))
+            .unwrap_or_else(|| panic!("no op for {dst} in {:#?}", plan.ops))
+    }
+
+    #[test]
+    fn base_is_read_only_and_skips_fresh_dirs() {
+        let plan = build(&spec(), &host()).unwrap();
+        assert!(plan.ops.contains(&Op::Bind { src: "/usr".into(), dst: "/usr".into(), access: Access::Ro, dir: true }));
+        assert!(plan.ops.contains(&Op::Symlink { dst: "/bin".into(), target: "usr/bin".into() }));
+        for fresh in ["/proc", "/dev", "/run", "/tmp"] {
+            assert!(
+                !plan.ops.iter().any(|o| matches!(o, Op::Bind { src, access: Access::Ro, .. } if src == Path::new(fresh))),
+                "{fresh} must not be bound from the host"
+            );
+        }
+        assert!(matches!(plan.ops[pos(&plan, "/run")], Op::Tmpfs { seal: true, .. }));
+        assert!(matches!(plan.ops[pos(&plan, "/proc")], Op::Proc { .. }));
+    }
+
+    #[test]
+    fn docker_socket_absent_unless_allowed() {
+        let plan = build(&spec(), &host()).unwrap();
+        assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/run/docker.sock")));
+        let mut s = spec();
+        s.docker_socket = Some("/var/run/docker.sock".into());
+        let plan = build(&s, &host()).unwrap();
+        let i = pos(&plan, "/run/docker.sock");
+        assert!(i > pos(&plan, "/run"), "the socket is bound into the fresh /run");
+    }
+
+    #[test]
+    fn resolv_conf_target_is_kept_in_run() {
+        let plan = build(&spec(), &host()).unwrap();
+        let i = pos(&plan, "/run/systemd/resolve/stub-resolv.conf");
+        assert!(i > pos(&plan, "/run"));
+    }
+
+    #[test]
+    fn tmp_before_project_and_state_under_tmp() {
+        let fs = host()
+            .with("/tmp/w", Kind::Dir)
+            .with("/tmp/w/p", Kind::Dir)
+            .with("/tmp/w/state", Kind::Dir);
+        let mut s = spec();
+        s.project_dir = "/tmp/w/p".into();
+        s.state_dir = "/tmp/w/state".into();
+        let plan = build(&s, &fs).unwrap();
+        let tmp = pos(&plan, "/tmp");
+        assert!(tmp < pos(&plan, "/tmp/w/p"));
+        assert!(tmp < pos(&plan, "/tmp/w/state"));
+        assert_eq!(
+            plan.ops[tmp],
+            Op::Bind { src: "/tmp/w/state/tmp".into(), dst: "/tmp".into(), access: Access::Rw, dir: true }
+        );
+    }
+
+    #[test]
+    fn writable_set_and_missing_entries() {
+        let plan = build(&spec(), &host()).unwrap();
+        for w in ["/home/u/p", "/home/u/.local/share/ocsb/p", "/home/u/.cache", "/tmp"] {
+            assert!(plan.writable.contains(&PathBuf::from(w)), "{w} writable");
+        }
+        // ~/.npm does not exist: skipped silently (RW_HOME), worktrees dir: warned.
+        assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.npm")));
+        assert!(plan.warnings.iter().any(|w| w.contains("p-worktrees")));
+    }
+
+    #[test]
+    fn hidden_paths_and_ssh_keys() {
+        let plan = build(&spec(), &host()).unwrap();
+        assert!(matches!(plan.ops[pos(&plan, "/home/u/.aws")], Op::Tmpfs { seal: true, .. }));
+        assert_eq!(plan.ops[pos(&plan, "/home/u/.ssh/id_ed25519")], Op::Mask { dst: "/home/u/.ssh/id_ed25519".into() });
+        for visible in ["/home/u/.ssh/config", "/home/u/.ssh/known_hosts", "/home/u/.ssh/id_ed25519.pub"] {
+            assert!(!plan.ops.iter().any(|o| o.dst() == Path::new(visible)), "{visible} stays");
+        }
+        // hiding happens after the home's read-only bind
+        assert!(pos(&plan, "/home") < pos(&plan, "/home/u/.aws"));
+    }
+
+    #[test]
+    fn hidden_symlink_hides_its_target() {
+        let fs = host().with("/srv", Kind::Dir).with("/srv/secret", Kind::Dir).link("/home/u/.aws", "/srv/secret");
+        let plan = build(&spec(), &fs).unwrap();
+        assert!(matches!(plan.ops[pos(&plan, "/srv/secret")], Op::Tmpfs { .. }));
+    }
+
+    #[test]
+    fn writable_inside_hidden_comes_after_hiding() {
+        let mut s = spec();
+        s.hide = vec!["/home/u/.local".into()];
+        let plan = build(&s, &host()).unwrap();
+        assert!(pos(&plan, "/home/u/.local") < pos(&plan, "/home/u/.local/share/ocsb/p"));
+    }
+
+    #[test]
+    fn hidden_inside_writable_comes_after() {
+        let fs = host().with("/home/u/p/secrets", Kind::Dir);
+        let mut s = spec();
+        s.hide = vec!["/home/u/p/secrets".into()];
+        let plan = build(&s, &fs).unwrap();
+        assert!(pos(&plan, "/home/u/p") < pos(&plan, "/home/u/p/secrets"));
+    }
+
+    #[test]
+    fn protected_paths_are_read_only_and_last() {
+        let mut s = spec();
+        s.rw = vec!["/home/u/p/.git".into()]; // even an explicit rw entry does not win
+        let plan = build(&s, &host()).unwrap();
+        let hooks = pos(&plan, "/home/u/p/.git/hooks");
+        let config = pos(&plan, "/home/u/p/.git/config");
+        let git = pos(&plan, "/home/u/p/.git");
+        assert!(hooks > git && config > git && git > pos(&plan, "/home/u/p"));
+        assert_eq!(plan.ops[git], Op::Bind { src: "/home/u/p/.git".into(), dst: "/home/u/p/.git".into(), access: Access::Rw, dir: true }, "a mount point: cannot be renamed away");
+        assert_eq!(plan.ops[hooks], Op::Bind { src: "/home/u/p/.git/hooks".into(), dst: "/home/u/p/.git/hooks".into(), access: Access::Ro, dir: true });
+        assert_eq!(plan.ops[config], Op::Bind { src: "/home/u/p/.git/config".into(), dst: "/home/u/p/.git/config".into(), access: Access::Ro, dir: false });
+        assert!(matches!(plan.ops[pos(&plan, "/home/u/p/.opencode-sandbox")], Op::Bind { access: Access::Ro, .. }));
+    }
+
+    #[test]
+    fn missing_protected_paths_get_placeholders() {
+        let fs = host().with("/home/u/p/.git/config", Kind::Missing);
+        let mut fs = fs;
+        fs.kinds.remove(Path::new("/home/u/p/.git/hooks"));
+        fs.kinds.remove(Path::new("/home/u/p/.git/config"));
+        let plan = build(&spec(), &fs).unwrap();
+        assert!(plan.placeholders.contains(&Placeholder { path: "/home/u/p/.cc-safety-net".into(), dir: true }));
+        assert!(plan.placeholders.contains(&Placeholder { path: "/home/u/p/.git/hooks".into(), dir: true }));
+        assert!(plan.placeholders.contains(&Placeholder { path: "/home/u/p/.git/config".into(), dir: false }));
+        assert!(matches!(plan.ops[pos(&plan, "/home/u/p/.cc-safety-net")], Op::Bind { access: Access::Ro, dir: true, .. }));
+    }
+
+    #[test]
+    fn no_git_no_git_placeholders() {
+        let mut fs = host();
+        fs.kinds.retain(|k, _| !k.starts_with("/home/u/p/.git"));
+        let plan = build(&spec(), &fs).unwrap();
+        assert!(!plan.placeholders.iter().any(|p| p.path.starts_with("/home/u/p/.git")));
+    }
+
+    #[test]
+    fn symlinked_protected_path_is_refused() {
+        let fs = host().link("/home/u/p/.git/hooks", "/home/u/.ssh");
+        let err = build(&spec(), &fs).unwrap_err().to_string();
+        assert!(err.contains(".git/hooks is a symbolic link"), "{err}");
+        let fs = host().link("/home/u/p/.git", "/home/u/.ssh");
+        assert!(build(&spec(), &fs).is_err());
+    }
+
+    #[test]
+    fn git_file_pointer_is_protected() {
+        let mut fs = host();
+        fs.kinds.retain(|k, _| !k.starts_with("/home/u/p/.git"));
+        let fs = fs.with("/home/u/p/.git", Kind::File);
+        let plan = build(&spec(), &fs).unwrap();
+        assert!(matches!(plan.ops[pos(&plan, "/home/u/p/.git")], Op::Bind { access: Access::Ro, dir: false, .. }));
+    }
+
+    #[test]
+    fn relative_paths_are_refused() {
+        let mut s = spec();
+        s.rw = vec!["relative/dir".into()];
+        assert!(build(&s, &host()).unwrap_err().to_string().contains("not an absolute path"));
+    }
+
+    #[test]
+    fn shared_tmp_binds_host_tmp() {
+        let mut s = spec();
+        s.tmp = TmpMode::Shared;
+        let plan = build(&s, &host()).unwrap();
+        assert_eq!(plan.ops[pos(&plan, "/tmp")], Op::Bind { src: "/tmp".into(), dst: "/tmp".into(), access: Access::Rw, dir: true });
+    }
+}

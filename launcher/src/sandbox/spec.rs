@@ -1,0 +1,128 @@
+//! What the sandbox should look like: a plain value the launcher fills from the settings. Nothing
+//! here touches the system; `plan` turns it into mounts and `launch` enforces it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole sandbox policy for one command. Paths are absolute (the caller resolves `~/` and
+/// project-relative entries); the plan canonicalises them and refuses symlinked mount targets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// Writable: the project (git work tree or directory with `.opencode-sandbox/`).
+    pub project_dir: PathBuf,
+    /// Writable: `~/.local/share/opencode-sandbox/<name>`; also holds the private `/tmp`.
+    pub state_dir: PathBuf,
+    /// The user's home directory (for `~/.ssh` and `~/.Xauthority` hiding).
+    pub home: PathBuf,
+    /// Writable when it exists: `OCSB_WORKTREES_DIR`.
+    pub worktrees_dir: Option<PathBuf>,
+    /// `OCSB_RW`: extra writable paths (missing ones are skipped with a warning).
+    pub rw: Vec<PathBuf>,
+    /// `OCSB_RW_HOME`, already joined to `home`: writable when they exist.
+    pub rw_home: Vec<PathBuf>,
+    /// `OCSB_HIDE`: hidden paths (empty directory or empty file in their place).
+    pub hide: Vec<PathBuf>,
+    /// `OCSB_HIDE_HOME`, already joined to `home`.
+    pub hide_home: Vec<PathBuf>,
+    /// `OCSB_TMP`.
+    pub tmp: TmpMode,
+    /// The Docker socket to expose (`OCSB_DOCKER=1`); `None` hides every known Docker socket.
+    pub docker_socket: Option<PathBuf>,
+    /// The ssh-agent socket (`SSH_AUTH_SOCK`) to expose, as the seed does: the host agent signs,
+    /// the private keys stay hidden.
+    pub ssh_agent: Option<PathBuf>,
+    /// The complete environment of the command (see `env::build`); nothing else is inherited.
+    /// UTF-8 only (JSON-friendly); the CLI refuses non-UTF-8 arguments with a clear message.
+    pub env: Vec<(String, String)>,
+    /// The command and its arguments; `argv[0]` is looked up in the sandbox's `PATH`.
+    pub argv: Vec<String>,
+    /// Working directory inside; defaults to the project.
+    pub cwd: Option<PathBuf>,
+    /// `OCSB_SANDBOX`: false keeps the netlock gid and probes but builds no namespaces.
+    pub namespaces: bool,
+    /// How the process tree gets the netlock group, and how it is checked.
+    pub netlock: Netlock,
+    /// Landlock TCP ports (`None`: TCP is not restricted by landlock; the netlock still is).
+    pub tcp: Option<TcpPorts>,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Whether to give the command a pty the launcher owns (auto: when stdin is a terminal).
+    pub tty: TtyMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TmpMode {
+    /// `<state>/tmp` mounted on `/tmp`; files older than 7 days are removed on start.
+    Private,
+    /// The host's `/tmp` (and the sockets in it) is visible and writable.
+    Shared,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TtyMode {
+    Auto,
+    Never,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Netlock {
+    /// No netlock gid. Only for diagnostics and tests that build their own network namespace;
+    /// the run/exec commands never choose this.
+    Off,
+    /// The command runs with real, effective and saved gid `gid`; the lock is probed before the
+    /// command starts and every `probe_interval` while it runs; a failed probe kills it.
+    Required { gid: u32, acquire: Acquire, probe_interval: Duration },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Acquire {
+    /// The setgid shim `ocsb-netlock-exec` (mode 2755 root:G). It execs
+    /// `<ocsb> __sandbox-init`; `args` are the extra arguments it expects before that.
+    Shim { path: PathBuf },
+    /// `sg <group> -c 'exec <ocsb> __sandbox-init'` (needs group membership).
+    Sg { group: String },
+    /// The launcher already runs with gid G as real, effective and saved gid (tests, `sg` from
+    /// the caller).
+    Inherited,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TcpPorts {
+    /// Ports the sandbox may connect to (e.g. the egress proxy and 53).
+    pub connect: Vec<u16>,
+    /// Ports the sandbox may bind.
+    pub bind: Vec<u16>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Limits {
+    /// `RLIMIT_NPROC` (processes of this user in the sandbox's user namespace).
+    pub nproc: u64,
+    /// Size of the tmpfs mounts the sandbox creates (`/dev/shm`), in bytes.
+    pub shm_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { nproc: 8192, shm_bytes: 1 << 30 }
+    }
+}
+
+/// Paths inside the project that stay read-only even though the project is writable: the agent
+/// must not widen its own sandbox (`.opencode-sandbox/`, `.cc-safety-net/`), and the host later
+/// executes what `.git/hooks` and `.git/config` say.
+pub const PROTECTED_IN_PROJECT: &[&str] =
+    &[".opencode-sandbox", ".cc-safety-net", ".git/hooks", ".git/config"];
+
+/// Host programs that must not run inside (the seed disables `xdg-open`).
+pub const DISABLED_PROGRAMS: &[&str] = &["/usr/bin/xdg-open", "/bin/xdg-open"];
+
+/// Docker sockets hidden unless `docker_socket` is set.
+pub const DOCKER_SOCKETS: &[&str] = &["/run/docker.sock", "/var/run/docker.sock"];
+
+/// Entries of `~/.ssh` that stay visible; everything else there is hidden.
+pub fn ssh_entry_visible(name: &str) -> bool {
+    name == "config" || name == "known_hosts" || name.ends_with(".pub")
+}

@@ -1,0 +1,329 @@
+//! Stage 2: the freshly executed, single-threaded `ocsb __sandbox-init` (through the netlock
+//! shim or `sg` when it needs the gid). It reads the request from its environment, builds the
+//! namespaces, forks pid 1 and then supervises: it relays signals and the exit status and
+//! re-runs the netlock probe; a failed probe kills the sandbox.
+//!
+//! ```text
+//! launcher (any threads; owns the pty master)
+//!  └─ stage 2 helper: close fds, PDEATHSIG, gid + probe, unshare(USER|NS|IPC|UTS|PID|CGROUP),
+//!     │               id maps (user and gid mapped to themselves), then supervise
+//!     └─ pid 1: PDEATHSIG, non-dumpable, mount tree + pivot_root, drop caps, setsid + pty,
+//!        │      rlimits, fresh keyring, no_new_privs, landlock, seccomp  (same domains as the
+//!        │      command, so the command cannot ptrace or signal its way out through pid 1)
+//!        └─ the command (execve)
+//! ```
+
+use std::ffi::{CString, OsStr};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sched::CloneFlags;
+use nix::sys::resource::{Resource, setrlimit};
+use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid};
+use serde::{Deserialize, Serialize};
+
+use super::error::{Error, Result, USERNS_FIX};
+use super::landlock::{self, LandlockPolicy};
+use super::mounts::{self, RealMounts};
+use super::plan::Plan;
+use super::spec::Limits;
+use super::{caps, netlock, seccomp, sys};
+
+/// The hidden argument that selects stage 2.
+pub const ARG: &str = "__sandbox-init";
+/// The environment variable that carries the [`Request`] (JSON). The shim passes the
+/// environment through and closes every fd above 2, so an fd cannot carry it.
+pub const ENV: &str = "OCSB_SANDBOX_REQUEST";
+/// Exit status when the sandbox could not be built (the message is on stderr).
+pub const EXIT_SETUP: i32 = 125;
+/// Exit status when the command could not be executed.
+pub const EXIT_EXEC: i32 = 127;
+
+/// Everything stage 2 needs; built by `launch` from a [`super::SandboxSpec`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Request {
+    pub launcher_pid: i32,
+    /// `None`: `OCSB_SANDBOX=0`, no namespaces (the netlock still applies).
+    pub plan: Option<Plan>,
+    pub landlock: LandlockPolicy,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub netlock_gid: Option<u32>,
+    pub probe_interval: Duration,
+    pub limits: Limits,
+    /// fd 0 is a pty slave that becomes the controlling terminal.
+    pub tty: bool,
+}
+
+const FORWARDED: &[Signal] =
+    &[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2];
+
+fn handled_set() -> SigSet {
+    let mut s = SigSet::empty();
+    s.add(Signal::SIGCHLD);
+    for sig in FORWARDED {
+        s.add(*sig);
+    }
+    s
+}
+
+/// Entry point of `ocsb __sandbox-init`; returns the exit status.
+pub fn main() -> i32 {
+    match helper() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ocsb: {e}");
+            EXIT_SETUP
+        }
+    }
+}
+
+fn close_extra_fds() -> Result<()> {
+    sys::close_range(3, 0).map_err(|e| {
+        Error::kernel("close_range", e, "Linux >= 5.9 is required (close_range)")
+    })
+}
+
+fn helper() -> Result<i32> {
+    // No descriptor of the launcher may reach the sandbox (runc CVE-2024-21626 class).
+    close_extra_fds()?;
+    // The sandbox dies with the launcher. PDEATHSIG is cleared across a set-gid exec, so it is
+    // set here, after the shim; then check the launcher did not die before it took effect.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| Error::kernel("PR_SET_PDEATHSIG", e.into(), "report this"))?;
+    let raw = std::env::var_os(ENV).ok_or_else(|| {
+        Error::refused(format!("{ARG} is internal: started without {ENV}"), "run `ocsb exec` instead")
+    })?;
+    let req: Request = serde_json::from_slice(raw.as_bytes())
+        .map_err(|e| Error::refused(format!("bad sandbox request: {e}"), "report this"))?;
+    if nix::unistd::getppid().as_raw() != req.launcher_pid {
+        return Ok(EXIT_SETUP); // the launcher is gone
+    }
+    if let Some(gid) = req.netlock_gid {
+        netlock::require_gid(gid)?;
+        netlock::require_locked(gid)?;
+    }
+    let mask = handled_set();
+    signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
+        .map_err(|e| Error::kernel("sigprocmask", e.into(), "report this"))?;
+
+    let (death_r, death_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| Error::kernel("pipe", e.into(), "report this"))?;
+    if req.plan.is_some() {
+        enter_namespaces()?;
+    }
+    // SAFETY: stage 2 is single-threaded (a fresh exec; nothing here spawns threads), so the
+    // child may run arbitrary code after fork.
+    match unsafe { fork() }.map_err(|e| Error::kernel("fork", e.into(), "check RLIMIT_NPROC"))? {
+        ForkResult::Child => {
+            drop(death_w);
+            let code = match init(&req, death_r) {
+                Ok(never) => match never {},
+                Err(e) => {
+                    eprintln!("ocsb: {e}");
+                    EXIT_SETUP
+                }
+            };
+            std::process::exit(code);
+        }
+        ForkResult::Parent { child } => {
+            drop(death_r);
+            let code = supervise(&req, child, &mask);
+            drop(death_w);
+            Ok(code)
+        }
+    }
+}
+
+/// `unshare` the namespaces and map the user and group to themselves.
+fn enter_namespaces() -> Result<()> {
+    let (uid, gid) = (geteuid().as_raw(), getegid().as_raw());
+    let flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWCGROUP;
+    nix::sched::unshare(flags).map_err(|e| Error::kernel("unshare(user, mount, ipc, uts, pid, cgroup namespaces)", e.into(), USERNS_FIX))?;
+    // After a set-gid exec the process may be non-dumpable, which makes /proc/self/*_map
+    // root-owned; the maps must be written by us.
+    let _ = sys::prctl(libc::PR_SET_DUMPABLE, 1);
+    let write = |file: &str, text: String| {
+        std::fs::write(file, text.as_bytes()).map_err(|e| Error::kernel("writing the user namespace id maps", std::io::Error::new(e.kind(), format!("{file}: {e}")), USERNS_FIX))
+    };
+    // setgroups must be denied before an unprivileged gid_map (CVE-2014-8989).
+    write("/proc/self/setgroups", "deny".into())?;
+    write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))?;
+    write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))?;
+    Ok(())
+}
+
+fn exit_code(status: WaitStatus) -> Option<i32> {
+    match status {
+        WaitStatus::Exited(_, c) => Some(c),
+        WaitStatus::Signaled(_, s, _) => Some(128 + s as i32),
+        _ => None,
+    }
+}
+
+/// Wait for pid 1, forward signals, repeat the netlock probe.
+fn supervise(req: &Request, child: Pid, mask: &SigSet) -> i32 {
+    let interval = req.probe_interval.max(Duration::from_millis(100));
+    let mut next_probe = std::time::Instant::now() + interval;
+    loop {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(st) => {
+                if let Some(c) = exit_code(st) {
+                    return c;
+                }
+            }
+            Err(_) => return EXIT_SETUP,
+        }
+        if let Some(gid) = req.netlock_gid
+            && std::time::Instant::now() >= next_probe
+        {
+            next_probe = std::time::Instant::now() + interval;
+            if let Err(e) = netlock::require_locked(gid) {
+                let _ = signal::kill(child, Signal::SIGKILL);
+                let _ = waitpid(child, None);
+                eprintln!("ocsb: {e}\nocsb: the sandbox was stopped");
+                return EXIT_SETUP;
+            }
+        }
+        let wait = next_probe.saturating_duration_since(std::time::Instant::now()).min(Duration::from_millis(500));
+        if let Some(sig) = sigtimedwait(mask, wait)
+            && sig != Signal::SIGCHLD
+        {
+            let _ = signal::kill(child, sig);
+        }
+    }
+}
+
+fn sigtimedwait(mask: &SigSet, wait: Duration) -> Option<Signal> {
+    let ts = libc::timespec { tv_sec: wait.as_secs() as libc::time_t, tv_nsec: wait.subsec_nanos() as libc::c_long };
+    // SAFETY: `mask` is a valid sigset; info may be NULL; `ts` outlives the call.
+    let r = unsafe { libc::sigtimedwait(mask.as_ref(), std::ptr::null_mut(), &ts) };
+    if r > 0 { Signal::try_from(r).ok() } else { None }
+}
+
+/// pid 1 of the sandbox (or, without namespaces, the confined parent of the command).
+fn init(req: &Request, death: OwnedFd) -> Result<std::convert::Infallible> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| Error::kernel("PR_SET_PDEATHSIG", e.into(), "report this"))?;
+    // If stage 2 died before PDEATHSIG took effect, its end of the pipe is closed.
+    let mut pfd = [PollFd::new(death.as_fd(), PollFlags::POLLIN)];
+    if poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0) > 0 {
+        std::process::exit(EXIT_SETUP);
+    }
+    drop(death);
+    if let Some(plan) = &req.plan {
+        // Nothing in the sandbox may ptrace pid 1 or read its memory.
+        sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Error::kernel("PR_SET_DUMPABLE", e, "report this"))?;
+        mounts::apply(&mut RealMounts::new(), plan)?;
+    }
+    enter_cwd(&req.cwd)?;
+    if req.plan.is_some() {
+        caps::drop_all()?;
+    }
+    nix::unistd::setsid().map_err(|e| Error::kernel("setsid", e.into(), "report this"))?;
+    if req.tty {
+        sys::set_controlling_tty(0).map_err(|e| Error::kernel("TIOCSCTTY on the sandbox pty", e, "report this"))?;
+    }
+    limits(&req.limits)?;
+    sys::join_new_session_keyring().map_err(|e| Error::kernel("keyctl(JOIN_SESSION_KEYRING)", e, "the kernel needs CONFIG_KEYS"))?;
+    nix::sys::prctl::set_no_new_privs().map_err(|e| Error::kernel("PR_SET_NO_NEW_PRIVS", e.into(), "report this"))?;
+    if req.plan.is_some() {
+        landlock::apply(&req.landlock)?;
+        seccomp::apply()?;
+    }
+    let program = resolve_program(req)?;
+    let argv: Vec<CString> = req.argv.iter().map(|a| cstring(a.as_bytes())).collect::<Result<_>>()?;
+    let env: Vec<CString> = req
+        .env
+        .iter()
+        .map(|(k, v)| cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
+        .collect::<Result<_>>()?;
+    // SAFETY: single-threaded; the child only resets signals and execs.
+    match unsafe { fork() }.map_err(|e| Error::kernel("fork", e.into(), "check RLIMIT_NPROC"))? {
+        ForkResult::Child => {
+            let _ = signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+            let e = nix::unistd::execve(&program, &argv, &env).unwrap_err();
+            eprintln!("ocsb: cannot execute {}: {e}", program.to_string_lossy());
+            std::process::exit(EXIT_EXEC);
+        }
+        ForkResult::Parent { child } => reap(child),
+    }
+}
+
+fn cstring(b: &[u8]) -> Result<CString> {
+    CString::new(b).map_err(|_| Error::refused("an argument or variable contains a NUL byte", "remove it"))
+}
+
+fn enter_cwd(cwd: &Path) -> Result<()> {
+    nix::unistd::chdir(cwd).map_err(|e| Error::io("enter the working directory", cwd, e.into()))?;
+    let now = nix::unistd::getcwd().map_err(|e| Error::io("read the working directory", cwd, e.into()))?;
+    if now != cwd {
+        return Err(Error::refused(
+            format!("working directory resolved to {} instead of {}", now.display(), cwd.display()),
+            "a directory on the way is a symbolic link; start from the real path",
+        ));
+    }
+    Ok(())
+}
+
+fn limits(l: &Limits) -> Result<()> {
+    let err = |e: Errno| Error::kernel("setrlimit", e.into(), "report this");
+    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(err)?;
+    setrlimit(Resource::RLIMIT_NPROC, l.nproc, l.nproc).map_err(err)?;
+    Ok(())
+}
+
+/// `argv[0]` looked up in the sandbox's own `PATH` (not the launcher's).
+fn resolve_program(req: &Request) -> Result<CString> {
+    let arg0 = req.argv.first().ok_or_else(|| Error::refused("no command given", "pass a command"))?;
+    if arg0.as_bytes().contains(&b'/') {
+        return cstring(arg0.as_bytes());
+    }
+    let path = req.env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).unwrap_or_default();
+    for dir in std::env::split_paths(OsStr::new(&path)) {
+        let cand = dir.join(arg0);
+        if nix::unistd::access(&cand, nix::unistd::AccessFlags::X_OK).is_ok() && !cand.is_dir() {
+            return cstring(cand.as_os_str().as_bytes());
+        }
+    }
+    eprintln!("ocsb: {arg0}: command not found in the sandbox's PATH");
+    std::process::exit(EXIT_EXEC);
+}
+
+/// pid 1's loop: reap every orphan, forward signals to the command, exit with its status (the
+/// kernel then kills whatever is left in the pid namespace).
+fn reap(child: Pid) -> ! {
+    let mask = handled_set();
+    loop {
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(st) => {
+                    if st.pid() == Some(child)
+                        && let Some(c) = exit_code(st)
+                    {
+                        std::process::exit(c);
+                    }
+                }
+            }
+        }
+        if let Some(sig) = sigtimedwait(&mask, Duration::from_secs(1))
+            && sig != Signal::SIGCHLD
+        {
+            let _ = signal::kill(child, sig);
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! `ocsb sandbox status`: what this host can enforce, checked live where it is cheap.
+
+use std::fmt;
+
+use nix::sched::CloneFlags;
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::{ForkResult, fork};
+
+use super::landlock::kernel_abi;
+
+pub struct Status {
+    /// `Ok` when a child could create user, mount, pid, ipc, uts and cgroup namespaces.
+    pub namespaces: Result<(), String>,
+    pub landlock_abi: i64,
+    /// `Seccomp:` line present in /proc/self/status (CONFIG_SECCOMP) and filters allowed.
+    pub seccomp: bool,
+    /// Relevant sysctls that exist on this kernel.
+    pub sysctls: Vec<(&'static str, String)>,
+}
+
+const SYSCTLS: &[&str] = &[
+    "kernel/unprivileged_userns_clone",
+    "user/max_user_namespaces",
+    "kernel/apparmor_restrict_unprivileged_userns",
+    "dev/tty/legacy_tiocsti",
+];
+
+fn try_namespaces() -> Result<(), String> {
+    // SAFETY: the child only calls unshare and _exit, both async-signal-safe, so forking a
+    // multi-threaded launcher is fine.
+    match unsafe { fork() } {
+        Err(e) => Err(format!("fork: {e}")),
+        Ok(ForkResult::Child) => {
+            let flags = CloneFlags::CLONE_NEWUSER
+                | CloneFlags::CLONE_NEWNS
+                | CloneFlags::CLONE_NEWPID
+                | CloneFlags::CLONE_NEWIPC
+                | CloneFlags::CLONE_NEWUTS
+                | CloneFlags::CLONE_NEWCGROUP;
+            let code = match nix::sched::unshare(flags) {
+                Ok(()) => 0,
+                Err(e) => e as i32,
+            };
+            // SAFETY: _exit is async-signal-safe and does not run atexit handlers.
+            unsafe { libc::_exit(code) }
+        }
+        Ok(ForkResult::Parent { child }) => match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, 0)) => Ok(()),
+            Ok(WaitStatus::Exited(_, errno)) => {
+                Err(format!("unshare: {}", nix::errno::Errno::from_raw(errno)))
+            }
+            other => Err(format!("probe child: {other:?}")),
+        },
+    }
+}
+
+pub fn status() -> Status {
+    let seccomp = std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Seccomp:")))
+        .unwrap_or(false);
+    let sysctls = SYSCTLS
+        .iter()
+        .filter_map(|k| {
+            std::fs::read_to_string(format!("/proc/sys/{k}")).ok().map(|v| (*k, v.trim().to_string()))
+        })
+        .collect();
+    Status { namespaces: try_namespaces(), landlock_abi: kernel_abi(), seccomp, sysctls }
+}
+
+impl Status {
+    /// True when everything the sandbox requires is present.
+    pub fn ok(&self) -> bool {
+        self.namespaces.is_ok() && self.landlock_abi >= 6 && self.seccomp
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespaces {
+            Ok(()) => writeln!(f, "namespaces: user mount pid ipc uts cgroup: ok")?,
+            Err(e) => writeln!(f, "namespaces: NOT available ({e}); {}", super::error::USERNS_FIX)?,
+        }
+        let ll = match self.landlock_abi {
+            0 => "NOT available (landlock disabled or kernel too old; need ABI >= 6)".to_string(),
+            n if n < 6 => format!("ABI {n}: too old (need >= 6 for abstract-socket and signal scopes)"),
+            n => format!("ABI {n}: ok (hard floor: filesystem rights ABI 5, scopes ABI 6; newer rights best effort)"),
+        };
+        writeln!(f, "landlock: {ll}")?;
+        writeln!(f, "seccomp: {}", if self.seccomp { "ok" } else { "NOT available" })?;
+        for (k, v) in &self.sysctls {
+            writeln!(f, "sysctl {}: {v}", k.replace('/', "."))?;
+        }
+        write!(f, "netlock: probed by `ocsb netlock verify` and before every sandbox start")
+    }
+}

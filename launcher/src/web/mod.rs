@@ -1,0 +1,104 @@
+//! The web front on `OCSB_WEB_PORT`: the only door from the user's browser to OpenCode.
+//!
+//! It runs in the launcher, outside the sandbox, and forwards to OpenCode on `OCSB_WEB_PORT + 1`
+//! (HTTP, server-sent events and WebSocket upgrades for the terminal). It checks the user's
+//! password ([`auth`]) and replaces it upstream with OpenCode's own per-run secret. When the panel
+//! is on, HTML pages get one same-origin `<script src>` tag (OpenCode's CSP allows `'self'`
+//! scripts, not inline ones) and `/__ocsb/*` serves the Tokens panel and its numbers ([`tokens`]).
+
+pub mod auth;
+mod proxy;
+pub mod tokens;
+
+use std::net::{SocketAddr, TcpListener};
+use std::thread::JoinHandle;
+
+use crate::error::{Error, Result};
+
+/// What the front needs to know.
+#[derive(Debug, Clone)]
+pub struct FrontConfig {
+    /// `127.0.0.1:<OCSB_WEB_PORT>`.
+    pub listen: SocketAddr,
+    /// OpenCode: `127.0.0.1:<OCSB_WEB_PORT + 1>`.
+    pub upstream: SocketAddr,
+    /// The password the user types (user [`auth::USER`]).
+    pub password: String,
+    /// The `Authorization` value OpenCode expects (its own per-run secret).
+    pub upstream_authorization: String,
+    /// `OCSB_PANEL`.
+    pub panel: bool,
+}
+
+/// A running front; dropping it stops it.
+pub struct Front {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Front {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stop accepting, close open connections and wait for the thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The message for a port that is taken, with the seed's fix.
+pub fn port_busy(addr: SocketAddr, setting: &str, e: &std::io::Error) -> Error {
+    Error::failed(
+        format!("port {} is busy ({e}): another project or an old instance uses it", addr.port()),
+        format!("stop the other instance, or set another {setting} (e.g. in .opencode-sandbox/local/sandbox.conf)"),
+    )
+}
+
+/// Bind the port now (so a busy port is reported before anything else starts) and serve on a
+/// thread of its own.
+pub fn start(cfg: FrontConfig) -> Result<Front> {
+    let listener = TcpListener::bind(cfg.listen).map_err(|e| port_busy(cfg.listen, "OCSB_WEB_PORT", &e))?;
+    listener.set_nonblocking(true).map_err(|e| Error::io("configure", "the web front socket", e))?;
+    let addr = listener.local_addr().map_err(|e| Error::io("inspect", "the web front socket", e))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("ocsb-web")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("start the runtime of", "the web front", e))?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("ocsb-web".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        eprintln!("ocsb: web front: {e}");
+                        return;
+                    }
+                };
+                proxy::serve(listener, std::sync::Arc::new(cfg), rx).await;
+            });
+            rt.shutdown_timeout(std::time::Duration::from_millis(500));
+        })
+        .map_err(|e| Error::io("start a thread for", "the web front", e))?;
+    Ok(Front { addr, stop: Some(tx), thread: Some(thread) })
+}

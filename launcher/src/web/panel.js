@@ -1,0 +1,190 @@
+// ocsb Tokens panel: injected by the ocsb web front into OpenCode's web UI.
+// Numbers come from /__ocsb/tokens (computed by the front from OpenCode's API); refreshed live on
+// OpenCode's server-sent events and every few seconds while a message is being generated.
+(function () {
+  "use strict";
+  if (window.__ocsbPanel) return;
+  window.__ocsbPanel = true;
+
+  var state = { session: null, directory: null, data: null, timer: null, collapsed: false };
+
+  function b64urlDecode(s) {
+    try {
+      s = s.replace(/-/g, "+").replace(/_/g, "/");
+      while (s.length % 4) s += "=";
+      return decodeURIComponent(escape(atob(s)));
+    } catch (e) {
+      return null;
+    }
+  }
+
+  // OpenCode's routes: /<base64url(dir)>/session/<id>
+  function route() {
+    var m = location.pathname.match(/^\/([^/]+)\/session\/(ses[A-Za-z0-9_]+)/);
+    if (!m) {
+      var n = location.pathname.match(/\/session\/(ses[A-Za-z0-9_]+)/);
+      return { session: n ? n[1] : null, directory: null };
+    }
+    var dir = b64urlDecode(m[1]);
+    return { session: m[2], directory: dir && dir.charAt(0) === "/" ? dir : null };
+  }
+
+  function fmtInt(n) {
+    return (n || 0).toLocaleString("en-US");
+  }
+  function fmtCost(c) {
+    return "$" + (c || 0).toFixed(4);
+  }
+  function fmtRate(r) {
+    return r == null ? "–" : r.toFixed(1) + " tok/s";
+  }
+
+  var box = document.createElement("div");
+  box.id = "ocsb-tokens-panel";
+  box.setAttribute("role", "complementary");
+  box.setAttribute("aria-label", "Tokens");
+  box.style.cssText =
+    "position:fixed;right:12px;bottom:12px;z-index:2147483647;min-width:230px;max-width:300px;" +
+    "font:12px/1.4 ui-monospace,monospace;background:rgba(20,20,24,.92);color:#e6e6e6;" +
+    "border:1px solid #444;border-radius:6px;padding:8px 10px;box-shadow:0 2px 10px rgba(0,0,0,.4)";
+
+  function row(label, field, title) {
+    return (
+      '<div style="display:flex;justify-content:space-between;gap:12px"' +
+      (title ? ' title="' + title + '"' : "") +
+      "><span>" + label + '</span><span data-field="' + field + '">–</span></div>'
+    );
+  }
+
+  box.innerHTML =
+    '<div style="display:flex;justify-content:space-between;cursor:pointer;font-weight:bold" data-toggle>' +
+    '<span>Tokens</span><span data-field="status"></span></div>' +
+    '<div data-body>' +
+    '<div data-field="model" style="color:#9ab;margin:2px 0 4px"></div>' +
+    row("context", "context", "prompt tokens of the last step / the model's context window") +
+    '<div style="height:6px;background:#333;border-radius:3px;margin:3px 0 5px;overflow:hidden">' +
+    '<div data-field="bar" style="height:100%;width:0;background:#6a9"></div></div>' +
+    row("  system (est.)", "system", "estimated: the rest after tools and messages") +
+    row("  tools (est.)", "tools", "estimated from the size of the tool definitions") +
+    row("  messages (est.)", "messages", "estimated from the size of the conversation") +
+    row("  cache read", "cache_read") +
+    row("  cache write", "cache_write") +
+    row("spend", "cost") +
+    row("output", "output") +
+    row("speed (last)", "speed_last", "output tokens per second of the last message") +
+    row("speed (avg)", "speed_avg", "output tokens per second over the session") +
+    "</div>";
+
+  function set(field, text) {
+    var el = box.querySelector('[data-field="' + field + '"]');
+    if (el) el.textContent = text;
+  }
+
+  function render() {
+    var d = state.data;
+    box.style.display = state.session ? "" : "none";
+    if (!d) return;
+    var c = d.context || {};
+    set("model", d.model || "no model reply yet");
+    set("context", fmtInt(c.used) + (c.limit ? " / " + fmtInt(c.limit) : ""));
+    var pct = c.limit ? Math.min(100, (100 * c.used) / c.limit) : 0;
+    var bar = box.querySelector('[data-field="bar"]');
+    bar.style.width = pct.toFixed(1) + "%";
+    bar.style.background = pct > 80 ? "#c65" : pct > 60 ? "#cb6" : "#6a9";
+    set("system", fmtInt(c.system));
+    set("tools", fmtInt(c.tools));
+    set("messages", fmtInt(c.messages));
+    set("cache_read", fmtInt(c.cache_read));
+    set("cache_write", fmtInt(c.cache_write));
+    set("cost", fmtCost(d.cost));
+    set("output", fmtInt((d.tokens || {}).output));
+    set("speed_last", fmtRate((d.speed || {}).last));
+    set("speed_avg", fmtRate((d.speed || {}).average));
+    set("status", d.busy ? "●" : "");
+    box.setAttribute("data-session", d.session || "");
+    box.setAttribute("data-updated", String(Date.now()));
+  }
+
+  function refresh() {
+    var r = route();
+    state.session = r.session;
+    state.directory = r.directory;
+    if (!state.session) {
+      state.data = null;
+      render();
+      return;
+    }
+    var q = "session=" + encodeURIComponent(state.session);
+    if (state.directory) q += "&directory=" + encodeURIComponent(state.directory);
+    fetch("/__ocsb/tokens?" + q, { credentials: "same-origin", cache: "no-store" })
+      .then(function (res) {
+        return res.ok ? res.json() : null;
+      })
+      .then(function (d) {
+        if (d && d.session === state.session) {
+          state.data = d;
+          render();
+          schedule(d.busy ? 1500 : 10000);
+        }
+      })
+      .catch(function () {
+        schedule(5000);
+      });
+  }
+
+  function schedule(ms) {
+    clearTimeout(state.timer);
+    state.timer = setTimeout(refresh, ms);
+  }
+
+  var pending = null;
+  function soon() {
+    if (pending) return;
+    pending = setTimeout(function () {
+      pending = null;
+      refresh();
+    }, 250);
+  }
+
+  function listen() {
+    try {
+      var es = new EventSource("/global/event");
+      es.onmessage = function (ev) {
+        var t = "";
+        try {
+          var e = JSON.parse(ev.data);
+          var p = e.payload || e;
+          t = p.type || "";
+          var sid = (p.properties && (p.properties.sessionID || (p.properties.info && (p.properties.info.sessionID || p.properties.info.id)) || (p.properties.part && p.properties.part.sessionID))) || null;
+          if (sid && sid !== state.session) return;
+        } catch (err) {
+          return;
+        }
+        if (/^(message|session)\./.test(t)) soon();
+      };
+    } catch (e) {
+      /* polling still works */
+    }
+  }
+
+  function attach() {
+    if (!document.body) return setTimeout(attach, 50);
+    document.body.appendChild(box);
+    box.querySelector("[data-toggle]").onclick = function () {
+      state.collapsed = !state.collapsed;
+      box.querySelector("[data-body]").style.display = state.collapsed ? "none" : "";
+    };
+    refresh();
+    listen();
+    // The UI is a single-page app: follow its route changes.
+    var last = location.pathname;
+    setInterval(function () {
+      if (location.pathname !== last) {
+        last = location.pathname;
+        state.data = null;
+        refresh();
+      }
+    }, 500);
+  }
+  attach();
+})();

@@ -1,0 +1,118 @@
+//! The system-bus interface `dev.ocsb.Netlock1`: four methods, none takes an argument, so a caller
+//! can only ask "do what the root-owned config says". Each is authorised by polkit with the
+//! caller's unique bus name from the message header as subject (never the daemon's own pid:
+//! polkit treats uid 0 as always authorised). Interaction only when the caller asked for it.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use zbus::message::{Flags, Header};
+use zbus::{Connection, fdo, interface};
+use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
+
+use crate::daemon::{Call, Request, lock};
+use crate::status::Status;
+
+pub const BUS_NAME: &str = "dev.ocsb.Netlock1";
+pub const OBJECT_PATH: &str = "/dev/ocsb/Netlock1";
+
+/// The D-Bus side's view of the daemon: a request channel, a wake-up socket, the last status.
+pub struct Handle {
+    tx: Mutex<Sender<Call>>,
+    wake: Mutex<UnixStream>,
+    status: Arc<Mutex<Status>>,
+}
+
+impl Handle {
+    pub fn new(tx: Sender<Call>, wake: UnixStream, status: Arc<Mutex<Status>>) -> Handle {
+        Handle { tx: Mutex::new(tx), wake: Mutex::new(wake), status }
+    }
+
+    /// Hands the request to the daemon thread and waits for its answer (milliseconds).
+    fn call(&self, req: Request) -> fdo::Result<String> {
+        let (reply, answer) = channel();
+        lock(&self.tx).send((req, reply)).map_err(|_| fdo::Error::Failed("daemon loop gone".into()))?;
+        let _ = lock(&self.wake).write(&[1]);
+        match answer.recv_timeout(Duration::from_secs(10)) {
+            Ok(r) => r.map_err(fdo::Error::Failed),
+            Err(_) => Err(fdo::Error::Failed("daemon did not answer".into())),
+        }
+    }
+}
+
+struct Netlock {
+    h: Handle,
+}
+
+#[interface(name = "dev.ocsb.Netlock1")]
+impl Netlock {
+    /// `(state, details-json)`; open to everyone (read-only, same as the status file).
+    async fn status(&self) -> (String, String) {
+        let s = lock(&self.h.status);
+        (s.state.clone(), serde_json::to_string(&*s).unwrap_or_default())
+    }
+
+    /// Re-read resolv.conf and the config now (rate-limited).
+    async fn refresh(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> fdo::Result<String> {
+        authorize(conn, &hdr, "dev.ocsb.netlock.refresh").await?;
+        self.h.call(Request::Refresh)
+    }
+
+    /// Install (or re-enable) the lock.
+    async fn apply(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> fdo::Result<String> {
+        authorize(conn, &hdr, "dev.ocsb.netlock.apply").await?;
+        self.h.call(Request::Apply)
+    }
+
+    /// Take the lock away until the next `Apply` or daemon start.
+    async fn remove(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> fdo::Result<String> {
+        authorize(conn, &hdr, "dev.ocsb.netlock.remove").await?;
+        self.h.call(Request::Remove)
+    }
+}
+
+async fn authorize(conn: &Connection, hdr: &Header<'_>, action: &str) -> fdo::Result<()> {
+    let subject = Subject::new_for_message_header(hdr)
+        .map_err(|e| fdo::Error::AccessDenied(format!("no sender: {e}")))?;
+    let interactive = hdr.primary().flags().contains(Flags::AllowInteractiveAuth);
+    let flags =
+        if interactive { CheckAuthorizationFlags::AllowUserInteraction.into() } else { Default::default() };
+    let authority = AuthorityProxy::new(conn)
+        .await
+        .map_err(|e| fdo::Error::AccessDenied(format!("polkit is not reachable ({e}); refusing")))?;
+    let r = authority
+        .check_authorization(&subject, action, &HashMap::new(), flags, "")
+        .await
+        .map_err(|e| fdo::Error::AccessDenied(format!("polkit check failed ({e}); refusing")))?;
+    if r.is_authorized {
+        Ok(())
+    } else if r.is_challenge {
+        Err(fdo::Error::InteractiveAuthorizationRequired(format!("{action} needs authentication")))
+    } else {
+        Err(fdo::Error::AccessDenied(format!("not authorised for {action}")))
+    }
+}
+
+/// Claims the bus name and serves the interface on zbus's own thread.
+pub fn serve(h: Handle) -> zbus::Result<zbus::blocking::Connection> {
+    zbus::blocking::connection::Builder::system()?
+        .name(BUS_NAME)?
+        .serve_at(OBJECT_PATH, Netlock { h })?
+        .build()
+}

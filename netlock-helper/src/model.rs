@@ -1,0 +1,128 @@
+//! The pure model of the table: `(gid, dns4, dns6)` and its rendering from `netlock.nft`.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde::Serialize;
+
+/// The audited text contract, shipped beside the source.
+pub const CONTRACT: &str = include_str!("../netlock.nft");
+pub const TABLE: &str = "ocsb_netlock";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Model {
+    pub gid: u32,
+    pub dns4: Vec<Ipv4Addr>,
+    pub dns6: Vec<Ipv6Addr>,
+}
+
+impl Model {
+    pub fn new(gid: u32, servers: &[IpAddr]) -> Model {
+        let mut dns4 = Vec::new();
+        let mut dns6 = Vec::new();
+        for a in servers {
+            match a.to_canonical() {
+                IpAddr::V4(a) => dns4.push(a),
+                IpAddr::V6(a) => dns6.push(a),
+            }
+        }
+        dns4.sort();
+        dns4.dedup();
+        dns6.sort();
+        dns6.dedup();
+        Model { gid, dns4, dns6 }
+    }
+
+    /// The text `nft -s list table inet ocsb_netlock` prints for this model. `owned` says whether
+    /// the table carries the owner/persist flags. nft 1.0.x prints `flags owner` while the owner
+    /// lives (and `# progname NAME` after the brace) and a bare `flags` once it is orphaned;
+    /// [`normalize`] folds those version-dependent spellings, the netlink flags are checked apart.
+    pub fn render(&self, owned: bool) -> String {
+        let mut out = String::new();
+        let body = CONTRACT.lines().skip_while(|l| l.starts_with('#'));
+        for line in body {
+            match line {
+                "@FLAGS@" if owned => out.push_str("\tflags owner\n\n"),
+                "@FLAGS@" => {}
+                "@DNS4@" => push_elements(&mut out, &self.dns4),
+                "@DNS6@" => push_elements(&mut out, &self.dns6),
+                _ => {
+                    out.push_str(&line.replace("@GID@", &self.gid.to_string()));
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+}
+
+fn push_elements<T: ToString>(out: &mut String, set: &[T]) {
+    if !set.is_empty() {
+        let list: Vec<String> = set.iter().map(T::to_string).collect();
+        out.push_str(&format!("\t\telements = {{ {} }}\n", list.join(", ")));
+    }
+}
+
+/// Normalises `nft` output for comparison: element lists may be wrapped over several lines and
+/// listed in kernel order, so they are joined and sorted; the owner's `# progname` comment and the
+/// names on the `flags` line depend on the nft version and on whether the owner still runs, so
+/// they are dropped (the flags are checked over netlink); everything else must match exactly.
+pub fn normalize(text: &str) -> String {
+    let mut out = String::new();
+    let mut pending: Option<String> = None;
+    for line in text.lines() {
+        if line.starts_with("table ") {
+            out.push_str(line.split(" # ").next().unwrap_or(line).trim_end());
+            out.push('\n');
+            continue;
+        }
+        if line.trim_start().starts_with("flags") && !line.starts_with("\t\t") {
+            out.push_str("\tflags\n");
+            continue;
+        }
+        if let Some(acc) = pending.as_mut() {
+            acc.push(' ');
+            acc.push_str(line.trim());
+        } else if line.trim_start().starts_with("elements = {") {
+            pending = Some(line.trim().to_string());
+        } else {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            continue;
+        }
+        let acc = pending.as_deref().unwrap_or_default();
+        if acc.ends_with('}') {
+            let inner = acc.trim_start_matches("elements = {").trim_end_matches('}');
+            let mut items: Vec<&str> = inner.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+            items.sort();
+            out.push_str(&format!("\t\telements = {{ {} }}\n", items.join(", ")));
+            pending = None;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_fills_placeholders() {
+        let m = Model::new(4242, &["192.0.2.53".parse().unwrap(), "2001:db8::53".parse().unwrap()]);
+        let t = m.render(true);
+        assert!(t.starts_with("table inet ocsb_netlock {\n\tflags owner\n\n\tset dns4 {"), "{t}");
+        assert!(t.contains("\t\telements = { 192.0.2.53 }\n"));
+        assert!(t.contains("\t\telements = { 2001:db8::53 }\n"));
+        assert!(t.contains("meta skgid 4242 jump locked"));
+        assert!(!t.contains('@') || t.contains("@dns4"), "{t}");
+        let e = Model::new(7, &[]).render(false);
+        assert!(!e.contains("elements") && !e.contains("flags"), "{e}");
+    }
+
+    #[test]
+    fn normalize_joins_and_sorts_elements() {
+        let a = "x\n\t\telements = { 192.0.2.2,\n\t\t\t     192.0.2.1 }\ny\n";
+        assert_eq!(normalize(a), "x\n\t\telements = { 192.0.2.1, 192.0.2.2 }\ny\n");
+        let b = "table inet ocsb_netlock { # progname ocsb-netlock-he\n\tflags owner,persist\n";
+        assert_eq!(normalize(b), "table inet ocsb_netlock {\n\tflags\n");
+    }
+}

@@ -1,0 +1,74 @@
+//! The status file `/run/ocsb-netlock/status.json` (0644): what the daemon last did, for
+//! `ocsb netlock status` and for admins. Written atomically (temp file + rename).
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::model::Model;
+
+pub const STATUS_DIR: &str = "/run/ocsb-netlock";
+pub const STATUS_FILE: &str = "/run/ocsb-netlock/status.json";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// enforcing | removed | error | stopped
+    pub state: String,
+    pub gid: Option<u32>,
+    pub dns4: Vec<String>,
+    pub dns6: Vec<String>,
+    /// The kernel took `owner|persist` (>= 6.9); otherwise a watcher re-applies.
+    pub owner_flags: bool,
+    pub last_apply: u64,
+    pub last_check: u64,
+    pub error: Option<String>,
+    pub pid: u32,
+    pub version: &'static str,
+}
+
+impl Status {
+    pub fn new(owner_flags: bool) -> Status {
+        Status {
+            state: "starting".into(),
+            gid: None,
+            dns4: vec![],
+            dns6: vec![],
+            owner_flags,
+            last_apply: 0,
+            last_check: 0,
+            error: None,
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+
+    pub fn set_model(&mut self, m: &Model) {
+        self.gid = Some(m.gid);
+        self.dns4 = m.dns4.iter().map(ToString::to_string).collect();
+        self.dns6 = m.dns6.iter().map(ToString::to_string).collect();
+    }
+
+    pub fn write(&self) -> Result<()> {
+        fs::create_dir_all(STATUS_DIR).with_context(|| format!("cannot create {STATUS_DIR}"))?;
+        let tmp = format!("{STATUS_FILE}.tmp");
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)
+            .with_context(|| format!("cannot write {tmp}"))?;
+        f.set_permissions(fs::Permissions::from_mode(0o644))?;
+        f.write_all(serde_json::to_string_pretty(self)?.as_bytes())?;
+        f.write_all(b"\n")?;
+        fs::rename(&tmp, STATUS_FILE).with_context(|| format!("cannot write {STATUS_FILE}"))
+    }
+}
+
+pub fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}

@@ -1,0 +1,15 @@
+//! `ocsb-policy`: what the sandbox allows, apart from how it is enforced.
+//!
+//! * [`settings`]: the five `sandbox.conf` layers. The files use bash syntax so existing files keep
+//!   loading, but they are **parsed, never executed**: a committed file that the agent can edit must
+//!   never run code on the host.
+//! * [`egress`]: the egress rule language, its layers, the decision function and the squid.conf
+//!   renderer.
+//!
+//! This crate spawns no process and opens no socket; it only reads the layer files it is pointed at.
+
+pub mod egress;
+pub mod error;
+pub mod settings;
+
+pub use error::{Error, Location, Result};

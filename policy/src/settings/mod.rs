@@ -1,0 +1,454 @@
+//! Settings: the five `sandbox.conf` layers, parsed — never executed.
+//!
+//! # Why the files are parsed, not sourced
+//!
+//! `.opencode-sandbox/sandbox.conf` is committed to the project, so it is written by whoever can
+//! push to the repository, and the agent can edit it wherever it has write access (a worktree, a
+//! checkout under `OCSB_RW`). ocsb reads it on the host, before and outside the sandbox. If ocsb
+//! ran it with bash, editing a settings file would be a way to run any code on the host, outside
+//! the very sandbox that the file configures. So the files keep bash syntax (existing files still
+//! load, editors highlight them, `bash -n` still checks them) but ocsb reads them with its own
+//! parser that understands only assignments: `NAME=value`, `NAME+=value`, `NAME=(a b)`, `NAME+=(c)`, quotes,
+//! escapes, comments, line continuations, an optional `export`, and the expansions `$VAR` /
+//! `${VAR}` of `HOME`, `OCSB_PROJECT_DIR` and already-set `OCSB_` settings and a leading `~`.
+//! Everything that bash would evaluate — `$(…)`, backticks, `$((…))`, `${VAR:-x}`, `if`, `for`,
+//! functions, `source`, redirections, pipes, `;`, `&&` — is an error naming the file, line and
+//! column. Nothing in a settings file can make ocsb start a process or read another file.
+//!
+//! # Layers
+//!
+//! Later wins ([`Layer`]): package defaults → `<user_config_dir>/sandbox.conf` →
+//! `<project>/.opencode-sandbox/sandbox.conf` → `<project>/.opencode-sandbox/local/sandbox.conf`
+//! → `OCSB_<NAME>` environment variables (scalars only). Missing files are skipped. Every value
+//! remembers the layer, file and line that set it ([`Origin`]), for `ocsb config --origin` and
+//! for error messages.
+//!
+//! # Values
+//!
+//! After all layers, each value is checked (ports, names, booleans, enums, the slug regex, …)
+//! and an error names the file, line and column where the bad value was written. Path settings
+//! are then made absolute: `~/…` under HOME, relative paths against the project (`..` is kept,
+//! not folded, so the kernel resolves it as written). A writable path that would open `/` or the
+//! whole home directory is refused.
+//!
+//! # Decisions on the corners of bash
+//!
+//! * `export NAME=value` is accepted and means `NAME=value` (old files may have it); only one
+//!   assignment may follow `export` (bash expands `export A=1 B=$A` before assigning A).
+//! * `NAME+=value` appends to a scalar setting, as in bash. For an array setting it is an error:
+//!   bash would append to the *first element*, which nobody means; write `NAME+=(value)`.
+//!   `NAME=value` for an array setting is an error for the same reason (bash would replace only
+//!   the first element), and `NAME=(…)` for a scalar setting too.
+//! * Several assignments on one line (`A=1 B=2`) are accepted, as bash runs them in order.
+//! * `NAME=(a)x` and `NAME=(a)#x` are errors: bash reads them as the *string* `(a)x`, not as an
+//!   array; a comment after an array needs a blank before the `#`.
+//! * Only `OCSB_` settings may be assigned; helper variables are an error (they would be shell
+//!   state that this parser does not keep). `OCSB_PROJECT_DIR` is set by ocsb and cannot be
+//!   assigned. An unknown `OCSB_` name is an error naming the closest known setting.
+//! * `$OCSB_X` expands to the value so far (package default or an earlier assignment in this or an
+//!   earlier file layer); environment values are applied after all files. `$OCSB_STATE_DIR` can
+//!   only be used after a file set it: its default depends on `OCSB_NAME`, which a later layer
+//!   may still change (the same holds for `OCSB_STATE_DIR+=…`). Array settings cannot be
+//!   expanded (use `NAME+=(…)`).
+//! * In an array, an unquoted expansion whose value holds blanks or glob characters is an error
+//!   (bash would split or glob it); quote it. An unquoted expansion to nothing is dropped, as bash
+//!   drops it. Unquoted `* ? [ {` in array elements are errors; in scalar values they are literal
+//!   (bash does not glob assignments).
+//! * A `~` is expanded only at the start of a word (`~`, `~/…`). For path settings, a value that
+//!   still starts with `~/` (because it was quoted, or came from the environment) is resolved
+//!   against HOME too: a directory named `~` in the project is never what is meant.
+//! * Environment: `OCSB_<NAME>` for a scalar setting overrides it; for an array setting it is an
+//!   error naming the variable (arrays cannot be passed through the environment). Unknown
+//!   `OCSB_*` variables are errors too (a typo must not be silently ignored), except the names
+//!   ocsb itself uses that are not settings: [`ENV_NOT_SETTINGS`] and the prefixes in
+//!   [`ENV_INTERNAL_PREFIXES`].
+
+mod lexer;
+mod load;
+mod parser;
+pub mod print;
+mod schema;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+pub use schema::{HIDE_HOME, Kind, RW_HOME, SCHEMA, Spec};
+
+use crate::{Error, Location, Result};
+
+/// `OCSB_*` environment variables that are not settings and are ignored by the environment layer:
+/// `OCSB_PROJECT_DIR` (ocsb sets it for hooks and children), `OCSB_NETNS_TESTS` (enables the
+/// namespace tests), `OCSB_LOG` (log filter), `OCSB_SANDBOX_REQUEST` (the launcher's stage-2
+/// request).
+pub const ENV_NOT_SETTINGS: &[&str] =
+    &["OCSB_PROJECT_DIR", "OCSB_NETNS_TESTS", "OCSB_LOG", "OCSB_SANDBOX_REQUEST"];
+
+/// Prefixes of internal `OCSB_*` environment variables, ignored by the environment layer. New
+/// internal variables must use one of them so that a typo in a setting's name is still caught.
+pub const ENV_INTERNAL_PREFIXES: &[&str] = &["OCSB_INTERNAL_", "OCSB_TEST_"];
+
+/// The layers, in the order they apply (later wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Layer {
+    /// Built into ocsb ([`SCHEMA`]).
+    Defaults,
+    /// `~/.config/opencode-sandbox/sandbox.conf`: yours, for all projects.
+    User,
+    /// `.opencode-sandbox/sandbox.conf`: the project's, committed.
+    Project,
+    /// `.opencode-sandbox/local/sandbox.conf`: yours, for this project, git-ignored.
+    Local,
+    /// `OCSB_<NAME>` environment variables: one run, scalars only.
+    Environment,
+}
+
+impl Layer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::Defaults => "defaults",
+            Layer::User => "user",
+            Layer::Project => "project",
+            Layer::Local => "local",
+            Layer::Environment => "environment",
+        }
+    }
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A setting's value: one string, or a bash array.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    Scalar(String),
+    Array(Vec<String>),
+}
+
+/// Which layer set a value, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub layer: Layer,
+    /// `file:line:column` of the assignment; `<package defaults>` or
+    /// `environment variable OCSB_X` (line 0) for the other layers.
+    pub at: Location,
+}
+
+impl fmt::Display for Origin {
+    /// `project .opencode-sandbox/sandbox.conf:3`, `defaults`, `environment`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.layer {
+            Layer::Defaults | Layer::Environment => write!(f, "{}", self.layer),
+            _ => write!(f, "{} {}:{}", self.layer, self.at.file, self.at.line),
+        }
+    }
+}
+
+/// The effective value of one setting and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub value: Value,
+    pub origin: Origin,
+}
+
+/// What [`Settings::load`] reads. Explicit so that tests and the CLI control every input.
+#[derive(Debug, Clone)]
+pub struct LoadInput {
+    pub home: PathBuf,
+    /// The project's root (the git top level), absolute.
+    pub project_dir: PathBuf,
+    /// `~/.config/opencode-sandbox` (or `$XDG_CONFIG_HOME/opencode-sandbox`).
+    pub user_config_dir: PathBuf,
+    /// The process environment (only `OCSB_*` variables are looked at).
+    pub env: Vec<(String, String)>,
+}
+
+impl LoadInput {
+    /// The input for this process: HOME and XDG_CONFIG_HOME from the environment, and its
+    /// `OCSB_*` variables.
+    pub fn from_process(project_dir: PathBuf) -> Result<LoadInput> {
+        let env_path = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let home = env_path("HOME").filter(|h| h.is_absolute()).ok_or_else(|| {
+            Error::input(
+                Location::new("environment variable HOME", 0, 0),
+                "HOME is not set to an absolute path",
+            )
+            .with_hint("run ocsb from a normal login session")
+        })?;
+        let config =
+            env_path("XDG_CONFIG_HOME").filter(|p| p.is_absolute()).unwrap_or_else(|| home.join(".config"));
+        let mut env = Vec::new();
+        for (k, v) in std::env::vars_os() {
+            let Some(k) = k.to_str().filter(|k| k.starts_with("OCSB_")) else { continue };
+            let v = v.into_string().map_err(|_| {
+                Error::input(
+                    Location::new(format!("environment variable {k}"), 0, 0),
+                    "value is not valid UTF-8",
+                )
+            })?;
+            env.push((k.to_string(), v));
+        }
+        Ok(LoadInput { home, project_dir, user_config_dir: config.join("opencode-sandbox"), env })
+    }
+}
+
+/// The three file layers of an input, in order: user, project, local.
+pub fn layer_files(input: &LoadInput) -> [(Layer, PathBuf); 3] {
+    let dot = input.project_dir.join(".opencode-sandbox");
+    [
+        (Layer::User, input.user_config_dir.join("sandbox.conf")),
+        (Layer::Project, dot.join("sandbox.conf")),
+        (Layer::Local, dot.join("local").join("sandbox.conf")),
+    ]
+}
+
+/// Which egress filter runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EgressBackend {
+    Builtin,
+    Squid,
+}
+
+/// How the agent's process joins the netlock group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetlockAcquire {
+    /// The setgid `ocsb-netlock-exec` shim.
+    Exec,
+    /// `sg(1)`.
+    Sg,
+}
+
+/// `OCSB_TMP`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TmpMode {
+    /// The agent's own /tmp in the state directory.
+    Private,
+    /// The host's /tmp (its sockets lead out of the sandbox).
+    Shared,
+}
+
+/// The effective settings: every setting of [`SCHEMA`] has a validated value. Path settings are
+/// absolute (the `*_HOME` lists stay relative to HOME in their values; their getters join them).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    entries: Vec<Entry>,
+    project_dir: PathBuf,
+    home: PathBuf,
+}
+
+impl Settings {
+    /// Reads and evaluates the layers. Nothing is half-applied: an error anywhere returns no
+    /// settings.
+    pub fn load(input: &LoadInput) -> Result<Settings> {
+        load::load(input)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Entry> {
+        schema::find(name).map(|(i, _)| &self.entries[i])
+    }
+
+    /// Every setting in table order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &Entry)> {
+        SCHEMA.iter().map(|s| s.name).zip(self.entries.iter())
+    }
+
+    /// The value of a scalar setting.
+    ///
+    /// # Panics
+    /// If `name` is not a scalar setting of [`SCHEMA`] (a bug in the caller).
+    pub fn scalar(&self, name: &str) -> &str {
+        match self.get(name).map(|e| &e.value) {
+            Some(Value::Scalar(s)) => s,
+            _ => panic!("{name} is not a scalar setting"),
+        }
+    }
+
+    /// The elements of an array setting.
+    ///
+    /// # Panics
+    /// If `name` is not an array setting of [`SCHEMA`] (a bug in the caller).
+    pub fn array(&self, name: &str) -> &[String] {
+        match self.get(name).map(|e| &e.value) {
+            Some(Value::Array(a)) => a,
+            _ => panic!("{name} is not an array setting"),
+        }
+    }
+
+    pub fn project_dir(&self) -> &Path {
+        &self.project_dir
+    }
+
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// `OCSB_NAME`: safe as a directory name and inside a container name.
+    pub fn name(&self) -> &str {
+        self.scalar("OCSB_NAME")
+    }
+
+    pub fn web_port(&self) -> u16 {
+        self.port("OCSB_WEB_PORT")
+    }
+
+    /// OpenCode's own port: the web port + 1 (checked to exist when loading).
+    pub fn opencode_port(&self) -> u16 {
+        self.web_port() + 1
+    }
+
+    pub fn egress_port(&self) -> u16 {
+        self.port("OCSB_EGRESS_PORT")
+    }
+
+    /// The OpenCode binary: an absolute path, or a bare name (default `opencode`) to look up in
+    /// PATH.
+    pub fn opencode_bin(&self) -> PathBuf {
+        PathBuf::from(self.scalar("OCSB_OPENCODE_BIN"))
+    }
+
+    pub fn env_file(&self) -> Option<PathBuf> {
+        self.opt_path("OCSB_ENV_FILE")
+    }
+
+    pub fn kubeconfig(&self) -> Option<PathBuf> {
+        self.opt_path("OCSB_KUBECONFIG")
+    }
+
+    /// `OCSB_ENV` split into (KEY, VALUE).
+    pub fn env_vars(&self) -> Vec<(String, String)> {
+        self.array("OCSB_ENV")
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    pub fn rw(&self) -> Vec<PathBuf> {
+        self.paths("OCSB_RW")
+    }
+
+    pub fn hide(&self) -> Vec<PathBuf> {
+        self.paths("OCSB_HIDE")
+    }
+
+    /// `OCSB_RW_HOME` joined to HOME (the launcher mounts only those that exist).
+    pub fn rw_home(&self) -> Vec<PathBuf> {
+        self.array("OCSB_RW_HOME").iter().map(|p| self.home.join(p)).collect()
+    }
+
+    /// `OCSB_HIDE_HOME` joined to HOME.
+    pub fn hide_home(&self) -> Vec<PathBuf> {
+        self.array("OCSB_HIDE_HOME").iter().map(|p| self.home.join(p)).collect()
+    }
+
+    pub fn skills(&self) -> &[String] {
+        self.array("OCSB_SKILLS")
+    }
+
+    pub fn skill_dirs(&self) -> Vec<PathBuf> {
+        self.paths("OCSB_SKILL_DIRS")
+    }
+
+    /// Plugin names (files of the package's plugins/) or absolute paths.
+    pub fn plugins(&self) -> &[String] {
+        self.array("OCSB_PLUGINS")
+    }
+
+    pub fn panel(&self) -> bool {
+        self.flag("OCSB_PANEL")
+    }
+
+    pub fn notifications(&self) -> bool {
+        self.flag("OCSB_NOTIFICATIONS")
+    }
+
+    pub fn tmp(&self) -> TmpMode {
+        if self.scalar("OCSB_TMP") == "shared" { TmpMode::Shared } else { TmpMode::Private }
+    }
+
+    pub fn tmp_private(&self) -> bool {
+        self.tmp() == TmpMode::Private
+    }
+
+    /// `OCSB_SANDBOX=1`: the filesystem sandbox is required (never silently skipped).
+    pub fn sandbox_enabled(&self) -> bool {
+        self.flag("OCSB_SANDBOX")
+    }
+
+    pub fn worktrees_dir(&self) -> PathBuf {
+        PathBuf::from(self.scalar("OCSB_WORKTREES_DIR"))
+    }
+
+    pub fn wt_prefix(&self) -> &str {
+        self.scalar("OCSB_WT_PREFIX")
+    }
+
+    /// The branch new worktrees start from; `None` = the current HEAD.
+    pub fn wt_base(&self) -> Option<&str> {
+        Some(self.scalar("OCSB_WT_BASE")).filter(|s| !s.is_empty())
+    }
+
+    /// The slug regex (exactly one capture group, checked when loading); `None` if unset.
+    pub fn wt_slug_regex(&self) -> Option<regex::Regex> {
+        let r = self.scalar("OCSB_WT_SLUG_REGEX");
+        (!r.is_empty()).then(|| regex::Regex::new(r).expect("checked when loading"))
+    }
+
+    /// The global OpenCode config; `None` = `~/.config/opencode-sandbox/opencode.jsonc` if it
+    /// exists, else the package's (the launcher decides, this crate does not probe files).
+    pub fn opencode_config(&self) -> Option<PathBuf> {
+        self.opt_path("OCSB_OPENCODE_CONFIG")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        PathBuf::from(self.scalar("OCSB_STATE_DIR"))
+    }
+
+    pub fn netlock_group(&self) -> &str {
+        self.scalar("OCSB_NETLOCK_GROUP")
+    }
+
+    /// Where containers reach the filter; `None` = the address of docker0.
+    pub fn docker_gw(&self) -> Option<IpAddr> {
+        let v = self.scalar("OCSB_DOCKER_GW");
+        (!v.is_empty()).then(|| v.parse().expect("checked when loading"))
+    }
+
+    pub fn egress_backend(&self) -> EgressBackend {
+        if self.scalar("OCSB_EGRESS_BACKEND") == "squid" {
+            EgressBackend::Squid
+        } else {
+            EgressBackend::Builtin
+        }
+    }
+
+    /// `OCSB_DOCKER=1`: the agent may use the Docker socket.
+    pub fn docker_allowed(&self) -> bool {
+        self.flag("OCSB_DOCKER")
+    }
+
+    pub fn netlock_acquire(&self) -> NetlockAcquire {
+        if self.scalar("OCSB_NETLOCK_ACQUIRE") == "sg" { NetlockAcquire::Sg } else { NetlockAcquire::Exec }
+    }
+
+    fn port(&self, name: &str) -> u16 {
+        schema::port_of(self.scalar(name)).expect("checked when loading")
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        self.scalar(name) == "1"
+    }
+
+    fn opt_path(&self, name: &str) -> Option<PathBuf> {
+        Some(self.scalar(name)).filter(|s| !s.is_empty()).map(PathBuf::from)
+    }
+
+    fn paths(&self, name: &str) -> Vec<PathBuf> {
+        self.array(name).iter().map(PathBuf::from).collect()
+    }
+}

@@ -1,0 +1,63 @@
+#!/bin/sh
+# Install and start what the test suite needs on a fresh Debian 12 machine, run as root.
+# Idempotent and quiet: a second run changes nothing and prints one line.
+#
+# The tests themselves never touch the machine's own network: every test that sends packets or
+# installs nftables rules does it inside network namespaces it creates. dockerd is started with
+# --iptables=false for the same reason: no firewall rules are added to the host's namespace
+# (no test container needs NAT; no registry is reachable anyway).
+set -eu
+
+if [ "$(id -u)" != 0 ]; then
+    echo "tests/install-deps.sh: run as root (the suite creates network namespaces and users)" >&2
+    exit 1
+fi
+
+# Debian packages, one reason each:
+#   squid         the squid backend and the differential tests against real squid
+#   nftables      the netlock table (tests install it inside their own namespaces only)
+#   iproute2      ip netns / veth for the test worlds
+#   util-linux    setpriv and unshare, to run steps as the ordinary test user
+#   dbus polkitd pkexec   the helper's D-Bus interface, authorised by a real polkitd
+#   docker.io     the squid-in-Docker backend (a real engine; images are assembled locally)
+#   systemd       systemd-analyze verify / security --offline on the unit file
+#   git curl jq ncat      used by tests and by the tool itself (seed requirements)
+#   libcap2-bin   capsh/getpcaps, to check the helper keeps only CAP_NET_ADMIN
+#   pkg-config libnftnl-dev libmnl-dev   build the helper (nftnl/mnl bind the C libraries)
+#   python3       small test servers
+PACKAGES="squid nftables iproute2 util-linux dbus polkitd pkexec docker.io systemd git curl jq ncat libcap2-bin
+          pkg-config libnftnl-dev libmnl-dev python3"
+
+missing=""
+for p in $PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    echo "installing:$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# The group the netlock locks, and an ordinary user for the unprivileged paths.
+getent group opencode-sandbox >/dev/null || groupadd --system opencode-sandbox
+getent passwd ocsb-test >/dev/null || useradd --create-home --uid 1990 --shell /bin/sh ocsb-test
+# The system user the helper daemon runs as (packaging/sysusers.d/ocsb.conf creates it on installs).
+getent passwd ocsb-netlock >/dev/null ||
+    useradd --system --user-group --home-dir / --shell /usr/sbin/nologin ocsb-netlock
+
+# A real Docker engine, without host firewall rules (see above).
+if ! docker info >/dev/null 2>&1; then
+    nohup dockerd --iptables=false --ip6tables=false >/var/log/ocsb-dockerd.log 2>&1 &
+    i=0
+    until docker info >/dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -gt 60 ]; then
+            echo "dockerd did not start within 30 s; see /var/log/ocsb-dockerd.log" >&2
+            exit 1
+        fi
+        sleep 0.5
+    done
+fi
+
+echo "test dependencies ready"

@@ -25,8 +25,10 @@ fi
 #   libcap2-bin   capsh/getpcaps, to check the helper keeps only CAP_NET_ADMIN
 #   pkg-config libnftnl-dev libmnl-dev   build the helper (nftnl/mnl bind the C libraries)
 #   python3       small test servers
+#   make          the install/uninstall tests stage a real `make install`
+#   chromium      headless browser for the web UI and Tokens panel test
 PACKAGES="squid nftables iproute2 util-linux dbus polkitd pkexec docker.io systemd git curl jq ncat libcap2-bin
-          pkg-config libnftnl-dev libmnl-dev python3"
+          pkg-config libnftnl-dev libmnl-dev python3 make chromium"
 
 missing=""
 for p in $PACKAGES; do
@@ -45,6 +47,18 @@ getent passwd ocsb-test >/dev/null || useradd --create-home --uid 1990 --shell /
 # The system user the helper daemon runs as (packaging/sysusers.d/ocsb.conf creates it on installs).
 getent passwd ocsb-netlock >/dev/null ||
     useradd --system --user-group --home-dir / --shell /usr/sbin/nologin ocsb-netlock
+
+# The real OpenCode, from npm (pinned: the tests talk to its HTTP API).
+OPENCODE_VERSION=1.18.33
+# This machine kind ships Node.js and npm; install Debian's only where there is none (the two
+# conflict when Node.js came from elsewhere).
+if ! command -v npm >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
+fi
+if [ "$(opencode --version 2>/dev/null)" != "$OPENCODE_VERSION" ]; then
+    echo "installing opencode-ai@$OPENCODE_VERSION"
+    npm install -g --silent --no-fund --no-audit "opencode-ai@$OPENCODE_VERSION" >/dev/null
+fi
 
 # A real Docker engine, without host firewall rules (see above).
 if ! docker info >/dev/null 2>&1; then

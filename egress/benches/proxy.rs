@@ -90,7 +90,8 @@ fn fresh_latencies(lab: &Lab, via: Via, host: &'static str, n: usize) -> Vec<Dur
             let s = via.connect();
             let mut r = BufReader::new(s.try_clone().unwrap());
             let mut w = s;
-            w.write_all(via.request(host).replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
+            w.write_all(via.request(host).replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n").as_bytes())
+                .unwrap();
             let rep = read_reply(&mut r, false).expect("reply");
             assert_eq!(rep.status, 200);
             v.push(t.elapsed());
@@ -112,7 +113,10 @@ fn tunnel_mbps(lab: &Lab, via: Via) -> f64 {
             }
             Via::Proxy(p) => {
                 let mut s = TcpStream::connect(format!("127.0.0.1:{p}")).unwrap();
-                s.write_all(format!("CONNECT {ORIGIN}:443 HTTP/1.1\r\nHost: {ORIGIN}:443\r\n\r\n").as_bytes()).unwrap();
+                s.write_all(
+                    format!("CONNECT {ORIGIN}:443 HTTP/1.1\r\nHost: {ORIGIN}:443\r\n\r\n").as_bytes(),
+                )
+                .unwrap();
                 // Read the CONNECT reply head byte by byte so no tunnel bytes are buffered away.
                 let mut head = Vec::new();
                 let mut b = [0u8; 1];
@@ -120,7 +124,11 @@ fn tunnel_mbps(lab: &Lab, via: Via) -> f64 {
                     s.read_exact(&mut b).unwrap();
                     head.push(b[0]);
                 }
-                assert!(head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200"), "{}", String::from_utf8_lossy(&head));
+                assert!(
+                    head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200"),
+                    "{}",
+                    String::from_utf8_lossy(&head)
+                );
                 s
             }
         };
@@ -149,7 +157,11 @@ fn tunnel_mbps(lab: &Lab, via: Via) -> f64 {
 
 fn rss_kib(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0)
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 fn main() {
@@ -170,20 +182,20 @@ fn main() {
         let rps: Vec<f64> = vias.iter().map(|v| keepalive_rps(&lab, *v, host, 4, 3)).collect();
         println!(
             "plain HTTP {label}, 4 keep-alive connections: direct {:.0} req/s, builtin {:.0} req/s, squid {:.0} req/s; builtin/squid {:.2}, builtin/direct {:.2}",
-            rps[0], rps[1], rps[2], rps[1] / rps[2], rps[1] / rps[0]
+            rps[0],
+            rps[1],
+            rps[2],
+            rps[1] / rps[2],
+            rps[1] / rps[0]
         );
     }
     for (label, host) in [("by name", "pub.test.net"), ("by IP literal", ORIGIN)] {
         let mut lat: Vec<Vec<Duration>> = vias.iter().map(|v| fresh_latencies(&lab, *v, host, 400)).collect();
-        let p: Vec<(Duration, Duration)> = lat.iter_mut().map(|l| (percentile(l, 0.5), percentile(l, 0.99))).collect();
+        let p: Vec<(Duration, Duration)> =
+            lat.iter_mut().map(|l| (percentile(l, 0.5), percentile(l, 0.99))).collect();
         println!(
-            "one request per new connection {label}: p50/p99 direct {:?}/{:?}; added by builtin +{:?}/+{:?}; added by squid +{:?}/+{:?}",
-            p[0].0,
-            p[0].1,
-            p[1].0.saturating_sub(p[0].0),
-            p[1].1.saturating_sub(p[0].1),
-            p[2].0.saturating_sub(p[0].0),
-            p[2].1.saturating_sub(p[0].1)
+            "one request per new client connection {label}: p50/p99 direct {:?}/{:?}, builtin {:?}/{:?}, squid {:?}/{:?}",
+            p[0].0, p[0].1, p[1].0, p[1].1, p[2].0, p[2].1
         );
     }
     let mut t: Vec<f64> = Vec::new();
@@ -194,7 +206,11 @@ fn main() {
     }
     println!(
         "CONNECT tunnel, 256 MiB (median of 3): direct {:.0} MB/s, builtin {:.0} MB/s, squid {:.0} MB/s; builtin/direct {:.2}, builtin/squid {:.2}",
-        t[0], t[1], t[2], t[1] / t[0], t[1] / t[2]
+        t[0],
+        t[1],
+        t[2],
+        t[1] / t[0],
+        t[1] / t[2]
     );
     println!("busy RSS: builtin {} KiB, squid {} KiB", rss_kib(builtin_pid), rss_kib(squid_pid));
 }

@@ -18,5 +18,8 @@ pub mod squid;
 pub mod verify;
 
 pub use error::{Error, Result};
+pub use lifecycle::{
+    Backend, Instance, LogsOptions, SquidOverrides, Status, UpAction, UpReport, down, logs, render, status,
+    up,
+};
 pub use listen::GatewaySetting;
-pub use lifecycle::{Backend, Instance, LogsOptions, SquidOverrides, Status, UpAction, UpReport, down, logs, render, status, up};

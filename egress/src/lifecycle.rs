@@ -146,25 +146,41 @@ fn builtin_up(inst: &Instance, policy: &Policy, plan: &ListenPlan) -> Result<UpR
         config_hash: policy.hash(),
     };
     if let Ok(st) = control::request(&paths.control_socket(), "status", Duration::from_secs(3)) {
-        let listen: Vec<String> = st["listen"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(String::from)).collect();
+        let listen: Vec<String> = st["listen"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect();
         let wanted: Vec<String> = plan.addrs.iter().map(|a| a.to_string()).collect();
         if listen != wanted {
             return Err(Error::state(
-                format!("the running filter listens on {} but the settings ask for {}", listen.join(" "), wanted.join(" ")),
+                format!(
+                    "the running filter listens on {} but the settings ask for {}",
+                    listen.join(" "),
+                    wanted.join(" ")
+                ),
                 "run `ocsb egress down` and `ocsb egress up` to restart it on the new addresses",
             ));
         }
         let r = control::request(&paths.control_socket(), "reload", Duration::from_secs(10))?;
         if r["ok"] != true {
             let msg = r["error"].as_str().unwrap_or("unknown error").to_string();
-            return Err(Error::state(format!("reload refused, the old rules stay in force: {msg}"), "fix the rule named above and run `ocsb egress up` again"));
+            return Err(Error::state(
+                format!("reload refused, the old rules stay in force: {msg}"),
+                "fix the rule named above and run `ocsb egress up` again",
+            ));
         }
         return Ok(report(UpAction::Reloaded, listen));
     }
     if inst.serve_command.is_empty() {
-        return Err(Error::state("no command to start the builtin filter was given", "the launcher must set Instance::serve_command"));
+        return Err(Error::state(
+            "no command to start the builtin filter was given",
+            "the launcher must set Instance::serve_command",
+        ));
     }
-    let err_file = std::fs::File::create(paths.serve_err()).map_err(|e| Error::io("cannot create", paths.serve_err(), e))?;
+    let err_file = std::fs::File::create(paths.serve_err())
+        .map_err(|e| Error::io("cannot create", paths.serve_err(), e))?;
     let mut cmd = Command::new(&inst.serve_command[0]);
     cmd.args(&inst.serve_command[1..])
         .args(inst.serve_args(plan).to_args())
@@ -177,7 +193,8 @@ fn builtin_up(inst: &Instance, policy: &Policy, plan: &ListenPlan) -> Result<UpR
         use std::os::unix::process::CommandExt;
         cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
     }
-    let mut child = cmd.spawn().map_err(|e| Error::io("cannot start the filter process", &inst.serve_command[0], e))?;
+    let mut child =
+        cmd.spawn().map_err(|e| Error::io("cannot start the filter process", &inst.serve_command[0], e))?;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(st) = control::request(&paths.control_socket(), "status", Duration::from_secs(2)) {
@@ -185,7 +202,12 @@ fn builtin_up(inst: &Instance, policy: &Policy, plan: &ListenPlan) -> Result<UpR
             std::thread::spawn(move || {
                 let _ = child.wait();
             });
-            let listen = st["listen"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(String::from)).collect();
+            let listen = st["listen"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect();
             return Ok(report(UpAction::Started, listen));
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -197,7 +219,10 @@ fn builtin_up(inst: &Instance, policy: &Policy, plan: &ListenPlan) -> Result<UpR
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            return Err(Error::state("the builtin filter did not answer within 10 s", format!("see {}", paths.serve_err().display())));
+            return Err(Error::state(
+                "the builtin filter did not answer within 10 s",
+                format!("see {}", paths.serve_err().display()),
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -208,7 +233,12 @@ pub fn render_squid_conf(inst: &Instance, policy: &Policy, plan: &ListenPlan) ->
     crate::render::squid_conf(inst, policy, plan)
 }
 
-async fn squid_up(inst: &Instance, policy: &Policy, plan: &ListenPlan, progress: Progress) -> Result<UpReport> {
+async fn squid_up(
+    inst: &Instance,
+    policy: &Policy,
+    plan: &ListenPlan,
+    progress: Progress,
+) -> Result<UpReport> {
     let docker = squid::connect().await?;
     let name = squid::container_name(&inst.name);
     let paths = inst.paths();
@@ -234,15 +264,25 @@ async fn squid_up(inst: &Instance, policy: &Policy, plan: &ListenPlan, progress:
     match squid::container::inspect(&docker, &name).await {
         Some(st) if st.running => {
             // Validate the exact file first; only then make it live and reconfigure.
-            let (code, out) = squid::container::exec(&docker, &name, &["-k", "parse", "-f", &format!("{}/squid.conf.new", squid::image::CONF_DIR)]).await?;
+            let (code, out) = squid::container::exec(
+                &docker,
+                &name,
+                &["-k", "parse", "-f", &format!("{}/squid.conf.new", squid::image::CONF_DIR)],
+            )
+            .await?;
             if let Err(e) = squid::container::parse_ok(code, &out) {
                 let _ = std::fs::remove_file(&new);
                 return Err(e);
             }
-            std::fs::rename(&new, paths.squid_conf()).map_err(|e| Error::io("cannot install", paths.squid_conf(), e))?;
-            let (code, out) = squid::container::exec(&docker, &name, &["-k", "reconfigure", "-f", squid::image::CONF]).await?;
+            std::fs::rename(&new, paths.squid_conf())
+                .map_err(|e| Error::io("cannot install", paths.squid_conf(), e))?;
+            let (code, out) =
+                squid::container::exec(&docker, &name, &["-k", "reconfigure", "-f", squid::image::CONF])
+                    .await?;
             if code != 0 {
-                return Err(Error::SquidConfig { output: format!("squid -k reconfigure (exit {code}): {out}") });
+                return Err(Error::SquidConfig {
+                    output: format!("squid -k reconfigure (exit {code}): {out}"),
+                });
             }
             let _ = std::fs::write(dir.join("applied.hash"), &hash);
             Ok(report(UpAction::Reloaded))
@@ -257,7 +297,8 @@ async fn squid_up(inst: &Instance, policy: &Policy, plan: &ListenPlan, progress:
                 let _ = std::fs::remove_file(&new);
                 return Err(e);
             }
-            std::fs::rename(&new, paths.squid_conf()).map_err(|e| Error::io("cannot install", paths.squid_conf(), e))?;
+            std::fs::rename(&new, paths.squid_conf())
+                .map_err(|e| Error::io("cannot install", paths.squid_conf(), e))?;
             let _ = std::fs::write(dir.join("applied.hash"), &hash);
             progress(&format!("starting {name}"));
             let labels = squid::image::labels(&inst.name, &inst.project_hash(), &hash);
@@ -316,7 +357,8 @@ fn pid_is_our_server(pid: i32, inst: &Instance) -> bool {
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
     let state = inst.state_dir.to_string_lossy();
-    args.iter().any(|a| *a == b"serve") && args.windows(2).any(|w| w[0] == b"--state-dir" && w[1] == state.as_bytes())
+    args.iter().any(|a| *a == b"serve")
+        && args.windows(2).any(|w| w[0] == b"--state-dir" && w[1] == state.as_bytes())
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -357,15 +399,22 @@ pub fn status(inst: &Instance) -> Result<Status> {
     match inst.backend {
         Backend::Builtin => {
             st.wanted_hash = policy.as_ref().ok().map(|p| p.hash());
-            if let Ok(v) = control::request(&inst.paths().control_socket(), "status", Duration::from_secs(3)) {
+            if let Ok(v) = control::request(&inst.paths().control_socket(), "status", Duration::from_secs(3))
+            {
                 st.running = true;
-                st.listen = v["listen"].as_array().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect();
+                st.listen = v["listen"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect();
                 st.running_hash = v["policy_hash"].as_str().map(String::from);
                 st.process = v["pid"].as_u64().map(|p| p.to_string());
             }
         }
         Backend::Squid => {
-            st.wanted_hash = policy.as_ref().ok().and_then(|p| render_squid_conf(inst, p, &plan).ok()).map(|c| sha256(&c));
+            st.wanted_hash =
+                policy.as_ref().ok().and_then(|p| render_squid_conf(inst, p, &plan).ok()).map(|c| sha256(&c));
             let name = squid::container_name(&inst.name);
             let found = runtime()?.block_on(async {
                 let docker = squid::connect().await?;
@@ -419,7 +468,9 @@ pub fn logs(inst: &Instance, opts: &LogsOptions, out: &mut dyn Write) -> Result<
     match inst.backend {
         Backend::Builtin => {
             let path = inst.paths().access_log();
-            let mut f = std::fs::File::open(&path).map_err(|e| Error::io("no access log yet (has the filter run? `ocsb egress up`)", &path, e))?;
+            let mut f = std::fs::File::open(&path).map_err(|e| {
+                Error::io("no access log yet (has the filter run? `ocsb egress up`)", &path, e)
+            })?;
             let mut text = String::new();
             f.read_to_string(&mut text).map_err(|e| Error::io("cannot read", &path, e))?;
             let lines: Vec<&str> = text.lines().collect();
@@ -463,11 +514,21 @@ pub fn logs(inst: &Instance, opts: &LogsOptions, out: &mut dyn Write) -> Result<
             let docker = squid::connect().await?;
             let name = squid::container_name(&inst.name);
             let tail = opts.tail.map(|n| n.to_string()).unwrap_or_else(|| "all".into());
-            let o = LogsOptionsBuilder::default().follow(opts.follow).stdout(true).stderr(!opts.json).tail(&tail).build();
+            let o = LogsOptionsBuilder::default()
+                .follow(opts.follow)
+                .stdout(true)
+                .stderr(!opts.json)
+                .tail(&tail)
+                .build();
             let mut s = docker.logs(&name, Some(o));
             let mut pending = String::new();
             while let Some(item) = s.next().await {
-                let chunk = item.map_err(|e| Error::docker(format!("cannot read the logs of {name}: {e}"), "is the filter up? `ocsb egress status`"))?;
+                let chunk = item.map_err(|e| {
+                    Error::docker(
+                        format!("cannot read the logs of {name}: {e}"),
+                        "is the filter up? `ocsb egress status`",
+                    )
+                })?;
                 pending.push_str(&chunk.to_string());
                 while let Some(i) = pending.find('\n') {
                     let line: String = pending.drain(..=i).collect();

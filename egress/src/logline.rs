@@ -26,7 +26,10 @@ pub fn pretty(l: &LogLine, color: bool) -> String {
     let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
     let server = l.peer.as_deref().map(|ip| format!(" → {ip}")).unwrap_or_default();
     let verdict = if is_denied(l) { "DENY " } else { "allow" };
-    let body = format!("{h:02}:{m:02}:{s:02} {verdict} {:03} {} {} rule={}{server}", l.status, l.method, l.target, l.rule);
+    let body = format!(
+        "{h:02}:{m:02}:{s:02} {verdict} {:03} {} {} rule={}{server}",
+        l.status, l.method, l.target, l.rule
+    );
     if is_denied(l) && color { format!("\x1b[1;31m{body}\x1b[0m") } else { body }
 }
 
@@ -36,12 +39,18 @@ mod tests {
 
     #[test]
     fn pretty_marks_denials() {
-        let l = LogLine::parse("1764555600.123 127.0.0.1 TCP_DENIED/403 rule=block:project:3 CONNECT www.example.com:443 peer=-").unwrap();
+        let l = LogLine::parse(
+            "1764555600.123 127.0.0.1 TCP_DENIED/403 rule=block:project:3 CONNECT www.example.com:443 peer=-",
+        )
+        .unwrap();
         assert!(is_denied(&l));
         let p = pretty(&l, false);
         assert!(p.contains("DENY") && p.contains("rule=block:project:3"), "{p}");
         assert_eq!(to_json(&l)["verdict"], "deny");
-        let a = LogLine::parse("1764555602.789 127.0.0.1 TCP_MISS/200 rule=default GET http://pub.test.net/ peer=198.51.100.7").unwrap();
+        let a = LogLine::parse(
+            "1764555602.789 127.0.0.1 TCP_MISS/200 rule=default GET http://pub.test.net/ peer=198.51.100.7",
+        )
+        .unwrap();
         assert!(pretty(&a, true).contains("→ 198.51.100.7"));
         assert!(!pretty(&a, true).contains("\x1b["));
     }

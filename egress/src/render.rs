@@ -42,7 +42,12 @@ pub fn squid_conf(inst: &Instance, policy: &Policy, plan: &ListenPlan) -> Result
 
 /// squid.conf for squid run as a host process with everything in `dir` (the differential test
 /// and the benchmark run the host's squid this way inside their namespaces).
-pub fn squid_conf_host_process(policy: &Policy, dir: &std::path::Path, listen: Vec<std::net::SocketAddr>, ov: &SquidOverrides) -> Result<String> {
+pub fn squid_conf_host_process(
+    policy: &Policy,
+    dir: &std::path::Path,
+    listen: Vec<std::net::SocketAddr>,
+    ov: &SquidOverrides,
+) -> Result<String> {
     let mut o = SquidOptions::host_process(dir, listen);
     apply_overrides(&mut o, ov);
     Ok(policy.render_squid(&o)?)

@@ -104,7 +104,9 @@ struct Outcome {
 fn curl(opts: &VerifyOptions, url: &str, extra: &[String], via_proxy: bool) -> Result<Outcome> {
     let mut argv: Vec<OsString> = opts.wrap.clone();
     argv.push(opts.curl.clone());
-    argv.extend(["-sS", "-o", "/dev/null", "-D", "-", "-w", "\n%{http_code} %{http_connect}\n"].map(OsString::from));
+    argv.extend(
+        ["-sS", "-o", "/dev/null", "-D", "-", "-w", "\n%{http_code} %{http_connect}\n"].map(OsString::from),
+    );
     argv.push("--max-time".into());
     argv.push(opts.max_time.to_string().into());
     if via_proxy {
@@ -124,7 +126,9 @@ fn curl(opts: &VerifyOptions, url: &str, extra: &[String], via_proxy: bool) -> R
         .env_remove("ALL_PROXY")
         .env_remove("all_proxy")
         .output()
-        .map_err(|e| Error::io("cannot run curl (apt-get install curl)", PathBufLike(&argv[0]), e))?;
+        .map_err(|e| {
+            Error::io("cannot run curl (apt-get install curl)", std::path::PathBuf::from(&argv[0]), e)
+        })?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("000 000");
     let mut codes = last.split_whitespace().map(|c| c.parse::<u16>().unwrap_or(0));
@@ -140,17 +144,11 @@ fn curl(opts: &VerifyOptions, url: &str, extra: &[String], via_proxy: bool) -> R
         http_code,
         connect_code,
         decision: header("x-egress-decision"),
-        proxy_error: header("x-egress-error").is_some() || header("x-squid-error").is_some_and(|v| !v.starts_with("ERR_ACCESS_DENIED")),
+        proxy_error: header("x-egress-error").is_some()
+            || header("x-squid-error").is_some_and(|v| !v.starts_with("ERR_ACCESS_DENIED")),
         squid_denied: header("x-squid-error").is_some_and(|v| v.starts_with("ERR_ACCESS_DENIED")),
         stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
     })
-}
-
-struct PathBufLike<'a>(&'a OsString);
-impl From<PathBufLike<'_>> for std::path::PathBuf {
-    fn from(p: PathBufLike<'_>) -> Self {
-        std::path::PathBuf::from(p.0)
-    }
 }
 
 impl Outcome {
@@ -161,7 +159,10 @@ impl Outcome {
     }
     fn describe(&self) -> String {
         if self.connect_code == 403 || self.http_code == 403 {
-            return format!("blocked by the filter{}", self.decision.as_deref().map(|d| format!(" (rule {d})")).unwrap_or_default());
+            return format!(
+                "blocked by the filter{}",
+                self.decision.as_deref().map(|d| format!(" (rule {d})")).unwrap_or_default()
+            );
         }
         if self.proxy_error || self.connect_code >= 500 {
             return format!("filter error (HTTP {} / CONNECT {})", self.http_code, self.connect_code);
@@ -179,7 +180,11 @@ fn explain(policy: &Policy, url: &str) -> String {
         // curl sends https:// through CONNECT, http:// as an absolute-form GET.
         if let Some(rest) = url.strip_prefix("https://") {
             let auth = rest.split(['/', '?', '#']).next().unwrap_or("");
-            let auth = if auth.contains(':') && !auth.ends_with(']') { auth.to_string() } else { format!("{auth}:443") };
+            let auth = if auth.contains(':') && !auth.ends_with(']') {
+                auth.to_string()
+            } else {
+                format!("{auth}:443")
+            };
             Target::from_connect(&auth).ok()
         } else {
             Target::from_absolute_uri("GET", url).ok()
@@ -206,7 +211,12 @@ pub fn run(policy: &Policy, opts: &VerifyOptions) -> Result<Report> {
             ExpectKind::Block => (
                 "expect-block",
                 blocked,
-                (!blocked).then(|| format!("{}; add a `block` rule (and check that no `allow`/`connect` rule wins)", explain(policy, &e.url))),
+                (!blocked).then(|| {
+                    format!(
+                        "{}; add a `block` rule (and check that no `allow`/`connect` rule wins)",
+                        explain(policy, &e.url)
+                    )
+                }),
             ),
             ExpectKind::Pass => {
                 let ok = !blocked && !o.proxy_error && o.connect_code < 500 && o.http_code != 0;
@@ -220,7 +230,14 @@ pub fn run(policy: &Policy, opts: &VerifyOptions) -> Result<Report> {
                 ("expect-pass", ok, why)
             }
         };
-        checks.push(Check { kind: kind.into(), url: e.url.clone(), at: Some(e.at.to_string()), ok, observed: o.describe(), why });
+        checks.push(Check {
+            kind: kind.into(),
+            url: e.url.clone(),
+            at: Some(e.at.to_string()),
+            ok,
+            observed: o.describe(),
+            why,
+        });
     }
     if opts.direct_check {
         let url = policy

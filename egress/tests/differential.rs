@@ -147,7 +147,10 @@ fn builtin_squid_and_policy_agree_on_the_case_table() {
                 Some((line, n)) => {
                     *skip = n;
                     if line.rule != *want {
-                        failures.push(format!("#{i} {label} via {name}: logged rule={} (line: {line})", line.rule));
+                        failures.push(format!(
+                            "#{i} {label} via {name}: logged rule={} (line: {line})",
+                            line.rule
+                        ));
                     }
                     if let Some(peer) = &line.peer
                         && peer.starts_with("127.")
@@ -162,7 +165,15 @@ fn builtin_squid_and_policy_agree_on_the_case_table() {
         }
     }
     // The URL wins over the Host header: the origin saw `pub.test.net` from both proxies.
-    let hosts: Vec<String> = lab.world_seen.lock().unwrap().requests.iter().filter(|(_, h)| h.starts_with("pub.test.net")).map(|(_, h)| h.clone()).collect();
+    let hosts: Vec<String> = lab
+        .world_seen
+        .lock()
+        .unwrap()
+        .requests
+        .iter()
+        .filter(|(_, h)| h.starts_with("pub.test.net"))
+        .map(|(_, h)| h.clone())
+        .collect();
     assert!(hosts.len() >= 2, "origin never saw Host: pub.test.net: {hosts:?}");
     assert!(
         !lab.world_seen.lock().unwrap().requests.iter().any(|(_, h)| h == "www.example.com"),
@@ -176,7 +187,9 @@ fn rebinding_never_reaches_a_private_address() {
     let mut lab = Lab::new(RULES);
     lab.start_builtin();
     lab.start_squid();
-    for (name, port, log) in [("builtin", BUILTIN_PORT, lab.builtin_log()), ("squid", SQUID_PORT, lab.squid_log())] {
+    for (name, port, log) in
+        [("builtin", BUILTIN_PORT, lab.builtin_log()), ("squid", SQUID_PORT, lab.squid_log())]
+    {
         let proxy: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut skip = 0;
         let (mut allowed, mut denied) = (0, 0);
@@ -187,12 +200,18 @@ fn rebinding_never_reaches_a_private_address() {
                 ("rb2.test.net:443", lab.client(move || client::connect(proxy, "rb2.test.net:443").0))
             };
             let reply = reply.unwrap_or_else(|| panic!("{name}: no reply for {host}"));
-            let (line, n) = common::lab::wait_log_line_any(&log, skip, Duration::from_secs(12)).unwrap_or_else(|| panic!("{name}: no log line"));
+            let (line, n) = common::lab::wait_log_line_any(&log, skip, Duration::from_secs(12))
+                .unwrap_or_else(|| panic!("{name}: no log line"));
             skip = n;
             match reply.status {
                 200 => {
                     allowed += 1;
-                    assert_eq!(line.peer.as_deref(), Some("198.51.100.7"), "{name}: allowed rebinding request went to {:?}", line.peer);
+                    assert_eq!(
+                        line.peer.as_deref(),
+                        Some("198.51.100.7"),
+                        "{name}: allowed rebinding request went to {:?}",
+                        line.peer
+                    );
                     assert_eq!(line.rule, "default");
                 }
                 403 => {
@@ -206,11 +225,22 @@ fn rebinding_never_reaches_a_private_address() {
         assert!(allowed + denied == 8, "{name}");
         if name == "builtin" {
             // One lookup per request: the alternating answers show up as both verdicts.
-            assert!(allowed > 0 && denied > 0, "builtin: {allowed} allowed, {denied} denied: expected both (one DNS query per request)");
+            assert!(
+                allowed > 0 && denied > 0,
+                "builtin: {allowed} allowed, {denied} denied: expected both (one DNS query per request)"
+            );
         }
     }
     // The trap listener on the private answer's address was never contacted.
-    let trapped: Vec<_> = lab.filter_seen.lock().unwrap().requests.iter().filter(|(a, _)| a.ip().to_string() == "127.0.0.2").cloned().collect();
+    let trapped: Vec<_> = lab
+        .filter_seen
+        .lock()
+        .unwrap()
+        .requests
+        .iter()
+        .filter(|(a, _)| a.ip().to_string() == "127.0.0.2")
+        .cloned()
+        .collect();
     assert!(trapped.is_empty(), "a proxy connected to the private rebinding answer: {trapped:?}");
     let q = lab.zone.lock().unwrap().queries.get("rb.test.net").copied().unwrap_or(0);
     assert!(q >= 4, "the rebinding name was queried only {q} times");

@@ -18,7 +18,10 @@ use ocsb_egress::squid::ImageSource;
 use ocsb_egress::{GatewaySetting, UpAction};
 
 fn require_docker() {
-    let ok = std::process::Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output().is_ok_and(|o| o.status.success());
+    let ok = std::process::Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .output()
+        .is_ok_and(|o| o.status.success());
     assert!(
         ok || std::path::Path::new("/var/run/docker.sock").exists(),
         "Docker is not answering: start dockerd (apt-get install docker.io; `dockerd &` or `systemctl start docker`)"
@@ -60,13 +63,22 @@ fn squid_container_lifecycle() {
         docker_gw: GatewaySetting::Disabled,
         serve_command: vec![],
         image_source: ImageSource::HostSquid,
-        squid_overrides: SquidOverrides { dns_nameservers: vec!["127.0.0.1".parse().unwrap()], hosts_file: None },
+        squid_overrides: SquidOverrides {
+            dns_nameservers: vec!["127.0.0.1".parse().unwrap()],
+            hosts_file: None,
+        },
     };
     let _ = ocsb_egress::down(&inst);
 
     // Re-import the image when it is ours (shows the progress path); leave foreign images alone.
     let had_image = std::process::Command::new("docker")
-        .args(["image", "inspect", "--format", "{{index .Config.Labels \"dev.opencode-sandbox.image-recipe\"}}", "opencode-sandbox-egress:latest"])
+        .args([
+            "image",
+            "inspect",
+            "--format",
+            "{{index .Config.Labels \"dev.opencode-sandbox.image-recipe\"}}",
+            "opencode-sandbox-egress:latest",
+        ])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
@@ -76,7 +88,8 @@ fn squid_container_lifecycle() {
 
     let messages = Arc::new(Mutex::new(Vec::<String>::new()));
     let m = messages.clone();
-    let progress: ocsb_egress::squid::Progress = Arc::new(move |s: &str| m.lock().unwrap().push(s.to_string()));
+    let progress: ocsb_egress::squid::Progress =
+        Arc::new(move |s: &str| m.lock().unwrap().push(s.to_string()));
     let t0 = Instant::now();
     let r = ocsb_egress::up(&inst, progress.clone()).unwrap_or_else(|e| panic!("egress up (squid): {e}"));
     eprintln!("squid up took {:?}", t0.elapsed());
@@ -102,7 +115,8 @@ fn squid_container_lifecycle() {
     assert_eq!(inner.unwrap().status, 200);
 
     // Reload: a new rule applies without a restart.
-    std::fs::write(project.join(".opencode-sandbox/egress.conf"), format!("{rules}block .example.org\n")).unwrap();
+    std::fs::write(project.join(".opencode-sandbox/egress.conf"), format!("{rules}block .example.org\n"))
+        .unwrap();
     assert_eq!(ocsb_egress::status(&inst).unwrap().config, "stale");
     let id_before = ocsb_egress::status(&inst).unwrap().process;
     let r = ocsb_egress::up(&inst, progress.clone()).unwrap();
@@ -122,7 +136,8 @@ fn squid_container_lifecycle() {
 
     // Logs (container stdout) in the shared format, with the deciding rules.
     let mut out = Vec::new();
-    ocsb_egress::logs(&inst, &ocsb_egress::LogsOptions { json: true, ..Default::default() }, &mut out).unwrap();
+    ocsb_egress::logs(&inst, &ocsb_egress::LogsOptions { json: true, ..Default::default() }, &mut out)
+        .unwrap();
     let rules_seen: Vec<String> = String::from_utf8(out)
         .unwrap()
         .lines()
@@ -135,12 +150,22 @@ fn squid_container_lifecycle() {
     // `squid -k parse` output with ERROR/WARNING fails validation even with exit code 0.
     let squid_dir = inst.paths().squid_dir();
     let good = std::fs::read_to_string(squid_dir.join("squid.conf")).unwrap();
-    std::fs::write(squid_dir.join("broken.conf"), format!("{good}\nacl bad dstdom_regex -n -i ^[a-\nhttp_access deny bad\n")).unwrap();
+    std::fs::write(
+        squid_dir.join("broken.conf"),
+        format!("{good}\nacl bad dstdom_regex -n -i ^[a-\nhttp_access deny bad\n"),
+    )
+    .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let name = ocsb_egress::squid::container_name(&inst.name);
     let verdict = rt.block_on(async {
         let d = ocsb_egress::squid::connect().await.unwrap();
-        let (code, out) = ocsb_egress::squid::container::exec(&d, &name, &["-k", "parse", "-f", "/etc/opencode-sandbox-egress/broken.conf"]).await.unwrap();
+        let (code, out) = ocsb_egress::squid::container::exec(
+            &d,
+            &name,
+            &["-k", "parse", "-f", "/etc/opencode-sandbox-egress/broken.conf"],
+        )
+        .await
+        .unwrap();
         ocsb_egress::squid::container::parse_ok(code, &out)
     });
     let err = verdict.expect_err("a config with an invalid regex must fail validation").to_string();
@@ -157,7 +182,8 @@ fn squid_backend_without_docker_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("docker.sock");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let err = rt.block_on(ocsb_egress::squid::container::connect_with(Some(&sock))).err().expect("no engine there");
+    let err =
+        rt.block_on(ocsb_egress::squid::container::connect_with(Some(&sock))).expect_err("no engine there");
     let msg = err.to_string();
     assert!(msg.contains("Docker") && msg.contains("OCSB_EGRESS_BACKEND=builtin"), "{msg}");
 }

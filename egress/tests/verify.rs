@@ -33,11 +33,17 @@ fn verify_catches_a_broken_rule_and_a_bypass() {
     let report = run(&inst.load_policy().unwrap(), &opts).unwrap();
     let failed: Vec<_> = report.checks.iter().filter(|c| !c.ok).collect();
     assert_eq!(failed.len(), 2, "{report:#?}");
-    let typo = failed.iter().find(|c| c.url == "http://prod-db.test.net/").expect("the broken block-regex is reported");
+    let typo = failed
+        .iter()
+        .find(|c| c.url == "http://prod-db.test.net/")
+        .expect("the broken block-regex is reported");
     assert_eq!(typo.kind, "expect-block");
     assert!(typo.at.as_deref().unwrap().ends_with("egress.conf:8"), "{typo:?}");
     assert!(typo.observed.contains("passed"), "{typo:?}");
-    assert!(typo.why.as_deref().unwrap().contains("default"), "the report must say which rule decided: {typo:?}");
+    assert!(
+        typo.why.as_deref().unwrap().contains("default"),
+        "the report must say which rule decided: {typo:?}"
+    );
     let direct = failed.iter().find(|c| c.kind == "direct-blocked").expect("the bypass is reported");
     assert!(direct.why.as_deref().unwrap().contains("netlock"), "{direct:?}");
     let err = report.into_result().unwrap_err().to_string();
@@ -49,8 +55,39 @@ fn verify_catches_a_broken_rule_and_a_bypass() {
     ocsb_egress::up(&inst, ocsb_egress::lifecycle::stderr_progress()).unwrap();
     let ns = &lab.topo.filter.name;
     sh(&["ip", "netns", "exec", ns, "nft", "add", "table", "inet", "lock"]);
-    sh(&["ip", "netns", "exec", ns, "nft", "add", "chain", "inet", "lock", "out", "{ type filter hook output priority 0 ; policy accept ; }"]);
-    sh(&["ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "lock", "out", "meta", "skuid", "1990", "ip", "daddr", "!=", "127.0.0.0/8", "reject"]);
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "nft",
+        "add",
+        "chain",
+        "inet",
+        "lock",
+        "out",
+        "{ type filter hook output priority 0 ; policy accept ; }",
+    ]);
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "nft",
+        "add",
+        "rule",
+        "inet",
+        "lock",
+        "out",
+        "meta",
+        "skuid",
+        "1990",
+        "ip",
+        "daddr",
+        "!=",
+        "127.0.0.0/8",
+        "reject",
+    ]);
     opts.wrap.extend(["setpriv", "--reuid=1990", "--regid=1990", "--clear-groups"].map(OsString::from));
     let report = run(&inst.load_policy().unwrap(), &opts).unwrap();
     assert!(report.ok(), "{report:#?}");

@@ -76,11 +76,38 @@ pub enum Command {
     #[command(after_help = EXIT_CODES)]
     Prepare,
 
+    /// Run a command in the project's sandbox: the same policy as `run`, the filter started and
+    /// the netlock checked first. The exit status is the command's.
+    #[command(after_help = EXIT_CODES)]
+    Exec(ExecArgs),
+
+    /// An interactive shell (`$SHELL`) in the project's sandbox.
+    #[command(after_help = EXIT_CODES)]
+    Shell,
+
+    /// The sandbox itself.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The command and its arguments (after `--`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// What this host can enforce: namespaces, landlock ABI, seccomp, relevant sysctls.
+    #[command(after_help = EXIT_CODES)]
+    Status,
 }
 
 #[derive(Debug, Args)]
@@ -95,13 +122,20 @@ pub struct ConfigArgs {
     /// Also say which layer (file and line) set each value.
     #[arg(long)]
     pub origin: bool,
+
+    /// Accept the ways the committed `.opencode-sandbox/sandbox.conf` widens the sandbox (listed
+    /// by `ocsb config`), so that `run` and `prepare` start with them. Asked again whenever they
+    /// change.
+    #[arg(long, conflicts_with = "origin")]
+    pub trust: bool,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum EgressCommand {
-    /// Print what the filter is given: the squid.conf for the squid backend.
+    /// Print what the filter is given: the squid.conf for the squid backend, the normalised
+    /// rules for the builtin one (`--format` picks either).
     #[command(after_help = EXIT_CODES)]
-    Render,
+    Render(RenderArgs),
 
     /// Say whether a request would pass the filter, and which rule decides it.
     ///
@@ -110,6 +144,23 @@ pub enum EgressCommand {
     /// resolves to when the private-network rule matters.
     #[command(after_help = EXIT_CODES)]
     Explain(ExplainArgs),
+
+    #[command(flatten)]
+    Lifecycle(crate::egress_cmd::LifecycleCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// `squid`: the squid.conf; `rules`: the normalised rules the builtin proxy runs. Default:
+    /// what the configured backend (OCSB_EGRESS_BACKEND) gets.
+    #[arg(long, value_enum)]
+    pub format: Option<RenderFormat>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum RenderFormat {
+    Squid,
+    Rules,
 }
 
 #[derive(Debug, Args)]

@@ -3,7 +3,7 @@
 mod cli;
 mod commands;
 mod doctor;
-mod egress_opts;
+mod egress_cmd;
 mod error;
 mod netlock;
 mod opencode;
@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 
-use crate::cli::{Cli, Command, EgressCommand, WtCommand};
+use crate::cli::{Cli, Command, EgressCommand, SandboxCommand, WtCommand};
 use crate::error::Result;
 use crate::project::Project;
 
@@ -28,6 +28,12 @@ fn main() -> ExitCode {
     }
     // The netlock probe (`ocsb __netlock-probe`), run as the locked gid through the shim.
     if let Some(code) = netlock::probe_dispatch() {
+        return ExitCode::from(code);
+    }
+    if let Some(code) = opencode::dispatch() {
+        return ExitCode::from(code);
+    }
+    if let Some(code) = web::dispatch() {
         return ExitCode::from(code);
     }
     let cli = Cli::parse();
@@ -50,8 +56,11 @@ fn dispatch(cli: Cli) -> Result<()> {
             commands::init::report(&outcomes, &root);
             Ok(())
         }
-        Command::Config(args) => commands::config::run(&Project::load(explicit)?, args.origin),
-        Command::Egress(EgressCommand::Render) => commands::egress::render(&Project::load(explicit)?),
+        Command::Config(args) => commands::config::run(&Project::load(explicit)?, args.origin, args.trust),
+        Command::Egress(EgressCommand::Render(args)) => {
+            commands::egress::render(&Project::load(explicit)?, args.format)
+        }
+        Command::Egress(EgressCommand::Lifecycle(cmd)) => egress_cmd::run(explicit, cmd),
         Command::Egress(EgressCommand::Explain(args)) => {
             commands::egress::explain(&Project::load(explicit)?, &args)
         }
@@ -64,6 +73,15 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Doctor(args) => doctor::run(explicit, args.json),
         Command::Prepare => run::prepare(&Project::load(explicit)?).map(drop),
         Command::Run(args) => run::run(&Project::load(explicit)?, &args.opencode_args, args.no_browser),
+        Command::Exec(args) => {
+            let code = sandbox::commands::exec(&Project::load(explicit)?, args.command)?;
+            std::process::exit(code)
+        }
+        Command::Shell => {
+            let code = sandbox::commands::shell(&Project::load(explicit)?)?;
+            std::process::exit(code)
+        }
+        Command::Sandbox(SandboxCommand::Status) => sandbox::commands::status(),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ocsb", &mut std::io::stdout());
             Ok(())

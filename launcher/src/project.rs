@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use ocsb_policy::egress::{self, Policy};
-use ocsb_policy::settings::{LoadInput, Settings};
+use ocsb_policy::settings::{self, LoadInput, Settings, Widening};
 
 use crate::error::{Error, Result};
 
@@ -75,12 +75,22 @@ fn environment() -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// One line per widening: `OCSB_RW + /srv/data  (makes a host path writable for the agent)`.
+pub fn render_widenings(w: &[Widening]) -> String {
+    w.iter().map(|w| format!("{} {}  ({})\n", w.name, w.change, w.why)).collect()
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("    {l}\n")).collect::<String>().trim_end().to_string()
+}
+
 /// Everything a command needs to know about the project it runs in.
 pub struct Project {
     pub dir: PathBuf,
     pub home: PathBuf,
     pub user_config_dir: PathBuf,
     pub settings: Settings,
+    input: LoadInput,
 }
 
 impl Project {
@@ -96,12 +106,104 @@ impl Project {
             env: environment()?,
         };
         let settings = Settings::load(&input)?;
-        Ok(Project { dir, home, user_config_dir, settings })
+        Ok(Project { dir, home, user_config_dir, settings, input })
+    }
+
+    /// How the committed `.opencode-sandbox/sandbox.conf` widens the sandbox (see
+    /// `ocsb_policy::settings::project_widenings` for why this is checked).
+    pub fn widenings(&self) -> Result<Vec<Widening>> {
+        Ok(settings::project_widenings(&self.input)?)
+    }
+
+    /// Where the widenings the user accepted for this project are recorded:
+    /// `<state dir>.trusted-settings`, beside the state directory rather than in it, because the
+    /// state directory is writable inside the sandbox and the agent must not accept for you.
+    fn trust_file(&self) -> PathBuf {
+        let state = self.settings.state_dir();
+        let name = state.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        let mut file = name;
+        file.push(".trusted-settings");
+        state.with_file_name(file)
+    }
+
+    /// Refuse to start when the project layer widens the sandbox in a way the user has not
+    /// accepted with `ocsb config --trust`. A cloned repository must not be able to turn the
+    /// sandbox off, or un-hide a credential, without the user seeing it.
+    pub fn require_trusted(&self) -> Result<()> {
+        let w = self.widenings()?;
+        if w.is_empty() {
+            return Ok(());
+        }
+        let wanted = render_widenings(&w);
+        let accepted = std::fs::read_to_string(self.trust_file()).unwrap_or_default();
+        if accepted == wanted {
+            return Ok(());
+        }
+        Err(Error::failed(
+            format!(
+                "{} widens the sandbox, and you have not accepted that for this project:\n{}",
+                settings::project_file(&self.input).display(),
+                indent(&wanted)
+            ),
+            "review those lines; if they are what you want, run `ocsb config --trust` (or move them \
+             to .opencode-sandbox/local/sandbox.conf, which only you write)",
+        ))
+    }
+
+    /// Record the current widenings as accepted (`ocsb config --trust`). Returns them.
+    pub fn trust(&self) -> Result<Vec<Widening>> {
+        let w = self.widenings()?;
+        let path = self.trust_file();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        }
+        std::fs::write(&path, render_widenings(&w)).map_err(|e| Error::io("write", &path, e))?;
+        Ok(w)
     }
 
     /// The four egress rule layers, compiled. Fails on the first bad line, naming it.
     pub fn egress_policy(&self) -> Result<Policy> {
         let layers = egress::load_layers(&self.user_config_dir, &self.dir)?;
         Ok(Policy::compile(&layers)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn project(tmp: &Path, project_conf: &str) -> Project {
+        let home = tmp.join("home");
+        let dir = tmp.join("proj");
+        std::fs::create_dir_all(dir.join(PROJECT_CONF_DIR)).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(dir.join(PROJECT_CONF_DIR).join("sandbox.conf"), project_conf).unwrap();
+        let input =
+            LoadInput { home: home.clone(), project_dir: dir.clone(), user_config_dir: home.join(".cfg"), env: vec![] };
+        let settings = Settings::load(&input).unwrap();
+        Project { dir, home: home.clone(), user_config_dir: home.join(".cfg"), settings, input }
+    }
+
+    #[test]
+    fn start_is_refused_until_the_user_accepts_the_widening_and_again_when_it_changes() {
+        let t = tempfile::tempdir().unwrap();
+        let p = project(t.path(), "OCSB_SANDBOX=0\n");
+        let e = p.require_trusted().unwrap_err().to_string();
+        assert!(e.contains("OCSB_SANDBOX 0 (was 1)"), "{e}");
+        assert!(e.contains("ocsb config --trust"), "{e}");
+        p.trust().unwrap();
+        p.require_trusted().unwrap();
+
+        // The file changes: the old acceptance does not cover the new widening.
+        let p = project(t.path(), "OCSB_SANDBOX=0\nOCSB_HIDE_HOME=()\n");
+        let e = p.require_trusted().unwrap_err().to_string();
+        assert!(e.contains("OCSB_HIDE_HOME - .gnupg"), "{e}");
+    }
+
+    #[test]
+    fn a_narrowing_project_file_needs_no_acceptance() {
+        let t = tempfile::tempdir().unwrap();
+        let p = project(t.path(), "OCSB_DOCKER=0\nOCSB_HIDE+=(../secrets)\n");
+        p.require_trusted().unwrap();
     }
 }

@@ -293,8 +293,12 @@ fn render_passes_real_squid_parse() {
     assert!(squid.exists(), "squid is needed for this test: apt-get install squid (make test does it)");
     let r = Repo::new();
     r.write(".opencode-sandbox/egress.conf", SEED_RULES);
-    let o = r.ocsb(&["egress", "render"]);
+    let o = r.ocsb(&["egress", "render", "--format", "squid"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The squid backend, chosen by setting, renders the same file.
+    let by_setting = r.ocsb_env(&["egress", "render"], &[("OCSB_EGRESS_BACKEND", "squid")]);
+    assert_eq!(stdout(&by_setting), stdout(&o));
+    assert!(stdout(&o).contains("http_access deny no_dot"), "{}", stdout(&o));
     let conf = r.home.join("squid.conf");
     fs::write(&conf, stdout(&o)).unwrap();
     let p = Command::new(squid).args(["-k", "parse", "-f"]).arg(&conf).output().unwrap();
@@ -302,6 +306,18 @@ fn render_passes_real_squid_parse() {
     assert!(p.status.success(), "squid -k parse failed:\n{diag}");
     let bad: Vec<&str> = diag.lines().filter(|l| l.contains("ERROR") || l.contains("WARNING")).collect();
     assert!(bad.is_empty(), "squid -k parse diagnostics:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn render_for_the_builtin_backend_prints_the_normalised_rules() {
+    let r = Repo::new();
+    r.write(".opencode-sandbox/egress.conf", "block .EXAMPLE.com.\nallow Jira.Example.com\nblock example.com\n");
+    let o = r.ocsb(&["egress", "render"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("block .example.com"), "{out}");
+    assert!(out.contains("allow jira.example.com"), "{out}");
+    assert!(!out.contains("http_access"), "the builtin backend gets rules, not squid.conf: {out}");
 }
 
 #[test]
@@ -327,4 +343,32 @@ fn every_subcommand_has_help_with_the_exit_codes() {
         assert!(o.status.success());
         assert!(stdout(&o).contains("Exit status:"), "{args:?}");
     }
+}
+
+#[test]
+fn a_widening_project_file_is_shown_and_can_be_accepted() {
+    let r = Repo::new();
+    r.write(".opencode-sandbox/sandbox.conf", "OCSB_TMP=shared\nOCSB_RW=(~/notes)\n");
+    let o = r.ocsb(&["config"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("widens the sandbox"), "{err}");
+    assert!(err.contains("OCSB_TMP shared (was private)"), "{err}");
+    assert!(err.contains("OCSB_RW + "), "{err}");
+    // stdout stays a clean settings file.
+    assert!(!stdout(&o).contains("widens"));
+
+    let o = r.ocsb(&["config", "--trust"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("accepted for this project"), "{}", stdout(&o));
+    let record = r.home.join(".local/share/opencode-sandbox/proj.trusted-settings");
+    let text = fs::read_to_string(&record).expect("trust record beside the state dir");
+    assert!(text.contains("OCSB_TMP shared"), "{text}");
+    assert!(!r.home.join(".local/share/opencode-sandbox/proj").exists(), "not inside the state dir");
+
+    // Settings in the user's own local layer are not the project's: nothing to accept.
+    r.write(".opencode-sandbox/sandbox.conf", "OCSB_NAME=proj\n");
+    r.write(".opencode-sandbox/local/sandbox.conf", "OCSB_TMP=shared\n");
+    let o = r.ocsb(&["config"]);
+    assert!(!stderr(&o).contains("widens"), "{}", stderr(&o));
 }

@@ -65,8 +65,14 @@ fn e16_e17_git_metadata_and_sandbox_config_are_read_only() {
     assert_eq!(w.probe(&["write", &s(&w.proj.join(".opencode-sandbox/sandbox.conf"))]), "ERR EROFS");
     assert_eq!(w.probe(&["write", &s(&w.proj.join(".cc-safety-net/policy.json"))]), "ERR EROFS");
     // moving the protected directory away is refused (it is a mount point)
-    assert_eq!(w.probe(&["rename", &s(&w.proj.join(".git/hooks")), &s(&w.proj.join(".git/hooks2"))]), "ERR EBUSY");
-    assert_eq!(w.probe(&["rename", &s(&w.proj.join(".opencode-sandbox")), &s(&w.proj.join("x"))]), "ERR EBUSY");
+    assert_eq!(
+        w.probe(&["rename", &s(&w.proj.join(".git/hooks")), &s(&w.proj.join(".git/hooks2"))]),
+        "ERR EBUSY"
+    );
+    assert_eq!(
+        w.probe(&["rename", &s(&w.proj.join(".opencode-sandbox")), &s(&w.proj.join("x"))]),
+        "ERR EBUSY"
+    );
     assert_eq!(read(&config), "[core]\n");
     assert_eq!(read(&hooks), "#!/bin/sh\n");
     // the rest of .git stays writable (git works)
@@ -160,10 +166,8 @@ fn e11_no_inherited_fds() {
     // fd 3 on the host /etc and fd 4 on a socket are open in the launcher
     let probe = s(&w.probe);
     let words = w.sandbox_words(&w.spec(), &["python3", &probe, "fds"]);
-    let o = w.netns_script(&format!(
-        "exec 3</etc; exec 4<>/dev/null; {}",
-        sandbox_support::shell_join(&words)
-    ));
+    let o =
+        w.netns_script(&format!("exec 3</etc; exec 4<>/dev/null; {}", sandbox_support::shell_join(&words)));
     let v = sandbox_support::verdict(&o);
     assert_eq!(v, "OK 0 1 2 3", "only stdio and the probe's own listing fd");
 }
@@ -276,7 +280,11 @@ fn e5_kill_outside_fails() {
          if kill -0 $C; then echo CANARY-ALIVE; kill $C; fi"
     ));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("ERR ESRCH"), "the outside pid does not exist in the sandbox: {out} {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains("ERR ESRCH"),
+        "the outside pid does not exist in the sandbox: {out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(out.contains("CANARY-ALIVE"), "{out}");
 }
 
@@ -334,7 +342,8 @@ fn e26_pathname_sockets_that_lead_out_are_absent() {
     let probe = s(&w.probe);
     let mut allowed = w.spec();
     allowed["docker_socket"] = serde_json::json!(sock);
-    let allowed_words = sandbox_support::shell_join(&w.sandbox_words(&allowed, &["python3", &probe, "connect-unix", &sock]));
+    let allowed_words =
+        sandbox_support::shell_join(&w.sandbox_words(&allowed, &["python3", &probe, "connect-unix", &sock]));
     let o = w.netns_script(&format!(
         "python3 -c 'import socket,os,time; s=socket.socket(socket.AF_UNIX); s.bind(\"{sock}\"); os.chmod(\"{sock}\",0o666); s.listen(8); time.sleep(20)' & L=$!; \
          for i in $(seq 50); do [ -S {sock} ] && break; sleep 0.1; done; \
@@ -400,7 +409,8 @@ fn e1_e4_pty_owned_by_the_launcher() {
     let mut spec = w.spec();
     spec["tty"] = serde_json::json!("Auto");
     let probe = s(&w.probe);
-    let sti = sandbox_support::shell_join(&w.sandbox_words(&spec, &["python3", &probe, "ioctl", "0", "0x5412"]));
+    let sti =
+        sandbox_support::shell_join(&w.sandbox_words(&spec, &["python3", &probe, "ioctl", "0", "0x5412"]));
     let tty = sandbox_support::shell_join(&w.sandbox_words(&spec, &["python3", &probe, "tty"]));
     // python's pty.spawn gives the launcher a terminal on stdin/stdout
     let o = w.netns_script(&format!(
@@ -408,7 +418,11 @@ fn e1_e4_pty_owned_by_the_launcher() {
          \"echo OUTER \\$(stat -L -c %t:%T /proc/self/fd/0); {sti}; {tty}\" </dev/null"
     ));
     let out = String::from_utf8_lossy(&o.stdout).replace('\r', "");
-    assert!(out.contains("ERR EPERM"), "TIOCSTI on the sandbox's terminal: {out} {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains("ERR EPERM"),
+        "TIOCSTI on the sandbox's terminal: {out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let outer = out.lines().find_map(|l| l.strip_prefix("OUTER ")).expect("outer tty").trim().to_string();
     let inner = out.lines().find_map(|l| l.strip_prefix("OK ")).expect("inner tty").trim().to_string();
     assert!(inner.contains(':'), "/dev/tty opens inside: {out}");

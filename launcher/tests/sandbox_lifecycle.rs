@@ -18,7 +18,11 @@ fn e39_everything_dies_within_a_second_of_sigkill_of_the_launcher() {
          echo AFTER $(pgrep -fc '^sleep {marker}' || true) MS $(( ($(date +%s%N) - T0) / 1000000 ))"
     ));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("BEFORE 3"), "three sandbox processes were running: {out} {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains("BEFORE 3"),
+        "three sandbox processes were running: {out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let after = out.lines().find_map(|l| l.strip_prefix("AFTER ")).expect("AFTER line");
     let mut it = after.split_whitespace();
     assert_eq!(it.next(), Some("0"), "processes left: {out}");
@@ -39,9 +43,7 @@ fn exit_status_and_signals_pass_through() {
 #[test]
 fn environment_is_the_spec_only() {
     let w = World::new();
-    let o = w.netns_script(&format!(
-        "export AWS_SECRET_ACCESS_KEY=leak; eval \"$SB sh -c 'env | sort'\""
-    ));
+    let o = w.netns_script("export AWS_SECRET_ACCESS_KEY=leak; eval \"$SB sh -c 'env | sort'\"");
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(!out.contains("AWS_SECRET_ACCESS_KEY"), "{out}");
     assert!(!out.contains("OCSB_SANDBOX_REQUEST"), "the request does not leak into the command: {out}");

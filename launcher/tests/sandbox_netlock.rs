@@ -17,7 +17,11 @@ fn netlock_gid() -> u32 {
 }
 
 fn require_nft() {
-    let ok = std::process::Command::new("sh").args(["-c", "command -v nft"]).output().map(|o| o.status.success()).unwrap_or(false);
+    let ok = std::process::Command::new("sh")
+        .args(["-c", "command -v nft"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     assert!(ok, "`nft` is missing: install the Debian package nftables");
 }
 
@@ -64,7 +68,11 @@ fn e29_e31_direct_egress_is_rejected_for_the_sandbox_gid() {
     ));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("CONTROL OK"), "{out} {}", String::from_utf8_lossy(&o.stderr));
-    assert!(out.contains("TCP ERR EACCES") || out.contains("TCP ERR EHOSTUNREACH"), "{out} {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains("TCP ERR EACCES") || out.contains("TCP ERR EHOSTUNREACH"),
+        "{out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(out.contains("UDP ERR EPERM"), "{out}");
     assert!(out.contains(&format!("GID {g}")), "{out}");
 }
@@ -74,7 +82,8 @@ fn start_is_refused_without_the_lock() {
     let g = netlock_gid();
     let w = World::new();
     let spec = locked_spec(&w, g);
-    let o = w.netns_script(&format!("{WORLD}; {} || echo RC=$?; kill $SRV", as_group(&w, &spec, g, &["true"])));
+    let o =
+        w.netns_script(&format!("{WORLD}; {} || echo RC=$?; kill $SRV", as_group(&w, &spec, g, &["true"])));
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(out.contains("RC=125"), "{out} {err}");

@@ -6,7 +6,9 @@ fn main() {
     match args.first().and_then(|a| a.to_str()) {
         Some("serve") => std::process::exit(ocsb_egress::builtin::serve::main(&args[1..])),
         _ => {
-            eprintln!("usage: ocsb-egress serve --state-dir DIR --user-config-dir DIR --project-dir DIR --listen ADDR:PORT...");
+            eprintln!(
+                "usage: ocsb-egress serve --state-dir DIR --user-config-dir DIR --project-dir DIR --listen ADDR:PORT..."
+            );
             std::process::exit(2);
         }
     }

@@ -87,7 +87,8 @@ impl Table {
             }
         }
         self.open.fetch_add(1, Ordering::SeqCst);
-        let slot = Arc::new(Slot { busy: AtomicUsize::new(0), kill: Notify::new(), table: Arc::downgrade(self) });
+        let slot =
+            Arc::new(Slot { busy: AtomicUsize::new(0), kill: Notify::new(), table: Arc::downgrade(self) });
         slots.push_back(Arc::downgrade(&slot));
         if slots.len() > 2 * self.cap {
             slots.retain(|w| w.strong_count() > 0);

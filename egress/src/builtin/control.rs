@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 
 /// Send one command and read the one-line JSON answer (sync; used by `up`, `down`, `status`).
 pub fn request(socket: &Path, command: &str, timeout: Duration) -> Result<Value> {
-    let mut s = UnixStream::connect(socket).map_err(|e| Error::io("cannot connect to the filter's control socket", socket, e))?;
+    let mut s = UnixStream::connect(socket)
+        .map_err(|e| Error::io("cannot connect to the filter's control socket", socket, e))?;
     s.set_read_timeout(Some(timeout)).ok();
     s.set_write_timeout(Some(timeout)).ok();
     s.write_all(format!("{command}\n").as_bytes())
@@ -24,6 +25,9 @@ pub fn request(socket: &Path, command: &str, timeout: Duration) -> Result<Value>
         .read_line(&mut line)
         .map_err(|e| Error::io("no answer on the control socket", socket, e))?;
     serde_json::from_str(&line).map_err(|e| {
-        Error::state(format!("unexpected answer on {}: {e}: {line:?}", socket.display()), "run `ocsb egress down` and `ocsb egress up`")
+        Error::state(
+            format!("unexpected answer on {}: {e}: {line:?}", socket.display()),
+            "run `ocsb egress down` and `ocsb egress up`",
+        )
     })
 }

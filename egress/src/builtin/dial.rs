@@ -52,6 +52,17 @@ pub enum DialError {
     Failed(IpAddr, std::io::Error),
 }
 
+/// The connector's own check of the addresses it is about to use (dial or reuse).
+pub fn check(addrs: &[IpAddr], permit_private: bool) -> Result<(), DialError> {
+    if addrs.is_empty() {
+        return Err(DialError::NoAddress);
+    }
+    if !permit_private && let Some(ip) = addrs.iter().find(|ip| is_private(**ip)) {
+        return Err(DialError::PrivateRefused(*ip));
+    }
+    Ok(())
+}
+
 /// Connect to the checked addresses in order. `permit_private` is true only when an explicit
 /// `allow` or `connect` rule decided (the seed's "allow wins" rule); otherwise a private address
 /// here is refused even though the decision code should already have denied it.
@@ -61,12 +72,7 @@ pub async fn dial_checked(
     permit_private: bool,
     connect_timeout: Duration,
 ) -> Result<(TcpStream, IpAddr), DialError> {
-    if addrs.is_empty() {
-        return Err(DialError::NoAddress);
-    }
-    if !permit_private && let Some(ip) = addrs.iter().find(|ip| is_private(**ip)) {
-        return Err(DialError::PrivateRefused(*ip));
-    }
+    check(addrs, permit_private)?;
     let mut last = None;
     for ip in addrs {
         let sa = SocketAddr::new(*ip, port);
@@ -76,7 +82,9 @@ pub async fn dial_checked(
                 return Ok((s, *ip));
             }
             Ok(Err(e)) => last = Some((*ip, e)),
-            Err(_) => last = Some((*ip, std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))),
+            Err(_) => {
+                last = Some((*ip, std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))
+            }
         }
     }
     let (ip, e) = last.expect("addrs is not empty");

@@ -6,6 +6,7 @@ pub mod dial;
 pub mod logger;
 pub mod proxy;
 pub mod serve;
+pub mod splice;
 
 pub use logger::Logger;
 pub use proxy::{DECISION_HEADER, Limits, PolicyCell, Running, start};

@@ -81,7 +81,52 @@ impl PolicyCell {
     }
 }
 
+/// Copy buffer of a CONNECT tunnel, each direction (fewer syscalls than tokio's 8 KiB default).
+const TUNNEL_BUFFER: usize = 256 * 1024;
+
+type Sender = hyper::client::conn::http1::SendRequest<Incoming>;
+
+/// Idle keep-alive connections to origin servers, keyed by the exact address dialed.
+#[derive(Clone, Default)]
+struct Pool(Arc<std::sync::Mutex<IdleConns>>);
+
+type IdleConns = std::collections::HashMap<SocketAddr, Vec<(Sender, std::time::Instant)>>;
+
+impl Pool {
+    const MAX_IDLE_PER_ADDR: usize = 16;
+    const IDLE: Duration = Duration::from_secs(30);
+
+    /// A ready connection to one of `addrs` (all already checked by the caller).
+    fn take(&self, addrs: &[IpAddr], port: u16) -> Option<(Sender, IpAddr)> {
+        let mut m = self.0.lock().ok()?;
+        for ip in addrs {
+            if let Some(v) = m.get_mut(&SocketAddr::new(*ip, port)) {
+                while let Some((s, since)) = v.pop() {
+                    if !s.is_closed() && s.is_ready() && since.elapsed() < Self::IDLE {
+                        return Some((s, *ip));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn put(&self, addr: SocketAddr, s: Sender) {
+        if s.is_closed() {
+            return;
+        }
+        if let Ok(mut m) = self.0.lock() {
+            let v = m.entry(addr).or_default();
+            v.retain(|(s, since)| !s.is_closed() && since.elapsed() < Self::IDLE);
+            if v.len() < Self::MAX_IDLE_PER_ADDR {
+                v.push((s, std::time::Instant::now()));
+            }
+        }
+    }
+}
+
 struct Shared {
+    pool: Pool,
     policy: PolicyCell,
     logger: Logger,
     limits: Limits,
@@ -116,7 +161,7 @@ impl Running {
 /// reported before the process detaches).
 pub fn start(listeners: Vec<TcpListener>, policy: PolicyCell, logger: Logger, limits: Limits) -> Running {
     let conns = Table::new(limits.max_connections);
-    let shared = Arc::new(Shared { policy, logger, limits, conns: conns.clone() });
+    let shared = Arc::new(Shared { pool: Pool::default(), policy, logger, limits, conns: conns.clone() });
     let (stop, stop_rx) = watch::channel(false);
     let addrs = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
     let tasks = listeners
@@ -243,7 +288,8 @@ fn host_display(h: &Host) -> String {
 fn text_response(status: StatusCode, body: String) -> Response<ProxyBody> {
     let mut r = Response::new(Full::new(Bytes::from(body)).map_err(|n: Infallible| match n {}).boxed());
     *r.status_mut() = status;
-    r.headers_mut().insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     if status != StatusCode::FORBIDDEN {
         // Marks an answer made by the proxy itself (not by the origin), like squid's
         // X-Squid-Error: `egress verify` must not count it as a passed request.
@@ -318,37 +364,38 @@ async fn handle(
 
     // 3. Dial the checked addresses.
     let permit_private = matches!(decision.rule, RuleKind::Allow | RuleKind::Connect);
-    let dialed = dial::dial_checked(&addrs, target.port, permit_private, shared.limits.connect_timeout).await;
-    let (upstream, server_ip) = match dialed {
-        Ok(x) => x,
-        Err(e) => {
-            let (status, msg) = match e {
-                DialError::NoAddress => (StatusCode::SERVICE_UNAVAILABLE, format!("cannot resolve {host}")),
-                DialError::PrivateRefused(ip) => {
-                    (StatusCode::FORBIDDEN, format!("refused to connect to private address {ip}"))
-                }
-                DialError::Failed(ip, e) => (StatusCode::BAD_GATEWAY, format!("cannot connect to {ip}: {e}")),
-            };
-            shared.logger.log(&txn.line("TCP_MISS", status.as_u16(), 0, None));
-            return Ok(text_response(status, format!("ocsb egress: {msg}\n")));
-        }
+    let dial_error = |e: DialError, txn: &Txn| {
+        let (status, msg) = match e {
+            DialError::NoAddress => (StatusCode::SERVICE_UNAVAILABLE, format!("cannot resolve {host}")),
+            DialError::PrivateRefused(ip) => {
+                (StatusCode::FORBIDDEN, format!("refused to connect to private address {ip}"))
+            }
+            DialError::Failed(ip, e) => (StatusCode::BAD_GATEWAY, format!("cannot connect to {ip}: {e}")),
+        };
+        shared.logger.log(&txn.line("TCP_MISS", status.as_u16(), 0, None));
+        text_response(status, format!("ocsb egress: {msg}\n"))
     };
 
     if is_connect {
+        let (upstream, server_ip) = match dial::dial_checked(
+            &addrs,
+            target.port,
+            permit_private,
+            shared.limits.connect_timeout,
+        )
+        .await
+        {
+            Ok(x) => x,
+            Err(e) => return Ok(dial_error(e, &txn)),
+        };
         let logger = shared.logger.clone();
         tokio::spawn(async move {
             let _guard = guard; // the tunnel keeps the connection busy (never evicted as idle)
-            let mut upstream = upstream;
-            match hyper::upgrade::on(req).await {
-                Ok(up) => {
-                    let mut client = TokioIo::new(up);
-                    let r = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, 64 * 1024, 64 * 1024)
-                        .await;
-                    let (_, to_client) = r.unwrap_or((0, 0));
-                    logger.log(&txn.line("TCP_TUNNEL", 200, to_client, Some(server_ip)));
-                }
-                Err(_) => logger.log(&txn.line("TCP_TUNNEL", 200, 0, Some(server_ip))),
-            }
+            let to_client = match hyper::upgrade::on(req).await {
+                Ok(up) => tunnel(up, upstream).await,
+                Err(_) => 0,
+            };
+            logger.log(&txn.line("TCP_TUNNEL", 200, to_client, Some(server_ip)));
         });
         return Ok(Response::new(http_body_util::Empty::new().map_err(|n: Infallible| match n {}).boxed()));
     }
@@ -361,18 +408,91 @@ async fn handle(
             "ocsb egress: only http:// URLs are forwarded; use CONNECT (https_proxy) for TLS\n".into(),
         ));
     }
-    match forward(req, upstream, &target, &host).await {
+    // A kept-alive server connection is reused only if its address is one of the addresses this
+    // request's decision checked (the same rule as dialing: never an address the policy did not see).
+    if let Err(e) = dial::check(&addrs, permit_private) {
+        return Ok(dial_error(e, &txn));
+    }
+    let mut pooled = None;
+    while let Some((mut s, ip)) = shared.pool.take(&addrs, target.port) {
+        // A pooled connection the server has just closed fails here, before the request is sent.
+        if s.ready().await.is_ok() {
+            pooled = Some((s, ip));
+            break;
+        }
+    }
+    let (mut sender, server_ip) = match pooled {
+        Some(x) => x,
+        None => {
+            let (upstream, ip) =
+                match dial::dial_checked(&addrs, target.port, permit_private, shared.limits.connect_timeout)
+                    .await
+                {
+                    Ok(x) => x,
+                    Err(e) => return Ok(dial_error(e, &txn)),
+                };
+            match hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await {
+                Ok((sender, conn)) => {
+                    tokio::spawn(conn);
+                    (sender, ip)
+                }
+                Err(e) => {
+                    shared.logger.log(&txn.line("TCP_MISS", 502, 0, Some(ip)));
+                    return Ok(text_response(
+                        StatusCode::BAD_GATEWAY,
+                        format!("ocsb egress: upstream failed: {e}\n"),
+                    ));
+                }
+            }
+        }
+    };
+    match forward(req, &mut sender, &target, &host).await {
         Ok(resp) => {
             let status = resp.status().as_u16();
             let (mut parts, body) = resp.into_parts();
+            let reusable = parts.version == hyper::Version::HTTP_11
+                && !parts
+                    .headers
+                    .get_all(hyper::header::CONNECTION)
+                    .iter()
+                    .any(|v| v.to_str().is_ok_and(|v| v.to_ascii_lowercase().contains("close")));
             strip_hop_by_hop(&mut parts.headers);
             let line = txn.line("TCP_MISS", status, 0, Some(server_ip));
-            let body = LoggedBody { inner: body, bytes: 0, line: Some(line), logger: shared.logger.clone(), _guard: guard };
+            let body = LoggedBody {
+                inner: body,
+                line: Some(line),
+                logger: shared.logger.clone(),
+                back_to_pool: reusable
+                    .then(|| (shared.pool.clone(), SocketAddr::new(server_ip, target.port), sender)),
+                _guard: guard,
+            };
             Ok(Response::from_parts(parts, body.boxed()))
         }
         Err(e) => {
             shared.logger.log(&txn.line("TCP_MISS", 502, 0, Some(server_ip)));
             Ok(text_response(StatusCode::BAD_GATEWAY, format!("ocsb egress: upstream failed: {e}\n")))
+        }
+    }
+}
+
+/// Relay an established tunnel: splice(2) between the raw sockets when the upgraded connection
+/// is a plain TCP stream (bytes hyper had already read are sent first), else a buffered copy.
+async fn tunnel(up: hyper::upgrade::Upgraded, mut upstream: TcpStream) -> u64 {
+    use tokio::io::AsyncWriteExt;
+    match up.downcast::<TokioIo<TcpStream>>() {
+        Ok(parts) => {
+            if !parts.read_buf.is_empty() && upstream.write_all(&parts.read_buf).await.is_err() {
+                return 0;
+            }
+            let client = parts.io.into_inner();
+            super::splice::relay(&client, &upstream).await.map(|(_, down)| down).unwrap_or(0)
+        }
+        Err(up) => {
+            let mut client = TokioIo::new(up);
+            tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, TUNNEL_BUFFER, TUNNEL_BUFFER)
+                .await
+                .map(|(_, down)| down)
+                .unwrap_or(0)
         }
     }
 }
@@ -402,12 +522,11 @@ async fn decide(policy: &Policy, target: &Target, dns_timeout: Duration) -> (Dec
 /// Send the request upstream in origin-form with `Host` taken from the URI (the URI wins).
 async fn forward(
     req: Request<Incoming>,
-    upstream: TcpStream,
+    sender: &mut Sender,
     target: &Target,
     host: &str,
 ) -> Result<Response<Incoming>, hyper::Error> {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await?;
-    tokio::spawn(conn);
+    sender.ready().await?;
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
     parts.uri = path.parse().unwrap_or_else(|_| hyper::Uri::from_static("/"));
@@ -452,23 +571,21 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
 /// dropped (squid logs at the end of a transaction too).
 struct LoggedBody {
     inner: Incoming,
-    bytes: u64,
     line: Option<LogLine>,
     logger: Logger,
+    /// The server connection goes back to the pool once the body was read to the end.
+    back_to_pool: Option<(Pool, SocketAddr, Sender)>,
     _guard: BusyGuard,
 }
 
 impl Body for LoggedBody {
     type Data = Bytes;
     type Error = hyper::Error;
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let r = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(f))) = &r
-            && let Some(d) = f.data_ref()
-        {
-            self.bytes += d.len() as u64;
-        }
-        r
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
     }
     fn is_end_stream(&self) -> bool {
         self.inner.is_end_stream()
@@ -480,6 +597,11 @@ impl Body for LoggedBody {
 
 impl Drop for LoggedBody {
     fn drop(&mut self) {
+        if let Some((pool, addr, sender)) = self.back_to_pool.take()
+            && self.inner.is_end_stream()
+        {
+            pool.put(addr, sender);
+        }
         if let Some(l) = self.line.take() {
             self.logger.log(&l);
         }

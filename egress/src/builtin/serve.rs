@@ -51,7 +51,8 @@ impl ServeArgs {
         let (mut state, mut user, mut project, mut listen) = (None, None, None, Vec::new());
         let mut it = args.iter();
         while let Some(a) = it.next() {
-            let mut val = || it.next().cloned().ok_or_else(|| format!("{} needs a value", a.to_string_lossy()));
+            let mut val =
+                || it.next().cloned().ok_or_else(|| format!("{} needs a value", a.to_string_lossy()));
             match a.to_str() {
                 Some("--state-dir") => state = Some(PathBuf::from(val()?)),
                 Some("--user-config-dir") => user = Some(PathBuf::from(val()?)),
@@ -145,7 +146,8 @@ async fn run(args: ServeArgs) -> Result<()> {
         }
         let _ = std::fs::remove_file(&sock);
     }
-    let control = UnixListener::bind(&sock).map_err(|e| Error::io("cannot create the control socket", &sock, e))?;
+    let control =
+        UnixListener::bind(&sock).map_err(|e| Error::io("cannot create the control socket", &sock, e))?;
     {
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
@@ -165,7 +167,11 @@ async fn run(args: ServeArgs) -> Result<()> {
     let cell = PolicyCell::new(policy);
     let running = proxy::start(listeners, cell.clone(), logger.clone(), Limits::default());
     let listen: Vec<String> = running.addrs.iter().map(|a| a.to_string()).collect();
-    logger.note(&format!("started pid {} listening on {} policy {hash}", std::process::id(), listen.join(" ")));
+    logger.note(&format!(
+        "started pid {} listening on {} policy {hash}",
+        std::process::id(),
+        listen.join(" ")
+    ));
     crate::paths::write_atomic(&paths.pid_file(), format!("{}\n", std::process::id()).as_bytes())
         .map_err(|e| Error::io("cannot write the pid file", paths.pid_file(), e))?;
 
@@ -240,7 +246,8 @@ impl ServeState {
                 json!({"ok": true, "hash": h})
             }
             Err(e) => {
-                self.logger.note(&format!("reload refused, old policy kept: {}", e.to_string().replace('\n', " ")));
+                self.logger
+                    .note(&format!("reload refused, old policy kept: {}", e.to_string().replace('\n', " ")));
                 json!({"ok": false, "error": e.to_string(), "input_error": e.is_input()})
             }
         }
@@ -259,7 +266,11 @@ impl ServeState {
     }
 }
 
-async fn control_conn(stream: tokio::net::UnixStream, state: Arc<ServeState>, conns: Arc<super::conns::Table>) {
+async fn control_conn(
+    stream: tokio::net::UnixStream,
+    state: Arc<ServeState>,
+    conns: Arc<super::conns::Table>,
+) {
     let open = conns.open();
     let (r, mut w) = stream.into_split();
     let mut line = String::new();

@@ -34,11 +34,12 @@ pub async fn connect_with(unix_socket: Option<&Path>) -> Result<Docker> {
         Some(p) => Docker::connect_with_unix(&p.to_string_lossy(), 120, bollard::API_DEFAULT_VERSION),
     }
     .map_err(|e| Error::docker(format!("Docker is not available: {e}"), hint))?;
-    let d = d
-        .negotiate_version()
-        .await
-        .map_err(|e| Error::docker(format!("Docker is not answering (the squid backend needs it): {e}"), hint))?;
-    d.ping().await.map_err(|e| Error::docker(format!("Docker is not answering (the squid backend needs it): {e}"), hint))?;
+    let d = d.negotiate_version().await.map_err(|e| {
+        Error::docker(format!("Docker is not answering (the squid backend needs it): {e}"), hint)
+    })?;
+    d.ping().await.map_err(|e| {
+        Error::docker(format!("Docker is not answering (the squid backend needs it): {e}"), hint)
+    })?;
     Ok(d)
 }
 
@@ -52,7 +53,12 @@ pub async fn exec(docker: &Docker, name: &str, args: &[&str]) -> Result<(i64, St
         attach_stderr: Some(true),
         ..Default::default()
     };
-    let dockerr = |e: bollard::errors::Error| Error::docker(format!("docker exec in {name} failed: {e}"), "check `docker ps`; `ocsb egress down` then `up` recreates the container");
+    let dockerr = |e: bollard::errors::Error| {
+        Error::docker(
+            format!("docker exec in {name} failed: {e}"),
+            "check `docker ps`; `ocsb egress down` then `up` recreates the container",
+        )
+    };
     let created = docker.create_exec(name, cfg).await.map_err(dockerr)?;
     let mut output = String::new();
     if let bollard::exec::StartExecResults::Attached { output: mut o, .. } =
@@ -71,7 +77,12 @@ pub async fn exec(docker: &Docker, name: &str, args: &[&str]) -> Result<(i64, St
 pub fn parse_ok(code: i64, output: &str) -> Result<()> {
     let bad: Vec<&str> = output
         .lines()
-        .filter(|l| l.contains("ERROR") || l.contains("WARNING") || l.contains("FATAL") || l.contains("Warning: empty ACL"))
+        .filter(|l| {
+            l.contains("ERROR")
+                || l.contains("WARNING")
+                || l.contains("FATAL")
+                || l.contains("Warning: empty ACL")
+        })
         .collect();
     if code != 0 || !bad.is_empty() {
         let text = if bad.is_empty() { output.trim().to_string() } else { bad.join("\n") };
@@ -102,7 +113,9 @@ pub async fn inspect(docker: &Docker, name: &str) -> Option<ContainerState> {
 /// the same image (used before the first start, when there is no running squid to exec in).
 pub async fn parse_in_throwaway(docker: &Docker, conf_dir: &Path, file_in_dir: &str) -> Result<()> {
     let name = format!("opencode-sandbox-egress-parse-{}", std::process::id());
-    let _ = docker.remove_container(&name, Some(q::RemoveContainerOptionsBuilder::default().force(true).build())).await;
+    let _ = docker
+        .remove_container(&name, Some(q::RemoveContainerOptionsBuilder::default().force(true).build()))
+        .await;
     let body = ContainerCreateBody {
         image: Some(image::image_ref()),
         entrypoint: Some(vec![SQUID_BIN.into()]),
@@ -118,8 +131,13 @@ pub async fn parse_in_throwaway(docker: &Docker, conf_dir: &Path, file_in_dir: &
         }),
         ..Default::default()
     };
-    let dockerr = |e: bollard::errors::Error| Error::docker(format!("cannot run `squid -k parse` in a container: {e}"), "check `docker info`");
-    docker.create_container(Some(q::CreateContainerOptionsBuilder::default().name(&name).build()), body).await.map_err(dockerr)?;
+    let dockerr = |e: bollard::errors::Error| {
+        Error::docker(format!("cannot run `squid -k parse` in a container: {e}"), "check `docker info`")
+    };
+    docker
+        .create_container(Some(q::CreateContainerOptionsBuilder::default().name(&name).build()), body)
+        .await
+        .map_err(dockerr)?;
     let result = async {
         docker.start_container(&name, None::<q::StartContainerOptions>).await.map_err(dockerr)?;
         let mut w = docker.wait_container(&name, None::<q::WaitContainerOptions>);
@@ -131,7 +149,8 @@ pub async fn parse_in_throwaway(docker: &Docker, conf_dir: &Path, file_in_dir: &
                 Err(e) => return Err(dockerr(e)),
             }
         }
-        let mut logs = docker.logs(&name, Some(q::LogsOptionsBuilder::default().stdout(true).stderr(true).build()));
+        let mut logs =
+            docker.logs(&name, Some(q::LogsOptionsBuilder::default().stdout(true).stderr(true).build()));
         let mut out = String::new();
         while let Some(Ok(l)) = logs.next().await {
             out.push_str(&l.to_string());
@@ -139,7 +158,9 @@ pub async fn parse_in_throwaway(docker: &Docker, conf_dir: &Path, file_in_dir: &
         parse_ok(code, &out)
     }
     .await;
-    let _ = docker.remove_container(&name, Some(q::RemoveContainerOptionsBuilder::default().force(true).build())).await;
+    let _ = docker
+        .remove_container(&name, Some(q::RemoveContainerOptionsBuilder::default().force(true).build()))
+        .await;
     result
 }
 
@@ -154,7 +175,12 @@ fn bind_mount(conf_dir: &Path) -> Mount {
 }
 
 /// Create and start the container, then wait until squid answers its health check.
-pub async fn create_and_start(docker: &Docker, name: &str, conf_dir: &Path, labels: HashMap<String, String>) -> Result<()> {
+pub async fn create_and_start(
+    docker: &Docker,
+    name: &str,
+    conf_dir: &Path,
+    labels: HashMap<String, String>,
+) -> Result<()> {
     let tmpfs = |size: &str| format!("rw,nosuid,nodev,noexec,size={size},uid=13,gid=13,mode=0755");
     let body = ContainerCreateBody {
         image: Some(image::image_ref()),
@@ -163,7 +189,14 @@ pub async fn create_and_start(docker: &Docker, name: &str, conf_dir: &Path, labe
         labels: Some(labels),
         stop_timeout: Some(5),
         healthcheck: Some(HealthConfig {
-            test: Some(vec!["CMD".into(), SQUID_BIN.into(), "-k".into(), "check".into(), "-f".into(), CONF.into()]),
+            test: Some(vec![
+                "CMD".into(),
+                SQUID_BIN.into(),
+                "-k".into(),
+                "check".into(),
+                "-f".into(),
+                CONF.into(),
+            ]),
             interval: Some(2_000_000_000),
             timeout: Some(2_000_000_000),
             retries: Some(3),
@@ -185,7 +218,10 @@ pub async fn create_and_start(docker: &Docker, name: &str, conf_dir: &Path, labe
             ])),
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec!["no-new-privileges".into()]),
-            restart_policy: Some(RestartPolicy { name: Some(RestartPolicyNameEnum::UNLESS_STOPPED), maximum_retry_count: None }),
+            restart_policy: Some(RestartPolicy {
+                name: Some(RestartPolicyNameEnum::UNLESS_STOPPED),
+                maximum_retry_count: None,
+            }),
             log_config: Some(HostConfigLogConfig {
                 typ: Some("json-file".into()),
                 config: Some(HashMap::from([("max-size".to_string(), "10m".to_string())])),
@@ -194,8 +230,16 @@ pub async fn create_and_start(docker: &Docker, name: &str, conf_dir: &Path, labe
         }),
         ..Default::default()
     };
-    let dockerr = |e: bollard::errors::Error| Error::docker(format!("cannot start the squid container {name}: {e}"), "see `docker logs` of the container; `ocsb egress down` removes it");
-    docker.create_container(Some(q::CreateContainerOptionsBuilder::default().name(name).build()), body).await.map_err(dockerr)?;
+    let dockerr = |e: bollard::errors::Error| {
+        Error::docker(
+            format!("cannot start the squid container {name}: {e}"),
+            "see `docker logs` of the container; `ocsb egress down` removes it",
+        )
+    };
+    docker
+        .create_container(Some(q::CreateContainerOptionsBuilder::default().name(name).build()), body)
+        .await
+        .map_err(dockerr)?;
     docker.start_container(name, None::<q::StartContainerOptions>).await.map_err(dockerr)?;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -216,7 +260,10 @@ pub async fn create_and_start(docker: &Docker, name: &str, conf_dir: &Path, labe
 }
 
 pub async fn logs_tail(docker: &Docker, name: &str, n: usize) -> String {
-    let mut s = docker.logs(name, Some(q::LogsOptionsBuilder::default().stdout(true).stderr(true).tail(&n.to_string()).build()));
+    let mut s = docker.logs(
+        name,
+        Some(q::LogsOptionsBuilder::default().stdout(true).stderr(true).tail(&n.to_string()).build()),
+    );
     let mut out = String::new();
     while let Some(Ok(l)) = s.next().await {
         out.push_str(&l.to_string());
@@ -249,7 +296,10 @@ mod tests {
         assert!(parse_ok(0, "2026/12/01 00:00:00| Processing Configuration File: /x (depth 0)\n").is_ok());
         let e = parse_ok(0, "2026/12/01| ERROR: invalid regular expression: '^[a-'\n").unwrap_err();
         assert!(e.to_string().contains("invalid regular expression"));
-        assert!(parse_ok(0, "2026/12/01| WARNING: (B) '.example.com' is a subdomain of 'jira.example.com'\n").is_err());
+        assert!(
+            parse_ok(0, "2026/12/01| WARNING: (B) '.example.com' is a subdomain of 'jira.example.com'\n")
+                .is_err()
+        );
         assert!(parse_ok(1, "FATAL: Bungled squid.conf line 3").is_err());
     }
 }

@@ -91,7 +91,8 @@ async fn build_dockerfile(docker: &Docker, progress: &Progress) -> Result<String
     h.set_size(DOCKERFILE.len() as u64);
     h.set_mode(0o644);
     h.set_cksum();
-    tar.append_data(&mut h, "Dockerfile", DOCKERFILE.as_bytes()).map_err(|e| Error::net("cannot pack the build context", e))?;
+    tar.append_data(&mut h, "Dockerfile", DOCKERFILE.as_bytes())
+        .map_err(|e| Error::net("cannot pack the build context", e))?;
     let ctx = tar.into_inner().map_err(|e| Error::net("cannot pack the build context", e))?;
     let opts = bollard::query_parameters::BuildImageOptionsBuilder::default()
         .t(&image_ref())
@@ -109,10 +110,18 @@ async fn build_dockerfile(docker: &Docker, progress: &Progress) -> Result<String
                     }
                 }
                 if let Some(e) = info.error_detail.and_then(|d| d.message) {
-                    return Err(Error::docker(format!("image build failed: {e}"), "check that a registry and a Debian mirror are reachable, or install squid on the host"));
+                    return Err(Error::docker(
+                        format!("image build failed: {e}"),
+                        "check that a registry and a Debian mirror are reachable, or install squid on the host",
+                    ));
                 }
             }
-            Err(e) => return Err(Error::docker(format!("image build failed: {e}"), "check that a registry and a Debian mirror are reachable, or install squid on the host")),
+            Err(e) => {
+                return Err(Error::docker(
+                    format!("image build failed: {e}"),
+                    "check that a registry and a Debian mirror are reachable, or install squid on the host",
+                ));
+            }
         }
     }
     Ok("dockerfile".into())
@@ -126,7 +135,10 @@ fn squid_version() -> Option<String> {
 
 /// Shared libraries a binary needs, as `ldd` resolves them (real paths, symlinks followed later).
 fn ldd(bin: &str) -> Result<Vec<PathBuf>> {
-    let out = Command::new("ldd").arg(bin).output().map_err(|e| Error::io("cannot run ldd (install libc-bin) on", bin, e))?;
+    let out = Command::new("ldd")
+        .arg(bin)
+        .output()
+        .map_err(|e| Error::io("cannot run ldd (install libc-bin) on", bin, e))?;
     let mut libs = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let path = match line.split_once("=>") {
@@ -161,11 +173,18 @@ fn file_header(len: usize) -> tar::Header {
 
 /// Recipe A: a root filesystem (as a tar) made from the host's squid package.
 pub fn host_squid_rootfs() -> Result<(Vec<u8>, usize)> {
-    let missing = |p: &str| Error::docker(
-        format!("cannot assemble the squid image from this host: {p} is missing"),
-        "apt-get install squid squid-langpack (Debian/Ubuntu), make a Docker registry reachable, or use OCSB_EGRESS_BACKEND=builtin",
-    );
-    for p in [SQUID_BIN, "/usr/lib/squid/unlinkd", "/usr/share/squid/mime.conf", "/usr/share/squid-langpack/templates"] {
+    let missing = |p: &str| {
+        Error::docker(
+            format!("cannot assemble the squid image from this host: {p} is missing"),
+            "apt-get install squid squid-langpack (Debian/Ubuntu), make a Docker registry reachable, or use OCSB_EGRESS_BACKEND=builtin",
+        )
+    };
+    for p in [
+        SQUID_BIN,
+        "/usr/lib/squid/unlinkd",
+        "/usr/share/squid/mime.conf",
+        "/usr/share/squid-langpack/templates",
+    ] {
         if !Path::new(p).exists() {
             return Err(missing(p));
         }
@@ -210,7 +229,8 @@ pub fn host_squid_rootfs() -> Result<(Vec<u8>, usize)> {
     }
     t.append_path_with_name("/usr/share/squid/mime.conf", "usr/share/squid/mime.conf").map_err(io)?;
     t.append_dir_all("usr/share/squid/icons", "/usr/share/squid/icons").map_err(io)?;
-    t.append_dir_all("usr/share/squid-langpack/templates", "/usr/share/squid-langpack/templates").map_err(io)?;
+    t.append_dir_all("usr/share/squid-langpack/templates", "/usr/share/squid-langpack/templates")
+        .map_err(io)?;
     if Path::new("/etc/squid/errorpage.css").exists() {
         t.append_path_with_name("/etc/squid/errorpage.css", "etc/squid/errorpage.css").map_err(io)?;
     }
@@ -231,7 +251,10 @@ pub fn host_squid_rootfs() -> Result<(Vec<u8>, usize)> {
 /// how much has been sent.
 async fn import_host_squid(docker: &Docker, progress: &Progress) -> Result<String> {
     let version = squid_version().unwrap_or_else(|| "unknown".into());
-    progress(&format!("assembling image {} from the host's squid {version} (no registry needed)", image_ref()));
+    progress(&format!(
+        "assembling image {} from the host's squid {version} (no registry needed)",
+        image_ref()
+    ));
     let (tar, files) = tokio::task::spawn_blocking(host_squid_rootfs)
         .await
         .map_err(|e| Error::docker(format!("image assembly panicked: {e}"), "report a bug"))??;
@@ -265,10 +288,18 @@ async fn import_host_squid(docker: &Docker, progress: &Progress) -> Result<Strin
         match item {
             Ok(info) => {
                 if let Some(e) = info.error_detail.and_then(|d| d.message) {
-                    return Err(Error::docker(format!("image import failed: {e}"), "check `docker info` and the disk space of /var/lib/docker"));
+                    return Err(Error::docker(
+                        format!("image import failed: {e}"),
+                        "check `docker info` and the disk space of /var/lib/docker",
+                    ));
                 }
             }
-            Err(e) => return Err(Error::docker(format!("image import failed: {e}"), "check `docker info` and the disk space of /var/lib/docker")),
+            Err(e) => {
+                return Err(Error::docker(
+                    format!("image import failed: {e}"),
+                    "check `docker info` and the disk space of /var/lib/docker",
+                ));
+            }
         }
     }
     progress(&format!("image {} ready ({recipe})", image_ref()));

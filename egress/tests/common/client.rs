@@ -39,7 +39,10 @@ pub fn read_reply(r: &mut BufReader<TcpStream>, head_only: bool) -> Option<Reply
     }
     let mut body = Vec::new();
     if !head_only {
-        let len = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-length")).and_then(|(_, v)| v.parse().ok());
+        let len = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.parse().ok());
         match len {
             Some(n) => {
                 body.resize(n, 0);

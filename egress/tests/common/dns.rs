@@ -59,8 +59,10 @@ pub fn serve(sock: UdpSocket, zone: SharedZone) {
             let count = z.queries.get(&name).copied().unwrap_or(0);
             z.names.get(&name).cloned().map(|a| (a, count))
         };
-        let sock = sock.try_clone().unwrap();
-        std::thread::spawn(move || {
+        let sock2 = sock.try_clone().unwrap();
+        let slow = matches!(answer, Some((Answer::Slow(..), _)));
+        let respond = move || {
+            let sock = sock2;
             let (rcode, addrs, delay) = match answer {
                 None => (3u16, vec![], None),
                 Some((Answer::Fixed(a), _)) => (0, a, None),
@@ -98,6 +100,12 @@ pub fn serve(sock: UdpSocket, zone: SharedZone) {
                 }
             }
             let _ = sock.send_to(&r, from);
-        });
+        };
+        // Answer inline (fast, like a caching resolver); only the slow name gets a thread.
+        if slow {
+            std::thread::spawn(respond);
+        } else {
+            respond();
+        }
     }
 }

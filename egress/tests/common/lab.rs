@@ -9,9 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ocsb_egress::GatewaySetting;
 use ocsb_egress::lifecycle::{Backend, Instance, SquidOverrides};
 use ocsb_egress::squid::ImageSource;
-use ocsb_egress::GatewaySetting;
 
 use super::dns::{self, Answer, SharedZone, Zone};
 use super::netns::{DNS_ADDR, Topology, ip};
@@ -72,7 +72,8 @@ impl Lab {
         let world_seen: SharedSeen = Default::default();
         let ws = world_seen.clone();
         topo.world.run(move || {
-            let binds = [80u16, 443, 2222, 6443, 8080].iter().map(|p| SocketAddr::new(ip("0.0.0.0"), *p)).collect();
+            let binds =
+                [80u16, 443, 2222, 6443, 8080].iter().map(|p| SocketAddr::new(ip("0.0.0.0"), *p)).collect();
             origin::serve_all(binds, ws)
         });
         let filter_seen: SharedSeen = Default::default();
@@ -95,7 +96,18 @@ impl Lab {
         std::fs::create_dir_all(&user_config).unwrap();
         let squid_dir = tmp.path().join("squid");
         std::fs::create_dir_all(&squid_dir).unwrap();
-        let lab = Lab { topo, zone, world_seen, filter_seen, tmp, project, user_config, squid: None, squid_dir, builtin_started: false };
+        let lab = Lab {
+            topo,
+            zone,
+            world_seen,
+            filter_seen,
+            tmp,
+            project,
+            user_config,
+            squid: None,
+            squid_dir,
+            builtin_started: false,
+        };
         lab.write_rules(rules);
         lab
     }
@@ -134,7 +146,8 @@ impl Lab {
     }
 
     pub fn start_builtin(&mut self) {
-        let r = ocsb_egress::up(&self.instance(), ocsb_egress::lifecycle::stderr_progress()).expect("egress up (builtin)");
+        let r = ocsb_egress::up(&self.instance(), ocsb_egress::lifecycle::stderr_progress())
+            .expect("egress up (builtin)");
         assert_eq!(r.action, ocsb_egress::UpAction::Started);
         self.builtin_started = true;
     }
@@ -149,8 +162,17 @@ impl Lab {
         let policy = self.instance().load_policy().unwrap();
         let hosts = self.squid_dir.join("hosts");
         std::fs::write(&hosts, "").unwrap();
-        let ov = SquidOverrides { dns_nameservers: vec![ip(DNS_ADDR)], hosts_file: Some(hosts.to_string_lossy().into()) };
-        let conf = ocsb_egress::render::squid_conf_host_process(&policy, &self.squid_dir, vec![SocketAddr::new(ip("127.0.0.1"), SQUID_PORT)], &ov).unwrap();
+        let ov = SquidOverrides {
+            dns_nameservers: vec![ip(DNS_ADDR)],
+            hosts_file: Some(hosts.to_string_lossy().into()),
+        };
+        let conf = ocsb_egress::render::squid_conf_host_process(
+            &policy,
+            &self.squid_dir,
+            vec![SocketAddr::new(ip("127.0.0.1"), SQUID_PORT)],
+            &ov,
+        )
+        .unwrap();
         let conf_path = self.squid_dir.join("squid.conf");
         std::fs::write(&conf_path, conf).unwrap();
         use std::os::unix::fs::PermissionsExt;
@@ -172,11 +194,18 @@ impl Lab {
         let deadline = Instant::now() + Duration::from_secs(15);
         let addr: SocketAddr = SocketAddr::new(ip("127.0.0.1"), SQUID_PORT);
         loop {
-            let up = self.topo.filter.run(move || std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok());
+            let up = self
+                .topo
+                .filter
+                .run(move || std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok());
             if up {
                 break;
             }
-            assert!(Instant::now() < deadline, "squid did not start: {}", std::fs::read_to_string(self.squid_dir.join("cache.log")).unwrap_or_default());
+            assert!(
+                Instant::now() < deadline,
+                "squid did not start: {}",
+                std::fs::read_to_string(self.squid_dir.join("cache.log")).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -193,6 +222,11 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        if let Ok(err) = std::fs::read_to_string(self.state_dir().join("egress/serve.err"))
+            && !err.trim().is_empty()
+        {
+            eprintln!("serve.err of the builtin filter:\n{err}");
+        }
         if self.builtin_started {
             let _ = ocsb_egress::down(&self.instance());
         }
@@ -205,7 +239,12 @@ impl Drop for Lab {
 
 /// Wait until `path` has a log line whose target is `target` and that was not seen before
 /// (`skip` lines already consumed); returns the line and the new count.
-pub fn wait_log_line(path: &Path, skip: usize, target: &str, timeout: Duration) -> Option<(ocsb_policy::egress::LogLine, usize)> {
+pub fn wait_log_line(
+    path: &Path,
+    skip: usize,
+    target: &str,
+    timeout: Duration,
+) -> Option<(ocsb_policy::egress::LogLine, usize)> {
     let deadline = Instant::now() + timeout;
     loop {
         let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -231,7 +270,11 @@ pub fn command_ok(c: &mut Command) -> String {
 }
 
 /// The next access-log line after `skip` lines (diagnostic `#` lines and squid noise skipped).
-pub fn wait_log_line_any(path: &Path, skip: usize, timeout: Duration) -> Option<(ocsb_policy::egress::LogLine, usize)> {
+pub fn wait_log_line_any(
+    path: &Path,
+    skip: usize,
+    timeout: Duration,
+) -> Option<(ocsb_policy::egress::LogLine, usize)> {
     let deadline = Instant::now() + timeout;
     loop {
         let text = std::fs::read_to_string(path).unwrap_or_default();

@@ -15,7 +15,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 pub fn sh(cmd: &[&str]) {
-    let out = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap_or_else(|e| panic!("{cmd:?}: {e} (install iproute2)"));
+    let out = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (install iproute2)"));
     assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -44,7 +47,10 @@ impl Netns {
     }
     /// Run `f` on a new thread that has entered this namespace (network namespaces are per
     /// thread, so the rest of the test process stays where it is).
-    pub fn spawn<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
         let path = self.path();
         std::thread::spawn(move || {
             let fd = File::open(&path).expect("open netns");
@@ -87,8 +93,25 @@ impl Topology {
         let world = Netns::new("w");
         let filter = Netns::new("f");
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let (vf, vw) = (format!("oeF{}x{n}", std::process::id() % 10000), format!("oeW{}x{n}", std::process::id() % 10000));
-        sh(&["ip", "link", "add", &vf, "netns", &filter.name, "type", "veth", "peer", "name", &vw, "netns", &world.name]);
+        let (vf, vw) = (
+            format!("oeF{}x{n}", std::process::id() % 10000),
+            format!("oeW{}x{n}", std::process::id() % 10000),
+        );
+        sh(&[
+            "ip",
+            "link",
+            "add",
+            &vf,
+            "netns",
+            &filter.name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &vw,
+            "netns",
+            &world.name,
+        ]);
         sh(&["ip", "-n", &filter.name, "addr", "add", &format!("{FILTER_ADDR}/24"), "dev", &vf]);
         sh(&["ip", "-n", &filter.name, "link", "set", &vf, "up"]);
         sh(&["ip", "-n", &world.name, "link", "set", &vw, "up"]);
@@ -101,7 +124,11 @@ impl Topology {
         // The filter namespace resolves through the world's DNS server only.
         let etc = format!("/etc/netns/{}", filter.name);
         std::fs::create_dir_all(&etc).unwrap();
-        std::fs::write(format!("{etc}/resolv.conf"), format!("nameserver {DNS_ADDR}\noptions timeout:2 attempts:1\n")).unwrap();
+        std::fs::write(
+            format!("{etc}/resolv.conf"),
+            format!("nameserver {DNS_ADDR}\noptions timeout:2 attempts:1\n"),
+        )
+        .unwrap();
         Self { world, filter }
     }
 }

@@ -76,7 +76,8 @@ fn handle(s: TcpStream, seen: SharedSeen) {
         }
         let reply = {
             let b = format!("origin={local} host={host}\n");
-            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\r\n{b}", b.len()).into_bytes()
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\r\n{b}", b.len())
+                .into_bytes()
         };
         if w.write_all(&reply).is_err() {
             return;

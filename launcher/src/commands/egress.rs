@@ -4,15 +4,22 @@ use std::net::IpAddr;
 
 use ocsb_policy::egress::{Decision, Policy, Target};
 
-use crate::cli::ExplainArgs;
+use ocsb_egress::lifecycle::Backend;
+
+use crate::cli::{ExplainArgs, RenderFormat};
 use crate::error::{Error, Result};
 use crate::project::Project;
 
-/// `egress render`: the squid.conf the filter would run with, for this project's layers.
-pub fn render(project: &Project) -> Result<()> {
-    let policy = project.egress_policy()?;
-    let opts = crate::egress_opts::squid_options(&project.settings);
-    print!("{}", policy.render_squid(&opts)?);
+/// `egress render`: exactly what the filter is given for this project's layers (the same
+/// function `egress up` deploys with), for the configured backend or the one `--format` names.
+pub fn render(project: &Project, format: Option<RenderFormat>) -> Result<()> {
+    let mut inst = crate::egress_cmd::instance(project)?;
+    match format {
+        Some(RenderFormat::Squid) => inst.backend = Backend::Squid,
+        Some(RenderFormat::Rules) => inst.backend = Backend::Builtin,
+        None => {}
+    }
+    print!("{}", ocsb_egress::render(&inst).map_err(crate::egress_cmd::map_err)?);
     Ok(())
 }
 

@@ -104,7 +104,10 @@ mod tests {
         assert_eq!(exit_code(&checks), 1);
         assert_eq!(exit_code(&checks[..1]), 0);
         let v: serde_json::Value = serde_json::from_str(&render_json(&checks)).unwrap();
-        assert_eq!(v[0], serde_json::json!({"id": "git", "status": "ok", "message": "git version 2.39.5", "fix": null}));
+        assert_eq!(
+            v[0],
+            serde_json::json!({"id": "git", "status": "ok", "message": "git version 2.39.5", "fix": null})
+        );
         assert_eq!(v[1]["status"], "fail");
         assert!(render_text(&checks).ends_with("doctor: 1 ok, 0 warn, 1 fail\n"));
     }

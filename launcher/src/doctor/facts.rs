@@ -23,6 +23,10 @@ pub struct Facts {
     pub dbus_proxy: Option<PathBuf>,
     /// `git --version`, or why it could not run.
     pub git: Result<String, String>,
+    /// Host tools the sandbox and the self-tests run, looked up in PATH.
+    pub curl: Option<PathBuf>,
+    pub ncat: Option<PathBuf>,
+    pub sg: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -41,6 +45,8 @@ pub enum ProjectFacts {
 pub struct KernelFacts {
     /// A child could create user, mount, pid, ipc, uts and cgroup namespaces.
     pub userns: Result<(), String>,
+    /// doctor runs as root, whom the userns sysctls do not restrict: the live test proves less.
+    pub as_root: bool,
     /// `kernel.unprivileged_userns_clone` (Debian/Ubuntu patch; absent elsewhere).
     pub userns_clone: Option<String>,
     /// `user.max_user_namespaces`.
@@ -119,6 +125,10 @@ pub enum EgressFacts {
         docker: Result<String, String>,
         /// `opencode-sandbox-egress:latest` exists (`None` when Docker did not answer).
         image: Option<bool>,
+    },
+    /// `DOCKER_HOST` is not a unix socket (tcp://, ssh://): doctor does not speak to it.
+    SquidUnchecked {
+        endpoint: String,
     },
 }
 

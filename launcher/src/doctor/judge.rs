@@ -1,11 +1,14 @@
 //! Facts → checks. Pure: no file, process or socket is touched here, so each verdict is tested
 //! from hand-written facts. Every `fail` carries the command that fixes it.
 
+use std::path::PathBuf;
+
 use ocsb_policy::settings::NetlockAcquire;
 
 use super::check::Check;
 use super::facts::{
-    EgressFacts, Facts, HelperFacts, KernelFacts, NetlockFacts, OpencodeFacts, PortFacts, ProbeFacts, ProjectFacts,
+    EgressFacts, Facts, HelperFacts, KernelFacts, NetlockFacts, OpencodeFacts, PortFacts, ProbeFacts,
+    ProjectFacts,
 };
 
 /// Where a fix should put a personal setting: the project's local layer inside a project, the
@@ -35,6 +38,7 @@ pub fn judge(f: &Facts) -> Vec<Check> {
     }
     out.push(dbus_proxy(f));
     out.push(git(&f.git));
+    out.extend(tools(f));
     out
 }
 
@@ -94,7 +98,16 @@ fn userns(k: &KernelFacts, enabled: bool) -> Check {
         }
     }
     let sysctls = if seen.is_empty() { String::new() } else { format!(" ({})", seen.join(", ")) };
-    match &k.userns {
+    // Root is not bound by unprivileged_userns_clone or AppArmor's restriction, so as root a
+    // working unshare says little: the sysctls decide what an ordinary user would get.
+    let restricted =
+        k.as_root && (k.userns_clone.as_deref() == Some("0") || k.apparmor_restrict.as_deref() == Some("1"));
+    let live = if restricted {
+        Err("checked as root; ordinary users are restricted by the sysctls".to_string())
+    } else {
+        k.userns.clone()
+    };
+    match &live {
         Ok(()) => Check::ok("userns", format!("unprivileged user namespaces work{sysctls}")),
         Err(e) => {
             // The first sysctl that explains the refusal decides the fix.
@@ -110,7 +123,9 @@ fn userns(k: &KernelFacts, enabled: bool) -> Check {
             required(
                 "userns",
                 enabled,
-                format!("bubblewrap cannot create a sandbox: unprivileged user namespaces are refused ({e}){sysctls}"),
+                format!(
+                    "the sandbox cannot be created (the seed's `bubblewrap cannot create a sandbox`): unprivileged user namespaces are refused ({e}){sysctls}"
+                ),
                 fix.to_string(),
             )
         }
@@ -121,8 +136,16 @@ const LANDLOCK_FIX: &str = "boot Linux >= 6.12 with landlock in the LSM list: ad
 
 fn landlock(abi: i64, enabled: bool) -> Check {
     match abi {
-        n if n >= 6 => Check::ok("landlock", format!("ABI {n} (>= 6: filesystem rights and abstract-unix/signal scopes)")),
-        0 => required("landlock", enabled, "landlock is not available (disabled or kernel too old; need ABI >= 6)".into(), LANDLOCK_FIX.into()),
+        n if n >= 6 => Check::ok(
+            "landlock",
+            format!("ABI {n} (>= 6: filesystem rights and abstract-unix/signal scopes)"),
+        ),
+        0 => required(
+            "landlock",
+            enabled,
+            "landlock is not available (disabled or kernel too old; need ABI >= 6)".into(),
+            LANDLOCK_FIX.into(),
+        ),
         n => required(
             "landlock",
             enabled,
@@ -146,7 +169,10 @@ fn seccomp(present: bool, enabled: bool) -> Check {
 }
 
 fn install_fix(n: &NetlockFacts) -> String {
-    format!("sudo PREFIX={} sh packaging/install-netlock.sh (in the ocsb source tree)", n.shim.prefix.display())
+    format!(
+        "sudo PREFIX={} sh packaging/install-netlock.sh (in the ocsb source tree)",
+        n.shim.prefix.display()
+    )
 }
 
 fn netlock_group(n: &NetlockFacts) -> Check {
@@ -154,18 +180,26 @@ fn netlock_group(n: &NetlockFacts) -> Check {
         let fix = if n.group == "opencode-sandbox" {
             install_fix(n)
         } else {
-            format!("sudo groupadd --system {} (or remove OCSB_NETLOCK_GROUP to use opencode-sandbox)", n.group)
+            format!(
+                "sudo groupadd --system {} (or remove OCSB_NETLOCK_GROUP to use opencode-sandbox)",
+                n.group
+            )
         };
-        return Check::fail("netlock-group", format!("the group {:?} (OCSB_NETLOCK_GROUP) does not exist", n.group), fix);
+        return Check::fail(
+            "netlock-group",
+            format!("the group {:?} (OCSB_NETLOCK_GROUP) does not exist", n.group),
+            fix,
+        );
     };
     match n.acquire {
         NetlockAcquire::Exec => Check::ok(
             "netlock-group",
             format!("group {} exists (gid {gid}); {} gets it through the setgid shim", n.group, n.user),
         ),
-        NetlockAcquire::Sg if n.member => {
-            Check::ok("netlock-group", format!("group {} exists (gid {gid}); {} is a member (for sg)", n.group, n.user))
-        }
+        NetlockAcquire::Sg if n.member => Check::ok(
+            "netlock-group",
+            format!("group {} exists (gid {gid}); {} is a member (for sg)", n.group, n.user),
+        ),
         NetlockAcquire::Sg => Check::fail(
             "netlock-group",
             format!("{} is not a member of the group {} (OCSB_NETLOCK_ACQUIRE=sg needs it)", n.user, n.group),
@@ -200,7 +234,10 @@ fn netlock_helper(n: &NetlockFacts) -> Check {
     let start = if n.shim.unit_installed {
         "sudo systemctl enable --now ocsb-netlock.service".to_string()
     } else if n.shim.helper_installed {
-        format!("sudo {}/libexec/ocsb/ocsb-netlock-helper daemon & (no systemd unit installed)", n.shim.prefix.display())
+        format!(
+            "sudo {}/libexec/ocsb/ocsb-netlock-helper daemon & (no systemd unit installed)",
+            n.shim.prefix.display()
+        )
     } else {
         install_fix(n)
     };
@@ -218,7 +255,9 @@ fn netlock_helper(n: &NetlockFacts) -> Check {
             if !alive {
                 return Check::fail(
                     "netlock-helper",
-                    format!("the netlock helper is not running (status file names {pid_text}, which is gone; last state {state})"),
+                    format!(
+                        "the netlock helper is not running (status file names {pid_text}, which is gone; last state {state})"
+                    ),
                     start,
                 );
             }
@@ -258,17 +297,26 @@ fn netlock_probe(n: &NetlockFacts) -> Check {
     match &n.probe {
         ProbeFacts::Locked { gid } => Check::ok(
             "netlock-probe",
-            format!("a datagram sent as group {} (gid {gid}) was rejected (EPERM); the probe is bound to lo", n.group),
+            format!(
+                "a datagram sent as group {} (gid {gid}) was rejected (EPERM); the probe is bound to lo",
+                n.group
+            ),
         ),
         ProbeFacts::Open { gid } => Check::fail(
             "netlock-probe",
-            format!("netlock is NOT working: a datagram sent as group {} (gid {gid}) was not rejected", n.group),
+            format!(
+                "netlock is NOT working: a datagram sent as group {} (gid {gid}) was not rejected",
+                n.group
+            ),
             "ocsb netlock setup && ocsb netlock verify",
         ),
         ProbeFacts::NotRun => Check::fail(
             "netlock-probe",
-            "not run: the netlock group or the setgid shim is missing (see above); sandboxes refuse to start",
-            if n.gid.is_some() { install_fix(n) } else { netlock_group(n).fix.unwrap_or_else(|| install_fix(n)) },
+            "not run: the netlock group cannot be obtained (see netlock-group and netlock-shim); sandboxes refuse to start",
+            match (n.gid, n.acquire) {
+                (Some(_), NetlockAcquire::Exec) => install_fix(n),
+                _ => netlock_group(n).fix.unwrap_or_else(|| install_fix(n)),
+            },
         ),
         ProbeFacts::Error { what, fix } => Check::fail("netlock-probe", one_line(what), one_line(fix)),
     }
@@ -276,18 +324,27 @@ fn netlock_probe(n: &NetlockFacts) -> Check {
 
 fn egress(e: &EgressFacts) -> Check {
     match e {
-        EgressFacts::Builtin => Check::ok("egress", "backend builtin (the proxy runs in ocsb; needs nothing else)"),
+        EgressFacts::Builtin => {
+            Check::ok("egress", "backend builtin (the proxy runs in ocsb; needs nothing else)")
+        }
         EgressFacts::Squid { endpoint, docker: Err(why), .. } => Check::fail(
             "egress",
             format!("backend squid: Docker is not reachable at {endpoint}: {why}"),
             "sudo systemctl start docker (and join the group docker), or set OCSB_EGRESS_BACKEND=builtin",
+        ),
+        EgressFacts::SquidUnchecked { endpoint } => Check::warn(
+            "egress",
+            format!("backend squid: DOCKER_HOST={endpoint} is not a unix socket; doctor does not check it"),
+            Some("docker version && docker image inspect opencode-sandbox-egress".into()),
         ),
         EgressFacts::Squid { docker: Ok(v), image: Some(true), .. } => {
             Check::ok("egress", format!("backend squid: Docker {v}, image opencode-sandbox-egress present"))
         }
         EgressFacts::Squid { docker: Ok(v), .. } => Check::warn(
             "egress",
-            format!("backend squid: Docker {v}, image opencode-sandbox-egress not built yet (the first `ocsb egress up` builds it)"),
+            format!(
+                "backend squid: Docker {v}, image opencode-sandbox-egress not built yet (the first `ocsb egress up` builds it)"
+            ),
             Some("ocsb egress up".into()),
         ),
     }
@@ -307,7 +364,8 @@ fn docker_access(allowed: bool, file: &str) -> Check {
 
 fn opencode(o: &OpencodeFacts, file: &str) -> Check {
     let Some(path) = &o.found else {
-        let wher = if o.setting.contains('/') { "does not exist or is not executable" } else { "is not in PATH" };
+        let wher =
+            if o.setting.contains('/') { "does not exist or is not executable" } else { "is not in PATH" };
         return Check::fail(
             "opencode",
             format!("opencode not found: OCSB_OPENCODE_BIN={} {wher}", o.setting),
@@ -333,7 +391,11 @@ fn port(p: &PortFacts, file: &str) -> Check {
                 "port {} ({}) is busy on 127.0.0.1: {e}; another project or an old instance (or this project's `ocsb run`) holds it",
                 p.port, p.setting
             ),
-            format!("ss -ltnp 'sport = :{}' shows who; or set another {} in {file}", p.port, setting_to_change(p.setting)),
+            format!(
+                "ss -ltnp 'sport = :{}' shows who; or set another {} in {file}",
+                p.port,
+                setting_to_change(p.setting)
+            ),
         ),
     }
 }
@@ -362,10 +424,44 @@ fn git(g: &Result<String, String>) -> Check {
     }
 }
 
+/// The other host programs: curl runs the `expect-pass`/`expect-block` self-tests, ncat carries
+/// git over SSH through the filter (GIT_SSH_COMMAND's ProxyCommand), sg is how the sandbox gets
+/// the netlock group with `OCSB_NETLOCK_ACQUIRE=sg`.
+fn tools(f: &Facts) -> Vec<Check> {
+    let found = |id: &'static str, p: &PathBuf, why: &str| Check::ok(id, format!("{} ({why})", p.display()));
+    let mut out = vec![
+        match &f.curl {
+            Some(p) => found("curl", p, "self-tests"),
+            None => Check::fail(
+                "curl",
+                "curl not found: `run` and `egress verify` use it for the expect-pass/expect-block self-tests",
+                "sudo apt-get install curl",
+            ),
+        },
+        match &f.ncat {
+            Some(p) => found("ncat", p, "git over SSH through the filter"),
+            None => Check::warn(
+                "ncat",
+                "ncat not found: git over SSH from the sandbox (GIT_SSH_COMMAND's ProxyCommand) will fail",
+                Some("sudo apt-get install ncat".into()),
+            ),
+        },
+    ];
+    if f.netlock.acquire == NetlockAcquire::Sg {
+        out.push(match &f.sg {
+            Some(p) => found("sg", p, "OCSB_NETLOCK_ACQUIRE=sg"),
+            None => Check::fail(
+                "sg",
+                "sg not found: OCSB_NETLOCK_ACQUIRE=sg needs it",
+                "sudo apt-get install login (or unset OCSB_NETLOCK_ACQUIRE)",
+            ),
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
     use crate::doctor::check::Status;
     use crate::doctor::facts::ShimFacts;
@@ -376,6 +472,7 @@ mod tests {
             sandbox_enabled: true,
             kernel: KernelFacts {
                 userns: Ok(()),
+                as_root: false,
                 userns_clone: None,
                 max_user_namespaces: Some("63000".into()),
                 apparmor_restrict: None,
@@ -416,6 +513,9 @@ mod tests {
             notifications: true,
             dbus_proxy: Some(PathBuf::from("/usr/bin/xdg-dbus-proxy")),
             git: Ok("git version 2.39.5".into()),
+            curl: Some("/usr/bin/curl".into()),
+            ncat: Some("/usr/bin/ncat".into()),
+            sg: None,
         }
     }
 
@@ -439,6 +539,8 @@ mod tests {
         f.netlock.probe = ProbeFacts::Open { gid: 1 };
         f.opencode.found = None;
         f.git = Err("not found".into());
+        f.curl = None;
+        f.netlock.acquire = NetlockAcquire::Sg;
         for c in judge(&f) {
             if c.status == Status::Fail {
                 assert!(c.fix.as_deref().is_some_and(|s| !s.is_empty()), "{c:?}");
@@ -452,11 +554,16 @@ mod tests {
         k.apparmor_restrict = Some("1".into());
         let c = userns(&k, true);
         assert_eq!(c.status, Status::Fail);
-        assert!(c.message.starts_with("bubblewrap cannot create a sandbox"), "{c}");
+        assert!(c.message.starts_with("the sandbox cannot be created"), "{c}");
         assert!(c.fix.unwrap().contains("kernel.apparmor_restrict_unprivileged_userns=0"));
         k.userns_clone = Some("0".into());
         assert!(userns(&k, true).fix.unwrap().contains("kernel.unprivileged_userns_clone=1"));
         assert_eq!(userns(&k, false).status, Status::Warn);
+        // As root the live test passes, but the sysctl still restricts ordinary users.
+        let root = KernelFacts { userns: Ok(()), as_root: true, ..k };
+        assert_eq!(userns(&root, true).status, Status::Fail);
+        let root = KernelFacts { userns_clone: None, apparmor_restrict: None, ..root };
+        assert_eq!(userns(&root, true).status, Status::Ok);
     }
 
     #[test]
@@ -498,7 +605,13 @@ mod tests {
         assert_eq!(netlock_helper(&n).fix.as_deref(), Some("ocsb netlock setup"));
         n.helper = st("error", true);
         assert!(netlock_helper(&n).message.contains("boom"));
-        n.helper = HelperFacts::Status { state: "enforcing".into(), pid: Some(1), alive: true, gid: Some(7), error: None };
+        n.helper = HelperFacts::Status {
+            state: "enforcing".into(),
+            pid: Some(1),
+            alive: true,
+            gid: Some(7),
+            error: None,
+        };
         assert!(netlock_helper(&n).message.contains("locks gid 7"));
         n.shim.unit_installed = false;
         n.shim.helper_installed = false;
@@ -517,14 +630,40 @@ mod tests {
         assert!(c.iter().all(|c| c.status == Status::Ok), "{c:#?}");
         assert!(!c.iter().any(|c| c.id == "egress-rules"));
         f.docker_allowed = true;
-        assert_eq!(find(&judge(&f), "docker-access").fix.as_deref(), Some("echo OCSB_DOCKER=0 >> ~/.config/opencode-sandbox/sandbox.conf"));
+        assert_eq!(
+            find(&judge(&f), "docker-access").fix.as_deref(),
+            Some("echo OCSB_DOCKER=0 >> ~/.config/opencode-sandbox/sandbox.conf")
+        );
+    }
+
+    #[test]
+    fn tools_curl_fails_ncat_warns_sg_only_when_used() {
+        let mut f = healthy();
+        assert!(!judge(&f).iter().any(|c| c.id == "sg"));
+        f.curl = None;
+        f.ncat = None;
+        f.netlock.acquire = NetlockAcquire::Sg;
+        let c = judge(&f);
+        assert_eq!(find(&c, "curl").status, Status::Fail);
+        assert_eq!(find(&c, "ncat").status, Status::Warn);
+        assert_eq!(
+            find(&c, "sg").fix.as_deref(),
+            Some("sudo apt-get install login (or unset OCSB_NETLOCK_ACQUIRE)")
+        );
     }
 
     #[test]
     fn busy_port_names_the_setting_to_change() {
-        let p = PortFacts { id: "port-opencode", setting: "OCSB_WEB_PORT + 1", port: 4197, free: Err("in use".into()) };
+        let p = PortFacts {
+            id: "port-opencode",
+            setting: "OCSB_WEB_PORT + 1",
+            port: 4197,
+            free: Err("in use".into()),
+        };
         let c = port(&p, ".opencode-sandbox/local/sandbox.conf");
         assert!(c.message.starts_with("port 4197 (OCSB_WEB_PORT + 1) is busy"), "{c}");
-        assert!(c.fix.unwrap().ends_with("set another OCSB_WEB_PORT in .opencode-sandbox/local/sandbox.conf"));
+        assert!(
+            c.fix.unwrap().ends_with("set another OCSB_WEB_PORT in .opencode-sandbox/local/sandbox.conf")
+        );
     }
 }

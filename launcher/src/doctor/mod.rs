@@ -25,7 +25,8 @@ pub fn run(explicit: Option<&Path>, json: bool) -> Result<()> {
     if check::exit_code(&checks) == 0 {
         Ok(())
     } else {
-        let failed: Vec<&str> = checks.iter().filter(|c| c.status == check::Status::Fail).map(|c| c.id).collect();
+        let failed: Vec<&str> =
+            checks.iter().filter(|c| c.status == check::Status::Fail).map(|c| c.id).collect();
         Err(Error::failed(
             format!("doctor: {} check(s) failed: {}", failed.len(), failed.join(", ")),
             "run the `fix:` command of each failed line, then `ocsb doctor` again",

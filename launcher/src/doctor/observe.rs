@@ -16,10 +16,11 @@ use ocsb_policy::egress;
 use ocsb_policy::settings::{EgressBackend, LoadInput, NetlockAcquire, Settings};
 
 use super::facts::{
-    EgressFacts, Facts, HelperFacts, KernelFacts, NetlockFacts, OpencodeFacts, PortFacts, ProbeFacts, ProjectFacts,
-    ShimFacts,
+    EgressFacts, Facts, HelperFacts, KernelFacts, NetlockFacts, OpencodeFacts, PortFacts, ProbeFacts,
+    ProjectFacts, ShimFacts,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::netlock::{self, probe::Outcome};
 use crate::project::{self, PROJECT_CONF_DIR};
 
 /// The netlock helper's status file (netlock-helper/src/status.rs).
@@ -37,6 +38,7 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
     let sysctl = |k: &str| status.sysctls.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
     let kernel = KernelFacts {
         userns: status.namespaces.clone(),
+        as_root: nix::unistd::geteuid().is_root(),
         userns_clone: sysctl("kernel/unprivileged_userns_clone"),
         max_user_namespaces: sysctl("user/max_user_namespaces"),
         apparmor_restrict: sysctl("kernel/apparmor_restrict_unprivileged_userns"),
@@ -64,6 +66,9 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
         notifications: settings.notifications(),
         dbus_proxy: which("xdg-dbus-proxy"),
         git: version_of(Path::new("git")),
+        curl: which("curl"),
+        ncat: which("ncat"),
+        sg: which("sg"),
     })
 }
 
@@ -114,13 +119,12 @@ fn netlock(settings: &Settings) -> NetlockFacts {
     let me = User::from_uid(uid).ok().flatten();
     let user = me.as_ref().map(|u| u.name.clone()).unwrap_or_else(|| uid.to_string());
     let member = uid.is_root()
-        || grp.as_ref().is_some_and(|g| {
-            me.as_ref().is_some_and(|u| u.gid == g.gid) || g.mem.iter().any(|m| *m == user)
-        });
+        || grp.as_ref().is_some_and(|g| me.as_ref().is_some_and(|u| u.gid == g.gid) || g.mem.contains(&user));
     let acquire = settings.netlock_acquire();
     let shim = shim();
-    let probe = probe(acquire, &group, &shim.path);
-    NetlockFacts { gid: grp.map(|g| g.gid.as_raw()), group, user, member, acquire, shim, helper: helper(), probe }
+    let gid = grp.map(|g| g.gid.as_raw());
+    let probe = probe(acquire, &group, gid, member, &shim.path);
+    NetlockFacts { gid, group, user, member, acquire, shim, helper: helper(), probe }
 }
 
 /// The installation prefix: `ocsb` lives in `<prefix>/bin`.
@@ -133,11 +137,10 @@ fn prefix() -> PathBuf {
 
 fn shim() -> ShimFacts {
     let prefix = prefix();
-    // Same place as crate::netlock::probe::shim_path: the shim execs `<prefix>/bin/ocsb`.
-    let path = prefix.join("libexec/ocsb/ocsb-netlock-exec");
+    // The shim execs `<prefix>/bin/ocsb`, so it is looked for beside this `ocsb`.
+    let path = netlock::probe::shim_path().unwrap_or_else(|_| prefix.join("libexec/ocsb/ocsb-netlock-exec"));
     let meta = std::fs::metadata(&path).ok().map(|m| (m.uid(), m.gid(), m.permissions().mode() & 0o7777));
-    let group_name =
-        meta.and_then(|(_, gid, _)| Group::from_gid(gid.into()).ok().flatten()).map(|g| g.name);
+    let group_name = meta.and_then(|(_, gid, _)| Group::from_gid(gid.into()).ok().flatten()).map(|g| g.name);
     let unit_installed = ["/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"]
         .iter()
         .any(|d| Path::new(d).join("ocsb-netlock.service").exists());
@@ -166,7 +169,8 @@ fn helper() -> HelperFacts {
     // A status file outlives a killed daemon: only a live process with the helper's name counts.
     // (comm is cut to 15 bytes: "ocsb-netlock-he".)
     let alive = pid.is_some_and(|p| {
-        std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| "ocsb-netlock-helper".starts_with(c.trim()))
+        std::fs::read_to_string(format!("/proc/{p}/comm"))
+            .is_ok_and(|c| "ocsb-netlock-helper".starts_with(c.trim()))
     });
     HelperFacts::Status {
         state: v.get("state").and_then(serde_json::Value::as_str).unwrap_or("unknown").to_string(),
@@ -177,87 +181,47 @@ fn helper() -> HelperFacts {
     }
 }
 
-/// The probe as the locked group, the way the sandbox gets the group (shim or sg).
-///
-/// Minimal stand-in for `crate::netlock::probe::run`, which is not yet part of the binary: it
-/// runs the same hidden entry point `ocsb __netlock-probe` (one UDP datagram from a socket bound
-/// to `lo`) and parses the same line `gids R E S locked|open|error MESSAGE`.
-fn probe(acquire: NetlockAcquire, group: &str, shim: &Path) -> ProbeFacts {
-    const ARG: &str = "__netlock-probe";
-    let Some(gid) = Group::from_name(group).ok().flatten().map(|g| g.gid.as_raw()) else {
+/// The probe as the locked group, the way the sandbox gets the group (shim or sg):
+/// `crate::netlock::probe`, one UDP datagram from a socket bound to `lo` (it cannot leave the
+/// machine even when the lock is missing). Not run when the group cannot be obtained (no group,
+/// no shim, or sg without membership): those have their own lines.
+fn probe(acquire: NetlockAcquire, group: &str, gid: Option<u32>, member: bool, shim: &Path) -> ProbeFacts {
+    // With sg and no membership, sg would ask for a group password: not run either.
+    let obtainable = match acquire {
+        NetlockAcquire::Exec => shim.exists(),
+        NetlockAcquire::Sg => member,
+    };
+    if gid.is_none() || !obtainable {
         return ProbeFacts::NotRun;
-    };
-    let mut cmd = match acquire {
-        NetlockAcquire::Exec => {
-            if !shim.exists() {
-                return ProbeFacts::NotRun;
-            }
-            let mut c = Command::new(shim);
-            c.arg(ARG);
-            c
-        }
-        NetlockAcquire::Sg => {
-            let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("ocsb"));
-            let quoted = format!("'{}'", exe.to_string_lossy().replace('\'', r"'\''"));
-            let mut c = Command::new("sg");
-            c.arg(group).arg("-c").arg(format!("exec {quoted} {ARG}"));
-            c
-        }
-    };
-    let out = match run_with_timeout(&mut cmd, Duration::from_secs(10)) {
-        Ok(o) => o,
-        Err(e) => return ProbeFacts::Error { what: format!("could not run the probe: {e}"), fix: "check the installation".into() },
-    };
-    let line = out.stdout.lines().find(|l| l.starts_with("gids ")).unwrap_or_default().to_string();
-    if !out.success || line.is_empty() {
-        return ProbeFacts::Error {
-            what: format!("could not run the probe as group {group}: {}", out.stderr.trim()),
-            fix: match acquire {
-                NetlockAcquire::Exec => format!(
-                    "reinstall the shim `2755 root:{group}` beside this ocsb (sudo sh packaging/install-netlock.sh), and do not run ocsb under no_new_privs"
-                ),
-                NetlockAcquire::Sg => format!("sudo usermod -aG {group} $USER"),
+    }
+    match netlock::probe::run(acquire, group) {
+        Ok(r) => match r.outcome {
+            Outcome::Locked => ProbeFacts::Locked { gid: r.gid },
+            Outcome::Open => ProbeFacts::Open { gid: r.gid },
+            Outcome::Error(e) => ProbeFacts::Error {
+                what: format!("the netlock probe could not decide: {e}"),
+                fix: "ip link set lo up; then ocsb netlock verify".into(),
             },
-        };
-    }
-    let mut words = line.split_whitespace().skip(1);
-    let ids: Vec<u32> = words.by_ref().take(3).filter_map(|w| w.parse().ok()).collect();
-    if ids != [gid, gid, gid] {
-        return ProbeFacts::Error {
-            what: format!("the probe ran with gids {ids:?} (real/effective/saved), not the netlock group's {gid}"),
-            fix: format!("sudo chown root:{group} {p} && sudo chmod 2755 {p}", p = shim.display()),
-        };
-    }
-    let rest: Vec<&str> = words.collect();
-    match rest.first().copied() {
-        Some("locked") => ProbeFacts::Locked { gid },
-        Some("open") => ProbeFacts::Open { gid },
-        _ => ProbeFacts::Error {
-            what: format!("the probe could not decide: {}", rest.get(1..).map(|r| r.join(" ")).unwrap_or_default()),
-            fix: "ip link set lo up; then ocsb netlock verify".into(),
         },
+        Err(Error::Failed { what, fix }) => ProbeFacts::Error { what, fix },
+        Err(e) => ProbeFacts::Error { what: e.to_string(), fix: "ocsb netlock verify".into() },
     }
 }
 
 fn squid() -> EgressFacts {
     let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
     let socket = match host.as_deref() {
-        None => Ok(PathBuf::from("/var/run/docker.sock")),
-        Some(h) => match h.strip_prefix("unix://") {
-            Some(p) => Ok(PathBuf::from(p)),
-            None => Err(format!("DOCKER_HOST={h}: doctor checks only unix:// sockets")),
-        },
+        None => Some(PathBuf::from("/var/run/docker.sock")),
+        Some(h) => h.strip_prefix("unix://").map(PathBuf::from),
     };
     let endpoint = host.unwrap_or_else(|| "unix:///var/run/docker.sock".into());
-    let socket = match socket {
-        Ok(s) => s,
-        Err(e) => return EgressFacts::Squid { endpoint, docker: Err(e), image: None },
-    };
+    let Some(socket) = socket else { return EgressFacts::SquidUnchecked { endpoint } };
     let docker = docker_get(&socket, "/version").and_then(|(code, body)| {
         if code != 200 {
             return Err(format!("GET /version answered {code}"));
         }
-        let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| format!("bad /version reply: {e}"))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| format!("bad /version reply: {e}"))?;
         Ok(v.get("Version").and_then(serde_json::Value::as_str).unwrap_or("(unknown version)").to_string())
     });
     let image = docker
@@ -274,9 +238,11 @@ fn docker_get(socket: &Path, path: &str) -> std::result::Result<(u16, String), S
     let mut s = UnixStream::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
     let t = Some(Duration::from_secs(5));
     s.set_read_timeout(t).and_then(|()| s.set_write_timeout(t)).map_err(|e| e.to_string())?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n").as_bytes()).map_err(|e| e.to_string())?;
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).map_err(|e| e.to_string())?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    s.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    let reply = String::from_utf8_lossy(&bytes);
     let code = reply.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or("no HTTP reply")?;
     let body = reply.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Ok((code, body))

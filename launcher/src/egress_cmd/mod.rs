@@ -74,7 +74,7 @@ pub struct VerifyArgs {
     pub no_direct: bool,
 }
 
-fn map_err(e: ocsb_egress::Error) -> Error {
+pub fn map_err(e: ocsb_egress::Error) -> Error {
     match e {
         ocsb_egress::Error::Policy(p) => Error::Policy(p),
         other => {

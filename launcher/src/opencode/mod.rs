@@ -227,3 +227,26 @@ mod tests {
         assert!(PACKAGE_CONFIG.contains("\"plugin\""));
     }
 }
+
+/// The hidden `ocsb __opencode-config DIR`: write the guard plugin into DIR and print the
+/// `OPENCODE_CONFIG_CONTENT` that `run` would use (no skills), so tests can start a real
+/// OpenCode with exactly the launcher's permissions.
+pub const CONFIG_ARG: &str = "__opencode-config";
+
+pub fn dispatch() -> Option<u8> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != CONFIG_ARG {
+        return None;
+    }
+    let Some(dir) = args.next().map(PathBuf::from) else {
+        eprintln!("usage: ocsb {CONFIG_ARG} DIR");
+        return Some(2);
+    };
+    let guard = dir.join("ocsb-guard.js");
+    if let Err(e) = write(&guard, GUARD_PLUGIN) {
+        eprintln!("ocsb: {e}");
+        return Some(1);
+    }
+    println!("{}", config::content(&[], &[guard]));
+    Some(0)
+}

@@ -9,7 +9,7 @@
 //! leaves the filter running.
 
 mod browser;
-mod signals;
+pub mod signals;
 pub mod state;
 
 use std::ffi::OsString;
@@ -143,6 +143,8 @@ pub struct Prepared {
 
 /// `ocsb prepare`.
 pub fn prepare(project: &Project) -> Result<Prepared> {
+    // Before anything starts: a committed settings file must not widen the sandbox unseen.
+    project.require_trusted()?;
     let s = &project.settings;
     let state = s.state_dir();
     state::create(&state)?;
@@ -245,6 +247,8 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         })
         .map_err(|e| Error::io("start a thread for", "the sandbox", e))?;
     println!("opencode:   starting {} serve on {oc_addr} in the sandbox", setup.argv[0]);
+    let skills: Vec<String> = setup.skill_paths.iter().map(|p| p.display().to_string()).collect();
+    println!("skills:     {}", if skills.is_empty() { "none".into() } else { skills.join(" ") });
 
     let upstream_authorization = web::auth::basic_header(web::auth::USER, &setup.server_secret);
     let deadline = Instant::now() + READY_TIMEOUT;
@@ -281,6 +285,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         password: password.clone(),
         upstream_authorization,
         panel: s.panel(),
+        cookie: web::auth::random_secret()?,
     });
     let front = match front {
         Ok(f) => f,

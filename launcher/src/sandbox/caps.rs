@@ -26,7 +26,11 @@ fn last_cap() -> u64 {
 }
 
 fn fail(what: &str, e: io::Error) -> Error {
-    Error::kernel("dropping capabilities", io::Error::new(e.kind(), format!("{what}: {e}")), "report this: the kernel refused a capability drop inside the user namespace")
+    Error::kernel(
+        "dropping capabilities",
+        io::Error::new(e.kind(), format!("{what}: {e}")),
+        "report this: the kernel refused a capability drop inside the user namespace",
+    )
 }
 
 /// Drop every capability of the calling thread and verify.
@@ -62,13 +66,16 @@ pub fn verify(last: u64) -> Result<()> {
     }
     for cap in 0..=last {
         if sys::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong).unwrap_or(0) != 0 {
-            return Err(Error::refused(format!("capability {cap} remains in the bounding set"), "report this as a bug"));
+            return Err(Error::refused(
+                format!("capability {cap} remains in the bounding set"),
+                "report this as a bug",
+            ));
         }
     }
     let status = std::fs::read_to_string("/proc/self/status").map_err(|e| fail("/proc/self/status", e))?;
     for line in status.lines() {
         if let Some(v) = line.strip_prefix("CapAmb:")
-            && v.trim().trim_start_matches('0') != ""
+            && !v.trim().trim_start_matches('0').is_empty()
         {
             return Err(Error::refused("ambient capabilities remain after the drop", "report this as a bug"));
         }

@@ -8,8 +8,22 @@ use std::path::{Path, PathBuf};
 
 /// Host variables copied as they are.
 pub const ALLOW: &[&str] = &[
-    "PATH", "LANG", "LANGUAGE", "TERM", "COLORTERM", "TZ", "USER", "LOGNAME", "SHELL", "EDITOR",
-    "VISUAL", "PAGER", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES",
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "COLORTERM",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "COLUMNS",
+    "LINES",
 ];
 /// Host variables copied by prefix.
 pub const ALLOW_PREFIX: &[&str] = &["LC_"];
@@ -51,7 +65,7 @@ pub fn build(i: &EnvInputs<'_>) -> Vec<(String, String)> {
     set("TMPDIR", "/tmp".into());
     let proxy = format!("http://127.0.0.1:{}", i.proxy_port);
     for k in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"] {
-        set(k, proxy.clone().into());
+        set(k, proxy.clone());
     }
     for k in ["no_proxy", "NO_PROXY"] {
         set(k, "localhost,127.0.0.1,::1".into());
@@ -62,8 +76,10 @@ pub fn build(i: &EnvInputs<'_>) -> Vec<(String, String)> {
     let f = if ssh_config.exists() { ssh_config.to_string_lossy().into_owned() } else { "/dev/null".into() };
     set(
         "GIT_SSH_COMMAND",
-        format!("ssh -F '{f}' -o ProxyCommand='ncat --proxy 127.0.0.1:{} --proxy-type http %h %p'", i.proxy_port)
-            .into(),
+        format!(
+            "ssh -F '{f}' -o ProxyCommand='ncat --proxy 127.0.0.1:{} --proxy-type http %h %p'",
+            i.proxy_port
+        ),
     );
     set("DOCKER_CONFIG", i.state_dir.join("docker").to_string_lossy().into_owned());
     set("XDG_CONFIG_HOME", i.state_dir.join("config").to_string_lossy().into_owned());

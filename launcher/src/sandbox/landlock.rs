@@ -57,7 +57,12 @@ fn ll_err(e: impl std::fmt::Display) -> Error {
 }
 
 fn path_fd(p: &Path) -> Result<PathFd> {
-    PathFd::new(p).map_err(|e| Error::refused(format!("landlock rule for {}: {e}", p.display()), "check that the path exists inside the sandbox"))
+    PathFd::new(p).map_err(|e| {
+        Error::refused(
+            format!("landlock rule for {}: {e}", p.display()),
+            "check that the path exists inside the sandbox",
+        )
+    })
 }
 
 /// Restrict the calling thread (and what it later executes).
@@ -81,13 +86,9 @@ pub fn apply(policy: &LandlockPolicy) -> Result<Enforcement> {
     ruleset = ruleset.set_compatibility(CompatLevel::BestEffort).handle_access(newer).map_err(ll_err)?;
 
     let mut created = ruleset.create().map_err(ll_err)?;
-    created = created
-        .add_rule(PathBeneath::new(path_fd(Path::new("/"))?, read))
-        .map_err(ll_err)?;
+    created = created.add_rule(PathBeneath::new(path_fd(Path::new("/"))?, read)).map_err(ll_err)?;
     for w in &policy.writable {
-        created = created
-            .add_rule(PathBeneath::new(path_fd(w)?, write_floor | newer))
-            .map_err(ll_err)?;
+        created = created.add_rule(PathBeneath::new(path_fd(w)?, write_floor | newer)).map_err(ll_err)?;
     }
     for d in &policy.devices {
         let mut access = dev;

@@ -33,7 +33,8 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
         return Ok(None);
     }
     let tmp = spec.state_dir.join("tmp");
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700)).map_err(|e| Error::io("chmod", &tmp, e))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| Error::io("chmod", &tmp, e))?;
     if spec.tmp == TmpMode::Private {
         tmpclean::clean(&tmp, tmpclean::MAX_AGE, SystemTime::now());
     }
@@ -62,7 +63,12 @@ pub fn request(spec: &SandboxSpec, plan: Option<Plan>) -> Request {
         Some(p) => LandlockPolicy {
             writable: p.writable.clone(),
             devices: p.devices.clone(),
-            sockets: spec.ssh_agent.iter().chain(spec.docker_socket.iter()).filter_map(|s| std::fs::canonicalize(s).ok()).collect(),
+            sockets: spec
+                .ssh_agent
+                .iter()
+                .chain(spec.docker_socket.iter())
+                .filter_map(|s| std::fs::canonicalize(s).ok())
+                .collect(),
             tcp: spec.tcp.clone(),
         },
         None => LandlockPolicy::default(),
@@ -99,10 +105,15 @@ pub fn run(spec: &SandboxSpec) -> Result<i32> {
             eprintln!("ocsb: warning: {w}");
         }
     }
-    let mut req = request(spec, plan);
     let use_pty = spec.tty == TtyMode::Auto && std::io::stdin().is_terminal();
+    let mut plan = plan;
+    if use_pty && let Some(p) = plan.as_mut() {
+        p.add_console();
+    }
+    let mut req = request(spec, plan);
     req.tty = use_pty;
-    let json = serde_json::to_vec(&req).map_err(|e| Error::refused(format!("serialising the request: {e}"), "report this"))?;
+    let json = serde_json::to_vec(&req)
+        .map_err(|e| Error::refused(format!("serialising the request: {e}"), "report this"))?;
     let exe = std::fs::read_link("/proc/self/exe").map_err(|e| Error::io("resolve", "/proc/self/exe", e))?;
     let acquire = match &spec.netlock {
         Netlock::Off => None,
@@ -115,9 +126,7 @@ pub fn run(spec: &SandboxSpec) -> Result<i32> {
     }
     let pty = if use_pty { Some(pty::open()?) } else { None };
     if let Some(p) = &pty {
-        let dup = |what| {
-            p.slave.try_clone().map(Stdio::from).map_err(|e| Error::io("duplicate", what, e))
-        };
+        let dup = |what| p.slave.try_clone().map(Stdio::from).map_err(|e| Error::io("duplicate", what, e));
         cmd.stdin(dup("the pty")?).stdout(dup("the pty")?).stderr(dup("the pty")?);
     }
     let mut child = cmd.spawn().map_err(|e| Error::io("start", Path::new(cmd.get_program()), e))?;

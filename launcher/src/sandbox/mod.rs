@@ -11,6 +11,7 @@
 //! - [`status`] for `ocsb sandbox status`.
 
 pub mod caps;
+pub mod commands;
 pub mod env;
 pub mod error;
 pub mod landlock;
@@ -28,7 +29,7 @@ pub mod tmpclean;
 
 pub use error::{Error, Result};
 pub use launch::run;
-pub use spec::{Acquire, Limits, Netlock, SandboxSpec, TcpPorts, TmpMode, TtyMode};
+pub use spec::{Acquire, Limits, Netlock, SandboxSpec, TmpMode, TtyMode};
 pub use status::status;
 
 /// The hidden `ocsb __sandbox-run SPEC.json [CMD ARGS…]`: run a command under an explicit [`SandboxSpec`]
@@ -48,12 +49,18 @@ pub fn stage2_dispatch() -> Option<i32> {
         return None;
     }
     let code = (|| -> Result<i32> {
-        let path = args.next().ok_or_else(|| Error::refused("usage: ocsb __sandbox-run SPEC.json", "pass a spec file"))?;
+        let path = args
+            .next()
+            .ok_or_else(|| Error::refused("usage: ocsb __sandbox-run SPEC.json", "pass a spec file"))?;
         let text = std::fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
-        let mut spec: SandboxSpec = serde_json::from_slice(&text)
-            .map_err(|e| Error::refused(format!("{}: {e}", std::path::Path::new(&path).display()), "fix the spec"))?;
+        let mut spec: SandboxSpec = serde_json::from_slice(&text).map_err(|e| {
+            Error::refused(format!("{}: {e}", std::path::Path::new(&path).display()), "fix the spec")
+        })?;
         let argv: Vec<String> = args
-            .map(|a| a.into_string().map_err(|_| Error::refused("an argument is not UTF-8", "pass UTF-8 arguments")))
+            .map(|a| {
+                a.into_string()
+                    .map_err(|_| Error::refused("an argument is not UTF-8", "pass UTF-8 arguments"))
+            })
             .collect::<Result<_>>()?;
         if !argv.is_empty() {
             spec.argv = argv;

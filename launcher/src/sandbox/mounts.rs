@@ -31,6 +31,8 @@ pub trait MountSys {
     fn empty_file(&mut self) -> io::Result<Self::Handle>;
     fn new_proc(&mut self) -> io::Result<Self::Handle>;
     fn new_devpts(&mut self) -> io::Result<Self::Handle>;
+    /// A detached bind of the file open on `fd` (the pty slave on stdin).
+    fn clone_fd(&mut self, fd: i32) -> io::Result<Self::Handle>;
     /// Attach the new root somewhere so that it can be populated and pivoted into.
     fn attach_root(&mut self, root: &Self::Handle) -> io::Result<()>;
     /// Attach `h` on `dst` (inside the new root), creating the mount point if needed.
@@ -75,6 +77,9 @@ pub fn apply<S: MountSys>(sys: &mut S, plan: &Plan) -> Result<()> {
             Op::Mask { dst } => {
                 Some(sys.empty_file().map_err(|e| step_err("creating an empty file", dst, e))?)
             }
+            Op::Console { dst } => {
+                Some(sys.clone_fd(0).map_err(|e| step_err("binding the terminal", dst, e))?)
+            }
             _ => None,
         });
     }
@@ -92,6 +97,10 @@ pub fn apply<S: MountSys>(sys: &mut S, plan: &Plan) -> Result<()> {
             Op::Mask { dst } => {
                 let h = src.expect("cloned in phase A");
                 sys.attach(&h, dst, false).map_err(|e| step_err("hiding a file", dst, e))?;
+            }
+            Op::Console { dst } => {
+                let h = src.expect("cloned in phase A");
+                sys.attach(&h, dst, false).map_err(|e| step_err("binding the terminal", dst, e))?;
             }
             Op::Tmpfs { dst, mode, size, seal } => {
                 let h = sys.new_tmpfs(*mode, *size).map_err(|e| step_err("tmpfs", dst, e))?;
@@ -204,6 +213,11 @@ impl Default for RealMounts {
     }
 }
 
+fn borrow_stdio(fd: i32) -> BorrowedFd<'static> {
+    // SAFETY: only used for stdin, which stays open for the life of the process.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
 fn access_attrs(access: Access) -> u64 {
     match access {
         Access::Ro => sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
@@ -245,7 +259,13 @@ impl MountSys for RealMounts {
         if self.empty.is_none() {
             let fs = self.new_tmpfs(0o755, Some(4096))?;
             let name = Path::new("empty");
-            drop(sys::openat2(Some(fs.as_fd()), name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o444, sys::RESOLVE_BENEATH)?);
+            drop(sys::openat2(
+                Some(fs.as_fd()),
+                name,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                0o444,
+                sys::RESOLVE_BENEATH,
+            )?);
             sys::mount_setattr(fs.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0)?;
             self.empty = Some(fs);
         }
@@ -260,11 +280,7 @@ impl MountSys for RealMounts {
     }
 
     fn new_proc(&mut self) -> io::Result<OwnedFd> {
-        sys::new_fs(
-            "proc",
-            &[],
-            sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC,
-        )
+        sys::new_fs("proc", &[], sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC)
     }
 
     fn new_devpts(&mut self) -> io::Result<OwnedFd> {
@@ -275,9 +291,26 @@ impl MountSys for RealMounts {
         )
     }
 
+    fn clone_fd(&mut self, fd: i32) -> io::Result<OwnedFd> {
+        // The fd belongs to a mount of the launcher's namespace, which open_tree cannot clone;
+        // clone the same path in our copy of it, and check it is the same terminal.
+        let path = std::fs::read_link(format!("/proc/self/fd/{fd}"))?;
+        if !path.starts_with("/dev/pts") {
+            return Err(io::Error::other(format!("stdin is {}, not a pty", path.display())));
+        }
+        let tree = self.clone_tree(&path, Access::Device)?;
+        let want = nix::sys::stat::fstat(borrow_stdio(fd))?.st_rdev;
+        let got = nix::sys::stat::fstat(tree.as_fd())?.st_rdev;
+        if want != got {
+            return Err(io::Error::other(format!("{} is not the terminal on stdin", path.display())));
+        }
+        Ok(tree)
+    }
+
     fn attach_root(&mut self, root: &OwnedFd) -> io::Result<()> {
         sys::move_mount_to_path(root.as_fd(), Path::new("/tmp"))?;
-        let fd = nix::fcntl::open("/tmp", OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
+        let fd =
+            nix::fcntl::open("/tmp", OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
         self.root = Some(fd);
         Ok(())
     }
@@ -370,6 +403,10 @@ mod tests {
             self.made.push("devpts".into());
             Ok(self.made.len() - 1)
         }
+        fn clone_fd(&mut self, fd: i32) -> io::Result<usize> {
+            self.made.push(format!("fd {fd}"));
+            Ok(self.made.len() - 1)
+        }
         fn attach_root(&mut self, root: &usize) -> io::Result<()> {
             self.log.push(format!("root {}", self.made[*root]));
             Ok(())
@@ -405,7 +442,12 @@ mod tests {
                 Op::Bind { src: "/s/tmp".into(), dst: "/tmp".into(), access: Access::Rw, dir: true },
                 Op::Bind { src: "/tmp/p".into(), dst: "/tmp/p".into(), access: Access::Rw, dir: true },
                 Op::Mask { dst: "/home/u/.ssh/id_rsa".into() },
-                Op::Bind { src: "/tmp/p/.git/hooks".into(), dst: "/tmp/p/.git/hooks".into(), access: Access::Ro, dir: true },
+                Op::Bind {
+                    src: "/tmp/p/.git/hooks".into(),
+                    dst: "/tmp/p/.git/hooks".into(),
+                    access: Access::Ro,
+                    dir: true,
+                },
             ],
             ..Plan::default()
         }

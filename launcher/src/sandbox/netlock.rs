@@ -39,7 +39,9 @@ pub fn probe() -> Result<Probe> {
         Err(Errno::EPERM) => Ok(Probe::Locked),
         Ok(_) => Ok(Probe::Open),
         Err(e) => Err(Error::netlock(
-            format!("the probe datagram to {PROBE_TARGET} failed with {e} instead of EPERM: cannot tell whether the lock works"),
+            format!(
+                "the probe datagram to {PROBE_TARGET} failed with {e} instead of EPERM: cannot tell whether the lock works"
+            ),
             "run `ocsb netlock verify`; check `ip link show lo` is up",
         )),
     }
@@ -82,7 +84,9 @@ pub fn stage2_command(acquire: Option<&Acquire>, self_exe: &Path, stage2_arg: &s
         }
         Some(Acquire::Sg { group }) => {
             let mut c = Command::new("sg");
-            c.arg(group).arg("-c").arg(format!("exec {} {stage2_arg}", shell_quote(&self_exe.to_string_lossy())));
+            c.arg(group)
+                .arg("-c")
+                .arg(format!("exec {} {stage2_arg}", shell_quote(&self_exe.to_string_lossy())));
             c
         }
         Some(Acquire::Inherited) | None => {

@@ -86,19 +86,45 @@ pub enum Access {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
     /// Bind a detached recursive clone of host `src` onto `dst`.
-    Bind { src: PathBuf, dst: PathBuf, access: Access, dir: bool },
+    Bind {
+        src: PathBuf,
+        dst: PathBuf,
+        access: Access,
+        dir: bool,
+    },
     /// A fresh tmpfs; `seal` makes it read-only once everything beneath is mounted.
-    Tmpfs { dst: PathBuf, mode: u32, size: Option<u64>, seal: bool },
+    Tmpfs {
+        dst: PathBuf,
+        mode: u32,
+        size: Option<u64>,
+        seal: bool,
+    },
     /// An empty read-only regular file over a hidden file (reads see nothing, writes `EROFS`).
-    Mask { dst: PathBuf },
-    Symlink { dst: PathBuf, target: PathBuf },
+    Mask {
+        dst: PathBuf,
+    },
+    Symlink {
+        dst: PathBuf,
+        target: PathBuf,
+    },
     /// A fresh procfs for the new pid namespace, with `sys`, `sysrq-trigger`, `irq`, `bus`
     /// covered read-only.
-    Proc { dst: PathBuf },
+    Proc {
+        dst: PathBuf,
+    },
     /// A new devpts instance (`ptmxmode=0666`).
-    DevPts { dst: PathBuf },
+    DevPts {
+        dst: PathBuf,
+    },
+    /// The launcher's pty slave (the command's stdin) bound on `dst` (`/dev/console`), so
+    /// `ttyname()` finds the terminal as with bwrap's `--dev`; the slave itself lives in the
+    /// host's devpts, which the sandbox does not see.
+    Console {
+        dst: PathBuf,
+    },
 }
 
+#[cfg(test)]
 impl Op {
     pub fn dst(&self) -> &Path {
         match self {
@@ -107,7 +133,8 @@ impl Op {
             | Op::Mask { dst }
             | Op::Symlink { dst, .. }
             | Op::Proc { dst }
-            | Op::DevPts { dst } => dst,
+            | Op::DevPts { dst }
+            | Op::Console { dst } => dst,
         }
     }
 }
@@ -137,12 +164,8 @@ const SKIP_AT_ROOT: &[&str] = &["proc", "dev", "tmp", "run", "lost+found"];
 /// `/run` entries kept (read-only) because systems resolve programs through them.
 const RUN_KEEP: &[&str] = &["current-system", "booted-system"];
 /// Directories outside `/run` known to hold sockets that lead out (mail submission, LXD).
-const SOCKET_DIRS: &[&str] = &[
-    "/var/spool/postfix/public",
-    "/var/spool/postfix/private",
-    "/var/snap/lxd/common/lxd",
-    "/var/lib/lxd",
-];
+const SOCKET_DIRS: &[&str] =
+    &["/var/spool/postfix/public", "/var/spool/postfix/private", "/var/snap/lxd/common/lxd", "/var/lib/lxd"];
 /// Docker sockets under the home directory (Docker Desktop), hidden unless Docker is allowed.
 const HOME_DOCKER_SOCKETS: &[&str] = &[".docker/run/docker.sock", ".docker/desktop/docker.sock"];
 
@@ -242,18 +265,12 @@ impl Builder<'_> {
             }
             let p = root.join(&name);
             match self.fs.kind(&p) {
-                Kind::Dir => self.plan.ops.push(Op::Bind {
-                    src: p.clone(),
-                    dst: p,
-                    access: Access::Ro,
-                    dir: true,
-                }),
-                Kind::File => self.plan.ops.push(Op::Bind {
-                    src: p.clone(),
-                    dst: p,
-                    access: Access::Ro,
-                    dir: false,
-                }),
+                Kind::Dir => {
+                    self.plan.ops.push(Op::Bind { src: p.clone(), dst: p, access: Access::Ro, dir: true })
+                }
+                Kind::File => {
+                    self.plan.ops.push(Op::Bind { src: p.clone(), dst: p, access: Access::Ro, dir: false })
+                }
                 Kind::Symlink => {
                     let target = self.fs.read_link(&p).map_err(|e| Error::io("read link", &p, e))?;
                     self.plan.ops.push(Op::Symlink { dst: p, target });
@@ -269,7 +286,9 @@ impl Builder<'_> {
         for name in RUN_KEEP {
             let p = Path::new("/run").join(name);
             match self.fs.kind(&p) {
-                Kind::Dir => self.plan.ops.push(Op::Bind { src: p.clone(), dst: p, access: Access::Ro, dir: true }),
+                Kind::Dir => {
+                    self.plan.ops.push(Op::Bind { src: p.clone(), dst: p, access: Access::Ro, dir: true })
+                }
                 Kind::Symlink => {
                     let target = self.fs.read_link(&p).map_err(|e| Error::io("read link", &p, e))?;
                     self.plan.ops.push(Op::Symlink { dst: p, target });
@@ -296,13 +315,23 @@ impl Builder<'_> {
         self.plan.ops.push(Op::Tmpfs { dst: dev.into(), mode: 0o755, size: Some(1 << 20), seal: true });
         for n in DEV_NODES {
             let p = dev.join(n);
-            self.plan.ops.push(Op::Bind { src: p.clone(), dst: p.clone(), access: Access::Device, dir: false });
+            self.plan.ops.push(Op::Bind {
+                src: p.clone(),
+                dst: p.clone(),
+                access: Access::Device,
+                dir: false,
+            });
             self.plan.devices.push(p);
         }
         self.plan.ops.push(Op::DevPts { dst: dev.join("pts") });
         self.plan.devices.push(dev.join("pts"));
         self.plan.ops.push(Op::Symlink { dst: dev.join("ptmx"), target: "pts/ptmx".into() });
-        self.plan.ops.push(Op::Tmpfs { dst: dev.join("shm"), mode: 0o1777, size: Some(shm_bytes), seal: false });
+        self.plan.ops.push(Op::Tmpfs {
+            dst: dev.join("shm"),
+            mode: 0o1777,
+            size: Some(shm_bytes),
+            seal: false,
+        });
         self.plan.writable.push(dev.join("shm"));
         for (name, target) in [
             ("fd", "/proc/self/fd"),
@@ -326,8 +355,15 @@ impl Builder<'_> {
             match self.fs.kind(&cur) {
                 Kind::Symlink => {
                     return Err(Error::refused(
-                        format!("{} is a symbolic link; it must be a real {} so it can be mounted read-only in place", cur.display(), if last && rel.ends_with("config") { "file" } else { "directory" }),
-                        format!("replace the link with the real directory or file (inspect it first: `ls -l {}`)", cur.display()),
+                        format!(
+                            "{} is a symbolic link; it must be a real {} so it can be mounted read-only in place",
+                            cur.display(),
+                            if last && rel.ends_with("config") { "file" } else { "directory" }
+                        ),
+                        format!(
+                            "replace the link with the real directory or file (inspect it first: `ls -l {}`)",
+                            cur.display()
+                        ),
                     ));
                 }
                 Kind::Missing => {
@@ -384,6 +420,15 @@ impl Builder<'_> {
     }
 }
 
+impl Plan {
+    /// Add the console bind for a command that gets the launcher's pty.
+    pub fn add_console(&mut self) {
+        let dst = PathBuf::from("/dev/console");
+        self.ops.push(Op::Console { dst: dst.clone() });
+        self.devices.push(dst);
+    }
+}
+
 /// Build the plan. Fails (without side effects) on relative paths, unreadable paths and
 /// symlinked protected paths.
 pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
@@ -397,7 +442,8 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
         ));
     }
     let private_tmp = spec.tmp == TmpMode::Private;
-    let mut b = Builder { fs, plan: Plan::default(), layered: Vec::new(), hidden: BTreeSet::new(), private_tmp };
+    let mut b =
+        Builder { fs, plan: Plan::default(), layered: Vec::new(), hidden: BTreeSet::new(), private_tmp };
     b.base()?;
     b.run_dir()?;
     b.dev(spec.limits.shm_bytes);
@@ -409,7 +455,11 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
             b.layered.push((1, 0, Op::Bind { src, dst: "/tmp".into(), access: Access::Rw, dir: true }));
         }
         TmpMode::Shared => {
-            b.layered.push((1, 0, Op::Bind { src: "/tmp".into(), dst: "/tmp".into(), access: Access::Rw, dir: true }));
+            b.layered.push((
+                1,
+                0,
+                Op::Bind { src: "/tmp".into(), dst: "/tmp".into(), access: Access::Rw, dir: true },
+            ));
         }
     }
     b.plan.writable.push("/tmp".into());
@@ -645,11 +695,18 @@ mod tests {
     #[test]
     fn base_is_read_only_and_skips_fresh_dirs() {
         let plan = build(&spec(), &host()).unwrap();
-        assert!(plan.ops.contains(&Op::Bind { src: "/usr".into(), dst: "/usr".into(), access: Access::Ro, dir: true }));
+        assert!(plan.ops.contains(&Op::Bind {
+            src: "/usr".into(),
+            dst: "/usr".into(),
+            access: Access::Ro,
+            dir: true
+        }));
         assert!(plan.ops.contains(&Op::Symlink { dst: "/bin".into(), target: "usr/bin".into() }));
         for fresh in ["/proc", "/dev", "/run", "/tmp"] {
             assert!(
-                !plan.ops.iter().any(|o| matches!(o, Op::Bind { src, access: Access::Ro, .. } if src == Path::new(fresh))),
+                !plan.ops.iter().any(
+                    |o| matches!(o, Op::Bind { src, access: Access::Ro, .. } if src == Path::new(fresh))
+                ),
                 "{fresh} must not be bound from the host"
             );
         }
@@ -677,10 +734,7 @@ mod tests {
 
     #[test]
     fn tmp_before_project_and_state_under_tmp() {
-        let fs = host()
-            .with("/tmp/w", Kind::Dir)
-            .with("/tmp/w/p", Kind::Dir)
-            .with("/tmp/w/state", Kind::Dir);
+        let fs = host().with("/tmp/w", Kind::Dir).with("/tmp/w/p", Kind::Dir).with("/tmp/w/state", Kind::Dir);
         let mut s = spec();
         s.project_dir = "/tmp/w/p".into();
         s.state_dir = "/tmp/w/state".into();
@@ -709,7 +763,10 @@ mod tests {
     fn hidden_paths_and_ssh_keys() {
         let plan = build(&spec(), &host()).unwrap();
         assert!(matches!(plan.ops[pos(&plan, "/home/u/.aws")], Op::Tmpfs { seal: true, .. }));
-        assert_eq!(plan.ops[pos(&plan, "/home/u/.ssh/id_ed25519")], Op::Mask { dst: "/home/u/.ssh/id_ed25519".into() });
+        assert_eq!(
+            plan.ops[pos(&plan, "/home/u/.ssh/id_ed25519")],
+            Op::Mask { dst: "/home/u/.ssh/id_ed25519".into() }
+        );
         for visible in ["/home/u/.ssh/config", "/home/u/.ssh/known_hosts", "/home/u/.ssh/id_ed25519.pub"] {
             assert!(!plan.ops.iter().any(|o| o.dst() == Path::new(visible)), "{visible} stays");
         }
@@ -719,7 +776,8 @@ mod tests {
 
     #[test]
     fn hidden_symlink_hides_its_target() {
-        let fs = host().with("/srv", Kind::Dir).with("/srv/secret", Kind::Dir).link("/home/u/.aws", "/srv/secret");
+        let fs =
+            host().with("/srv", Kind::Dir).with("/srv/secret", Kind::Dir).link("/home/u/.aws", "/srv/secret");
         let plan = build(&spec(), &fs).unwrap();
         assert!(matches!(plan.ops[pos(&plan, "/srv/secret")], Op::Tmpfs { .. }));
     }
@@ -750,10 +808,38 @@ mod tests {
         let config = pos(&plan, "/home/u/p/.git/config");
         let git = pos(&plan, "/home/u/p/.git");
         assert!(hooks > git && config > git && git > pos(&plan, "/home/u/p"));
-        assert_eq!(plan.ops[git], Op::Bind { src: "/home/u/p/.git".into(), dst: "/home/u/p/.git".into(), access: Access::Rw, dir: true }, "a mount point: cannot be renamed away");
-        assert_eq!(plan.ops[hooks], Op::Bind { src: "/home/u/p/.git/hooks".into(), dst: "/home/u/p/.git/hooks".into(), access: Access::Ro, dir: true });
-        assert_eq!(plan.ops[config], Op::Bind { src: "/home/u/p/.git/config".into(), dst: "/home/u/p/.git/config".into(), access: Access::Ro, dir: false });
-        assert!(matches!(plan.ops[pos(&plan, "/home/u/p/.opencode-sandbox")], Op::Bind { access: Access::Ro, .. }));
+        assert_eq!(
+            plan.ops[git],
+            Op::Bind {
+                src: "/home/u/p/.git".into(),
+                dst: "/home/u/p/.git".into(),
+                access: Access::Rw,
+                dir: true
+            },
+            "a mount point: cannot be renamed away"
+        );
+        assert_eq!(
+            plan.ops[hooks],
+            Op::Bind {
+                src: "/home/u/p/.git/hooks".into(),
+                dst: "/home/u/p/.git/hooks".into(),
+                access: Access::Ro,
+                dir: true
+            }
+        );
+        assert_eq!(
+            plan.ops[config],
+            Op::Bind {
+                src: "/home/u/p/.git/config".into(),
+                dst: "/home/u/p/.git/config".into(),
+                access: Access::Ro,
+                dir: false
+            }
+        );
+        assert!(matches!(
+            plan.ops[pos(&plan, "/home/u/p/.opencode-sandbox")],
+            Op::Bind { access: Access::Ro, .. }
+        ));
     }
 
     #[test]
@@ -763,10 +849,17 @@ mod tests {
         fs.kinds.remove(Path::new("/home/u/p/.git/hooks"));
         fs.kinds.remove(Path::new("/home/u/p/.git/config"));
         let plan = build(&spec(), &fs).unwrap();
-        assert!(plan.placeholders.contains(&Placeholder { path: "/home/u/p/.cc-safety-net".into(), dir: true }));
+        assert!(
+            plan.placeholders.contains(&Placeholder { path: "/home/u/p/.cc-safety-net".into(), dir: true })
+        );
         assert!(plan.placeholders.contains(&Placeholder { path: "/home/u/p/.git/hooks".into(), dir: true }));
-        assert!(plan.placeholders.contains(&Placeholder { path: "/home/u/p/.git/config".into(), dir: false }));
-        assert!(matches!(plan.ops[pos(&plan, "/home/u/p/.cc-safety-net")], Op::Bind { access: Access::Ro, dir: true, .. }));
+        assert!(
+            plan.placeholders.contains(&Placeholder { path: "/home/u/p/.git/config".into(), dir: false })
+        );
+        assert!(matches!(
+            plan.ops[pos(&plan, "/home/u/p/.cc-safety-net")],
+            Op::Bind { access: Access::Ro, dir: true, .. }
+        ));
     }
 
     #[test]
@@ -792,7 +885,10 @@ mod tests {
         fs.kinds.retain(|k, _| !k.starts_with("/home/u/p/.git"));
         let fs = fs.with("/home/u/p/.git", Kind::File);
         let plan = build(&spec(), &fs).unwrap();
-        assert!(matches!(plan.ops[pos(&plan, "/home/u/p/.git")], Op::Bind { access: Access::Ro, dir: false, .. }));
+        assert!(matches!(
+            plan.ops[pos(&plan, "/home/u/p/.git")],
+            Op::Bind { access: Access::Ro, dir: false, .. }
+        ));
     }
 
     #[test]
@@ -807,6 +903,9 @@ mod tests {
         let mut s = spec();
         s.tmp = TmpMode::Shared;
         let plan = build(&s, &host()).unwrap();
-        assert_eq!(plan.ops[pos(&plan, "/tmp")], Op::Bind { src: "/tmp".into(), dst: "/tmp".into(), access: Access::Rw, dir: true });
+        assert_eq!(
+            plan.ops[pos(&plan, "/tmp")],
+            Op::Bind { src: "/tmp".into(), dst: "/tmp".into(), access: Access::Rw, dir: true }
+        );
     }
 }

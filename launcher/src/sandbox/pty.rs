@@ -4,10 +4,9 @@
 //! terminal and the launcher relays bytes between the host terminal and the pty master; window
 //! size changes are forwarded. (seccomp also denies both ioctls.)
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -25,8 +24,9 @@ pub struct Pty {
 /// Open a pty whose size matches the host terminal on stdin.
 pub fn open() -> Result<Pty> {
     let ws = sys::get_winsize(0).ok();
-    let r = nix::pty::openpty(ws.as_ref(), None)
-        .map_err(|e| Error::kernel("opening a pty", e.into(), "check that /dev/ptmx and /dev/pts are usable"))?;
+    let r = nix::pty::openpty(ws.as_ref(), None).map_err(|e| {
+        Error::kernel("opening a pty", e.into(), "check that /dev/ptmx and /dev/pts are usable")
+    })?;
     for fd in [&r.master, &r.slave] {
         fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
             .map_err(|e| Error::kernel("opening a pty", e.into(), "report this"))?;
@@ -97,15 +97,8 @@ pub fn relay(master: &OwnedFd, done: &AtomicBool) {
             fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
         }
         match poll(&mut fds, PollTimeout::from(200u16)) {
-            Ok(0) => {
-                if done.load(Ordering::Relaxed) {
-                    // drain what is left, then stop
-                }
-                if done.load(Ordering::Relaxed) {
-                    return;
-                }
-                continue;
-            }
+            Ok(0) if done.load(Ordering::Relaxed) => return,
+            Ok(0) => continue,
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => return,
@@ -125,7 +118,7 @@ pub fn relay(master: &OwnedFd, done: &AtomicBool) {
             }
         }
         if s.intersects(PollFlags::POLLIN | PollFlags::POLLHUP) {
-            match stdin.lock().read(&mut buf) {
+            match nix::unistd::read(stdin.as_fd(), &mut buf) {
                 Ok(0) | Err(_) => stdin_open = false,
                 Ok(n) => {
                     if write_all(master.as_fd(), &buf[..n]).is_err() {
@@ -134,7 +127,5 @@ pub fn relay(master: &OwnedFd, done: &AtomicBool) {
                 }
             }
         }
-        std::thread::yield_now();
-        let _ = Duration::ZERO;
     }
 }

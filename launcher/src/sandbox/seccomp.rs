@@ -5,6 +5,7 @@
 //!    libc fall back to `clone`, whose flags filter 1 checks;
 //! 3. (x86_64) the x32 guard: syscall numbers with bit 30 set are the x32 ABI, which the
 //!    seccompiler filter does not distinguish; they get `ENOSYS`.
+//!
 //! Foreign architectures (i386 `int 0x80`) are killed by seccompiler's arch check.
 //!
 //! `ioctl` commands and `socket` families are compared on 32 bits (`Dword`): the kernel truncates
@@ -98,6 +99,7 @@ const PERSONALITY_OK: &[u64] = &[0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff];
 /// Families `socket()`/`socketpair()` may use.
 const SOCKET_FAMILIES_OK: &[u64] = &[libc::AF_UNIX as u64, libc::AF_INET as u64, libc::AF_INET6 as u64];
 /// `ioctl` requests denied: terminal input injection and the Linux console's selection paste.
+#[allow(clippy::unnecessary_cast)] // c_ulong is u32 on some targets
 const IOCTL_DENIED: &[u64] = &[libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
 
 fn cond(arg: u8, op: Cmp, v: u64) -> Result<Cond> {
@@ -156,7 +158,7 @@ pub fn clone3_enosys() -> Result<BpfProgram> {
 /// x32 guard: `nr & 0x40000000` → `ENOSYS`; non-x86_64 arch → kill.
 #[cfg(target_arch = "x86_64")]
 pub fn x32_guard() -> BpfProgram {
-    const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+    const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
     const BPF_JEQ_K: u16 = 0x05 | 0x10;
     const BPF_JSET_K: u16 = 0x05 | 0x40;
     const BPF_RET_K: u16 = 0x06;

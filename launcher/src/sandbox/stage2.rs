@@ -86,9 +86,8 @@ pub fn main() -> i32 {
 }
 
 fn close_extra_fds() -> Result<()> {
-    sys::close_range(3, 0).map_err(|e| {
-        Error::kernel("close_range", e, "Linux >= 5.9 is required (close_range)")
-    })
+    sys::close_range(3, 0)
+        .map_err(|e| Error::kernel("close_range", e, "Linux >= 5.9 is required (close_range)"))
 }
 
 fn helper() -> Result<i32> {
@@ -151,12 +150,20 @@ fn enter_namespaces() -> Result<()> {
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWCGROUP;
-    nix::sched::unshare(flags).map_err(|e| Error::kernel("unshare(user, mount, ipc, uts, pid, cgroup namespaces)", e.into(), USERNS_FIX))?;
+    nix::sched::unshare(flags).map_err(|e| {
+        Error::kernel("unshare(user, mount, ipc, uts, pid, cgroup namespaces)", e.into(), USERNS_FIX)
+    })?;
     // After a set-gid exec the process may be non-dumpable, which makes /proc/self/*_map
     // root-owned; the maps must be written by us.
     let _ = sys::prctl(libc::PR_SET_DUMPABLE, 1);
     let write = |file: &str, text: String| {
-        std::fs::write(file, text.as_bytes()).map_err(|e| Error::kernel("writing the user namespace id maps", std::io::Error::new(e.kind(), format!("{file}: {e}")), USERNS_FIX))
+        std::fs::write(file, text.as_bytes()).map_err(|e| {
+            Error::kernel(
+                "writing the user namespace id maps",
+                std::io::Error::new(e.kind(), format!("{file}: {e}")),
+                USERNS_FIX,
+            )
+        })
     };
     // setgroups must be denied before an unprivileged gid_map (CVE-2014-8989).
     write("/proc/self/setgroups", "deny".into())?;
@@ -198,7 +205,8 @@ fn supervise(req: &Request, child: Pid, mask: &SigSet) -> i32 {
                 return EXIT_SETUP;
             }
         }
-        let wait = next_probe.saturating_duration_since(std::time::Instant::now()).min(Duration::from_millis(500));
+        let wait =
+            next_probe.saturating_duration_since(std::time::Instant::now()).min(Duration::from_millis(500));
         if let Some(sig) = sigtimedwait(mask, wait)
             && sig != Signal::SIGCHLD
         {
@@ -208,7 +216,10 @@ fn supervise(req: &Request, child: Pid, mask: &SigSet) -> i32 {
 }
 
 fn sigtimedwait(mask: &SigSet, wait: Duration) -> Option<Signal> {
-    let ts = libc::timespec { tv_sec: wait.as_secs() as libc::time_t, tv_nsec: wait.subsec_nanos() as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: wait.as_secs() as libc::time_t,
+        tv_nsec: wait.subsec_nanos() as libc::c_long,
+    };
     // SAFETY: `mask` is a valid sigset; info may be NULL; `ts` outlives the call.
     let r = unsafe { libc::sigtimedwait(mask.as_ref(), std::ptr::null_mut(), &ts) };
     if r > 0 { Signal::try_from(r).ok() } else { None }
@@ -226,7 +237,8 @@ fn init(req: &Request, death: OwnedFd) -> Result<std::convert::Infallible> {
     drop(death);
     if let Some(plan) = &req.plan {
         // Nothing in the sandbox may ptrace pid 1 or read its memory.
-        sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Error::kernel("PR_SET_DUMPABLE", e, "report this"))?;
+        sys::prctl(libc::PR_SET_DUMPABLE, 0)
+            .map_err(|e| Error::kernel("PR_SET_DUMPABLE", e, "report this"))?;
         mounts::apply(&mut RealMounts::new(), plan)?;
     }
     enter_cwd(&req.cwd)?;
@@ -235,11 +247,14 @@ fn init(req: &Request, death: OwnedFd) -> Result<std::convert::Infallible> {
     }
     nix::unistd::setsid().map_err(|e| Error::kernel("setsid", e.into(), "report this"))?;
     if req.tty {
-        sys::set_controlling_tty(0).map_err(|e| Error::kernel("TIOCSCTTY on the sandbox pty", e, "report this"))?;
+        sys::set_controlling_tty(0)
+            .map_err(|e| Error::kernel("TIOCSCTTY on the sandbox pty", e, "report this"))?;
     }
     limits(&req.limits)?;
-    sys::join_new_session_keyring().map_err(|e| Error::kernel("keyctl(JOIN_SESSION_KEYRING)", e, "the kernel needs CONFIG_KEYS"))?;
-    nix::sys::prctl::set_no_new_privs().map_err(|e| Error::kernel("PR_SET_NO_NEW_PRIVS", e.into(), "report this"))?;
+    sys::join_new_session_keyring()
+        .map_err(|e| Error::kernel("keyctl(JOIN_SESSION_KEYRING)", e, "the kernel needs CONFIG_KEYS"))?;
+    nix::sys::prctl::set_no_new_privs()
+        .map_err(|e| Error::kernel("PR_SET_NO_NEW_PRIVS", e.into(), "report this"))?;
     if req.plan.is_some() {
         landlock::apply(&req.landlock)?;
         seccomp::apply()?;

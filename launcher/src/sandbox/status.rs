@@ -83,7 +83,9 @@ impl fmt::Display for Status {
         let ll = match self.landlock_abi {
             0 => "NOT available (landlock disabled or kernel too old; need ABI >= 6)".to_string(),
             n if n < 6 => format!("ABI {n}: too old (need >= 6 for abstract-socket and signal scopes)"),
-            n => format!("ABI {n}: ok (hard floor: filesystem rights ABI 5, scopes ABI 6; newer rights best effort)"),
+            n => format!(
+                "ABI {n}: ok (hard floor: filesystem rights ABI 5, scopes ABI 6; newer rights best effort)"
+            ),
         };
         writeln!(f, "landlock: {ll}")?;
         writeln!(f, "seccomp: {}", if self.seccomp { "ok" } else { "NOT available" })?;

@@ -14,7 +14,6 @@ pub const OPEN_TREE_CLONE: u32 = 1;
 pub const OPEN_TREE_CLOEXEC: u32 = libc::O_CLOEXEC as u32;
 pub const AT_RECURSIVE: u32 = 0x8000;
 pub const AT_EMPTY_PATH: u32 = libc::AT_EMPTY_PATH as u32;
-pub const AT_SYMLINK_NOFOLLOW: u32 = libc::AT_SYMLINK_NOFOLLOW as u32;
 pub const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
 pub const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
 pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
@@ -25,7 +24,6 @@ pub const FSOPEN_CLOEXEC: u32 = 0x1;
 pub const FSMOUNT_CLOEXEC: u32 = 0x1;
 pub const FSCONFIG_SET_STRING: u32 = 1;
 pub const FSCONFIG_CMD_CREATE: u32 = 6;
-pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 pub const RESOLVE_BENEATH: u64 = 0x08;
 
@@ -165,14 +163,7 @@ pub fn new_fs(fstype: &str, options: &[(&str, &str)], attrs: u64) -> io::Result<
         let (k, v) = (cstr(k)?, cstr(v)?);
         // SAFETY: `ctx` is a live fs context; key and value are valid C strings.
         unit_result(unsafe {
-            libc::syscall(
-                libc::SYS_fsconfig,
-                ctx.as_raw_fd(),
-                FSCONFIG_SET_STRING,
-                k.as_ptr(),
-                v.as_ptr(),
-                0,
-            )
+            libc::syscall(libc::SYS_fsconfig, ctx.as_raw_fd(), FSCONFIG_SET_STRING, k.as_ptr(), v.as_ptr(), 0)
         })?;
     }
     // SAFETY: `ctx` is a live fs context; no pointers are passed.
@@ -201,11 +192,7 @@ pub fn join_new_session_keyring() -> io::Result<()> {
     const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
     // SAFETY: a NULL name asks for a fresh anonymous keyring; no other pointers.
     let ret = unsafe {
-        libc::syscall(
-            libc::SYS_keyctl,
-            KEYCTL_JOIN_SESSION_KEYRING,
-            std::ptr::null::<libc::c_char>(),
-        )
+        libc::syscall(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, std::ptr::null::<libc::c_char>())
     };
     unit_result(ret)
 }
@@ -232,9 +219,7 @@ pub fn capget() -> io::Result<[CapData; 2]> {
     let mut hdr = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
     let mut data = [CapData::default(); 2];
     // SAFETY: header and a two-element data array, as _LINUX_CAPABILITY_VERSION_3 requires.
-    let ret = unsafe {
-        libc::syscall(libc::SYS_capget, &mut hdr as *mut CapHeader, data.as_mut_ptr())
-    };
+    let ret = unsafe { libc::syscall(libc::SYS_capget, &mut hdr as *mut CapHeader, data.as_mut_ptr()) };
     unit_result(ret)?;
     Ok(data)
 }
@@ -243,15 +228,15 @@ pub fn capget() -> io::Result<[CapData; 2]> {
 pub fn capset(data: [CapData; 2]) -> io::Result<()> {
     let mut hdr = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
     // SAFETY: header and a two-element data array, as _LINUX_CAPABILITY_VERSION_3 requires.
-    let ret =
-        unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()) };
+    let ret = unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()) };
     unit_result(ret)
 }
 
 /// `prctl(option, arg2, 0, 0, 0)` for the integer-only options nix does not wrap.
 pub fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> io::Result<libc::c_int> {
     // SAFETY: integer-only prctl options; no pointers.
-    let ret = unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) };
+    let ret =
+        unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) };
     if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret) }
 }
 

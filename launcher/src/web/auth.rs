@@ -77,6 +77,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Compare two secrets in constant time.
+pub fn credentials_eq(a: &str, b: &str) -> bool {
+    constant_time_eq(a.as_bytes(), b.as_bytes())
+}
+
 /// Whether base64 `user:password` credentials (from a Basic header or `?auth_token=`) match.
 pub fn credentials_match(b64: &str, password: &str) -> bool {
     let Ok(raw) = STANDARD.decode(b64.trim()) else { return false };

@@ -28,20 +28,19 @@ pub struct FrontConfig {
     pub upstream_authorization: String,
     /// `OCSB_PANEL`.
     pub panel: bool,
+    /// The value of the login cookie this front hands out after a successful login (random per
+    /// start). Browsers do not send Basic credentials on every request kind (WebSocket
+    /// handshakes, `?auth_token=` logins); a same-site, HttpOnly cookie covers those.
+    pub cookie: String,
 }
 
 /// A running front; dropping it stops it.
 pub struct Front {
-    addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Front {
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
     /// Stop accepting, close open connections and wait for the thread.
     pub fn stop(mut self) {
         self.shutdown();
@@ -76,7 +75,6 @@ pub fn port_busy(addr: SocketAddr, setting: &str, e: &std::io::Error) -> Error {
 pub fn start(cfg: FrontConfig) -> Result<Front> {
     let listener = TcpListener::bind(cfg.listen).map_err(|e| port_busy(cfg.listen, "OCSB_WEB_PORT", &e))?;
     listener.set_nonblocking(true).map_err(|e| Error::io("configure", "the web front socket", e))?;
-    let addr = listener.local_addr().map_err(|e| Error::io("inspect", "the web front socket", e))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("ocsb-web")
@@ -100,5 +98,59 @@ pub fn start(cfg: FrontConfig) -> Result<Front> {
             rt.shutdown_timeout(std::time::Duration::from_millis(500));
         })
         .map_err(|e| Error::io("start a thread for", "the web front", e))?;
-    Ok(Front { addr, stop: Some(tx), thread: Some(thread) })
+    Ok(Front { stop: Some(tx), thread: Some(thread) })
+}
+
+/// The hidden `ocsb __web-front --listen ADDR --upstream ADDR --password-file F
+/// --upstream-password-file F [--no-panel]`: the front alone, in front of an OpenCode started by
+/// someone else (tests, debugging). Runs until SIGINT/SIGTERM.
+pub const FRONT_ARG: &str = "__web-front";
+
+pub fn dispatch() -> Option<u8> {
+    let mut args = std::env::args().skip(1);
+    if args.next()? != FRONT_ARG {
+        return None;
+    }
+    let r = (|| -> Result<()> {
+        let (mut listen, mut upstream, mut pw, mut up_pw, mut panel) = (None, None, None, None, true);
+        let bad = |what: &str| Error::failed(format!("{FRONT_ARG}: {what}"), "usage: ocsb __web-front --listen ADDR --upstream ADDR --password-file F --upstream-password-file F [--no-panel]");
+        while let Some(a) = args.next() {
+            let mut val = || args.next().ok_or_else(|| bad(&format!("{a} needs a value")));
+            match a.as_str() {
+                "--listen" => listen = Some(val()?.parse::<SocketAddr>().map_err(|e| bad(&e.to_string()))?),
+                "--upstream" => upstream = Some(val()?.parse::<SocketAddr>().map_err(|e| bad(&e.to_string()))?),
+                "--password-file" => pw = Some(val()?),
+                "--upstream-password-file" => up_pw = Some(val()?),
+                "--no-panel" => panel = false,
+                other => return Err(bad(&format!("unknown argument {other}"))),
+            }
+        }
+        let read = |p: Option<String>, what: &str| -> Result<String> {
+            let p = p.ok_or_else(|| bad(&format!("{what} is required")))?;
+            Ok(std::fs::read_to_string(&p).map_err(|e| Error::io("read", &p, e))?.trim().to_string())
+        };
+        let cfg = FrontConfig {
+            listen: listen.ok_or_else(|| bad("--listen is required"))?,
+            upstream: upstream.ok_or_else(|| bad("--upstream is required"))?,
+            password: read(pw, "--password-file")?,
+            upstream_authorization: auth::basic_header(auth::USER, &read(up_pw, "--upstream-password-file")?),
+            panel,
+            cookie: auth::random_secret()?,
+        };
+        crate::run::signals::install();
+        let front = start(cfg)?;
+        println!("listening");
+        while crate::run::signals::received().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        front.stop();
+        Ok(())
+    })();
+    Some(match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ocsb: {e}");
+            e.exit_code()
+        }
+    })
 }

@@ -138,7 +138,37 @@ enum Access {
     Denied,
 }
 
-fn access(req: &Request<Incoming>, password: &str) -> Access {
+pub const COOKIE: &str = "ocsb_auth";
+
+fn cookie_ok(h: &HeaderMap, value: &str) -> bool {
+    h.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).any(|c| {
+        c.trim().split_once('=').is_some_and(|(k, v)| k == COOKIE && auth::credentials_eq(v, value))
+    })
+}
+
+/// Remove this front's login cookie before a request goes to OpenCode (it is not OpenCode's).
+fn strip_cookie(h: &mut HeaderMap) {
+    let kept: Vec<String> = h
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.starts_with(&format!("{COOKIE}=")))
+        .map(String::from)
+        .collect();
+    h.remove(header::COOKIE);
+    if !kept.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&kept.join("; ")) {
+            h.insert(header::COOKIE, v);
+        }
+    }
+}
+
+fn access(req: &Request<Incoming>, password: &str, cookie: &str) -> (Access, bool) {
+    if cookie_ok(req.headers(), cookie) {
+        return (Access::User, false);
+    }
     let header_ok = req
         .headers()
         .get_all(header::AUTHORIZATION)
@@ -147,39 +177,50 @@ fn access(req: &Request<Incoming>, password: &str) -> Access {
         .any(|v| auth::header_matches(v, password));
     let token_ok = query_param(req.uri(), "auth_token").is_some_and(|t| auth::credentials_match(&t, password));
     if header_ok || token_ok {
-        Access::User
+        (Access::User, true)
     } else if is_upgrade(req.headers()) && query_param(req.uri(), "ticket").is_some_and(|t| !t.is_empty()) {
-        Access::Ticket
+        (Access::Ticket, false)
     } else {
-        Access::Denied
+        (Access::Denied, false)
     }
 }
 
 async fn handle(req: Request<Incoming>, cfg: Arc<FrontConfig>) -> Result<Response<Body>, Infallible> {
-    let access = access(&req, &cfg.password);
+    let (access, set_cookie) = access(&req, &cfg.password, &cfg.cookie);
     if access == Access::Denied {
         return Ok(unauthorized());
     }
+    let mut resp = route(req, &cfg, access).await;
+    if set_cookie {
+        let c = format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", cfg.cookie);
+        if let Ok(v) = HeaderValue::from_str(&c) {
+            resp.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+    Ok(resp)
+}
+
+async fn route(req: Request<Incoming>, cfg: &FrontConfig, access: Access) -> Response<Body> {
     let path = req.uri().path();
     if cfg.panel && path == PANEL_PATH {
         let mut r = full(StatusCode::OK, "text/javascript; charset=utf-8", PANEL_JS);
         r.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-        return Ok(r);
+        return r;
     }
     if cfg.panel && path == TOKENS_PATH && access == Access::User {
-        return Ok(tokens_endpoint(&req, &cfg).await);
+        return tokens_endpoint(&req, cfg).await;
     }
     if path.starts_with("/__ocsb/") {
-        return Ok(full(StatusCode::NOT_FOUND, "text/plain", "not found\n"));
+        return full(StatusCode::NOT_FOUND, "text/plain", "not found\n");
     }
-    Ok(match forward(req, &cfg, access == Access::User).await {
+    match forward(req, cfg, access == Access::User).await {
         Ok(r) => r,
         Err(e) => full(
             StatusCode::BAD_GATEWAY,
             "text/plain; charset=utf-8",
             format!("502 Bad Gateway: OpenCode on {} did not answer: {e}\n", cfg.upstream),
         ),
-    })
+    }
 }
 
 /// Send one request to OpenCode on a fresh connection; the connection task lives as long as the
@@ -215,6 +256,7 @@ async fn forward(mut req: Request<Incoming>, cfg: &FrontConfig, with_credentials
     // Uncompressed answers, so the HTML can be edited (OpenCode does not compress anyway).
     parts.headers.remove(header::ACCEPT_ENCODING);
     parts.headers.remove(header::AUTHORIZATION);
+    strip_cookie(&mut parts.headers);
     if with_credentials {
         parts.headers.insert(header::AUTHORIZATION, HeaderValue::from_str(&cfg.upstream_authorization)?);
     }

@@ -18,11 +18,25 @@ static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// Fail (never skip) with a message naming what is missing.
 pub fn require_host() {
-    assert!(nix_is_root(), "the sandbox tests must run as root (they create network namespaces and switch to the user ocsb-test)");
-    let ok = Command::new("id").arg("-u").arg("ocsb-test").output().map(|o| o.status.success()).unwrap_or(false);
-    assert!(ok, "user ocsb-test (uid {UID}) is missing: `useradd -m -u {UID} ocsb-test` (tests/install-deps.sh creates it)");
-    for (tool, pkg) in [("setpriv", "util-linux"), ("unshare", "util-linux"), ("python3", "python3"), ("ip", "iproute2")] {
-        let found = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().map(|o| o.status.success()).unwrap_or(false);
+    assert!(
+        nix_is_root(),
+        "the sandbox tests must run as root (they create network namespaces and switch to the user ocsb-test)"
+    );
+    let ok =
+        Command::new("id").arg("-u").arg("ocsb-test").output().map(|o| o.status.success()).unwrap_or(false);
+    assert!(
+        ok,
+        "user ocsb-test (uid {UID}) is missing: `useradd -m -u {UID} ocsb-test` (tests/install-deps.sh creates it)"
+    );
+    for (tool, pkg) in
+        [("setpriv", "util-linux"), ("unshare", "util-linux"), ("python3", "python3"), ("ip", "iproute2")]
+    {
+        let found = Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {tool}"))
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
         assert!(found, "`{tool}` is missing: install the Debian package {pkg}");
     }
 }
@@ -98,8 +112,15 @@ impl World {
     pub fn sandbox_words(&self, spec: &Value, cmd: &[&str]) -> Vec<String> {
         let spec = self.write_spec(spec);
         let mut v: Vec<String> = vec![
-            "setpriv".into(), "--reuid".into(), UID.to_string(), "--regid".into(), UID.to_string(),
-            "--clear-groups".into(), "--".into(), self.bin.display().to_string(), "__sandbox-run".into(),
+            "setpriv".into(),
+            "--reuid".into(),
+            UID.to_string(),
+            "--regid".into(),
+            UID.to_string(),
+            "--clear-groups".into(),
+            "--".into(),
+            self.bin.display().to_string(),
+            "__sandbox-run".into(),
             spec.display().to_string(),
         ];
         v.extend(cmd.iter().map(|s| s.to_string()));
@@ -127,12 +148,26 @@ impl World {
     /// The positive control: the same probe as the same user, same kind of namespace, no sandbox.
     pub fn probe_outside(&self, args: &[&str]) -> String {
         let mut words: Vec<String> = vec![
-            "env".into(), "-i".into(), "PATH=/usr/local/bin:/usr/bin:/bin".into(), format!("HOME={}", self.home.display()),
-            "setpriv".into(), "--reuid".into(), UID.to_string(), "--regid".into(), UID.to_string(),
-            "--clear-groups".into(), "--".into(), "python3".into(), self.probe.display().to_string(),
+            "env".into(),
+            "-i".into(),
+            "PATH=/usr/local/bin:/usr/bin:/bin".into(),
+            format!("HOME={}", self.home.display()),
+            "setpriv".into(),
+            "--reuid".into(),
+            UID.to_string(),
+            "--regid".into(),
+            UID.to_string(),
+            "--clear-groups".into(),
+            "--".into(),
+            "python3".into(),
+            self.probe.display().to_string(),
         ];
         words.extend(args.iter().map(|s| s.to_string()));
-        verdict(&self.netns_script(&format!("cd {} && exec {}", shell_quote(&self.proj.display().to_string()), shell_join(&words))))
+        verdict(&self.netns_script(&format!(
+            "cd {} && exec {}",
+            shell_quote(&self.proj.display().to_string()),
+            shell_join(&words)
+        )))
     }
 
     /// Run a bash script as root inside a fresh network namespace (loopback up). `$SB` expands

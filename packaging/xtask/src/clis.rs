@@ -1,21 +1,19 @@
-//! The clap command trees of the two installed binaries, from their own definitions.
+//! The clap command trees of the two installed programs, from their own definitions (build.rs
+//! mirrors the clap items of launcher/src and netlock-helper/src into these modules).
 
-/// `ocsb`'s clap definitions, compiled here exactly as the launcher compiles them.
-#[allow(dead_code)]
-#[path = "../../../launcher/src/cli.rs"]
-mod launcher;
+#[allow(dead_code, unused_imports, clippy::all)]
+pub mod launcher {
+    include!(concat!(env!("OUT_DIR"), "/launcher_cli.rs"));
+}
 
-/// `ocsb-netlock-helper`'s clap definitions (see build.rs for where they come from).
-#[allow(dead_code, unused_imports)]
-mod helper {
+#[allow(dead_code, unused_imports, clippy::all)]
+pub mod helper {
     include!(concat!(env!("OUT_DIR"), "/helper_cli.rs"));
 }
 
-use clap::CommandFactory;
-
 /// The `ocsb` command, as `ocsb --help` and `ocsb completions` see it.
 pub fn ocsb() -> clap::Command {
-    launcher::Cli::command()
+    launcher::command()
 }
 
 /// The `ocsb-netlock-helper` command.

@@ -94,7 +94,9 @@ pub fn parse(text: &str, name: &str) -> Result<Vec<Entry>> {
             return Err(at(format!("destination {dest:?} must be absolute")));
         }
         if source.contains('*') != dest.ends_with('/') {
-            return Err(at("a glob source needs a directory destination ending in `/`, and only a glob source".into()));
+            return Err(at(
+                "a glob source needs a directory destination ending in `/`, and only a glob source".into(),
+            ));
         }
         if source.contains('*') && !source.rsplit('/').next().unwrap_or("").starts_with("ocsb") {
             return Err(at("a glob must start with `ocsb` (uninstall removes what it matches)".into()));
@@ -109,7 +111,9 @@ pub fn parse(text: &str, name: &str) -> Result<Vec<Entry>> {
             Some(&"unit") => Some(Flag::Unit),
             Some(&"doc") => Some(Flag::Doc),
             Some(&"deb-only") => Some(Flag::DebOnly),
-            Some(f) => return Err(at(format!("unknown flag {f:?} (setgid-shim, config, unit, doc, deb-only)"))),
+            Some(f) => {
+                return Err(at(format!("unknown flag {f:?} (setgid-shim, config, unit, doc, deb-only)")));
+            }
         };
         if flag == Some(Flag::SetgidShim) && mode != "0755" {
             return Err(at("the set-gid shim is shipped 0755; installers add the set-gid bit".into()));
@@ -128,7 +132,9 @@ pub fn expand(dest: &str, layout: Layout) -> Result<String> {
         let after = &rest[start + 1..];
         let end = after.find('@').ok_or_else(|| Error(format!("unclosed placeholder in {dest:?}")))?;
         let name = &after[..end];
-        out.push_str(layout.var(name).ok_or_else(|| Error(format!("unknown placeholder @{name}@ in {dest:?}")))?);
+        out.push_str(
+            layout.var(name).ok_or_else(|| Error(format!("unknown placeholder @{name}@ in {dest:?}")))?,
+        );
         rest = &after[end + 1..];
     }
     out.push_str(rest);
@@ -141,7 +147,11 @@ mod tests {
 
     #[test]
     fn parses_and_expands() {
-        let e = parse("# c\n\ntarget/release/ocsb @bindir@/ocsb 0755\nx/ocsb*.1.gz @mandir@/man1/ 0644 doc\n", "t").unwrap();
+        let e = parse(
+            "# c\n\ntarget/release/ocsb @bindir@/ocsb 0755\nx/ocsb*.1.gz @mandir@/man1/ 0644 doc\n",
+            "t",
+        )
+        .unwrap();
         assert_eq!(e.len(), 2);
         assert_eq!(e[1].flag, Some(Flag::Doc));
         assert_eq!(expand(&e[0].dest, Layout::Deb).unwrap(), "/usr/bin/ocsb");

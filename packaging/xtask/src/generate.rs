@@ -1,7 +1,7 @@
 //! `gen`: man pages (clap_mangen) and shell completions (clap_complete) into the target dir.
 //!
 //! Output: `<out>/man/ocsb.1.gz`, one `ocsb-<sub>[-<subsub>].1.gz` per visible subcommand,
-//! `ocsb-netlock-helper.8.gz`; `<out>/completions/{ocsb.bash,_ocsb,ocsb.fish}`. Both
+//! `ocsb-netlock-helper.8.gz` and its `ocsb-netlock-helper-<sub>.8.gz`; `<out>/completions/{ocsb.bash,_ocsb,ocsb.fish}`. Both
 //! directories are emptied first, so a removed subcommand leaves no stale page for the package
 //! globs to pick up.
 
@@ -30,8 +30,9 @@ pub fn run(out: &Path) -> Result<()> {
     man_pages(&ocsb, "1", &mut pages)?;
     let mut helper = clis::netlock_helper();
     helper.build();
-    // One page for the helper: its subcommands are short, and admins read it as a whole.
-    pages.push(("ocsb-netlock-helper.8".to_string(), render(&helper, "8")?));
+    // Section 8: an administrator's program. Its page names one page per subcommand, so those
+    // exist too.
+    man_pages(&helper, "8", &mut pages)?;
     for (name, text) in &pages {
         let path = man.join(name);
         fs::write(&path, text).map_err(|e| io("cannot write", &path, e))?;
@@ -65,7 +66,6 @@ fn render(cmd: &clap::Command, section: &str) -> Result<Vec<u8>> {
     let mut buf = Vec::new();
     clap_mangen::Man::new(cmd.clone())
         .section(section)
-        .manual("ocsb manual")
         .source(format!("ocsb {}", env!("CARGO_PKG_VERSION")))
         .render(&mut buf)
         .map_err(|e| Error(format!("rendering the man page of {}: {e}", cmd.get_name())))?;

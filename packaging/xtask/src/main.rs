@@ -62,7 +62,10 @@ fn run(cmd: Cmd) -> Result<()> {
     match cmd {
         Cmd::Gen { out } => {
             let out = out.unwrap_or_else(|| {
-                std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target")).join("release")
+                std::env::var_os("CARGO_TARGET_DIR")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| root().join("target"))
+                    .join("release")
             });
             generate::run(&out)
         }

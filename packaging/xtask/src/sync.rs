@@ -67,13 +67,14 @@ pub fn render(manifest: &str, entries: &[Entry]) -> Result<String> {
 
 fn replace_block(text: &str, kind: &str, body: &str) -> Result<String> {
     let begin_tag = format!("# BEGIN files.list {kind} ");
-    let begin = text
-        .find(&begin_tag)
-        .ok_or_else(|| Error(format!("Cargo.toml: no `{begin_tag}...` marker line")))?;
+    let begin =
+        text.find(&begin_tag).ok_or_else(|| Error(format!("Cargo.toml: no `{begin_tag}...` marker line")))?;
     let body_start = begin + text[begin..].find('\n').map(|i| i + 1).unwrap_or(text.len() - begin);
     let end_tag = format!("# END files.list {kind}");
     let end = body_start
-        + text[body_start..].find(&end_tag).ok_or_else(|| Error(format!("Cargo.toml: no `{end_tag}` marker line")))?;
+        + text[body_start..]
+            .find(&end_tag)
+            .ok_or_else(|| Error(format!("Cargo.toml: no `{end_tag}` marker line")))?;
     Ok(format!("{}{}{}", &text[..body_start], body, &text[end..]))
 }
 
@@ -105,7 +106,11 @@ mod tests {
 
     #[test]
     fn blocks_are_replaced_between_markers() {
-        let entries = files::parse("target/release/x @libexecdir@/ocsb/x 0755 setgid-shim\nREADME.md @docdir@/README.md 0644 doc\n", "t").unwrap();
+        let entries = files::parse(
+            "target/release/x @libexecdir@/ocsb/x 0755 setgid-shim\nREADME.md @docdir@/README.md 0644 doc\n",
+            "t",
+        )
+        .unwrap();
         let manifest = "a\n# BEGIN files.list deb (gen)\nold\n# END files.list deb\nb\n# BEGIN files.list rpm (gen)\n# END files.list rpm\n";
         let out = render(manifest, &entries).unwrap();
         assert!(out.contains("[\"target/release/x\", \"usr/libexec/ocsb/x\", \"755\"]"), "{out}");

@@ -36,6 +36,11 @@ pub(super) struct LayerText {
 }
 
 pub(super) fn load(input: &LoadInput) -> Result<Settings> {
+    load_texts(input, &read_layers(input)?)
+}
+
+/// The file layers that exist, read and decoded, in order.
+pub(super) fn read_layers(input: &LoadInput) -> Result<Vec<LayerText>> {
     let mut texts = Vec::new();
     for (layer, path) in layer_files(input) {
         let Some(bytes) = read(&path)? else { continue };
@@ -43,7 +48,7 @@ pub(super) fn load(input: &LoadInput) -> Result<Settings> {
         let text = utf8(bytes, &display)?;
         texts.push(LayerText { layer, display, text });
     }
-    load_texts(input, &texts)
+    Ok(texts)
 }
 
 /// Everything after reading the files: parse and apply each layer in order, then the

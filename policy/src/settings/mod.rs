@@ -68,6 +68,7 @@ mod load;
 mod parser;
 pub mod print;
 mod schema;
+mod widen;
 #[cfg(test)]
 mod tests;
 
@@ -76,6 +77,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 pub use schema::{HIDE_HOME, Kind, RW_HOME, SCHEMA, Spec};
+pub use widen::{Widening, project_file, project_widenings};
 
 use crate::{Error, Location, Result};
 

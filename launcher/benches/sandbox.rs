@@ -1,0 +1,125 @@
+//! Sandbox benchmarks (run as root: `cargo bench -p ocsb --bench sandbox`). Prints ratios
+//! measured in one run:
+//! - start-up: `ocsb __sandbox-run SPEC true` vs `bwrap` with an equivalent policy vs plain
+//!   `true` (target: within 1.5x of bwrap);
+//! - workload: `git status` on a 50k-file tree, and reading every file of it, inside vs outside
+//!   (target: <= 1.05x).
+//!
+//! Every command runs as the user ocsb-test inside a network namespace this process creates.
+//! `bwrap` comes from the Debian package bubblewrap; without it that column is reported missing.
+
+#[path = "../tests/sandbox_support/mod.rs"]
+mod sandbox_support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sandbox_support::{UID, World};
+
+fn as_user(args: &[String]) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid", &UID.to_string(), "--regid", &UID.to_string(), "--clear-groups", "--"]);
+    c.args(args);
+    c.env_clear().env("PATH", "/usr/local/bin:/usr/bin:/bin").env("HOME", "/").stdin(Stdio::null());
+    c
+}
+
+fn time(label: &str, n: usize, cmd: &mut dyn FnMut() -> Command) -> Duration {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut c = cmd();
+        let t = Instant::now();
+        let out = c.output().expect("spawn");
+        samples.push(t.elapsed());
+        assert!(out.status.success(), "{label}: {out:?}");
+    }
+    samples.sort();
+    let median = samples[n / 2];
+    println!("{label:<28} median {:>8.2} ms  (n={n}, min {:.2} ms)", ms(median), ms(samples[0]));
+    median
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn bwrap_words(w: &World, cmd: &[&str]) -> Vec<String> {
+    let p = |x: &std::path::Path| x.display().to_string();
+    let mut v: Vec<String> = [
+        "bwrap", "--unshare-all", "--share-net", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
+        "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (flag, a, b) in [
+        ("--bind", w.state.join("tmp"), std::path::PathBuf::from("/tmp")),
+        ("--bind", w.proj.clone(), w.proj.clone()),
+        ("--bind", w.state.clone(), w.state.clone()),
+        ("--bind", w.home.join(".cache"), w.home.join(".cache")),
+        ("--ro-bind", w.proj.join(".git/hooks"), w.proj.join(".git/hooks")),
+        ("--ro-bind", w.proj.join(".git/config"), w.proj.join(".git/config")),
+    ] {
+        v.extend([flag.to_string(), p(&a), p(&b)]);
+    }
+    v.extend(["--tmpfs".into(), p(&w.home.join(".aws"))]);
+    v.extend(["--ro-bind".into(), "/dev/null".into(), p(&w.home.join(".ssh/id_ed25519"))]);
+    v.extend(["--chdir".into(), p(&w.proj)]);
+    v.extend(cmd.iter().map(|s| s.to_string()));
+    v
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` asks for a list; nothing to list
+    }
+    let w = World::new();
+    std::fs::create_dir_all(w.state.join("tmp")).unwrap();
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET): run as root");
+    let spec = w.write_spec(&w.spec());
+    let ocsb = |cmd: &[&str]| -> Vec<String> {
+        let mut v = vec![w.bin.display().to_string(), "__sandbox-run".into(), spec.display().to_string()];
+        v.extend(cmd.iter().map(|s| s.to_string()));
+        v
+    };
+    let have_bwrap = Command::new("sh").args(["-c", "command -v bwrap"]).output().map(|o| o.status.success()).unwrap_or(false);
+
+    println!("== start-up ==");
+    let n = 30;
+    let plain = time("plain true", n, &mut || as_user(&["true".into()]));
+    let ours = time("ocsb sandbox true", n, &mut || as_user(&ocsb(&["true"])));
+    println!("ocsb / plain: {:.2}x", ours.as_secs_f64() / plain.as_secs_f64());
+    if have_bwrap {
+        // bwrap needs the state tmp dir to exist (we created it above)
+        let bw = time("bwrap true", n, &mut || as_user(&bwrap_words(&w, &["true"])));
+        println!("ocsb / bwrap: {:.2}x (target <= 1.5x)", ours.as_secs_f64() / bw.as_secs_f64());
+    } else {
+        println!("bwrap: MISSING (apt-get install bubblewrap); ratio not measured");
+    }
+
+    println!("== workload: 50k-file tree ==");
+    let tree = w.proj.join("tree");
+    let script = format!(
+        "mkdir -p {t} && cd {t} && for d in $(seq 0 99); do mkdir d$d; (cd d$d && seq 0 499 | sed 's/^/f/' | xargs touch); done",
+        t = tree.display()
+    );
+    assert!(as_user(&["sh".into(), "-c".into(), script]).status().unwrap().success());
+    let git = format!(
+        "cd {} && git init -q . && git add -A && git -c user.email=b@e -c user.name=b commit -qm t",
+        w.proj.display()
+    );
+    assert!(as_user(&["sh".into(), "-c".into(), git]).status().unwrap().success());
+    let status = format!("cd {} && git status --porcelain >/dev/null", w.proj.display());
+    let readall = format!("cd {} && find tree -type f -exec cat {{}} + >/dev/null", w.proj.display());
+    for (label, cmd) in [("git status", &status), ("read 50k files", &readall)] {
+        let k = 7;
+        let out = time(&format!("{label} outside"), k, &mut || as_user(&["sh".into(), "-c".into(), cmd.clone()]));
+        let ins = time(&format!("{label} in ocsb"), k, &mut || as_user(&ocsb(&["sh", "-c", cmd])));
+        let start = ours.saturating_sub(plain);
+        let ratio = ins.saturating_sub(start).as_secs_f64() / out.as_secs_f64();
+        println!(
+            "{label}: in/out {:.3}x raw, {ratio:.3}x without the sandbox start-up (target <= 1.05x)",
+            ins.as_secs_f64() / out.as_secs_f64()
+        );
+    }
+}

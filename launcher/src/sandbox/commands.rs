@@ -1,0 +1,50 @@
+//! `ocsb exec`, `ocsb shell`, `ocsb sandbox status`: the sandbox as a command. `exec` and
+//! `shell` use the same policy as `run` (settings mapped by `run::spec`), with the filter started
+//! and the lock checked by `run::prepare`.
+
+use crate::error::{Error, Result};
+use crate::project::Project;
+
+use super::spec::TtyMode;
+
+/// Environment for a command the user runs by hand: `OCSB_ENV_FILE`, then `OCSB_ENV`.
+fn extra_env(project: &Project) -> Result<Vec<(String, String)>> {
+    let s = &project.settings;
+    let mut env = match s.env_file() {
+        Some(p) => crate::opencode::envfile::load(&p)?,
+        None => Vec::new(),
+    };
+    env.extend(s.env_vars());
+    Ok(env)
+}
+
+/// Run `argv` in the project's sandbox; returns its exit status.
+pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
+    if argv.is_empty() {
+        return Err(Error::failed("no command given", "ocsb exec -- CMD [ARGS...]"));
+    }
+    let prepared = crate::run::prepare(project)?;
+    let mut spec = crate::run::spec(project, prepared.netlock, &extra_env(project)?, argv);
+    spec.tty = TtyMode::Auto;
+    Ok(super::run(&spec)?)
+}
+
+/// An interactive login shell (`$SHELL`, else bash) in the project's sandbox.
+pub fn shell(project: &Project) -> Result<i32> {
+    let sh = std::env::var("SHELL").ok().filter(|s| s.starts_with('/')).unwrap_or_else(|| "/bin/bash".into());
+    exec(project, vec![sh, "-i".into()])
+}
+
+/// Print what this host can enforce; exit status 1 when the sandbox cannot be built here.
+pub fn status() -> Result<()> {
+    let st = super::status();
+    println!("{st}");
+    if st.ok() {
+        Ok(())
+    } else {
+        Err(Error::failed(
+            "the sandbox cannot be built on this host (see above)",
+            "fix the failing line, or set OCSB_SANDBOX=0 to run with the filter and netlock only",
+        ))
+    }
+}

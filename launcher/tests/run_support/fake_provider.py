@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""A scripted OpenAI-compatible model provider on 127.0.0.1 for the ocsb run tests.
+
+A user message "RUN: <cmd>" gets a streamed `bash` tool call; once the tool result is in the
+conversation, a streamed text answer. Every reply reports fixed usage (prompt 1002 with 200
+cached, completion 50) and streams its chunks over ~0.5 s so output speed is measurable.
+Prints the port on stdout, then serves until killed.
+"""
+import json
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+USAGE = {"prompt_tokens": 1002, "completion_tokens": 50, "total_tokens": 1052,
+         "prompt_tokens_details": {"cached_tokens": 200}}
+
+
+def chunk(delta, finish=None, usage=None):
+    c = {"id": "c1", "object": "chat.completion.chunk", "created": int(time.time()), "model": "m1",
+         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    if usage is not None:
+        c["usage"] = usage
+        c["choices"] = []
+    return "data: " + json.dumps(c) + "\n\n"
+
+
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": [{"id": "m1", "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        n = int(self.headers.get("content-length", 0))
+        req = json.loads(self.rfile.read(n) or b"{}")
+        msgs = req.get("messages", [])
+        last = msgs[-1] if msgs else {}
+        text = ""
+        for m in msgs:
+            if m.get("role") == "user":
+                c = m.get("content")
+                text = c if isinstance(c, str) else " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        out = []
+        out.append(chunk({"role": "assistant", "content": ""}))
+        if "RUN: " in text and last.get("role") != "tool" and req.get("tools"):
+            cmd = text.split("RUN: ", 1)[1].strip()
+            args = json.dumps({"command": cmd, "description": "run the requested command"})
+            out.append(chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                              "function": {"name": "bash", "arguments": ""}}]}))
+            for i in range(0, len(args), 8):
+                out.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[i:i + 8]}}]}))
+            out.append(chunk({}, "tool_calls"))
+        else:
+            words = ["Done", "."] if last.get("role") == "tool" else ["Test", " title"]
+            for w in words * 5:
+                out.append(chunk({"content": w}))
+            out.append(chunk({}, "stop"))
+        out.append(chunk({}, usage=USAGE))
+        out.append("data: [DONE]\n\n")
+        for i, c in enumerate(out):
+            self.wfile.write(c.encode())
+            self.wfile.flush()
+            time.sleep(0.5 / len(out))
+        self.close_connection = True
+
+
+if __name__ == "__main__":
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    print(srv.server_address[1], flush=True)
+    srv.serve_forever()

@@ -1,0 +1,293 @@
+//! The web front against a real `opencode serve` on loopback (no network namespace needed: only
+//! 127.0.0.1 is used). One OpenCode per test file keeps the suite fast; the checks run in order:
+//! authentication, HTML injection, SSE, a real agent turn through the scripted provider
+//! (including OpenCode's own `sudo` denial with the launcher's permission config, the guard
+//! plugin and the blanked secrets), the Tokens numbers, a WebSocket terminal, and the panel in
+//! headless Chromium.
+
+mod run_support;
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use run_support::*;
+use serde_json::{Value, json};
+
+const OCSB: &str = env!("CARGO_BIN_EXE_ocsb");
+const T: Duration = Duration::from_secs(30);
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    _provider: Proc,
+    _opencode: Proc,
+    _front: Proc,
+    front: SocketAddr,
+    upstream: SocketAddr,
+    password: String,
+    secret: String,
+    project: String,
+}
+
+/// `guard`: load the launcher's guard plugin (as `run` does); without it, OpenCode's permission
+/// rules alone are tested. `project_permission`: the project's own `permission` block.
+fn setup(guard: bool, project_permission: Option<Value>) -> Setup {
+    let oc = opencode_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let project = root.join("proj");
+    std::fs::create_dir_all(&project).unwrap();
+    let (provider, pport) = start_fake_provider(root);
+    let mut pc: Value = serde_json::from_str(&provider_config(pport)).unwrap();
+    if let Some(p) = project_permission {
+        pc["permission"] = p;
+    }
+    std::fs::write(project.join("opencode.json"), pc.to_string()).unwrap();
+    // The launcher's own permission config and guard plugin, exactly as `run` builds them.
+    let out = Command::new(OCSB).arg("__opencode-config").arg(root.join("plugins")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut content: Value = serde_json::from_slice(&out.stdout).unwrap();
+    if !guard {
+        content.as_object_mut().unwrap().remove("plugin");
+    }
+    let content = content.to_string();
+    let port = free_port();
+    let front = SocketAddr::from(([127, 0, 0, 1], port));
+    let upstream = SocketAddr::from(([127, 0, 0, 1], port + 1));
+    let (password, secret) = ("user-pw-123".to_string(), "server-secret-456".to_string());
+    std::fs::write(root.join("pw"), &password).unwrap();
+    std::fs::write(root.join("secret"), &secret).unwrap();
+    let x = |d: &str| root.join(d).display().to_string();
+    let opencode = Command::new(oc)
+        .args(["serve", "--hostname", "127.0.0.1", "--port", &upstream.port().to_string()])
+        .current_dir(&project)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", x("home"))
+        .env("XDG_CONFIG_HOME", x("config"))
+        .env("XDG_DATA_HOME", x("data"))
+        .env("XDG_CACHE_HOME", x("cache"))
+        .env("XDG_STATE_HOME", x("state"))
+        .env("OPENCODE_CONFIG_CONTENT", &content)
+        .env("OPENCODE_SERVER_PASSWORD", &secret)
+        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+        .env("FAKE_API_KEY", "provider-key-789")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let opencode = Proc(opencode);
+    wait_healthy(upstream, &basic("opencode", &secret), Duration::from_secs(90));
+    let front_proc = Command::new(OCSB)
+        .args(["__web-front", "--listen", &front.to_string(), "--upstream", &upstream.to_string()])
+        .arg("--password-file")
+        .arg(root.join("pw"))
+        .arg("--upstream-password-file")
+        .arg(root.join("secret"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let front_proc = Proc(front_proc);
+    wait_healthy(front, &basic("opencode", &password), Duration::from_secs(20));
+    Setup {
+        _dir: dir,
+        _provider: provider,
+        _opencode: opencode,
+        _front: front_proc,
+        front,
+        upstream,
+        password,
+        secret,
+        project: project.display().to_string(),
+    }
+}
+
+fn tool_parts(messages: &Value) -> Vec<Value> {
+    messages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
+        .filter(|p| p["type"] == "tool")
+        .collect()
+}
+
+/// Send "RUN: cmd" as the user and return the tool part of the agent's bash call.
+fn agent_runs(s: &Setup, auth: &str, session: &str, cmd: &str) -> Value {
+    let body = json!({"parts": [{"type": "text", "text": format!("RUN: {cmd}")}], "model": {"providerID": "fake", "modelID": "m1"}});
+    let r = http(s.front, "POST", &format!("/session/{session}/message"), &[("Authorization", auth)], Some(&body.to_string()), Duration::from_secs(120));
+    assert_eq!(r.status, 200, "{r:?}");
+    let msgs = http(s.front, "GET", &format!("/session/{session}/message"), &[("Authorization", auth)], None, T).json();
+    let parts = tool_parts(&msgs);
+    parts
+        .into_iter()
+        .rev()
+        .find(|p| p["state"]["input"]["command"] == cmd)
+        .unwrap_or_else(|| panic!("no bash call for {cmd:?} in {msgs:#}"))
+}
+
+#[test]
+fn front_panel_and_agent_against_real_opencode() {
+    let s = setup(true, None);
+    let auth = basic("opencode", &s.password);
+
+    // 1. Authentication: nothing without the user's password, and the passwords are separate.
+    for path in ["/", "/global/health", "/__ocsb/panel.js", "/__ocsb/tokens?session=ses_x", "/session"] {
+        let r = http(s.front, "GET", path, &[], None, T);
+        assert_eq!(r.status, 401, "{path}: {r:?}");
+        assert!(r.header("www-authenticate").unwrap_or_default().starts_with("Basic"), "{r:?}");
+        let r = http(s.front, "GET", path, &[("Authorization", &basic("opencode", "wrong"))], None, T);
+        assert_eq!(r.status, 401, "{path} with a wrong password");
+    }
+    let r = http(s.front, "GET", "/global/health", &[("Authorization", &basic("opencode", &s.secret))], None, T);
+    assert_eq!(r.status, 401, "OpenCode's own secret is not a login for the front");
+    let r = http(s.upstream, "GET", "/global/health", &[("Authorization", &auth)], None, T);
+    assert_eq!(r.status, 401, "the user's password is not OpenCode's secret");
+
+    // 2. The UI through the front: the panel's script tag, OpenCode's CSP unchanged, a login cookie.
+    let page = http(s.front, "GET", "/", &[("Authorization", &auth)], None, T);
+    assert_eq!(page.status, 200);
+    assert!(page.header("content-type").unwrap().starts_with("text/html"));
+    let tag = "<script src=\"/__ocsb/panel.js\" defer></script></head>";
+    assert!(page.body.contains(tag), "panel tag missing: {}", &page.body[..page.body.len().min(2000)]);
+    assert!(page.header("content-security-policy").unwrap_or_default().contains("script-src 'self'"));
+    let cookie = page.header("set-cookie").expect("login cookie");
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    assert!(cookie.starts_with("ocsb_auth="));
+    let js = http(s.front, "GET", "/__ocsb/panel.js", &[("Cookie", &cookie)], None, T);
+    assert_eq!(js.status, 200);
+    assert!(js.body.contains("ocsb-tokens-panel"));
+    let token = format!("/global/health?auth_token={}", b64(&format!("opencode:{}", s.password)));
+    assert_eq!(http(s.front, "GET", &token, &[], None, T).status, 200, "?auth_token= login");
+
+    // 3. Server-sent events stream through the front without buffering.
+    let ev = stream_until(s.front, "/global/event", &[("Authorization", &auth)], "server.connected", Duration::from_secs(10));
+    assert!(ev.contains("200 OK") && ev.contains("server.connected"), "{ev}");
+
+    // 4. A real agent turn: the scripted model asks the bash tool to run a command.
+    let ses = http(s.front, "POST", "/session", &[("Authorization", &auth)], Some("{}"), T).json();
+    let id = ses["id"].as_str().unwrap().to_string();
+    let p = agent_runs(&s, &auth, &id, "echo hi-from-agent");
+    assert_eq!(p["state"]["status"], "completed", "{p:#}");
+    assert!(p["state"]["output"].as_str().unwrap().contains("hi-from-agent"), "{p:#}");
+    //    The guard plugin refuses sudo, also in wrappers the text rules miss (the rules alone:
+    //    `permission_rules_alone_refuse_sudo_despite_project_rules`).
+    let p = agent_runs(&s, &auth, &id, "sudo true");
+    assert_eq!(p["state"]["status"], "error", "{p:#}");
+    let p = agent_runs(&s, &auth, &id, "bash -c \"sudo true\"");
+    assert_eq!(p["state"]["status"], "error", "{p:#}");
+    assert!(p["state"]["error"].as_str().unwrap().contains("ocsb: sudo"), "{p:#}");
+    //    The agent's shells do not see OpenCode's secret nor provider keys.
+    let body = json!({"agent": "build", "command": "echo \"pw=[$OPENCODE_SERVER_PASSWORD] key=[$FAKE_API_KEY] cfg=[${OPENCODE_CONFIG_CONTENT:0:5}]\""});
+    let r = http(s.front, "POST", &format!("/session/{id}/shell"), &[("Authorization", &auth)], Some(&body.to_string()), Duration::from_secs(60));
+    assert_eq!(r.status, 200, "{r:?}");
+    let msgs = http(s.front, "GET", &format!("/session/{id}/message"), &[("Authorization", &auth)], None, T).json();
+    let out = tool_parts(&msgs).last().unwrap()["state"]["output"].as_str().unwrap_or_default().to_string();
+    assert!(out.contains("pw=[] key=[] cfg=[]"), "secrets blanked in the agent's shell: {out:?}");
+
+    // 5. The Tokens numbers for that session.
+    let q = format!("/__ocsb/tokens?session={id}&directory={}", s.project.replace('/', "%2F"));
+    let t = http(s.front, "GET", &q, &[("Cookie", &cookie)], None, T).json();
+    assert_eq!(t["session"], id.as_str());
+    assert_eq!(t["model"], "fake/m1");
+    assert_eq!(t["context"]["limit"], 100000);
+    assert_eq!(t["context"]["used"], 1002, "input 802 + cache read 200: {t:#}");
+    assert_eq!(t["context"]["cache_read"], 200);
+    let c = &t["context"];
+    assert_eq!(c["system"].as_u64().unwrap() + c["tools"].as_u64().unwrap() + c["messages"].as_u64().unwrap(), 1002);
+    assert!(c["tools"].as_u64().unwrap() > 0, "tool definitions are estimated: {t:#}");
+    let n = t["assistant_messages"].as_u64().unwrap();
+    assert!(n >= 6, "3 turns × (tool step + answer): {t:#}");
+    let want: u64 = msgs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["info"]["role"] == "assistant")
+        .map(|m| m["info"]["tokens"]["output"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(want >= 50 * 5, "the scripted replies report 50 output tokens each: {want}");
+    assert_eq!(t["tokens"]["output"].as_u64().unwrap(), want, "the panel sums OpenCode's own per-message counts");
+    assert!(t["cost"].as_f64().unwrap() > 0.0);
+    let speed = t["speed"]["last"].as_f64().unwrap();
+    assert!(speed > 10.0 && speed < 100_000.0, "50 tokens streamed over ~0.5 s: {speed}");
+
+    // 6. A WebSocket terminal through the front (login cookie, as a browser sends it).
+    let pty = http(s.front, "POST", "/pty", &[("Cookie", &cookie)], Some(r#"{"command":"/bin/sh"}"#), T).json();
+    let pid = pty["id"].as_str().unwrap_or_else(|| panic!("{pty}")).to_string();
+    let tk = http(s.front, "POST", &format!("/pty/{pid}/connect-token"), &[("Cookie", &cookie), ("x-opencode-ticket", "1"), ("Origin", &format!("http://{}", s.front))], None, T).json();
+    let ticket = tk["ticket"].as_str().or(tk["token"].as_str()).unwrap_or_else(|| panic!("{tk}")).to_string();
+    let mut ws = Ws::connect(s.front, &format!("/pty/{pid}/connect?ticket={ticket}"), &[("Cookie", &cookie)]);
+    assert!(ws.head.starts_with("HTTP/1.1 101"), "{}", ws.head);
+    ws.send_text("echo ws-$((6*7))\n");
+    let got = ws.read_until("ws-42", Duration::from_secs(15));
+    assert!(got.contains("ws-42"), "terminal output through the front: {got:?}");
+    let ws = Ws::connect(s.front, &format!("/pty/{pid}/connect"), &[]);
+    assert!(ws.head.starts_with("HTTP/1.1 401"), "no ticket, no login: {}", ws.head);
+
+    // 7. The panel in a real browser: headless Chromium, DOM values equal the endpoint's.
+    let chromium = require("chromium", "the Debian package chromium");
+    let shot = std::env::temp_dir().join(format!("ocsb-panel-{}.png", std::process::id()));
+    let url = format!(
+        "http://{}/{}/session/{id}?auth_token={}",
+        s.front,
+        b64url(&s.project),
+        b64(&format!("opencode:{}", s.password))
+    );
+    let profile = tempfile::tempdir().unwrap();
+    let flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--window-size=1280,900", "--virtual-time-budget=15000",
+    ];
+    let dom = Command::new(&chromium)
+        .args(flags)
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(&url)
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    assert!(dom.contains("id=\"ocsb-tokens-panel\""), "panel not in the DOM: {}", &dom[..dom.len().min(3000)]);
+    let field = |f: &str| {
+        let key = format!("data-field=\"{f}\">");
+        let at = dom.find(&key).unwrap_or_else(|| panic!("no {f} in the panel")) + key.len();
+        dom[at..at + dom[at..].find('<').unwrap()].to_string()
+    };
+    assert_eq!(field("model"), "fake/m1");
+    assert_eq!(field("context"), "1,002 / 100,000");
+    assert_eq!(field("cache_read"), "200");
+    assert_eq!(field("output"), format!("{want}"));
+    assert_eq!(field("cost"), format!("${:.4}", t["cost"].as_f64().unwrap()));
+    assert!(field("speed_last").ends_with("tok/s"), "{}", field("speed_last"));
+    let st = Command::new(&chromium)
+        .args(flags)
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(&url)
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success() && std::fs::metadata(&shot).map(|m| m.len() > 1000).unwrap_or(false), "screenshot {}", shot.display());
+    eprintln!("panel screenshot: {}", shot.display());
+}
+
+/// OpenCode's own permission rules, from the launcher's OPENCODE_CONFIG_CONTENT, refuse sudo and
+/// systemd-run in the agent's bash tool even when the project has its own `*` and `bash` rules
+/// (research §1.3: a top-level `"*"` in the launcher config would have let these run).
+#[test]
+fn permission_rules_alone_refuse_sudo_despite_project_rules() {
+    let s = setup(false, Some(json!({"*": "allow", "bash": {"git push *": "ask"}})));
+    let auth = basic("opencode", &s.password);
+    let ses = http(s.front, "POST", "/session", &[("Authorization", &auth)], Some("{}"), T).json();
+    let id = ses["id"].as_str().unwrap().to_string();
+    for cmd in ["sudo true", "echo a && sudo true", "/usr/bin/systemd-run --version", "systemd-run --user true"] {
+        let p = agent_runs(&s, &auth, &id, cmd);
+        assert_eq!(p["state"]["status"], "error", "{cmd}: {p:#}");
+        let e = p["state"]["error"].as_str().unwrap();
+        assert!(e.contains("rule") && !e.contains("ocsb:"), "{cmd}: refused by a permission rule, not the guard: {e}");
+    }
+    let p = agent_runs(&s, &auth, &id, "echo allowed");
+    assert_eq!(p["state"]["status"], "completed", "{p:#}");
+}

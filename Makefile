@@ -1,36 +1,43 @@
 # ocsb — build, install, test.
 #
-#   make                  build release binaries (as yourself)
+#   make                  build release binaries, man pages and completions (as yourself)
 #   sudo make install     install under PREFIX (default /usr/local); builds first if cargo is on PATH
 #   sudo make uninstall   remove everything `install` put there
+#   make deb | make rpm   build the packages (cargo-deb / cargo-generate-rpm)
 #   make test             as root on Debian 12: install test dependencies, then lint and run every test
+#
+# What gets installed where is packaging/files.list, the one list the packages use too.
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
-BINDIR  := $(DESTDIR)$(PREFIX)/bin
 CARGO   ?= cargo
-RELEASE := target/release
+TARGET  := $(or $(CARGO_TARGET_DIR),target)
+RELEASE ?= $(TARGET)/release
 
-BINARIES := ocsb
-
-.PHONY: all build install uninstall test test-deps lint check
+.PHONY: all build install uninstall deb rpm test test-deps lint check
 
 all: build
 
 build:
 	$(CARGO) build --release --locked --workspace
+	$(RELEASE)/ocsb-xtask gen --out $(RELEASE)
 
 # Under sudo, root's PATH often has no cargo: then install what `make` built as the user.
 install:
 	@if command -v $(CARGO) >/dev/null 2>&1; then $(MAKE) build; \
 	elif [ ! -x $(RELEASE)/ocsb ]; then \
 	  echo "no cargo on root's PATH and nothing built: run 'make' as yourself first, then 'sudo make install'" >&2; exit 1; fi
-	install -d -m 0755 $(BINDIR)
-	install -m 0755 $(RELEASE)/ocsb $(BINDIR)/ocsb
+	PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) BUILD=$(RELEASE) sh packaging/install.sh install
 	@echo "installed under $(DESTDIR)$(PREFIX); next: cd your-project && ocsb init && ocsb run"
 
 uninstall:
-	rm -f $(BINDIR)/ocsb
+	PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) sh packaging/uninstall.sh
+
+deb: build
+	$(CARGO) deb -p ocsb-xtask --no-build --locked
+
+rpm: build
+	$(CARGO) generate-rpm -p packaging/xtask --target-dir $(TARGET)
 
 test-deps:
 	@sh tests/install-deps.sh
@@ -39,7 +46,12 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
+# One release build serves the tests and the packaging checks (a second, debug build would
+# double CI's compile time on two cores).
 test: test-deps lint
-	$(CARGO) test --workspace --locked --no-fail-fast
+	$(CARGO) build --release --locked --workspace
+	$(RELEASE)/ocsb-xtask gen --out $(RELEASE)
+	$(CARGO) test --release --workspace --locked --no-fail-fast
+	sh packaging/tests/run.sh
 
 check: lint

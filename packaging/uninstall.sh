@@ -1,8 +1,7 @@
 #!/bin/sh
-# Remove what `make install` put under PREFIX: the launcher ($PREFIX/bin/ocsb) and the netlock
-# part (packaging/install-netlock.sh uninstall: the helper and the setgid shim, the unit, the
-# sysusers.d entry, the polkit and D-Bus files, the netlock.nft contract). Run as root; `make
-# uninstall` runs it.
+# Remove what `make install` put under PREFIX (packaging/install.sh uninstall: every file of
+# packaging/files.list; with systemd it stops the service and removes the nftables table first),
+# then say what is deliberately left. Run as root; `make uninstall` runs it.
 #
 #   PREFIX=/usr/local sh packaging/uninstall.sh
 #
@@ -25,19 +24,11 @@ if [ -z "$D" ] && [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
-# 1. The netlock first: with systemd it stops the service and removes the nftables table while
-#    the helper binary is still there to do it.
-PREFIX=$PREFIX DESTDIR=$DESTDIR sh "$HERE/packaging/install-netlock.sh" uninstall
-
-# 2. The launcher.
-rm -f "$D$PREFIX/bin/ocsb"
-# Directories only this package uses, if nothing else is left in them.
-rmdir "$D$PREFIX/share/doc/ocsb" 2>/dev/null || true
-rmdir "$D$PREFIX/libexec/ocsb" 2>/dev/null || true
-
+# 1. Every installed file (the one list the packages use too).
+PREFIX=$PREFIX DESTDIR=$DESTDIR sh "$HERE/packaging/install.sh" uninstall
 echo "ocsb removed from $D$PREFIX"
 
-# 3. What is left, and how to remove it.
+# 2. What is left, and how to remove it.
 [ -n "$D" ] && exit 0
 cat <<'MSG'
 Left in place (remove what you no longer need):

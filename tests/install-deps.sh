@@ -27,8 +27,12 @@ fi
 #   python3       small test servers
 #   make          the install/uninstall tests stage a real `make install`
 #   chromium      headless browser for the web UI and Tokens panel test
+#   debootstrap lintian dpkg-dev rpm rpmlint strace man-db
+#                 packaging/tests/run.sh: a clean Debian root for dpkg -i, the linters, traced
+#                 chown/chmod of the set-gid shim, man page checks
 PACKAGES="squid nftables iproute2 util-linux dbus polkitd pkexec docker.io systemd git curl jq ncat libcap2-bin
-          pkg-config libnftnl-dev libmnl-dev python3 make chromium"
+          pkg-config libnftnl-dev libmnl-dev python3 make chromium
+          debootstrap lintian dpkg-dev rpm rpmlint strace man-db"
 
 missing=""
 for p in $PACKAGES; do
@@ -47,6 +51,11 @@ getent passwd ocsb-test >/dev/null || useradd --create-home --uid 1990 --shell /
 # The system user the helper daemon runs as (packaging/sysusers.d/ocsb.conf creates it on installs).
 getent passwd ocsb-netlock >/dev/null ||
     useradd --system --user-group --home-dir / --shell /usr/sbin/nologin ocsb-netlock
+
+# Package builders, from crates.io (pinned).
+export PATH="$HOME/.cargo/bin:$PATH"
+command -v cargo-deb >/dev/null 2>&1 || cargo install --quiet --locked cargo-deb@3.8.0
+command -v cargo-generate-rpm >/dev/null 2>&1 || cargo install --quiet --locked cargo-generate-rpm@0.21.1
 
 # The real OpenCode, from npm (pinned: the tests talk to its HTTP API).
 OPENCODE_VERSION=1.18.33

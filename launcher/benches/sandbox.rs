@@ -46,8 +46,20 @@ fn ms(d: Duration) -> f64 {
 fn bwrap_words(w: &World, cmd: &[&str]) -> Vec<String> {
     let p = |x: &std::path::Path| x.display().to_string();
     let mut v: Vec<String> = [
-        "bwrap", "--unshare-all", "--share-net", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
-        "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run",
+        "bwrap",
+        "--unshare-all",
+        "--share-net",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/run",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -75,6 +87,7 @@ fn main() {
     }
     let w = World::new();
     std::fs::create_dir_all(w.state.join("tmp")).unwrap();
+    sandbox_support::run_ok(Command::new("chown").arg(format!("{UID}:{UID}")).arg(w.state.join("tmp")));
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET): run as root");
     let spec = w.write_spec(&w.spec());
     let ocsb = |cmd: &[&str]| -> Vec<String> {
@@ -82,7 +95,11 @@ fn main() {
         v.extend(cmd.iter().map(|s| s.to_string()));
         v
     };
-    let have_bwrap = Command::new("sh").args(["-c", "command -v bwrap"]).output().map(|o| o.status.success()).unwrap_or(false);
+    let have_bwrap = Command::new("sh")
+        .args(["-c", "command -v bwrap"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
 
     println!("== start-up ==");
     let n = 30;
@@ -113,7 +130,8 @@ fn main() {
     let readall = format!("cd {} && find tree -type f -exec cat {{}} + >/dev/null", w.proj.display());
     for (label, cmd) in [("git status", &status), ("read 50k files", &readall)] {
         let k = 7;
-        let out = time(&format!("{label} outside"), k, &mut || as_user(&["sh".into(), "-c".into(), cmd.clone()]));
+        let out =
+            time(&format!("{label} outside"), k, &mut || as_user(&["sh".into(), "-c".into(), cmd.clone()]));
         let ins = time(&format!("{label} in ocsb"), k, &mut || as_user(&ocsb(&["sh", "-c", cmd])));
         let start = ours.saturating_sub(plain);
         let ratio = ins.saturating_sub(start).as_secs_f64() / out.as_secs_f64();

@@ -236,7 +236,7 @@ fn helper_start_fix(prefix: &Path) -> String {
             prefix.display()
         )
     } else {
-        format!("sudo PREFIX={} sh packaging/install-netlock.sh (in the ocsb source tree)", prefix.display())
+        format!("sudo make install PREFIX={} (in the ocsb source tree), or install the ocsb package", prefix.display())
     }
 }
 

@@ -132,6 +132,7 @@ fn front_panel_and_agent_against_real_opencode() {
     let s = setup(true, None);
     let auth = basic("opencode", &s.password);
 
+    eprintln!("step 1. Auth");
     // 1. Authentication: nothing without the user's password, and the passwords are separate.
     for path in ["/", "/global/health", "/__ocsb/panel.js", "/__ocsb/tokens?session=ses_x", "/session"] {
         let r = http(s.front, "GET", path, &[], None, T);
@@ -145,6 +146,7 @@ fn front_panel_and_agent_against_real_opencode() {
     let r = http(s.upstream, "GET", "/global/health", &[("Authorization", &auth)], None, T);
     assert_eq!(r.status, 401, "the user's password is not OpenCode's secret");
 
+    eprintln!("step 2. The UI");
     // 2. The UI through the front: the panel's script tag, OpenCode's CSP unchanged, a login cookie.
     let page = http(s.front, "GET", "/", &[("Authorization", &auth)], None, T);
     assert_eq!(page.status, 200);
@@ -161,10 +163,12 @@ fn front_panel_and_agent_against_real_opencode() {
     let token = format!("/global/health?auth_token={}", b64(&format!("opencode:{}", s.password)));
     assert_eq!(http(s.front, "GET", &token, &[], None, T).status, 200, "?auth_token= login");
 
+    eprintln!("step 3. Server-sent");
     // 3. Server-sent events stream through the front without buffering.
     let ev = stream_until(s.front, "/global/event", &[("Authorization", &auth)], "server.connected", Duration::from_secs(10));
     assert!(ev.contains("200 OK") && ev.contains("server.connected"), "{ev}");
 
+    eprintln!("step 4. A real");
     // 4. A real agent turn: the scripted model asks the bash tool to run a command.
     let ses = http(s.front, "POST", "/session", &[("Authorization", &auth)], Some("{}"), T).json();
     let id = ses["id"].as_str().unwrap().to_string();
@@ -186,6 +190,7 @@ fn front_panel_and_agent_against_real_opencode() {
     let out = tool_parts(&msgs).last().unwrap()["state"]["output"].as_str().unwrap_or_default().to_string();
     assert!(out.contains("pw=[] key=[] cfg=[]"), "secrets blanked in the agent's shell: {out:?}");
 
+    eprintln!("step 5. The Tokens");
     // 5. The Tokens numbers for that session.
     let q = format!("/__ocsb/tokens?session={id}&directory={}", s.project.replace('/', "%2F"));
     let t = http(s.front, "GET", &q, &[("Cookie", &cookie)], None, T).json();
@@ -212,6 +217,7 @@ fn front_panel_and_agent_against_real_opencode() {
     let speed = t["speed"]["last"].as_f64().unwrap();
     assert!(speed > 10.0 && speed < 100_000.0, "50 tokens streamed over ~0.5 s: {speed}");
 
+    eprintln!("step 6. A WebSocket");
     // 6. A WebSocket terminal through the front (login cookie, as a browser sends it).
     let pty = http(s.front, "POST", "/pty", &[("Cookie", &cookie)], Some(r#"{"command":"/bin/sh"}"#), T).json();
     let pid = pty["id"].as_str().unwrap_or_else(|| panic!("{pty}")).to_string();
@@ -225,6 +231,7 @@ fn front_panel_and_agent_against_real_opencode() {
     let ws = Ws::connect(s.front, &format!("/pty/{pid}/connect"), &[]);
     assert!(ws.head.starts_with("HTTP/1.1 401"), "no ticket, no login: {}", ws.head);
 
+    eprintln!("step 7. The panel");
     // 7. The panel in a real browser: headless Chromium, DOM values equal the endpoint's.
     let chromium = require("chromium", "the Debian package chromium");
     let shot = std::env::temp_dir().join(format!("ocsb-panel-{}.png", std::process::id()));

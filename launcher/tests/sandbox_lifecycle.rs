@@ -61,3 +61,20 @@ fn sandbox_zero_keeps_no_namespaces_but_runs() {
     assert_eq!(v, "OK PRIVATE KEY");
     let _ = probe;
 }
+
+#[test]
+fn refuses_to_start_without_user_namespaces_and_says_why() {
+    let w = World::new();
+    let spec = w.write_spec(&w.spec());
+    // user.max_user_namespaces is per user namespace: 0 in a wrapper namespace emulates a host
+    // where unprivileged user namespaces are off.
+    let o = w.netns_script(&format!(
+        "setpriv --reuid 1990 --regid 1990 --clear-groups -- unshare --user --map-root-user sh -c \
+         'echo 0 > /proc/sys/user/max_user_namespaces; exec {} __sandbox-run {} true' || echo RC=$?",
+        w.bin.display(),
+        spec.display()
+    ));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("RC=125"), "{err}");
+    assert!(err.contains("unshare(user") && err.contains("max_user_namespaces"), "{err}");
+}

@@ -122,3 +122,49 @@ fn a_lock_removed_while_running_kills_the_sandbox() {
     let ms: u64 = out.split("MS=").nth(1).unwrap().trim().parse().unwrap();
     assert!(ms < 3000, "killed {ms} ms after start (lock removed at 1000 ms, probe every 300 ms)");
 }
+
+/// The real acquisition path: the launcher runs as the user's own gid, the setgid shim
+/// `ocsb-netlock-exec` (installed `2755 root:opencode-sandbox`) puts stage 2 into the group.
+#[test]
+fn gid_through_the_setgid_shim() {
+    require_nft();
+    let g = netlock_gid();
+    let w = World::new();
+    let built = std::path::Path::new(env!("CARGO_BIN_EXE_ocsb")).with_file_name("ocsb-netlock-exec");
+    assert!(
+        built.exists(),
+        "{} is missing: build it first (`cargo build -p ocsb-netlock-helper --bin ocsb-netlock-exec`, \
+         or `cargo test --workspace`)",
+        built.display()
+    );
+    // An installation layout: <prefix>/libexec/ocsb/ocsb-netlock-exec execs <prefix>/bin/ocsb.
+    let prefix = w.root.join("prefix");
+    let shim = prefix.join("libexec/ocsb/ocsb-netlock-exec");
+    std::fs::create_dir_all(shim.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::fs::copy(&w.bin, prefix.join("bin/ocsb")).unwrap();
+    std::fs::copy(&built, &shim).unwrap();
+    sandbox_support::run_ok(std::process::Command::new("chown").arg(format!("root:{g}")).arg(&shim));
+    sandbox_support::run_ok(std::process::Command::new("chmod").args(["2755"]).arg(&shim));
+    sandbox_support::run_ok(std::process::Command::new("chmod").args(["-R", "a+rX"]).arg(&prefix));
+    let mut spec = w.spec();
+    spec["netlock"] = json!({"Required": {"gid": g, "acquire": {"Shim": {"path": shim}},
+                              "probe_interval": {"secs": 1, "nanos": 0}}});
+    let probe = w.probe.display().to_string();
+    let launcher = prefix.join("bin/ocsb").display().to_string();
+    let run = |cmd: &[&str]| {
+        let mut words = w.sandbox_words(&spec, cmd);
+        words[7] = launcher.clone(); // the installed ocsb, next to the shim
+        shell_join(&words)
+    };
+    let o = w.netns_script(&format!(
+        "{WORLD}; printf '%s' '{}' | nft -f -; echo GID $({}); echo TCP $({}); kill $SRV",
+        table(g),
+        run(&["id", "-g"]),
+        run(&["python3", &probe, "tcp-connect", "192.0.2.1", "80"]),
+    ));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(out.contains(&format!("GID {g}")), "the sandbox runs as the netlock group: {out} {err}");
+    assert!(out.contains("TCP ERR EACCES") || out.contains("TCP ERR EHOSTUNREACH"), "{out} {err}");
+}

@@ -1,5 +1,5 @@
 //! `packaging/uninstall.sh` removes exactly what the installers put: stage a real install into a
-//! temp DESTDIR (`make install` and `packaging/install-netlock.sh`), add a file that belongs to
+//! temp DESTDIR (`make install`, which runs `packaging/install.sh`), add a file that belongs to
 //! someone else, uninstall, and compare. Needs root (the shim is chowned to the netlock group),
 //! `make`, the group `opencode-sandbox`, and the netlock binaries built beside `ocsb`
 //! (`cargo build -p ocsb-netlock-helper`, same target dir).
@@ -81,6 +81,8 @@ fn uninstall_removes_exactly_what_install_put() {
     preflight();
     let tmp = tempfile::tempdir().unwrap();
     let dest = tmp.path().join("stage");
+    // The man pages `make` generates beside the binaries.
+    run(Command::new(built().join("ocsb-xtask")).arg("gen").arg("--out").arg(built()));
     // What `make install` does, without building: no cargo on PATH, the binaries already built.
     run(Command::new("make")
         .arg("-C")
@@ -90,12 +92,6 @@ fn uninstall_removes_exactly_what_install_put() {
         .arg(format!("PREFIX={PREFIX}"))
         .arg("CARGO=/nonexistent/cargo")
         .arg(format!("RELEASE={}", built().display())));
-    run(Command::new("sh")
-        .arg(repo().join("packaging/install-netlock.sh"))
-        .arg("install")
-        .env("DESTDIR", &dest)
-        .env("PREFIX", PREFIX)
-        .env("BUILD", built()));
     let installed = files(&dest);
     for must in [
         "usr/local/bin/ocsb",

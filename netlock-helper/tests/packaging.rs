@@ -105,48 +105,6 @@ fn polkit_and_dbus_files_are_well_formed() {
 }
 
 #[test]
-fn install_script_stages_the_files_with_the_right_modes() {
-    let gid = preflight();
-    let dir = TempDir::new();
-    let build = Path::new(HELPER).parent().unwrap();
-    let out = run(Command::new("sh")
-        .arg(format!("{REPO}/packaging/install-netlock.sh"))
-        .env("DESTDIR", &dir.0)
-        .env("PREFIX", "/usr/local")
-        .env("BUILD", build));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    use std::os::unix::fs::MetadataExt;
-    let shim = fs::metadata(dir.0.join("usr/local/libexec/ocsb/ocsb-netlock-exec")).unwrap();
-    assert_eq!((shim.mode() & 0o7777, shim.uid(), shim.gid()), (0o2755, 0, gid));
-    let helper = fs::metadata(dir.0.join("usr/local/libexec/ocsb/ocsb-netlock-helper")).unwrap();
-    assert_eq!((helper.mode() & 0o7777, helper.uid()), (0o755, 0));
-    assert!(!dir.0.join("usr/local/libexec/ocsb/.ocsb-netlock-exec.new").exists());
-    let unit = fs::read_to_string(dir.0.join("etc/systemd/system/ocsb-netlock.service")).unwrap();
-    assert!(unit.contains("ExecStart=/usr/local/libexec/ocsb/ocsb-netlock-helper daemon"));
-    let cfg = fs::read_to_string(dir.0.join("etc/ocsb/netlock.toml")).unwrap();
-    let parsed = ocsb_netlock_helper::config::Config::parse(&cfg).unwrap();
-    assert_eq!(parsed, ocsb_netlock_helper::config::Config::default());
-    for f in [
-        "usr/share/polkit-1/actions/dev.ocsb.netlock.policy",
-        "usr/share/dbus-1/system.d/dev.ocsb.Netlock1.conf",
-        "usr/share/dbus-1/system-services/dev.ocsb.Netlock1.service",
-        "usr/local/share/doc/ocsb/netlock.nft",
-        "etc/sysusers.d/ocsb.conf",
-    ] {
-        assert!(dir.0.join(f).exists(), "{f} not installed");
-    }
-    // Uninstall removes what install put there (and keeps the admin's config).
-    let out = run(Command::new("sh")
-        .arg(format!("{REPO}/packaging/install-netlock.sh"))
-        .arg("uninstall")
-        .env("DESTDIR", &dir.0)
-        .env("PREFIX", "/usr/local"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!dir.0.join("usr/local/libexec/ocsb/ocsb-netlock-exec").exists());
-    assert!(dir.0.join("etc/ocsb/netlock.toml").exists());
-}
-
-#[test]
 fn the_shipped_config_parses_to_the_defaults() {
     let text = fs::read_to_string(format!("{REPO}/packaging/etc/netlock.toml")).unwrap();
     let cfg = ocsb_netlock_helper::config::Config::parse(&text).unwrap();

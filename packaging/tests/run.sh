@@ -69,15 +69,17 @@ accounts() { cut -d: -f1 "$NR/etc/passwd" "$NR/etc/group" | sort; }
 # the order strace saw them. Prints how many set-gid writes it saw.
 check_setgid_order() {
     awk '
-        /ocsb-netlock-exec/ && /= 0$|= [0-9]+$/ {
+        /ocsb-netlock-exec/ && /= [0-9]+(<[^>]*>)?$/ {
             line = $0
             sub(/^[0-9]+ +/, "", line)
             call = line; sub(/\(.*/, "", call)
             args = line; sub(/^[^(]*\(/, "", args); sub(/\) += .*$/, "", args)
             n = split(args, a, /, /)
             path = args; if (match(args, /ocsb-netlock-exec[^">,]*/)) path = substr(args, RSTART, RLENGTH)
-            if (call == "chown" || call == "fchown" || call == "lchown") { gid[path] = a[3] + 0; next }
-            if (call == "fchownat") { gid[path] = a[4] + 0; next }
+            g = ""
+            if (call == "chown" || call == "fchown" || call == "lchown") g = a[3]
+            if (call == "fchownat") g = a[4]
+            if (g != "") { if (g != "-1") gid[path] = g + 0; next }   # -1: group unchanged
             mode = ""
             if (call == "chmod" || call == "fchmod") mode = a[2]
             else if (call == "fchmodat") mode = a[3]
@@ -91,7 +93,7 @@ check_setgid_order() {
 }
 
 expect_mode() { # PATH MODE OWNER:GROUP (inside $NR)
-    got=$(stat -c '%a %U:%G' "$NR$1")
+    got=$(in_root stat -c '%a %U:%G' "$1")  # names from the root's own account files
     [ "$got" = "$2 $3" ] || fail "$1 is $got, expected $2 $3"
 }
 
@@ -158,7 +160,7 @@ inside_deb() {
     new=$(printf '%s\n' "$(accounts)" | grep -vxF "$accounts_before" | tr '\n' ' ') || true
     [ "$new" = "ocsb-netlock ocsb-netlock $GROUP " ] || fail "accounts left after purge: '$new' (expected the user and group ocsb-netlock and the group $GROUP)"
     ok "purge: no file left; statoverride gone; kept only the accounts ocsb-netlock and $GROUP (by design)"
-    umount "$NR/proc"; rm -rf "$NR"
+    umount "$NR/proc"; rm -rf --one-file-system "$NR"; NR=""
 }
 
 inside_netlock() {
@@ -175,24 +177,27 @@ inside_netlock() {
     if nft list tables | grep -q 'inet ocsb_netlock'; then fail "dpkg --remove left table inet ocsb_netlock"; fi
     in_root dpkg --purge ocsb >/dev/null 2>&1 || fail "dpkg --purge"
     ok "removal deletes table inet ocsb_netlock (private netns)"
-    umount "$NR/proc"; rm -rf "$NR"
+    umount "$NR/proc"; rm -rf --one-file-system "$NR"; NR=""
 }
 
 inside_rpm() {
     NR=$(new_root)
     rpm --root "$NR" --initdb
-    rpm --root "$NR" -i --nodeps "$RPM" >"$NR/tmp/rpm.log" 2>&1 || { cat "$NR/tmp/rpm.log"; fail "rpm -i"; }
+    strace -f -y -qq -s 300 -o "$NR/tmp/trace" -e trace=chown,fchown,fchownat,lchown,chmod,fchmod,fchmodat,open,openat \
+        rpm --root "$NR" -i --nodeps "$RPM" >"$NR/tmp/rpm.log" 2>&1 || { cat "$NR/tmp/rpm.log"; fail "rpm -i"; }
+    n=$(check_setgid_order "$NR/tmp/trace") || fail "rpm -i: the shim was set-gid while group root"
+    [ "$n" -ge 1 ] || fail "strace saw no set-gid write of the shim during rpm -i"
     gid=$(in_root getent group "$GROUP" | cut -d: -f3) || fail "rpm %pre did not create $GROUP"
     expect_mode $SHIM 2755 root:$GROUP
     expect_mode /usr/bin/ocsb 755 root:root
     [ -L "$NR/etc/systemd/system/sysinit.target.wants/ocsb-netlock.service" ] || fail "rpm %post did not enable the unit"
     in_root ocsb --version >/dev/null || fail "ocsb --version after rpm -i"
-    ok "rpm -i into a clean root: %pre made $GROUP (gid $gid), shim 2755 root:$GROUP, unit enabled"
+    ok "rpm -i into a clean root: %pre made $GROUP (gid $gid), shim 2755 root:$GROUP ($n set-gid write(s), none while group root), unit enabled"
     rpm --root "$NR" -e ocsb >"$NR/tmp/rpm.log" 2>&1 || { cat "$NR/tmp/rpm.log"; fail "rpm -e"; }
     left=$(cd "$NR" && find usr etc -name '*ocsb*' ! -path 'etc/sysusers.d*' | head -5)
     [ -z "$left" ] || fail "rpm -e left: $left"
     ok "rpm -e removes every file and the enablement"
-    umount "$NR/proc"; rm -rf "$NR"
+    umount "$NR/proc"; rm -rf --one-file-system "$NR"; NR=""
 }
 
 inside_source() {
@@ -212,7 +217,7 @@ inside_source() {
     expect_mode /usr/local/bin/ocsb 755 root:root
     [ -f "$NR/usr/local/share/man/man1/ocsb.1.gz" ] && [ -f "$NR/usr/local/share/man/man8/ocsb-netlock-helper.8.gz" ] || fail "man pages not installed"
     grep -q '^ExecStart=/usr/local/libexec/ocsb/ocsb-netlock-helper daemon$' "$NR/etc/systemd/system/ocsb-netlock.service" || fail "unit not rewritten for /usr/local"
-    [ "$(in_root ocsb --version)" = "ocsb $VERSION" ] || fail "ocsb --version after make install"
+    [ "$(in_root /usr/local/bin/ocsb --version)" = "ocsb $VERSION" ] || fail "ocsb --version after make install"
     ok "install.sh install (PREFIX=/usr/local): shim 2755 root:$GROUP, set-gid after chgrp ($n); unit points to /usr/local"
     in_root sh /src/packaging/install.sh uninstall >"$NR/tmp/log" 2>&1 || { cat "$NR/tmp/log"; fail "install.sh uninstall"; }
     # Files and ocsb's own directories must all be gone; shared directories `install -d` made
@@ -220,19 +225,23 @@ inside_source() {
     after=$(snapshot)
     left=$(printf '%s\n' "$after" | grep -v -E '^\./etc/(passwd|group|shadow|gshadow)-? ' | grep -v ' d' | sort) || true
     was=$(printf '%s\n' "$before" | grep -v -E '^\./etc/(passwd|group|shadow|gshadow)-? ' | grep -v ' d' | sort) || true
-    dirs=$(printf '%s\n' "$after" | grep ' d' | grep -F -v -x "$before" | grep ocsb) || true
+    printf '%s\n' "$before" >"$NR/tmp/before"
+    dirs=$(printf '%s\n' "$after" | grep ' d' | grep -F -v -x -f "$NR/tmp/before" | grep ocsb) || true
     if [ "$left" != "$was" ] || [ -n "$dirs" ]; then
         printf '%s\n' "$was" >"$NR/tmp/was"; printf '%s\n' "$left" >"$NR/tmp/left"
         diff "$NR/tmp/was" "$NR/tmp/left" >&2 || true
         fail "uninstall left files behind (diff above) or ocsb directories: $dirs"
     fi
     ok "install.sh uninstall leaves no file and no ocsb directory behind; the accounts stay"
-    umount "$NR/proc"; rm -rf "$NR"
+    umount "$NR/proc"; rm -rf --one-file-system "$NR"; NR=""
 }
 
 case "${1:-}" in
     __deb | __netlock | __rpm | __source)
         mount --make-rprivate /
+        # A failed step leaves no root behind (proc first: rm must not walk into it).
+        NR=""
+        trap 'if [ -n "$NR" ]; then umount "$NR/proc" 2>/dev/null || true; rm -rf --one-file-system "$NR" || true; fi' EXIT
         "inside_${1#__}"
         exit 0 ;;
 esac
@@ -256,6 +265,24 @@ need unshare "apt-get install util-linux"
 need nft "apt-get install nftables"
 need ip "apt-get install iproute2"
 [ -z "$missing" ] || fail "missing tools:$(printf "$missing")"
+
+# The set-gid order checker, on lines in strace's format (-f -y): it must catch a set-gid mode
+# written while the group is root, through every call that can write a mode.
+selftest() { printf '%s\n' "$@" >"$T/selftest.trace"; check_setgid_order "$T/selftest.trace" 2>/dev/null; }
+mkdir -p "$T"
+n=$(selftest '1 fchownat(AT_FDCWD</r>, "ocsb-netlock-exec.new", -1, 997, 0) = 0' \
+    '1 fchmodat(AT_FDCWD</r>, "ocsb-netlock-exec.new", 02755) = 0' \
+    '2 chown("/r/ocsb-netlock-exec", 0, 997) = 0' '2 chmod("/r/ocsb-netlock-exec", 02755) = 0' \
+    '3 fchown(5</r/ocsb-netlock-exec.dpkg-new>, 0, 997) = 0' '3 fchmod(5</r/ocsb-netlock-exec.dpkg-new>, 02755) = 0') &&
+    [ "$n" = 3 ] || fail "set-gid checker: rejected a correct order (or counted $n)"
+for bad in '1 chmod("/r/ocsb-netlock-exec", 02755) = 0' \
+    '1 fchmod(5</r/ocsb-netlock-exec.dpkg-new>, 02755) = 0' \
+    '1 openat(AT_FDCWD</r>, "ocsb-netlock-exec", O_WRONLY|O_CREAT|O_EXCL, 02755) = 4</r/ocsb-netlock-exec>'; do
+    if selftest "$bad" >/dev/null; then fail "set-gid checker missed: $bad"; fi
+done
+if selftest '1 chown("/r/ocsb-netlock-exec", 0, -1) = 0' '1 chmod("/r/ocsb-netlock-exec", 02755) = 0' >/dev/null; then
+    fail "set-gid checker took chown(-1) for a group change"
+fi
 
 VERSION=$(awk -F'"' '/^\[workspace.package\]/ { w = 1 } w && /^version *=/ { print $2; exit }' "$ROOT/Cargo.toml")
 [ -n "$VERSION" ] || fail "no version in [workspace.package] of Cargo.toml"
@@ -307,7 +334,7 @@ perm_octal() { # ls-style permissions -> octal, e.g. -rwxr-sr-x -> 2755
         $1 = sprintf("%d%03o", s, m); sub(/^0/, "", $1); print }'
 }
 dpkg-deb -c "$DEB" | awk '$1 !~ /^d/ { sub(/^\./, "", $6); print $1, $2, $6 }' | sed 's#/# #' |
-    awk '{ print $1, $2 ":" $3, $4 }' | perm_octal | sort >"$T/deb.files"
+    awk '{ u = ($2 == "0" ? "root" : $2); g = ($3 == "0" ? "root" : $3); print $1, u ":" g, $4 }' | perm_octal | sort >"$T/deb.files"
 { expected deb 755 root:root
   echo "644 root:root /usr/share/doc/ocsb/copyright"
   echo "644 root:root /usr/share/doc/ocsb/changelog.Debian.gz"; } | sort >"$T/deb.expected"
@@ -318,8 +345,9 @@ dpkg-deb -f "$DEB" Version | grep -qx "${VERSION}-1" || fail "deb version is not
 head -1 "$ROOT/packaging/deb/changelog" | grep -q "^ocsb (${VERSION}-1) " || fail "packaging/deb/changelog does not start with ${VERSION}-1"
 ok "conffiles, version ${VERSION}-1, changelog"
 
-# Every override needs a reason: a comment line right above it.
-awk '/^#/ { c = 1; next } NF && !c { print FILENAME ":" NR ": override without a reason above it: " $0; bad = 1 } { c = 0 }
+# Every override needs a reason: comment lines right above it or above its block of overrides
+# (lintian shows that comment with each override of the block).
+awk '/^#/ { c = 1; next } !NF { c = 0; next } !c { print FILENAME ":" NR ": override without a reason above it: " $0; bad = 1 }
     END { exit bad }' "$ROOT/packaging/deb/lintian-overrides" >&2 || fail "lintian overrides need reasons"
 lintian --fail-on error,warning --display-info "$DEB" >"$T/lintian.log" 2>&1 || { cat "$T/lintian.log"; fail "lintian"; }
 if grep -E '(unused|mismatched)-override' "$T/lintian.log"; then fail "stale lintian overrides (above)"; fi
@@ -349,8 +377,11 @@ grep -v -e '^#' -e '^$' "$ROOT/packaging/sysusers.d/ocsb.conf" | diff - "$T/pre.
     fail "packaging/rpm/pre.sh's accounts differ from packaging/sysusers.d/ocsb.conf"
 rpm -qp --scripts "$RPM" 2>/dev/null | grep -q 'systemd-sysusers --replace' || fail "rpm lacks the %pre scriptlet"
 ok "%pre creates the accounts of sysusers.d/ocsb.conf"
+awk '/^#/ { c = 1; next } !NF { c = 0; next } !c { print FILENAME ":" NR ": filter without a reason above it: " $0; bad = 1 }
+    END { exit bad }' "$ROOT/packaging/rpm/rpmlintrc" >&2 || fail "rpmlint filters need reasons"
 rpmlint -r "$ROOT/packaging/rpm/rpmlintrc" "$RPM" >"$T/rpmlint.log" 2>&1 || { cat "$T/rpmlint.log"; fail "rpmlint"; }
-ok "rpmlint: $(tail -1 "$T/rpmlint.log")"
+grep -q ' 0 errors, 0 warnings' "$T/rpmlint.log" || { cat "$T/rpmlint.log"; fail "rpmlint reported errors or warnings"; }
+ok "rpmlint: 0 errors, 0 warnings; $(grep -c '^addFilter' "$ROOT/packaging/rpm/rpmlintrc") explained filter(s)"
 unshare --mount --net --pid --fork sh "$0" __rpm
 
 step "6. arch: PKGBUILD"

@@ -170,7 +170,7 @@ fn seccomp(present: bool, enabled: bool) -> Check {
 
 fn install_fix(n: &NetlockFacts) -> String {
     format!(
-        "sudo PREFIX={} sh packaging/install-netlock.sh (in the ocsb source tree)",
+        "sudo make install PREFIX={} (in the ocsb source tree), or install the ocsb package",
         n.shim.prefix.display()
     )
 }
@@ -618,7 +618,7 @@ mod tests {
         n.helper = HelperFacts::NoStatusFile;
         assert_eq!(
             netlock_helper(&n).fix.as_deref(),
-            Some("sudo PREFIX=/usr/local sh packaging/install-netlock.sh (in the ocsb source tree)")
+            Some("sudo make install PREFIX=/usr/local (in the ocsb source tree), or install the ocsb package")
         );
     }
 

@@ -162,8 +162,8 @@ fn setup_hint(helper: &Helper) -> String {
     }
 }
 
-const INSTALL_HINT: &str = "install the helper as root (`sudo make install` in the ocsb source tree, or \
-    `sudo sh packaging/install-netlock.sh`), which starts ocsb-netlock.service; without systemd run \
+const INSTALL_HINT: &str = "install the helper as root (the ocsb package, or `sudo make install` in the ocsb \
+    source tree), which starts ocsb-netlock.service; without systemd run \
     `sudo /usr/local/libexec/ocsb/ocsb-netlock-helper apply`";
 
 fn not_installed(helper: &Helper) -> Error {

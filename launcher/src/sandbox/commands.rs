@@ -23,10 +23,26 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
     if argv.is_empty() {
         return Err(Error::failed("no command given", "ocsb exec -- CMD [ARGS...]"));
     }
-    let prepared = crate::run::prepare(project)?;
+    // `prepare` reports progress on stdout; for `exec` stdout belongs to the command, so the
+    // progress lines go to stderr.
+    let prepared = with_stdout_on_stderr(|| crate::run::prepare(project))?;
     let mut spec = crate::run::spec(project, prepared.netlock, &extra_env(project)?, argv);
     spec.tty = TtyMode::Auto;
     Ok(super::run(&spec)?)
+}
+
+fn with_stdout_on_stderr<T>(f: impl FnOnce() -> T) -> T {
+    use std::io::Write;
+    let saved = nix::unistd::dup(std::io::stdout());
+    let _ = std::io::stdout().flush();
+    // SAFETY-free: dup2 over fd 1 with fd 2; restored below from the saved copy.
+    let redirected = saved.is_ok() && nix::unistd::dup2_stdout(std::io::stderr()).is_ok();
+    let r = f();
+    let _ = std::io::stdout().flush();
+    if redirected && let Ok(fd) = saved {
+        let _ = nix::unistd::dup2_stdout(&fd);
+    }
+    r
 }
 
 /// An interactive login shell (`$SHELL`, else bash) in the project's sandbox.

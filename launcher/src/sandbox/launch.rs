@@ -125,6 +125,10 @@ pub fn run(spec: &SandboxSpec) -> Result<i32> {
         cmd.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
     }
     let pty = if use_pty { Some(pty::open()?) } else { None };
+    if pty.is_none() && std::io::stdin().is_terminal() {
+        // Without a pty of its own the command never reads the user's terminal.
+        cmd.stdin(Stdio::null());
+    }
     if let Some(p) = &pty {
         let dup = |what| p.slave.try_clone().map(Stdio::from).map_err(|e| Error::io("duplicate", what, e));
         cmd.stdin(dup("the pty")?).stdout(dup("the pty")?).stderr(dup("the pty")?);

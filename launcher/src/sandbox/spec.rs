@@ -62,7 +62,10 @@ pub enum TmpMode {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TtyMode {
+    /// A launcher-owned pty when stdin is a terminal (`exec`, `shell`).
     Auto,
+    /// No pty; if stdin is a terminal the command gets `/dev/null` instead (`run`: OpenCode
+    /// serves the web UI and must not read the user's keyboard).
     Never,
 }
 
@@ -78,8 +81,9 @@ pub enum Netlock {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Acquire {
-    /// The setgid shim `ocsb-netlock-exec` (mode 2755 root:G). It execs
-    /// `<ocsb> __sandbox-init`; `args` are the extra arguments it expects before that.
+    /// The setgid shim `ocsb-netlock-exec` (mode 2755 root:G), called as `SHIM __sandbox-init`;
+    /// it sets all three gids to G, closes fds above 2, sets no_new_privs and execs the `ocsb`
+    /// of its own installation (`<prefix>/bin/ocsb`) with the same arguments and environment.
     Shim { path: PathBuf },
     /// `sg <group> -c 'exec <ocsb> __sandbox-init'` (needs group membership).
     Sg { group: String },

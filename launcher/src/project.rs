@@ -178,8 +178,12 @@ mod tests {
         std::fs::create_dir_all(dir.join(PROJECT_CONF_DIR)).unwrap();
         std::fs::create_dir_all(&home).unwrap();
         std::fs::write(dir.join(PROJECT_CONF_DIR).join("sandbox.conf"), project_conf).unwrap();
-        let input =
-            LoadInput { home: home.clone(), project_dir: dir.clone(), user_config_dir: home.join(".cfg"), env: vec![] };
+        let input = LoadInput {
+            home: home.clone(),
+            project_dir: dir.clone(),
+            user_config_dir: home.join(".cfg"),
+            env: vec![],
+        };
         let settings = Settings::load(&input).unwrap();
         Project { dir, home: home.clone(), user_config_dir: home.join(".cfg"), settings, input }
     }

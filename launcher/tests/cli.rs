@@ -97,7 +97,10 @@ fn init_creates_every_file_and_is_idempotent() {
     let o = r.ocsb(&["init"]);
     assert!(o.status.success());
     assert!(!stdout(&o).contains("created"), "{}", stdout(&o));
-    assert_eq!(fs::read_to_string(r.dir.join(".opencode-sandbox/egress.conf")).unwrap(), "block .example.com\n");
+    assert_eq!(
+        fs::read_to_string(r.dir.join(".opencode-sandbox/egress.conf")).unwrap(),
+        "block .example.com\n"
+    );
 }
 
 #[test]
@@ -128,15 +131,24 @@ fn init_outside_a_git_repository_fails_clearly() {
 fn config_applies_the_five_layers_in_order_and_reports_origins() {
     let r = Repo::new();
     fs::create_dir_all(r.home.join(".config/opencode-sandbox")).unwrap();
-    fs::write(r.home.join(".config/opencode-sandbox/sandbox.conf"), "OCSB_WEB_PORT=4300\nOCSB_EGRESS_PORT=3200\n")
-        .unwrap();
-    r.write(".opencode-sandbox/sandbox.conf", "OCSB_NAME=shop\nOCSB_EGRESS_PORT=3138\nOCSB_HIDE=(../secrets)\n");
+    fs::write(
+        r.home.join(".config/opencode-sandbox/sandbox.conf"),
+        "OCSB_WEB_PORT=4300\nOCSB_EGRESS_PORT=3200\n",
+    )
+    .unwrap();
+    r.write(
+        ".opencode-sandbox/sandbox.conf",
+        "OCSB_NAME=shop\nOCSB_EGRESS_PORT=3138\nOCSB_HIDE=(../secrets)\n",
+    );
     r.write(".opencode-sandbox/local/sandbox.conf", "OCSB_HIDE+=(\"my notes\")\n");
     let o = r.ocsb_env(&["config", "--origin"], &[("OCSB_WEB_PORT", "4296")]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     let line = |name: &str| {
-        out.lines().find(|l| l.starts_with(&format!("{name}="))).unwrap_or_else(|| panic!("{name}: {out}")).to_string()
+        out.lines()
+            .find(|l| l.starts_with(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name}: {out}"))
+            .to_string()
     };
     assert!(line("OCSB_NAME").starts_with("OCSB_NAME=shop"), "{out}");
     assert!(line("OCSB_NAME").contains(".opencode-sandbox/sandbox.conf:1"), "{out}");
@@ -232,7 +244,12 @@ fn explain_gives_verdict_rule_and_source_for_the_seed_examples() {
         (&["http://0x7f.1/"], "deny", "private", None),
         (&["http://[::ffff:127.0.0.1]/"], "deny", "private", None),
         (&["https://public.example.org/", "--resolve", "192.0.2.7"], "allow", "default", None),
-        (&["https://rebind.example.org/", "--resolve", "192.0.2.7", "--resolve", "10.1.2.3"], "deny", "private", None),
+        (
+            &["https://rebind.example.org/", "--resolve", "192.0.2.7", "--resolve", "10.1.2.3"],
+            "deny",
+            "private",
+            None,
+        ),
     ];
     for (args, verdict, rule, source) in cases {
         let v = explain(&r, args);
@@ -311,7 +328,10 @@ fn render_passes_real_squid_parse() {
 #[test]
 fn render_for_the_builtin_backend_prints_the_normalised_rules() {
     let r = Repo::new();
-    r.write(".opencode-sandbox/egress.conf", "block .EXAMPLE.com.\nallow Jira.Example.com\nblock example.com\n");
+    r.write(
+        ".opencode-sandbox/egress.conf",
+        "block .EXAMPLE.com.\nallow Jira.Example.com\nblock example.com\n",
+    );
     let o = r.ocsb(&["egress", "render"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
@@ -338,7 +358,9 @@ fn completions_cover_every_subcommand() {
 #[test]
 fn every_subcommand_has_help_with_the_exit_codes() {
     let r = Repo::new();
-    for args in [&["--help"][..], &["init", "--help"], &["config", "--help"], &["egress", "explain", "--help"]] {
+    for args in
+        [&["--help"][..], &["init", "--help"], &["config", "--help"], &["egress", "explain", "--help"]]
+    {
         let o = r.ocsb(args);
         assert!(o.status.success());
         assert!(stdout(&o).contains("Exit status:"), "{args:?}");

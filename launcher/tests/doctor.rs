@@ -236,7 +236,10 @@ fn helper_start_fix(prefix: &Path) -> String {
             prefix.display()
         )
     } else {
-        format!("sudo make install PREFIX={} (in the ocsb source tree), or install the ocsb package", prefix.display())
+        format!(
+            "sudo make install PREFIX={} (in the ocsb source tree), or install the ocsb package",
+            prefix.display()
+        )
     }
 }
 

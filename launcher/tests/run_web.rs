@@ -116,9 +116,18 @@ fn tool_parts(messages: &Value) -> Vec<Value> {
 /// Send "RUN: cmd" as the user and return the tool part of the agent's bash call.
 fn agent_runs(s: &Setup, auth: &str, session: &str, cmd: &str) -> Value {
     let body = json!({"parts": [{"type": "text", "text": format!("RUN: {cmd}")}], "model": {"providerID": "fake", "modelID": "m1"}});
-    let r = http(s.front, "POST", &format!("/session/{session}/message"), &[("Authorization", auth)], Some(&body.to_string()), Duration::from_secs(120));
+    let r = http(
+        s.front,
+        "POST",
+        &format!("/session/{session}/message"),
+        &[("Authorization", auth)],
+        Some(&body.to_string()),
+        Duration::from_secs(120),
+    );
     assert_eq!(r.status, 200, "{r:?}");
-    let msgs = http(s.front, "GET", &format!("/session/{session}/message"), &[("Authorization", auth)], None, T).json();
+    let msgs =
+        http(s.front, "GET", &format!("/session/{session}/message"), &[("Authorization", auth)], None, T)
+            .json();
     let parts = tool_parts(&msgs);
     parts
         .into_iter()
@@ -141,7 +150,8 @@ fn front_panel_and_agent_against_real_opencode() {
         let r = http(s.front, "GET", path, &[("Authorization", &basic("opencode", "wrong"))], None, T);
         assert_eq!(r.status, 401, "{path} with a wrong password");
     }
-    let r = http(s.front, "GET", "/global/health", &[("Authorization", &basic("opencode", &s.secret))], None, T);
+    let r =
+        http(s.front, "GET", "/global/health", &[("Authorization", &basic("opencode", &s.secret))], None, T);
     assert_eq!(r.status, 401, "OpenCode's own secret is not a login for the front");
     let r = http(s.upstream, "GET", "/global/health", &[("Authorization", &auth)], None, T);
     assert_eq!(r.status, 401, "the user's password is not OpenCode's secret");
@@ -165,7 +175,13 @@ fn front_panel_and_agent_against_real_opencode() {
 
     eprintln!("step 3. Server-sent");
     // 3. Server-sent events stream through the front without buffering.
-    let ev = stream_until(s.front, "/global/event", &[("Authorization", &auth)], "server.connected", Duration::from_secs(10));
+    let ev = stream_until(
+        s.front,
+        "/global/event",
+        &[("Authorization", &auth)],
+        "server.connected",
+        Duration::from_secs(10),
+    );
     assert!(ev.contains("200 OK") && ev.contains("server.connected"), "{ev}");
 
     eprintln!("step 4. A real");
@@ -184,9 +200,17 @@ fn front_panel_and_agent_against_real_opencode() {
     assert!(p["state"]["error"].as_str().unwrap().contains("ocsb: sudo"), "{p:#}");
     //    The agent's shells do not see OpenCode's secret nor provider keys.
     let body = json!({"agent": "build", "command": "echo \"pw=[$OPENCODE_SERVER_PASSWORD] key=[$FAKE_API_KEY] cfg=[${OPENCODE_CONFIG_CONTENT:0:5}]\""});
-    let r = http(s.front, "POST", &format!("/session/{id}/shell"), &[("Authorization", &auth)], Some(&body.to_string()), Duration::from_secs(60));
+    let r = http(
+        s.front,
+        "POST",
+        &format!("/session/{id}/shell"),
+        &[("Authorization", &auth)],
+        Some(&body.to_string()),
+        Duration::from_secs(60),
+    );
     assert_eq!(r.status, 200, "{r:?}");
-    let msgs = http(s.front, "GET", &format!("/session/{id}/message"), &[("Authorization", &auth)], None, T).json();
+    let msgs =
+        http(s.front, "GET", &format!("/session/{id}/message"), &[("Authorization", &auth)], None, T).json();
     let out = tool_parts(&msgs).last().unwrap()["state"]["output"].as_str().unwrap_or_default().to_string();
     assert!(out.contains("pw=[] key=[] cfg=[]"), "secrets blanked in the agent's shell: {out:?}");
 
@@ -200,7 +224,10 @@ fn front_panel_and_agent_against_real_opencode() {
     assert_eq!(t["context"]["used"], 1002, "input 802 + cache read 200: {t:#}");
     assert_eq!(t["context"]["cache_read"], 200);
     let c = &t["context"];
-    assert_eq!(c["system"].as_u64().unwrap() + c["tools"].as_u64().unwrap() + c["messages"].as_u64().unwrap(), 1002);
+    assert_eq!(
+        c["system"].as_u64().unwrap() + c["tools"].as_u64().unwrap() + c["messages"].as_u64().unwrap(),
+        1002
+    );
     assert!(c["tools"].as_u64().unwrap() > 0, "tool definitions are estimated: {t:#}");
     let n = t["assistant_messages"].as_u64().unwrap();
     assert!(n >= 6, "3 turns × (tool step + answer): {t:#}");
@@ -212,71 +239,95 @@ fn front_panel_and_agent_against_real_opencode() {
         .map(|m| m["info"]["tokens"]["output"].as_u64().unwrap_or(0))
         .sum();
     assert!(want >= 50 * 5, "the scripted replies report 50 output tokens each: {want}");
-    assert_eq!(t["tokens"]["output"].as_u64().unwrap(), want, "the panel sums OpenCode's own per-message counts");
+    assert_eq!(
+        t["tokens"]["output"].as_u64().unwrap(),
+        want,
+        "the panel sums OpenCode's own per-message counts"
+    );
     assert!(t["cost"].as_f64().unwrap() > 0.0);
     let speed = t["speed"]["last"].as_f64().unwrap();
     assert!(speed > 10.0 && speed < 100_000.0, "50 tokens streamed over ~0.5 s: {speed}");
 
     eprintln!("step 6. A WebSocket");
     // 6. A WebSocket terminal through the front (login cookie, as a browser sends it).
-    let pty = http(s.front, "POST", "/pty", &[("Cookie", &cookie)], Some(r#"{"command":"/bin/sh"}"#), T).json();
+    let pty =
+        http(s.front, "POST", "/pty", &[("Cookie", &cookie)], Some(r#"{"command":"/bin/sh"}"#), T).json();
     let pid = pty["id"].as_str().unwrap_or_else(|| panic!("{pty}")).to_string();
-    let tk = http(s.front, "POST", &format!("/pty/{pid}/connect-token"), &[("Cookie", &cookie), ("x-opencode-ticket", "1"), ("Origin", &format!("http://{}", s.front))], None, T).json();
+    let tk = http(
+        s.front,
+        "POST",
+        &format!("/pty/{pid}/connect-token"),
+        &[("Cookie", &cookie), ("x-opencode-ticket", "1"), ("Origin", &format!("http://{}", s.front))],
+        None,
+        T,
+    )
+    .json();
     let ticket = tk["ticket"].as_str().or(tk["token"].as_str()).unwrap_or_else(|| panic!("{tk}")).to_string();
     let mut ws = Ws::connect(s.front, &format!("/pty/{pid}/connect?ticket={ticket}"), &[("Cookie", &cookie)]);
     assert!(ws.head.starts_with("HTTP/1.1 101"), "{}", ws.head);
     ws.send_text("echo ws-$((6*7))\n");
     let got = ws.read_until("ws-42", Duration::from_secs(15));
     assert!(got.contains("ws-42"), "terminal output through the front: {got:?}");
+    // A browser that sends no credentials on the handshake: OpenCode's own one-time ticket is
+    // forwarded without the front's credentials, and OpenCode checks it.
+    let tk = http(
+        s.front,
+        "POST",
+        &format!("/pty/{pid}/connect-token"),
+        &[("Cookie", &cookie), ("x-opencode-ticket", "1"), ("Origin", &format!("http://{}", s.front))],
+        None,
+        T,
+    )
+    .json();
+    let ticket = tk["ticket"].as_str().unwrap().to_string();
+    let mut ws = Ws::connect(s.front, &format!("/pty/{pid}/connect?ticket={ticket}"), &[]);
+    assert!(ws.head.starts_with("HTTP/1.1 101"), "ticket only: {}", ws.head);
+    ws.send_text("echo tk-$((7*6))\n");
+    assert!(ws.read_until("tk-42", Duration::from_secs(15)).contains("tk-42"));
+    let ws = Ws::connect(s.front, &format!("/pty/{pid}/connect?ticket=forged"), &[]);
+    assert!(!ws.head.starts_with("HTTP/1.1 101"), "a forged ticket is refused by OpenCode: {}", ws.head);
     let ws = Ws::connect(s.front, &format!("/pty/{pid}/connect"), &[]);
     assert!(ws.head.starts_with("HTTP/1.1 401"), "no ticket, no login: {}", ws.head);
 
     eprintln!("step 7. The panel");
     // 7. The panel in a real browser: headless Chromium, DOM values equal the endpoint's.
-    let chromium = require("chromium", "the Debian package chromium");
-    let shot = std::env::temp_dir().join(format!("ocsb-panel-{}.png", std::process::id()));
     let url = format!(
         "http://{}/{}/session/{id}?auth_token={}",
         s.front,
         b64url(&s.project),
         b64(&format!("opencode:{}", s.password))
     );
-    let profile = tempfile::tempdir().unwrap();
-    let flags = [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--window-size=1280,900", "--virtual-time-budget=15000",
-    ];
-    let dom = Command::new(&chromium)
-        .args(flags)
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg("--dump-dom")
-        .arg(&url)
-        .stderr(Stdio::null())
-        .output()
-        .unwrap();
-    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
-    assert!(dom.contains("id=\"ocsb-tokens-panel\""), "panel not in the DOM: {}", &dom[..dom.len().min(3000)]);
-    let field = |f: &str| {
-        let key = format!("data-field=\"{f}\">");
-        let at = dom.find(&key).unwrap_or_else(|| panic!("no {f} in the panel")) + key.len();
-        dom[at..at + dom[at..].find('<').unwrap()].to_string()
+    let mut browser = Browser::open(&url);
+    const READ: &str = "(() => { const p = document.getElementById('ocsb-tokens-panel'); \
+        if (!p || !p.getAttribute('data-updated')) return ''; const o = {}; \
+        p.querySelectorAll('[data-field]').forEach(e => o[e.dataset.field] = e.textContent); \
+        return JSON.stringify(o); })()";
+    let read_panel = |b: &mut Browser, until: &dyn Fn(&Value) -> bool| -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(45);
+        loop {
+            let v: Value = serde_json::from_str(&b.eval(READ)).unwrap_or(Value::Null);
+            if !v.is_null() && until(&v) {
+                return v;
+            }
+            assert!(std::time::Instant::now() < deadline, "the panel did not show the expected values: {v}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
     };
-    assert_eq!(field("model"), "fake/m1");
-    assert_eq!(field("context"), "1,002 / 100,000");
-    assert_eq!(field("cache_read"), "200");
-    assert_eq!(field("output"), format!("{want}"));
-    assert_eq!(field("cost"), format!("${:.4}", t["cost"].as_f64().unwrap()));
-    assert!(field("speed_last").ends_with("tok/s"), "{}", field("speed_last"));
-    let st = Command::new(&chromium)
-        .args(flags)
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg(&url)
-        .stderr(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success() && std::fs::metadata(&shot).map(|m| m.len() > 1000).unwrap_or(false), "screenshot {}", shot.display());
+    let want_output = want.to_string();
+    let panel = read_panel(&mut browser, &|v| v["output"] == want_output.as_str());
+    assert_eq!(panel["model"], "fake/m1");
+    assert_eq!(panel["context"], "1,002 / 100,000");
+    assert_eq!(panel["cache_read"], "200");
+    assert_eq!(panel["cost"], format!("${:.4}", t["cost"].as_f64().unwrap()).as_str());
+    assert!(panel["speed_last"].as_str().unwrap().ends_with("tok/s"), "{panel}");
+    // Live: another agent turn while the page is open changes the numbers without a reload.
+    agent_runs(&s, &auth, &id, "echo live-update");
+    let live = read_panel(&mut browser, &|v| {
+        v["output"].as_str().map(|o| o.replace(',', "").parse::<u64>().unwrap_or(0) > want).unwrap_or(false)
+    });
+    assert_ne!(live["cost"], panel["cost"], "spend follows the new messages: {live}");
+    let shot = std::env::temp_dir().join(format!("ocsb-panel-{}.png", std::process::id()));
+    browser.screenshot(&shot);
     eprintln!("panel screenshot: {}", shot.display());
 }
 
@@ -289,11 +340,16 @@ fn permission_rules_alone_refuse_sudo_despite_project_rules() {
     let auth = basic("opencode", &s.password);
     let ses = http(s.front, "POST", "/session", &[("Authorization", &auth)], Some("{}"), T).json();
     let id = ses["id"].as_str().unwrap().to_string();
-    for cmd in ["sudo true", "echo a && sudo true", "/usr/bin/systemd-run --version", "systemd-run --user true"] {
+    for cmd in
+        ["sudo true", "echo a && sudo true", "/usr/bin/systemd-run --version", "systemd-run --user true"]
+    {
         let p = agent_runs(&s, &auth, &id, cmd);
         assert_eq!(p["state"]["status"], "error", "{cmd}: {p:#}");
         let e = p["state"]["error"].as_str().unwrap();
-        assert!(e.contains("rule") && !e.contains("ocsb:"), "{cmd}: refused by a permission rule, not the guard: {e}");
+        assert!(
+            e.contains("rule") && !e.contains("ocsb:"),
+            "{cmd}: refused by a permission rule, not the guard: {e}"
+        );
     }
     let p = agent_runs(&s, &auth, &id, "echo allowed");
     assert_eq!(p["state"]["status"], "completed", "{p:#}");

@@ -188,6 +188,12 @@ fn e20_e21_mount_and_namespace_syscalls_denied() {
     assert_eq!(w.probe(&["chroot", "/tmp"]), "ERR EPERM");
     assert_eq!(w.probe(&["fsopen"]), "ERR EPERM");
     assert_eq!(w.probe(&["open-tree", "/"]), "ERR EPERM");
+    if cfg!(target_arch = "x86_64") {
+        // pivot_root 155, move_mount 429, mount_setattr 442, fsconfig 431, fsmount 432, fspick 433
+        for nr in ["155", "429", "442", "431", "432", "433"] {
+            assert_eq!(w.probe(&["syscall", nr, "0", "0", "0", "0", "0"]), "ERR EPERM", "syscall {nr}");
+        }
+    }
 }
 
 #[test]

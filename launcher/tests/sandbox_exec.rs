@@ -20,12 +20,12 @@ fn exec_runs_as_the_netlock_group_and_passes_the_status_through() {
     );
     let ocsb = shell_quote(&w.bin.display().to_string());
     let o = w.netns_script(&format!(
-        "printf '%s' {table} | nft -f -; cd {proj}; \
+        "printf '%s' {table} | nft -f -; cd {proj}; trap 'rm -f exec.out exec.err' EXIT; \
          U() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME={home} setpriv --reuid 1990 --regid {g} --clear-groups -- \"$@\"; }}; \
          U git init -q .; U {ocsb} init >/dev/null; \
-         echo \"ID $(U {ocsb} exec -- id -g)\"; \
-         U {ocsb} exec -- sh -c 'exit 3' >/dev/null || echo RC=$?; \
-         U {ocsb} egress down >/dev/null 2>&1 || true",
+         U {ocsb} exec -- id -g >exec.out 2>exec.err </dev/null; echo \"ID $(cat exec.out)\"; \
+         U {ocsb} exec -- sh -c 'exit 3' >/dev/null 2>&1 </dev/null || echo RC=$?; \
+         U {ocsb} egress down >/dev/null 2>&1 </dev/null || true; cat exec.err >&2",
         table = shell_quote(&table),
         proj = shell_quote(&w.proj.display().to_string()),
         home = shell_quote(&w.home.display().to_string()),

@@ -618,7 +618,9 @@ mod tests {
         n.helper = HelperFacts::NoStatusFile;
         assert_eq!(
             netlock_helper(&n).fix.as_deref(),
-            Some("sudo make install PREFIX=/usr/local (in the ocsb source tree), or install the ocsb package")
+            Some(
+                "sudo make install PREFIX=/usr/local (in the ocsb source tree), or install the ocsb package"
+            )
         );
     }
 

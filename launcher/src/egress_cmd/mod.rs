@@ -145,7 +145,10 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
                 println!("listen:   {}", st.listen.join(" "));
                 println!("          {}", st.listen_note);
                 if let Some(p) = &st.process {
-                    println!("process:  {p}{}", st.health.as_deref().map(|h| format!(" ({h})")).unwrap_or_default());
+                    println!(
+                        "process:  {p}{}",
+                        st.health.as_deref().map(|h| format!(" ({h})")).unwrap_or_default()
+                    );
                 }
                 let cfg = match st.config.as_str() {
                     "stale" => "stale: the rules changed since the filter loaded them; run `ocsb egress up`",
@@ -160,12 +163,20 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
             Ok(())
         }
         LifecycleCommand::Logs(a) => {
-            let opts = LogsOptions { follow: !a.no_follow, json: a.json, color: std::io::stdout().is_terminal(), tail: a.tail };
+            let opts = LogsOptions {
+                follow: !a.no_follow,
+                json: a.json,
+                color: std::io::stdout().is_terminal(),
+                tail: a.tail,
+            };
             ocsb_egress::logs(&inst, &opts, &mut std::io::stdout().lock()).map_err(map_err)
         }
         LifecycleCommand::Verify(a) => {
             let policy = inst.load_policy().map_err(map_err)?;
-            let mut opts = ocsb_egress::verify::VerifyOptions::new(std::net::SocketAddr::from(([127, 0, 0, 1], inst.port)));
+            let mut opts = ocsb_egress::verify::VerifyOptions::new(std::net::SocketAddr::from((
+                [127, 0, 0, 1],
+                inst.port,
+            )));
             opts.direct_check = !a.no_direct;
             // TODO(lead): run curl the way the sandbox runs (under the netlock group), e.g.
             // opts.wrap = netlock wrapper argv; until then the direct check runs as the caller.

@@ -9,7 +9,8 @@ use crate::error::{Error, Result};
 /// Whether `k` is a usable environment variable name.
 pub fn valid_key(k: &str) -> bool {
     let mut c = k.chars();
-    matches!(c.next(), Some(ch) if ch == '_' || ch.is_ascii_alphabetic()) && c.all(|ch| ch == '_' || ch.is_ascii_alphanumeric())
+    matches!(c.next(), Some(ch) if ch == '_' || ch.is_ascii_alphabetic())
+        && c.all(|ch| ch == '_' || ch.is_ascii_alphanumeric())
 }
 
 /// Parse the text of an env file. Accepted per line: blank lines, `# comments`, an optional
@@ -18,24 +19,37 @@ pub fn valid_key(k: &str) -> bool {
 pub fn parse(text: &str, file: &Path) -> Result<Vec<(String, String)>> {
     let mut out: Vec<(String, String)> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
-        let at = |msg: String, fix: &str| Error::failed(format!("{}:{}: {msg}", file.display(), i + 1), fix.to_string());
+        let at = |msg: String, fix: &str| {
+            Error::failed(format!("{}:{}: {msg}", file.display(), i + 1), fix.to_string())
+        };
         let line = raw.trim_start();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
         let line = line.strip_prefix("export ").map(str::trim_start).unwrap_or(line);
         let Some((k, v)) = line.split_once('=') else {
-            return Err(at(format!("`{}` is not KEY=VALUE", raw.trim()), "write one KEY=VALUE per line (the file is parsed, never run)"));
+            return Err(at(
+                format!("`{}` is not KEY=VALUE", raw.trim()),
+                "write one KEY=VALUE per line (the file is parsed, never run)",
+            ));
         };
         let k = k.trim_end();
         if !valid_key(k) {
-            return Err(at(format!("`{k}` is not a valid variable name"), "use letters, digits and _, not starting with a digit"));
+            return Err(at(
+                format!("`{k}` is not a valid variable name"),
+                "use letters, digits and _, not starting with a digit",
+            ));
         }
         let v = v.trim_end_matches('\r');
         let value = if let Some(rest) = v.strip_prefix('\'') {
             match rest.strip_suffix('\'') {
                 Some(inner) if !inner.contains('\'') => inner.to_string(),
-                _ => return Err(at("unterminated or nested single quote".into(), "write KEY='value' on one line")),
+                _ => {
+                    return Err(at(
+                        "unterminated or nested single quote".into(),
+                        "write KEY='value' on one line",
+                    ));
+                }
             }
         } else if let Some(rest) = v.strip_prefix('"') {
             let Some(inner) = rest.strip_suffix('"') else {
@@ -54,7 +68,9 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<(String, String)>> {
                         }
                         None => return Err(at("a trailing backslash".into(), "remove it or write \\\\")),
                     },
-                    '"' => return Err(at("an unescaped \" inside the value".into(), "write \\\" for a quote")),
+                    '"' => {
+                        return Err(at("an unescaped \" inside the value".into(), "write \\\" for a quote"));
+                    }
                     c => s.push(c),
                 }
             }
@@ -90,7 +106,9 @@ mod tests {
 
     #[test]
     fn values_are_literal() {
-        let v = p("# tokens\n\nexport A=1\nB = two words \nC='$(id) `x` $HOME'\nD=\"a\\\"b\\n$c\"\nE=\nA=3\n").unwrap();
+        let v =
+            p("# tokens\n\nexport A=1\nB = two words \nC='$(id) `x` $HOME'\nD=\"a\\\"b\\n$c\"\nE=\nA=3\n")
+                .unwrap();
         assert_eq!(
             v,
             vec![

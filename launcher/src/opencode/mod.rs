@@ -69,7 +69,9 @@ pub fn global_config(settings: &Settings, user_config_dir: &Path) -> Result<(Str
     let user = user_config_dir.join("opencode.jsonc");
     match std::fs::read_to_string(&user) {
         Ok(t) => Ok((t, user.display().to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((PACKAGE_CONFIG.to_string(), "the package's".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok((PACKAGE_CONFIG.to_string(), "the package's".into()))
+        }
         Err(e) => Err(Error::io("read", user, e)),
     }
 }
@@ -101,7 +103,11 @@ pub fn resolve_skills(settings: &Settings, state_dir: &Path) -> Result<Vec<PathB
         return Err(Error::failed(
             format!(
                 "skill `{name}` (OCSB_SKILLS) was not found: no {name}/SKILL.md in OCSB_SKILL_DIRS ({}) and the package has only {}",
-                if dirs.is_empty() { "empty".to_string() } else { dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(" ") },
+                if dirs.is_empty() {
+                    "empty".to_string()
+                } else {
+                    dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(" ")
+                },
                 known.join(", ")
             ),
             "add the directory that contains it to OCSB_SKILL_DIRS, or remove the name from OCSB_SKILLS",
@@ -124,7 +130,10 @@ pub fn resolve_plugins(settings: &Settings, state_dir: &Path) -> Result<Vec<Path
         let path = Path::new(p);
         if path.is_absolute() {
             if !path.is_file() {
-                return Err(Error::failed(format!("plugin {p} (OCSB_PLUGINS) does not exist"), "fix the path or remove it from OCSB_PLUGINS"));
+                return Err(Error::failed(
+                    format!("plugin {p} (OCSB_PLUGINS) does not exist"),
+                    "fix the path or remove it from OCSB_PLUGINS",
+                ));
             }
             out.push(path.to_path_buf());
         } else if let Some((name, text)) = PACKAGE_PLUGINS.iter().find(|(n, _)| n == p) {
@@ -134,12 +143,36 @@ pub fn resolve_plugins(settings: &Settings, state_dir: &Path) -> Result<Vec<Path
         } else {
             let known: Vec<&str> = PACKAGE_PLUGINS.iter().map(|(n, _)| *n).chain([BUILTIN_PANEL]).collect();
             return Err(Error::failed(
-                format!("plugin `{p}` (OCSB_PLUGINS) is not a package plugin ({}) nor an absolute path", known.join(", ")),
+                format!(
+                    "plugin `{p}` (OCSB_PLUGINS) is not a package plugin ({}) nor an absolute path",
+                    known.join(", ")
+                ),
                 "use one of those names or an absolute path to a .js/.ts plugin file",
             ));
         }
     }
     Ok(out)
+}
+
+/// Keep OpenCode from running `npm install @opencode-ai/plugin` in its global config directory.
+///
+/// OpenCode installs that package into every writable config directory without `node_modules`
+/// (or whose `package-lock.json` lacks it), and with plugins configured the first request for a
+/// project waits for the install: about 70 s of npm retries when the registry cannot be reached
+/// (measured: 70.3 s behind an unreachable proxy, 0.08 s with this seed). ocsb's own plugins
+/// import nothing, so the directory only needs to look installed.
+pub fn seed_config_dir(dir: &Path) -> Result<()> {
+    let nm = dir.join("node_modules");
+    std::fs::create_dir_all(&nm).map_err(|e| Error::io("create", &nm, e))?;
+    let lock = dir.join("package-lock.json");
+    let listed = std::fs::read(&lock)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v["packages"][""]["dependencies"]["@opencode-ai/plugin"].is_string());
+    if !listed {
+        write(&lock, "{\"packages\":{\"\":{\"dependencies\":{\"@opencode-ai/plugin\":\"*\"}}}}\n")?;
+    }
+    Ok(())
 }
 
 /// `OCSB_KUBECONFIG`, copied into the state directory (0600) so the agent gets exactly this file
@@ -154,14 +187,24 @@ fn kubeconfig(settings: &Settings, state_dir: &Path) -> Result<Option<PathBuf>> 
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let _ = std::fs::remove_file(&dst);
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&dst).map_err(|e| Error::io("create", &dst, e))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&dst)
+        .map_err(|e| Error::io("create", &dst, e))?;
     f.write_all(&text).map_err(|e| Error::io("write", &dst, e))?;
     Ok(Some(dst))
 }
 
 /// Prepare OpenCode's files in the state directory and compute its command line and
 /// environment. Fails before anything starts when an input is bad (env file line, missing skill).
-pub fn setup(settings: &Settings, user_config_dir: &Path, state_dir: &Path, extra_args: &[String]) -> Result<Setup> {
+pub fn setup(
+    settings: &Settings,
+    user_config_dir: &Path,
+    state_dir: &Path,
+    extra_args: &[String],
+) -> Result<Setup> {
     let env_file = match settings.env_file() {
         Some(p) => envfile::load(&p)?,
         None => Vec::new(),
@@ -169,6 +212,7 @@ pub fn setup(settings: &Settings, user_config_dir: &Path, state_dir: &Path, extr
     let bin = find_binary(&settings.opencode_bin(), std::env::var("PATH").ok().as_deref())?;
     let (global, _) = global_config(settings, user_config_dir)?;
     write(&state_dir.join("config/opencode/opencode.jsonc"), &global)?;
+    seed_config_dir(&state_dir.join("config/opencode"))?;
     let skill_paths = resolve_skills(settings, state_dir)?;
     let plugins = resolve_plugins(settings, state_dir)?;
     let content = config::content(&skill_paths, &plugins);
@@ -203,31 +247,6 @@ pub fn setup(settings: &Settings, user_config_dir: &Path, state_dir: &Path, extr
     Ok(Setup { argv, env, server_secret, skill_paths })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn binary_lookup() {
-        let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("opencode");
-        std::fs::write(&f, "#!/bin/sh\n").unwrap();
-        let e = find_binary(Path::new("opencode"), Some(d.path().to_str().unwrap())).unwrap_err().to_string();
-        assert!(e.contains("npm i -g opencode-ai"), "not executable: {e}");
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(find_binary(Path::new("opencode"), Some(&format!("/nonexistent:{}", d.path().display()))).unwrap(), f);
-        assert!(find_binary(&d.path().join("nope"), None).is_err());
-    }
-
-    #[test]
-    fn package_files_are_valid() {
-        assert!(GUARD_PLUGIN.contains("shell.env"));
-        assert!(PACKAGE_SKILLS[0].1.starts_with("---\nname: opencode-sandbox\n"));
-        assert!(PACKAGE_CONFIG.contains("\"plugin\""));
-    }
-}
-
 /// The hidden `ocsb __opencode-config DIR`: write the guard plugin into DIR and print the
 /// `OPENCODE_CONFIG_CONTENT` that `run` would use (no skills), so tests can start a real
 /// OpenCode with exactly the launcher's permissions.
@@ -249,4 +268,47 @@ pub fn dispatch() -> Option<u8> {
     }
     println!("{}", config::content(&[], &[guard]));
     Some(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_lookup() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("opencode");
+        std::fs::write(&f, "#!/bin/sh\n").unwrap();
+        let e = find_binary(Path::new("opencode"), Some(d.path().to_str().unwrap())).unwrap_err().to_string();
+        assert!(e.contains("npm i -g opencode-ai"), "not executable: {e}");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(
+            find_binary(Path::new("opencode"), Some(&format!("/nonexistent:{}", d.path().display())))
+                .unwrap(),
+            f
+        );
+        assert!(find_binary(&d.path().join("nope"), None).is_err());
+    }
+
+    #[test]
+    fn config_dir_seed_keeps_a_real_lock() {
+        let d = tempfile::tempdir().unwrap();
+        seed_config_dir(d.path()).unwrap();
+        assert!(d.path().join("node_modules").is_dir());
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("package-lock.json")).unwrap()).unwrap();
+        assert_eq!(v["packages"][""]["dependencies"]["@opencode-ai/plugin"], "*");
+        let real = r#"{"packages":{"":{"dependencies":{"@opencode-ai/plugin":"1.18.33"}}},"x":1}"#;
+        std::fs::write(d.path().join("package-lock.json"), real).unwrap();
+        seed_config_dir(d.path()).unwrap();
+        assert_eq!(std::fs::read_to_string(d.path().join("package-lock.json")).unwrap(), real);
+    }
+
+    #[test]
+    fn package_files_are_valid() {
+        assert!(GUARD_PLUGIN.contains("shell.env"));
+        assert!(PACKAGE_SKILLS[0].1.starts_with("---\nname: opencode-sandbox\n"));
+        assert!(PACKAGE_CONFIG.contains("\"plugin\""));
+    }
 }

@@ -9,6 +9,7 @@
 //! leaves the filter running.
 
 mod browser;
+mod notify;
 pub mod signals;
 pub mod state;
 
@@ -41,7 +42,8 @@ pub fn netlock(settings: &Settings) -> Result<Netlock> {
             ));
         }
     };
-    let ids = nix::unistd::getresgid().map_err(|e| Error::failed(format!("getresgid: {e}"), "report this"))?;
+    let ids =
+        nix::unistd::getresgid().map_err(|e| Error::failed(format!("getresgid: {e}"), "report this"))?;
     let acquire = if [ids.real, ids.effective, ids.saved].iter().all(|g| g.as_raw() == gid) {
         // Already the group (e.g. started through `sg`): nothing to acquire.
         Acquire::Inherited
@@ -59,10 +61,16 @@ pub fn netlock(settings: &Settings) -> Result<Netlock> {
 }
 
 /// The sandbox for this project, from its settings (the seed's policy).
-pub fn spec(project: &Project, netlock: Netlock, extra_env: &[(String, String)], argv: Vec<String>) -> SandboxSpec {
+pub fn spec(
+    project: &Project,
+    netlock: Netlock,
+    extra_env: &[(String, String)],
+    argv: Vec<String>,
+) -> SandboxSpec {
     let s = &project.settings;
     let state = s.state_dir();
-    let ssh_agent = std::env::var_os("SSH_AUTH_SOCK").map(PathBuf::from).filter(|p| p.is_absolute() && p.exists());
+    let ssh_agent =
+        std::env::var_os("SSH_AUTH_SOCK").map(PathBuf::from).filter(|p| p.is_absolute() && p.exists());
     let host: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let env = sandbox::env::build(&sandbox::env::EnvInputs {
         host: &host,
@@ -102,29 +110,6 @@ pub fn spec(project: &Project, netlock: Netlock, extra_env: &[(String, String)],
     }
 }
 
-fn egress_instance(project: &Project) -> Result<ocsb_egress::Instance> {
-    let s = &project.settings;
-    let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
-    Ok(ocsb_egress::Instance {
-        name: s.name().to_string(),
-        backend: match s.egress_backend() {
-            ocsb_policy::settings::EgressBackend::Builtin => ocsb_egress::Backend::Builtin,
-            ocsb_policy::settings::EgressBackend::Squid => ocsb_egress::Backend::Squid,
-        },
-        state_dir: s.state_dir(),
-        user_config_dir: project.user_config_dir.clone(),
-        project_dir: project.dir.clone(),
-        port: s.egress_port(),
-        docker_gw: match s.docker_gw() {
-            Some(ip) => ocsb_egress::GatewaySetting::Address(ip),
-            None => ocsb_egress::GatewaySetting::Detect,
-        },
-        serve_command: vec![exe.into(), "egress".into(), "serve".into()],
-        image_source: ocsb_egress::squid::ImageSource::Auto,
-        squid_overrides: ocsb_egress::SquidOverrides::default(),
-    })
-}
-
 fn egress_err(step: &str, e: ocsb_egress::Error) -> Error {
     match e {
         ocsb_egress::Error::Policy(p) => Error::Policy(p),
@@ -150,14 +135,20 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
     state::create(&state)?;
 
     // 1. The egress filter.
-    let inst = egress_instance(project)?;
-    let up = ocsb_egress::up(&inst, ocsb_egress::lifecycle::stderr_progress()).map_err(|e| egress_err("egress", e))?;
+    let inst = crate::egress_cmd::instance(project)?;
+    let up = ocsb_egress::up(&inst, ocsb_egress::lifecycle::stderr_progress())
+        .map_err(|e| egress_err("egress", e))?;
     let verb = match up.action {
         ocsb_egress::UpAction::Started => "started",
         ocsb_egress::UpAction::Reloaded => "running, rules reloaded",
     };
     println!("egress:     {} filter {verb} on {}", up.backend.as_str(), up.listen.join(" "));
-    let gw = up.listen.iter().filter_map(|a| a.parse::<SocketAddr>().ok()).map(|a| a.ip()).find(|ip| !ip.is_loopback());
+    let gw = up
+        .listen
+        .iter()
+        .filter_map(|a| a.parse::<SocketAddr>().ok())
+        .map(|a| a.ip())
+        .find(|ip| !ip.is_loopback());
     state::write_docker_config(&state, gw, s.egress_port())?;
 
     // 2. The netlock, checked the way the sandbox will use it.
@@ -173,28 +164,38 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
         }
         Err(e) => {
             let e: Error = e.into();
-            return Err(Error::failed(format!("netlock/sandbox check failed: {e}"), "run `ocsb netlock verify`; see the fix above"));
+            return Err(Error::failed(
+                format!("netlock/sandbox check failed: {e}"),
+                "run `ocsb netlock verify`; see the fix above",
+            ));
         }
     }
     let gid = match &lock {
         Netlock::Required { gid, .. } => *gid,
         Netlock::Off => 0,
     };
-    println!("netlock:    ok: the sandbox starts as group {} (gid {gid}) and the lock rejects its probe", s.netlock_group());
+    println!(
+        "netlock:    ok: the sandbox starts as group {} (gid {gid}) and the lock rejects its probe",
+        s.netlock_group()
+    );
 
     // 3. Self-tests, with curl run inside the sandbox.
     let policy = inst.load_policy().map_err(|e| egress_err("self-tests", e))?;
     let spec_path = state.join("egress/selftest-spec.json");
     let st_spec = spec(project, lock.clone(), &[], vec!["true".into()]);
-    std::fs::write(&spec_path, serde_json::to_vec(&st_spec).unwrap_or_default()).map_err(|e| Error::io("write", &spec_path, e))?;
+    std::fs::write(&spec_path, serde_json::to_vec(&st_spec).unwrap_or_default())
+        .map_err(|e| Error::io("write", &spec_path, e))?;
     let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
-    let mut opts = ocsb_egress::verify::VerifyOptions::new(SocketAddr::from(([127, 0, 0, 1], s.egress_port())));
+    let mut opts =
+        ocsb_egress::verify::VerifyOptions::new(SocketAddr::from(([127, 0, 0, 1], s.egress_port())));
     opts.wrap = vec![exe.into(), sandbox::RUN_SPEC_ARG.into(), spec_path.into()];
     opts.max_time = 10;
     let report = ocsb_egress::verify::run(&policy, &opts).map_err(|e| egress_err("self-tests", e))?;
     let n = report.checks.len();
     match report.into_result() {
-        Ok(_) => println!("self-tests: {n} checks passed (expect-pass/expect-block rules, direct connection blocked)"),
+        Ok(_) => println!(
+            "self-tests: {n} checks passed (expect-pass/expect-block rules, direct connection blocked)"
+        ),
         Err(e) => return Err(egress_err("self-tests", e)),
     }
     Ok(Prepared { netlock: lock })
@@ -206,7 +207,9 @@ fn healthy(addr: SocketAddr, authorization: &str) -> bool {
     let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else { return false };
     let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
     let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-    let req = format!("GET /global/health HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {authorization}\r\nConnection: close\r\n\r\n");
+    let req = format!(
+        "GET /global/health HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {authorization}\r\nConnection: close\r\n\r\n"
+    );
     if s.write_all(req.as_bytes()).is_err() {
         return false;
     }
@@ -237,7 +240,23 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     let (password, created) = web::auth::load_or_create(&state::password_file(&state))?;
 
     signals::install();
-    let spec = spec(project, prepared.netlock, &setup.env, setup.argv.clone());
+    let mut env = setup.env.clone();
+    let _bus = if s.notifications() {
+        match notify::start(&state.join("run")) {
+            Ok(p) => {
+                println!("notify:     session bus limited to org.freedesktop.Notifications");
+                env.push(("DBUS_SESSION_BUS_ADDRESS".into(), p.address()));
+                Some(p)
+            }
+            Err(warning) => {
+                eprintln!("ocsb: warning: {warning}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let spec = spec(project, prepared.netlock, &env, setup.argv.clone());
     let (tx, rx) = mpsc::channel();
     let sandbox_thread = std::thread::Builder::new()
         .name("ocsb-sandbox".into())
@@ -295,7 +314,11 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         }
     };
     let url = format!("http://{web_addr}/");
-    println!("web:        {url} (user {}, password in {})", web::auth::USER, state::password_file(&state).display());
+    println!(
+        "web:        {url} (user {}, password in {})",
+        web::auth::USER,
+        state::password_file(&state).display()
+    );
     if created {
         println!("            first start: the password is {password}");
     }

@@ -73,7 +73,10 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let kids = own_children();
         assert!(kids.contains(&(same.id() as i32)));
-        assert!(!kids.contains(&(other.id() as i32)), "a child in its own session (the filter) is left alone");
+        assert!(
+            !kids.contains(&(other.id() as i32)),
+            "a child in its own session (the filter) is left alone"
+        );
         same.kill().unwrap();
         same.wait().unwrap();
         other.kill().unwrap();

@@ -29,7 +29,11 @@ pub fn hidden_from_sandbox(state: &Path) -> Vec<PathBuf> {
 
 pub fn create(state: &Path) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(state).map_err(|e| Error::io("create the state directory", state, e))
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(state)
+        .map_err(|e| Error::io("create the state directory", state, e))
 }
 
 /// Held while `ocsb run` runs; released by the kernel when the process ends, however it ends.
@@ -54,7 +58,11 @@ pub fn lock(state: &Path) -> Result<InstanceLock> {
         if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
             let pid = std::fs::read_to_string(&path).unwrap_or_default();
             return Err(Error::failed(
-                format!("ocsb run is already running for this project (pid {}, state {})", pid.trim(), state.display()),
+                format!(
+                    "ocsb run is already running for this project (pid {}, state {})",
+                    pid.trim(),
+                    state.display()
+                ),
                 "use the running instance (its web UI), or stop it with Ctrl-C in its terminal; to run a second copy of the project, give it another OCSB_NAME and ports",
             ));
         }
@@ -71,7 +79,10 @@ pub fn write_docker_config(state: &Path, gateway: Option<std::net::IpAddr>, port
     let dir = state.join("docker");
     std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
     let path = dir.join("config.json");
-    let mut v: serde_json::Value = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(serde_json::json!({}));
+    let mut v: serde_json::Value = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(serde_json::json!({}));
     match gateway {
         Some(gw) => {
             let url = format!("http://{gw}:{port}");
@@ -83,7 +94,8 @@ pub fn write_docker_config(state: &Path, gateway: Option<std::net::IpAddr>, port
             }
         }
     }
-    std::fs::write(&path, serde_json::to_vec_pretty(&v).unwrap_or_default()).map_err(|e| Error::io("write", &path, e))
+    std::fs::write(&path, serde_json::to_vec_pretty(&v).unwrap_or_default())
+        .map_err(|e| Error::io("write", &path, e))
 }
 
 #[cfg(test)]
@@ -107,7 +119,8 @@ mod tests {
         std::fs::create_dir_all(d.path().join("docker")).unwrap();
         std::fs::write(d.path().join("docker/config.json"), r#"{"auths":{"x":{}}}"#).unwrap();
         write_docker_config(d.path(), Some("172.17.0.1".parse().unwrap()), 3128).unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(d.path().join("docker/config.json")).unwrap()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("docker/config.json")).unwrap()).unwrap();
         assert_eq!(v["proxies"]["default"]["httpsProxy"], "http://172.17.0.1:3128");
         assert!(v["auths"]["x"].is_object());
     }

@@ -66,7 +66,9 @@ impl Drop for Front {
 pub fn port_busy(addr: SocketAddr, setting: &str, e: &std::io::Error) -> Error {
     Error::failed(
         format!("port {} is busy ({e}): another project or an old instance uses it", addr.port()),
-        format!("stop the other instance, or set another {setting} (e.g. in .opencode-sandbox/local/sandbox.conf)"),
+        format!(
+            "stop the other instance, or set another {setting} (e.g. in .opencode-sandbox/local/sandbox.conf)"
+        ),
     )
 }
 
@@ -113,12 +115,19 @@ pub fn dispatch() -> Option<u8> {
     }
     let r = (|| -> Result<()> {
         let (mut listen, mut upstream, mut pw, mut up_pw, mut panel) = (None, None, None, None, true);
-        let bad = |what: &str| Error::failed(format!("{FRONT_ARG}: {what}"), "usage: ocsb __web-front --listen ADDR --upstream ADDR --password-file F --upstream-password-file F [--no-panel]");
+        let bad = |what: &str| {
+            Error::failed(
+                format!("{FRONT_ARG}: {what}"),
+                "usage: ocsb __web-front --listen ADDR --upstream ADDR --password-file F --upstream-password-file F [--no-panel]",
+            )
+        };
         while let Some(a) = args.next() {
             let mut val = || args.next().ok_or_else(|| bad(&format!("{a} needs a value")));
             match a.as_str() {
                 "--listen" => listen = Some(val()?.parse::<SocketAddr>().map_err(|e| bad(&e.to_string()))?),
-                "--upstream" => upstream = Some(val()?.parse::<SocketAddr>().map_err(|e| bad(&e.to_string()))?),
+                "--upstream" => {
+                    upstream = Some(val()?.parse::<SocketAddr>().map_err(|e| bad(&e.to_string()))?)
+                }
                 "--password-file" => pw = Some(val()?),
                 "--upstream-password-file" => up_pw = Some(val()?),
                 "--no-panel" => panel = false,

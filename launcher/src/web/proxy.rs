@@ -29,11 +29,22 @@ const PANEL_TAG: &str = "<script src=\"/__ocsb/panel.js\" defer></script>";
 
 /// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus `proxy-*`.
 const HOP_BY_HOP: &[&str] = &[
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer",
-    "transfer-encoding", "upgrade",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
 ];
 
-pub async fn serve(listener: tokio::net::TcpListener, cfg: Arc<FrontConfig>, mut stop: tokio::sync::oneshot::Receiver<()>) {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    cfg: Arc<FrontConfig>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
     let mut conns = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -59,14 +70,22 @@ pub async fn serve(listener: tokio::net::TcpListener, cfg: Arc<FrontConfig>, mut
 fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
     let mut r = Response::new(Full::new(body.into()).map_err(|e| match e {}).boxed());
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_str(content_type).expect("static content type"));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_str(content_type).expect("static content type"));
     r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 
 fn unauthorized() -> Response<Body> {
-    let mut r = full(StatusCode::UNAUTHORIZED, "text/plain; charset=utf-8", "401 Unauthorized: log in as `opencode` with the password from the state directory\n");
-    r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"ocsb\", charset=\"UTF-8\""));
+    let mut r = full(
+        StatusCode::UNAUTHORIZED,
+        "text/plain; charset=utf-8",
+        "401 Unauthorized: log in as `opencode` with the password from the state directory\n",
+    );
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"ocsb\", charset=\"UTF-8\""),
+    );
     r
 }
 
@@ -101,7 +120,9 @@ fn percent_decode(s: &str) -> String {
 pub fn percent_encode(s: &str) -> String {
     s.bytes()
         .map(|c| match c {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (c as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (c as char).to_string()
+            }
             _ => format!("%{c:02X}"),
         })
         .collect()
@@ -113,7 +134,8 @@ fn without_auth_token(uri: &Uri) -> String {
     match uri.query() {
         None => path.to_string(),
         Some(q) => {
-            let kept: Vec<&str> = q.split('&').filter(|kv| !kv.starts_with("auth_token=") && *kv != "auth_token").collect();
+            let kept: Vec<&str> =
+                q.split('&').filter(|kv| !kv.starts_with("auth_token=") && *kv != "auth_token").collect();
             if kept.is_empty() { path.to_string() } else { format!("{path}?{}", kept.join("&")) }
         }
     }
@@ -141,9 +163,11 @@ enum Access {
 pub const COOKIE: &str = "ocsb_auth";
 
 fn cookie_ok(h: &HeaderMap, value: &str) -> bool {
-    h.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).any(|c| {
-        c.trim().split_once('=').is_some_and(|(k, v)| k == COOKIE && auth::credentials_eq(v, value))
-    })
+    h.get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .any(|c| c.trim().split_once('=').is_some_and(|(k, v)| k == COOKIE && auth::credentials_eq(v, value)))
 }
 
 /// Remove this front's login cookie before a request goes to OpenCode (it is not OpenCode's).
@@ -175,7 +199,8 @@ fn access(req: &Request<Incoming>, password: &str, cookie: &str) -> (Access, boo
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| auth::header_matches(v, password));
-    let token_ok = query_param(req.uri(), "auth_token").is_some_and(|t| auth::credentials_match(&t, password));
+    let token_ok =
+        query_param(req.uri(), "auth_token").is_some_and(|t| auth::credentials_match(&t, password));
     if header_ok || token_ok {
         (Access::User, true)
     } else if is_upgrade(req.headers()) && query_param(req.uri(), "ticket").is_some_and(|t| !t.is_empty()) {
@@ -240,7 +265,11 @@ where
     Ok(sender.send_request(req).await?)
 }
 
-async fn forward(mut req: Request<Incoming>, cfg: &FrontConfig, with_credentials: bool) -> Result<Response<Body>, BoxError> {
+async fn forward(
+    mut req: Request<Incoming>,
+    cfg: &FrontConfig,
+    with_credentials: bool,
+) -> Result<Response<Body>, BoxError> {
     let upgrade = is_upgrade(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
@@ -306,7 +335,11 @@ pub fn inject(html: &[u8]) -> Vec<u8> {
     out
 }
 
-async fn get_json(cfg: &FrontConfig, path_and_query: &str, directory: Option<&str>) -> Result<Value, BoxError> {
+async fn get_json(
+    cfg: &FrontConfig,
+    path_and_query: &str,
+    directory: Option<&str>,
+) -> Result<Value, BoxError> {
     let mut b = Request::get(path_and_query)
         .header(header::HOST, cfg.upstream.to_string())
         .header(header::AUTHORIZATION, &cfg.upstream_authorization)
@@ -330,12 +363,17 @@ fn tools_cache() -> &'static Mutex<HashMap<String, u64>> {
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-async fn summary(cfg: &FrontConfig, session: &str, directory: Option<&str>) -> Result<tokens::Summary, BoxError> {
+async fn summary(
+    cfg: &FrontConfig,
+    session: &str,
+    directory: Option<&str>,
+) -> Result<tokens::Summary, BoxError> {
     let s = get_json(cfg, &format!("/session/{session}"), directory).await?;
     let m = get_json(cfg, &format!("/session/{session}/message"), directory).await?;
     let p = get_json(cfg, "/config/providers", directory).await.unwrap_or(Value::Null);
     let first = tokens::summarize(&s, &m, &p, 0);
-    let Some((provider, model)) = first.model.split_once('/').filter(|(a, b)| !a.is_empty() && !b.is_empty()) else {
+    let Some((provider, model)) = first.model.split_once('/').filter(|(a, b)| !a.is_empty() && !b.is_empty())
+    else {
         return Ok(first);
     };
     let key = first.model.clone();
@@ -343,7 +381,11 @@ async fn summary(cfg: &FrontConfig, session: &str, directory: Option<&str>) -> R
     let tools = match cached {
         Some(t) => t,
         None => {
-            let q = format!("/experimental/tool?provider={}&model={}", percent_encode(provider), percent_encode(model));
+            let q = format!(
+                "/experimental/tool?provider={}&model={}",
+                percent_encode(provider),
+                percent_encode(model)
+            );
             let t = get_json(cfg, &q, directory).await.map(|v| tokens::tools_tokens(&v)).unwrap_or(0);
             if let Ok(mut c) = tools_cache().lock() {
                 c.insert(key, t);
@@ -355,15 +397,19 @@ async fn summary(cfg: &FrontConfig, session: &str, directory: Option<&str>) -> R
 }
 
 async fn tokens_endpoint(req: &Request<Incoming>, cfg: &FrontConfig) -> Response<Body> {
-    let Some(session) = query_param(req.uri(), "session")
-        .filter(|s| s.starts_with("ses") && s.len() < 100 && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_'))
-    else {
+    let Some(session) = query_param(req.uri(), "session").filter(|s| {
+        s.starts_with("ses") && s.len() < 100 && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+    }) else {
         return full(StatusCode::BAD_REQUEST, "application/json", r#"{"error":"pass ?session=ses_..."}"#);
     };
     let directory = query_param(req.uri(), "directory").filter(|d| d.starts_with('/'));
     match summary(cfg, &session, directory.as_deref()).await {
         Ok(s) => full(StatusCode::OK, "application/json", serde_json::to_vec(&s).unwrap_or_default()),
-        Err(e) => full(StatusCode::BAD_GATEWAY, "application/json", serde_json::json!({ "error": e.to_string() }).to_string()),
+        Err(e) => full(
+            StatusCode::BAD_GATEWAY,
+            "application/json",
+            serde_json::json!({ "error": e.to_string() }).to_string(),
+        ),
     }
 }
 
@@ -373,7 +419,8 @@ mod tests {
 
     #[test]
     fn injects_before_head_end() {
-        let out = String::from_utf8(inject(b"<html><HEAD><title>x</title></HEAD><body></body></html>")).unwrap();
+        let out =
+            String::from_utf8(inject(b"<html><HEAD><title>x</title></HEAD><body></body></html>")).unwrap();
         assert_eq!(out, format!("<html><HEAD><title>x</title>{PANEL_TAG}</HEAD><body></body></html>"));
         let out = String::from_utf8(inject(b"<p>no head</p>")).unwrap();
         assert!(out.starts_with(PANEL_TAG));

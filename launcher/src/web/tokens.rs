@@ -85,10 +85,7 @@ fn part_chars(p: &Value) -> u64 {
 /// The context window of `provider/model` in a `GET /config/providers` answer.
 pub fn context_limit(providers: &Value, provider: &str, model: &str) -> u64 {
     let list = providers["providers"].as_array().cloned().unwrap_or_default();
-    list.iter()
-        .find(|p| p["id"] == provider)
-        .map(|p| u(&p["models"][model]["limit"]["context"]))
-        .unwrap_or(0)
+    list.iter().find(|p| p["id"] == provider).map(|p| u(&p["models"][model]["limit"]["context"])).unwrap_or(0)
 }
 
 /// Estimated tokens of a `GET /experimental/tool` answer (the definitions sent with every call).
@@ -171,7 +168,8 @@ pub fn summarize(session: &Value, messages: &Value, providers: &Value, tools: u6
         c.limit = context_limit(providers, provider, model);
         // What the last prompt contained: every message before it, and its own earlier steps
         // (tool results of a multi-step turn are sent back in the same message's later steps).
-        let chars: u64 = msgs[..=i].iter().flat_map(|m| m["parts"].as_array().into_iter().flatten()).map(part_chars).sum();
+        let chars: u64 =
+            msgs[..=i].iter().flat_map(|m| m["parts"].as_array().into_iter().flatten()).map(part_chars).sum();
         c.messages = (chars / CHARS_PER_TOKEN).min(c.used);
         c.tools = tools.min(c.used - c.messages);
         c.system = c.used - c.messages - c.tools;
@@ -184,7 +182,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn assistant(input: u64, output: u64, read: u64, write: u64, cost: f64, start: f64, done: Option<f64>) -> Value {
+    fn assistant(
+        input: u64,
+        output: u64,
+        read: u64,
+        write: u64,
+        cost: f64,
+        start: f64,
+        done: Option<f64>,
+    ) -> Value {
         json!({
             "info": {"role": "assistant", "providerID": "fake", "modelID": "m1", "cost": cost,
                      "tokens": {"input": input, "output": output, "reasoning": 0, "cache": {"read": read, "write": write}},
@@ -204,7 +210,10 @@ mod tests {
         ]);
         let providers = json!({"providers": [{"id": "fake", "models": {"m1": {"limit": {"context": 128000, "output": 4096}}}}]});
         let s = summarize(&json!({"id": "ses_1", "title": "t", "cost": 0}), &msgs, &providers, 500);
-        assert_eq!(s.tokens, Totals { input: 1700, output: 150, reasoning: 0, cache_read: 1200, cache_write: 100 });
+        assert_eq!(
+            s.tokens,
+            Totals { input: 1700, output: 150, reasoning: 0, cache_read: 1200, cache_write: 100 }
+        );
         assert!((s.cost - 0.03).abs() < 1e-9);
         assert_eq!(s.model, "fake/m1");
         assert_eq!(s.context.used, 2000);
@@ -229,7 +238,11 @@ mod tests {
         assert_eq!(s.cost, 1.5);
         assert_eq!(s.context.limit, 0);
         assert_eq!(s.context.used, 10);
-        assert_eq!(s.context.messages + s.context.tools + s.context.system, 10, "estimates never exceed the total");
+        assert_eq!(
+            s.context.messages + s.context.tools + s.context.system,
+            10,
+            "estimates never exceed the total"
+        );
         assert_eq!(s.speed.last, None);
     }
 

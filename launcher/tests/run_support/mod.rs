@@ -96,8 +96,16 @@ fn dechunk(b: &[u8]) -> Vec<u8> {
 }
 
 /// One HTTP/1.1 request with `Connection: close`; the whole answer.
-pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>, timeout: Duration) -> Resp {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+    timeout: Duration,
+) -> Resp {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     s.set_read_timeout(Some(timeout)).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
@@ -111,7 +119,10 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]
     s.write_all(req.as_bytes()).unwrap();
     let mut buf = Vec::new();
     let _ = s.read_to_end(&mut buf);
-    let split = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or_else(|| panic!("no HTTP answer to {method} {path}: {:?}", String::from_utf8_lossy(&buf)));
+    let split = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP answer to {method} {path}: {:?}", String::from_utf8_lossy(&buf)));
     let head = String::from_utf8_lossy(&buf[..split]).into_owned();
     let mut body = buf[split + 4..].to_vec();
     if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
@@ -122,7 +133,13 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]
 }
 
 /// Read from a streaming response until `needle` appears (or the timeout passes).
-pub fn stream_until(addr: SocketAddr, path: &str, headers: &[(&str, &str)], needle: &str, timeout: Duration) -> String {
+pub fn stream_until(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    needle: &str,
+    timeout: Duration,
+) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
     let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
@@ -178,12 +195,41 @@ impl Ws {
 
     pub fn send_text(&mut self, text: &str) {
         let p = text.as_bytes();
-        assert!(p.len() < 126);
         let mask = [1u8, 2, 3, 4];
-        let mut f = vec![0x81, 0x80 | p.len() as u8];
+        let mut f = vec![0x81];
+        if p.len() < 126 {
+            f.push(0x80 | p.len() as u8);
+        } else {
+            assert!(p.len() < 65536);
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(p.len() as u16).to_be_bytes());
+        }
         f.extend_from_slice(&mask);
         f.extend(p.iter().enumerate().map(|(i, c)| c ^ mask[i % 4]));
         self.s.write_all(&f).unwrap();
+    }
+
+    /// One whole frame: (opcode, payload). Server frames are not masked.
+    pub fn read_frame(&mut self, timeout: Duration) -> Option<(u8, Vec<u8>)> {
+        self.s.set_read_timeout(Some(timeout)).unwrap();
+        let mut h = [0u8; 2];
+        self.s.read_exact(&mut h).ok()?;
+        let len = match h[1] & 0x7f {
+            126 => {
+                let mut b = [0u8; 2];
+                self.s.read_exact(&mut b).ok()?;
+                u16::from_be_bytes(b) as usize
+            }
+            127 => {
+                let mut b = [0u8; 8];
+                self.s.read_exact(&mut b).ok()?;
+                u64::from_be_bytes(b) as usize
+            }
+            n => n as usize,
+        };
+        let mut p = vec![0u8; len];
+        self.s.read_exact(&mut p).ok()?;
+        Some((h[0] & 0x0f, p))
     }
 
     /// Read frames until the concatenated payloads contain `needle`.
@@ -231,7 +277,8 @@ pub fn start_fake_provider(dir: &Path) -> (Proc, u16) {
     require("python3", "python3");
     let script = dir.join("fake_provider.py");
     std::fs::write(&script, FAKE_PROVIDER).unwrap();
-    let mut child = Command::new("python3").arg(&script).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
+    let mut child =
+        Command::new("python3").arg(&script).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
     let mut out = child.stdout.take().unwrap();
     let mut line = Vec::new();
     let mut b = [0u8; 1];
@@ -273,4 +320,110 @@ pub fn wait_healthy(addr: SocketAddr, auth: &str, within: Duration) {
         std::thread::sleep(Duration::from_millis(300));
     }
     panic!("OpenCode on {addr} did not become healthy within {within:?}");
+}
+
+pub fn b64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' | b'-' => Some(62),
+        b'/' | b'_' => Some(63),
+        _ => None,
+    };
+    let v: Vec<u8> = s.bytes().filter_map(val).collect();
+    let mut out = Vec::new();
+    for c in v.chunks(4) {
+        let n = c.iter().enumerate().fold(0u32, |a, (i, &x)| a | (x as u32) << (18 - 6 * i));
+        out.extend_from_slice(&n.to_be_bytes()[1..c.len()]);
+    }
+    out
+}
+
+/// Headless Chromium driven over the DevTools protocol (a `--dump-dom` run never ends on a
+/// page with open server-sent event streams).
+pub struct Browser {
+    _proc: Proc,
+    _profile: tempfile::TempDir,
+    ws: Ws,
+    next: u64,
+}
+
+impl Browser {
+    pub fn open(url: &str) -> Browser {
+        let chromium = require("chromium", "the Debian package chromium");
+        let profile = tempfile::tempdir().unwrap();
+        let child = Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--window-size=1280,900",
+                "--remote-debugging-port=0",
+                "--disable-breakpad",
+                "--disable-crash-reporter",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(url)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let proc = Proc(child);
+        let port_file = profile.path().join("DevToolsActivePort");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let port: u16 = loop {
+            if let Some(p) = std::fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|t| t.lines().next().and_then(|l| l.parse().ok()))
+            {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "chromium did not start its DevTools endpoint");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let dt = SocketAddr::from(([127, 0, 0, 1], port));
+        let page = loop {
+            let list = http(dt, "GET", "/json/list", &[], None, Duration::from_secs(5)).json();
+            if let Some(p) = list.as_array().into_iter().flatten().find(|t| t["type"] == "page") {
+                break p["webSocketDebuggerUrl"].as_str().unwrap().to_string();
+            }
+            assert!(Instant::now() < deadline, "no page target");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let path = &page[page.find("/devtools/").unwrap()..];
+        let ws = Ws::connect(dt, path, &[]);
+        assert!(ws.head.starts_with("HTTP/1.1 101"), "{}", ws.head);
+        Browser { _proc: proc, _profile: profile, ws, next: 1 }
+    }
+
+    pub fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let id = self.next;
+        self.next += 1;
+        self.ws.send_text(&serde_json::json!({"id": id, "method": method, "params": params}).to_string());
+        loop {
+            let (_, p) = self.ws.read_frame(Duration::from_secs(30)).expect("DevTools answer");
+            let v: serde_json::Value = serde_json::from_slice(&p).unwrap_or_default();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+
+    /// Evaluate a JavaScript expression that returns a string.
+    pub fn eval(&mut self, expr: &str) -> String {
+        let v = self.call("Runtime.evaluate", serde_json::json!({"expression": expr, "returnByValue": true}));
+        v["result"]["result"]["value"].as_str().unwrap_or_default().to_string()
+    }
+
+    pub fn screenshot(&mut self, path: &Path) {
+        let v = self.call("Page.captureScreenshot", serde_json::json!({"format": "png"}));
+        let png = b64_decode(v["result"]["data"].as_str().expect("screenshot data"));
+        assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+        std::fs::write(path, png).unwrap();
+    }
 }

@@ -68,9 +68,9 @@ mod load;
 mod parser;
 pub mod print;
 mod schema;
-mod widen;
 #[cfg(test)]
 mod tests;
+mod widen;
 
 use std::fmt;
 use std::net::IpAddr;

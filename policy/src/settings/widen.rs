@@ -145,7 +145,11 @@ mod tests {
     fn narrowing_and_neutral_settings_are_not_reported() {
         let t = tempfile::tempdir().unwrap();
         let i = input(t.path());
-        write(&i, "sandbox.conf", "OCSB_NAME=shop\nOCSB_WEB_PORT=4296\nOCSB_HIDE=(../secrets)\nOCSB_DOCKER=0\n");
+        write(
+            &i,
+            "sandbox.conf",
+            "OCSB_NAME=shop\nOCSB_WEB_PORT=4296\nOCSB_HIDE=(../secrets)\nOCSB_DOCKER=0\n",
+        );
         assert_eq!(project_widenings(&i).unwrap(), vec![]);
     }
 

@@ -1,0 +1,81 @@
+//! Desktop notifications (`OCSB_NOTIFICATIONS`): the sandbox gets a session bus socket from
+//! `xdg-dbus-proxy` that may talk only to `org.freedesktop.Notifications`. The real session bus
+//! would let the agent start processes outside the sandbox (`systemd-run --user`, D-Bus
+//! activation), so it is never passed in; without the proxy or a bus there are no notifications
+//! and one warning, never the real bus.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running filtered bus proxy; stopped when dropped.
+pub struct BusProxy {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl BusProxy {
+    /// `DBUS_SESSION_BUS_ADDRESS` for the sandbox.
+    pub fn address(&self) -> String {
+        format!("unix:path={}", self.socket.display())
+    }
+}
+
+impl Drop for BusProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    std::env::var("PATH").ok()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
+}
+
+/// The user's session bus address, if there is one.
+fn session_bus() -> Option<String> {
+    if let Some(a) = std::env::var("DBUS_SESSION_BUS_ADDRESS").ok().filter(|a| !a.is_empty()) {
+        return Some(a);
+    }
+    let rt = std::env::var("XDG_RUNTIME_DIR").ok()?;
+    let p = Path::new(&rt).join("bus");
+    p.exists().then(|| format!("unix:path={}", p.display()))
+}
+
+/// Start the proxy with its socket in `run_dir` (the sandbox's `XDG_RUNTIME_DIR`), or say why
+/// not: `Err(warning)`.
+pub fn start(run_dir: &Path) -> Result<BusProxy, String> {
+    let Some(bus) = session_bus() else {
+        return Err("notifications: no session bus (DBUS_SESSION_BUS_ADDRESS is not set); skipped".into());
+    };
+    let Some(exe) = find_in_path("xdg-dbus-proxy") else {
+        return Err(
+            "notifications: xdg-dbus-proxy is not installed (Debian package xdg-dbus-proxy); skipped".into(),
+        );
+    };
+    let _ = std::fs::create_dir_all(run_dir);
+    let socket = run_dir.join("bus");
+    let _ = std::fs::remove_file(&socket);
+    let child = Command::new(exe)
+        .arg(&bus)
+        .arg(&socket)
+        .args(["--filter", "--talk=org.freedesktop.Notifications"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("notifications: cannot start xdg-dbus-proxy ({e}); skipped"))?;
+    let mut proxy = BusProxy { child, socket };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !proxy.socket.exists() {
+        if let Ok(Some(st)) = proxy.child.try_wait() {
+            return Err(format!("notifications: xdg-dbus-proxy exited ({st}); skipped"));
+        }
+        if Instant::now() > deadline {
+            return Err("notifications: xdg-dbus-proxy did not create its socket within 3 s; skipped".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(proxy)
+}

@@ -1,0 +1,519 @@
+//! `ocsb run --no-browser` end to end, as the ordinary user `ocsb-test`, inside a network
+//! namespace this test creates (`ip netns add`): origins on documentation addresses on that
+//! namespace's loopback (192.0.2.1 allowed, 192.0.2.2 blocked by the project's egress.conf), the
+//! netlock table installed in that namespace only, the builtin egress filter, the real sandbox,
+//! a real `opencode serve` and the scripted model provider. The test thread joins the namespace
+//! (`setns`, this thread only) to talk to the web front. Through OpenCode's API the agent's own
+//! shell must: write the project; fail to write `$HOME` and `.opencode-sandbox/`; see no private
+//! ssh key and no web password; reach the allowed origin through the filter; get a 403 with the
+//! deciding rule for the blocked one; fail to connect around the filter; fail `sudo`. Then a
+//! second `run` is refused, and after a restart the session is still listed.
+
+mod run_support;
+
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use run_support::*;
+use serde_json::json;
+
+const UID: u32 = 1990;
+const T: Duration = Duration::from_secs(30);
+
+fn sh(cmd: &str) {
+    let st = Command::new("sh").arg("-c").arg(cmd).status().unwrap();
+    assert!(st.success(), "`{cmd}` failed");
+}
+
+fn netlock_gid() -> u32 {
+    let o = Command::new("getent").args(["group", "opencode-sandbox"]).output().unwrap();
+    assert!(
+        o.status.success(),
+        "group opencode-sandbox is missing: `groupadd -r opencode-sandbox` (tests/install-deps.sh)"
+    );
+    String::from_utf8_lossy(&o.stdout).split(':').nth(2).unwrap().trim().parse().unwrap()
+}
+
+fn require_host() {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    assert!(root, "this test must run as root (it creates a network namespace and switches to ocsb-test)");
+    let ok = Command::new("id").arg("ocsb-test").output().map(|o| o.status.success()).unwrap_or(false);
+    assert!(
+        ok,
+        "user ocsb-test (uid {UID}) is missing: `useradd -m -u {UID} ocsb-test` (tests/install-deps.sh)"
+    );
+    for (t, p) in [
+        ("ip", "iproute2"),
+        ("nft", "nftables"),
+        ("setpriv", "util-linux"),
+        ("curl", "curl"),
+        ("git", "git"),
+        ("python3", "python3"),
+    ] {
+        require(t, p);
+    }
+}
+
+/// A named network namespace, deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Netns {
+        let name = format!("ocsb-run-{}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        sh(&format!("ip netns add {name}"));
+        let ns = Netns(name);
+        ns.exec("ip link set lo up && ip addr add 192.0.2.1/32 dev lo && ip addr add 192.0.2.2/32 dev lo");
+        ns
+    }
+    fn exec(&self, cmd: &str) {
+        sh(&format!("ip netns exec {} sh -c '{}'", self.0, cmd.replace('\'', r"'\''")));
+    }
+    fn cmd(&self) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0]);
+        c
+    }
+    /// Move the calling thread (only) into the namespace.
+    fn enter(&self) {
+        let f = std::fs::File::open(format!("/var/run/netns/{}", self.0)).unwrap();
+        nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+struct World {
+    root: PathBuf,
+    home: PathBuf,
+    proj: PathBuf,
+    state: PathBuf,
+    bin: PathBuf,
+    web: SocketAddr,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        // Stop the filter this test started (it outlives `run` by design); its control socket is a
+        // unix socket, reachable from any network namespace.
+        let _ = Command::new("setpriv")
+            .args([
+                "--reuid",
+                &UID.to_string(),
+                "--regid",
+                &UID.to_string(),
+                "--clear-groups",
+                "--",
+                "env",
+                "-i",
+            ])
+            .arg(format!("HOME={}", self.home.display()))
+            .arg("PATH=/usr/local/bin:/usr/bin:/bin")
+            .arg(&self.bin)
+            .arg("-C")
+            .arg(&self.proj)
+            .args(["egress", "down"])
+            .stdout(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn world(provider_port: u16) -> World {
+    let root = PathBuf::from(format!("/var/tmp/ocsb-run-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let home = root.join("home");
+    let proj = home.join("proj");
+    let state = home.join(".local/share/opencode-sandbox/proj");
+    for d in [
+        &proj.join(".opencode-sandbox/local"),
+        &home.join(".ssh"),
+        &root.join("bin"),
+        &root.join("www1"),
+        &home.join(".cache"),
+    ] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    sh(&format!("git init -q {}", proj.display()));
+    std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE KEY\n").unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519.pub"), "ssh-ed25519 AAAA\n").unwrap();
+    std::fs::write(root.join("www1/index.html"), "origin-one-ok\n").unwrap();
+    let oc = opencode_bin();
+    let web = 18000 + (std::process::id() % 1000) as u16 * 2;
+    std::fs::write(
+        root.join("global.jsonc"),
+        "{\n  // test: no npm plugins (no registry here)\n  \"autoupdate\": false\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        proj.join(".opencode-sandbox/local/sandbox.conf"),
+        format!(
+            "OCSB_WEB_PORT={web}\nOCSB_EGRESS_PORT={}\nOCSB_OPENCODE_BIN={}\nOCSB_OPENCODE_CONFIG={}\nOCSB_DOCKER=0\n\
+             OCSB_ENV=(\"OPENCODE_DISABLE_MODELS_FETCH=1\" \"SHOP_ENV=dev\")\nOCSB_NOTIFICATIONS=1\n\
+             OCSB_HIDE=({})\nOCSB_ENV_FILE={}\nOCSB_SKILLS=(opencode-sandbox extra-skill)\nOCSB_SKILL_DIRS=({})\n",
+            web + 1000,
+            oc.display(),
+            root.join("global.jsonc").display(),
+            root.join("bus").display(),
+            home.join("agent.env").display(),
+            home.join("my-skills").display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        proj.join(".opencode-sandbox/egress.conf"),
+        // No registry in this namespace and none blocked: OpenCode's background plugin install
+        // would stall the first request for about 70 s if the launcher did not seed its config dir.
+        "block 192.0.2.2\nexpect-pass http://192.0.2.1/\nexpect-block http://192.0.2.2/\n",
+    )
+    .unwrap();
+    std::fs::write(proj.join("opencode.json"), provider_config(provider_port)).unwrap();
+    std::fs::write(home.join("agent.env"), "# tokens\nMCP_TOKEN='tok-$(not-run)'\n").unwrap();
+    std::fs::create_dir_all(home.join("my-skills/extra-skill")).unwrap();
+    std::fs::write(
+        home.join("my-skills/extra-skill/SKILL.md"),
+        "---\nname: extra-skill\ndescription: a test skill\n---\nbody\n",
+    )
+    .unwrap();
+    // An installation as `make install` lays it out: <prefix>/bin/ocsb and the setgid shim
+    // <prefix>/libexec/ocsb/ocsb-netlock-exec (2755 root:opencode-sandbox), which `run` uses to
+    // give the sandbox the netlock gid (OCSB_NETLOCK_ACQUIRE=exec, the default).
+    let bin = root.join("prefix/bin/ocsb");
+    let shim = root.join("prefix/libexec/ocsb/ocsb-netlock-exec");
+    std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(shim.parent().unwrap()).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_ocsb"), &bin).unwrap();
+    std::fs::copy(shim_binary(), &shim).unwrap();
+    std::fs::create_dir_all(root.join("bus")).unwrap();
+    sh(&format!("chown -R {UID}:{UID} {} && chmod -R a+rX {}", home.display(), root.display()));
+    sh(&format!("chown {UID}:{UID} {0} && chmod 700 {0}", root.join("bus").display()));
+    sh(&format!("chown root:opencode-sandbox {0} && chmod 2755 {0}", shim.display()));
+    World { root, home, proj, state, bin, web: SocketAddr::from(([127, 0, 0, 1], web)) }
+}
+
+/// The shim built beside the ocsb binary (`cargo build -p ocsb-netlock-helper` builds it).
+fn shim_binary() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_ocsb")).parent().unwrap().to_path_buf();
+    let shim = dir.join("ocsb-netlock-exec");
+    if !shim.exists() {
+        let target = dir.parent().unwrap();
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-p", "ocsb-netlock-helper", "--bin", "ocsb-netlock-exec"])
+            .env("CARGO_TARGET_DIR", target)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap();
+        assert!(st.success(), "could not build ocsb-netlock-exec (crate ocsb-netlock-helper)");
+    }
+    shim
+}
+
+/// `ocsb run --no-browser` as ocsb-test (its own gid: the filter must not be locked; the
+/// sandbox gets the netlock gid through the shim), output to `log`.
+fn start_run(ns: &Netns, w: &World, log: &Path) -> Proc {
+    let out = std::fs::File::create(log).unwrap();
+    let child = ns
+        .cmd()
+        .args(["setpriv", "--reuid", &UID.to_string(), "--regid", &UID.to_string(), "--clear-groups", "--"])
+        .args(["env", "-i"])
+        .arg(format!("HOME={}", w.home.display()))
+        .arg("PATH=/usr/local/bin:/usr/bin:/bin")
+        .arg("USER=ocsb-test")
+        .arg(format!("DBUS_SESSION_BUS_ADDRESS=unix:path={}", w.root.join("bus/real").display()))
+        .arg(&w.bin)
+        .arg("-C")
+        .arg(&w.proj)
+        .args(["run", "--no-browser"])
+        .current_dir(&w.proj)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    Proc(child)
+}
+
+fn wait_ready(log: &Path, run: &mut Proc) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains("\nready;") {
+            return;
+        }
+        if let Ok(Some(st)) = run.0.try_wait() {
+            panic!("ocsb run exited ({st}) before it was ready:\n{text}");
+        }
+        assert!(Instant::now() < deadline, "ocsb run not ready within 180 s:\n{text}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Run `cmd` through OpenCode's `/session/{id}/shell` (the agent's own bash) and return its output.
+fn shell(w: &World, auth: &str, id: &str, cmd: &str) -> String {
+    let body = json!({"agent": "build", "command": cmd});
+    let r = http(
+        w.web,
+        "POST",
+        &format!("/session/{id}/shell"),
+        &[("Authorization", auth)],
+        Some(&body.to_string()),
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.status, 200, "{cmd}: {r:?}");
+    let msgs =
+        http(w.web, "GET", &format!("/session/{id}/message"), &[("Authorization", auth)], None, T).json();
+    let part = msgs
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
+        .rfind(|p| p["type"] == "tool" && p["state"]["input"]["command"] == cmd)
+        .unwrap_or_else(|| panic!("no shell part for {cmd}"));
+    part["state"]["output"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn run_puts_the_agents_shell_in_the_sandbox() {
+    require_host();
+    let gid = netlock_gid();
+    let ns = Netns::new();
+    let tmp = tempfile::tempdir().unwrap();
+    // The model provider listens on the namespace's loopback (the lock allows 127.0.0.0/8).
+    let script = tmp.path().join("fake_provider.py");
+    std::fs::write(&script, FAKE_PROVIDER).unwrap();
+    let mut child = ns.cmd().arg("python3").arg(&script).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line)
+        .unwrap();
+    let _provider = Proc(child);
+    let w = world(line.trim().parse().unwrap());
+    let _origin = Proc(
+        ns.cmd()
+            .args(["python3", "-m", "http.server", "--bind", "192.0.2.1", "80", "--directory"])
+            .arg(w.root.join("www1"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let _blocked = Proc(
+        ns.cmd()
+            .args(["python3", "-m", "http.server", "--bind", "192.0.2.2", "80"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    ns.exec("for i in $(seq 100); do curl -s -m 1 -o /dev/null http://192.0.2.1/ && curl -s -m 1 -o /dev/null http://192.0.2.2/ && exit 0; sleep 0.1; done; exit 1");
+    let table = format!(
+        "table inet ocsb_netlock {{\n chain output {{\n  type filter hook output priority filter; policy accept;\n  meta skgid {gid} jump locked\n }}\n \
+         chain locked {{\n  ip daddr 127.0.0.0/8 accept\n  ip6 daddr ::1 accept\n  reject with icmpx admin-prohibited\n }}\n}}\n"
+    );
+    let nft = w.root.join("netlock.nft");
+    std::fs::write(&nft, table).unwrap();
+    ns.exec(&format!("nft -f {}", nft.display()));
+
+    // The user's session bus (a real dbus-daemon owned by ocsb-test). Activating a service on it
+    // is what `systemd-run --user` and D-Bus activation use to leave a sandbox.
+    let _bus = Proc(
+        Command::new("setpriv")
+            .args(["--reuid", &UID.to_string(), "--regid", &UID.to_string(), "--clear-groups", "--"])
+            .args(["dbus-daemon", "--session", "--nofork"])
+            .arg(format!("--address=unix:path={}", w.root.join("bus/real").display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-daemon (Debian package dbus)"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !w.root.join("bus/real").exists() {
+        assert!(Instant::now() < deadline, "dbus-daemon did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    const ACTIVATE: &str = "dbus-send --session --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus \
+        org.freedesktop.DBus.StartServiceByName string:org.freedesktop.systemd1 uint32:0 2>&1";
+    let control = Command::new("setpriv")
+        .args([
+            "--reuid",
+            &UID.to_string(),
+            "--regid",
+            &UID.to_string(),
+            "--clear-groups",
+            "--",
+            "sh",
+            "-c",
+            ACTIVATE,
+        ])
+        .env("DBUS_SESSION_BUS_ADDRESS", format!("unix:path={}", w.root.join("bus/real").display()))
+        .output()
+        .unwrap();
+    let control = String::from_utf8_lossy(&control.stdout).into_owned();
+    assert!(control.contains("Spawn"), "control: the real bus attempts the activation: {control}");
+
+    let log = w.root.join("run.log");
+    let mut run = start_run(&ns, &w, &log);
+    wait_ready(&log, &mut run);
+    let text = std::fs::read_to_string(&log).unwrap();
+    for step in
+        ["egress:", "netlock:    ok", "self-tests: 3 checks passed", "web:", "first start: the password is"]
+    {
+        assert!(text.contains(step), "missing `{step}` in:\n{text}");
+    }
+    let pw_file = w.state.join("password");
+    let password = std::fs::read_to_string(&pw_file).unwrap().trim().to_string();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&pw_file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(text.contains(&password));
+
+    ns.enter();
+    let auth = basic("opencode", &password);
+    assert_eq!(http(w.web, "GET", "/", &[], None, T).status, 401);
+    let page = http(w.web, "GET", "/", &[("Authorization", &auth)], None, T);
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("/__ocsb/panel.js"));
+
+    let ses = http(w.web, "POST", "/session", &[("Authorization", &auth)], Some("{}"), T).json();
+    let id = ses["id"].as_str().unwrap_or_else(|| panic!("{ses}")).to_string();
+    let out = shell(&w, &auth, &id, "echo agent > written-by-agent.txt && cat written-by-agent.txt && id -g");
+    assert!(out.contains("agent"), "{out}");
+    assert_eq!(std::fs::read_to_string(w.proj.join("written-by-agent.txt")).unwrap(), "agent\n");
+    assert!(out.contains(&gid.to_string()), "the agent runs as the netlock group: {out}");
+    let out = shell(&w, &auth, &id, "echo shop=[$SHOP_ENV] token=[$MCP_TOKEN] proxy=[$HTTPS_PROXY]");
+    assert!(
+        out.contains("shop=[dev] token=[] proxy=[http://127.0.0.1:"),
+        "OCSB_ENV passed, env-file tokens blanked in the agent's shell: {out}"
+    );
+    let skills = http(w.web, "GET", "/skill", &[("Authorization", &auth)], None, T).json();
+    let names: Vec<&str> = skills.as_array().unwrap().iter().filter_map(|s| s["name"].as_str()).collect();
+    assert!(
+        names.contains(&"opencode-sandbox") && names.contains(&"extra-skill"),
+        "OCSB_SKILLS mounted: {names:?}"
+    );
+    let out = shell(&w, &auth, &id, &format!("echo bus=[$DBUS_SESSION_BUS_ADDRESS]; {ACTIVATE}"));
+    assert!(
+        out.contains(&format!("bus=[unix:path={}/run/bus]", w.state.display()))
+            && out.contains("ServiceUnknown")
+            && !out.contains("Spawn"),
+        "the agent's bus is the filtered proxy, which refuses activation: {out}"
+    );
+    let real = w.root.join("bus/real");
+    let out = shell(
+        &w,
+        &auth,
+        &id,
+        &format!(
+            "dbus-send --bus=unix:path={} --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus.ListNames 2>&1 || echo real-bus-unreachable",
+            real.display()
+        ),
+    );
+    assert!(out.contains("real-bus-unreachable"), "the user's real bus is hidden: {out}");
+    assert!(text.contains("notify:     session bus limited to org.freedesktop.Notifications"), "{text}");
+    let cfg = http(w.web, "GET", "/config", &[("Authorization", &auth)], None, T).json();
+    let plugins = cfg["plugin"].to_string();
+    assert!(
+        plugins.contains("skill-compact-resurrect.js") && plugins.contains("ocsb-guard.js"),
+        "OCSB_PLUGINS: {plugins}"
+    );
+    assert!(cfg["permission"]["bash"]["sudo *"] == "deny", "{}", cfg["permission"]);
+    let out = shell(&w, &auth, &id, "touch $HOME/outside 2>&1");
+    assert!(out.contains("Read-only file system") && !w.home.join("outside").exists(), "{out}");
+    let out = shell(&w, &auth, &id, "touch .opencode-sandbox/x 2>&1");
+    assert!(out.contains("Read-only file system") && !w.proj.join(".opencode-sandbox/x").exists(), "{out}");
+    let out =
+        shell(&w, &auth, &id, "echo key=[$(cat ~/.ssh/id_ed25519 2>&1)] pub=[$(cat ~/.ssh/id_ed25519.pub)]");
+    assert!(out.contains("pub=[ssh-ed25519 AAAA]") && !out.contains("PRIVATE KEY"), "{out}");
+    let out = shell(&w, &auth, &id, &format!("echo pw=[$(cat {} 2>&1)]", pw_file.display()));
+    assert!(!out.contains(&password), "the web password is hidden from the agent: {out}");
+    let out = shell(&w, &auth, &id, "curl -sS -m 10 http://192.0.2.1/");
+    assert!(out.contains("origin-one-ok"), "allowed origin through the filter: {out}");
+    let out = shell(&w, &auth, &id, "curl -sS -m 10 -i http://192.0.2.2/");
+    assert!(
+        out.contains(" 403") && out.to_ascii_lowercase().contains("x-egress-decision: block"),
+        "blocked with the rule: {out}"
+    );
+    let out =
+        shell(&w, &auth, &id, "curl -sS -m 5 --noproxy '*' http://192.0.2.1/ 2>&1 || echo direct-failed");
+    assert!(
+        !out.contains("origin-one-ok") && out.contains("direct-failed"),
+        "a direct connection is rejected: {out}"
+    );
+    let out = shell(&w, &auth, &id, "sudo -n true 2>&1 || echo sudo-failed");
+    assert!(out.contains("sudo-failed"), "sudo is refused: {out}");
+
+    // A second `run` in the same project is refused while the first runs.
+    let log2 = w.root.join("run2.log");
+    let mut second = start_run(&ns, &w, &log2);
+    let st = second.0.wait().unwrap();
+    let text2 = std::fs::read_to_string(&log2).unwrap();
+    assert!(!st.success() && text2.contains("already running"), "{text2}");
+
+    // Ctrl-C (SIGINT) stops OpenCode and the front; the filter keeps running.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(run.0.id() as i32), nix::sys::signal::Signal::SIGINT)
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while run.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "ocsb run did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(std::net::TcpStream::connect(w.web).is_err(), "the front is gone");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", w.web.port() + 1000)).is_ok(),
+        "the filter still runs"
+    );
+
+    // `prepare` alone: the running filter is reloaded, netlock and self-tests pass again.
+    let out = ns
+        .cmd()
+        .args([
+            "setpriv",
+            "--reuid",
+            &UID.to_string(),
+            "--regid",
+            &UID.to_string(),
+            "--clear-groups",
+            "--",
+            "env",
+            "-i",
+        ])
+        .arg(format!("HOME={}", w.home.display()))
+        .arg("PATH=/usr/local/bin:/usr/bin:/bin")
+        .arg(&w.bin)
+        .arg("-C")
+        .arg(&w.proj)
+        .arg("prepare")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("rules reloaded")
+            && text.contains("netlock:    ok")
+            && text.contains("self-tests: 3 checks passed"),
+        "{text}"
+    );
+
+    // Restart: the session is still there.
+    let log3 = w.root.join("run3.log");
+    let mut again = start_run(&ns, &w, &log3);
+    wait_ready(&log3, &mut again);
+    assert!(
+        !std::fs::read_to_string(&log3).unwrap().contains("first start"),
+        "the password is printed only once"
+    );
+    let list = http(w.web, "GET", "/session", &[("Authorization", &auth)], None, T).json();
+    assert!(
+        list.as_array().unwrap().iter().any(|s| s["id"] == id.as_str()),
+        "session kept across restarts: {list}"
+    );
+    drop(again);
+}

@@ -303,9 +303,33 @@ async fn squid_up(
             progress(&format!("starting {name}"));
             let labels = squid::image::labels(&inst.name, &inst.project_hash(), &hash);
             squid::container::create_and_start(&docker, &name, &dir, labels).await?;
+            // "healthy" means squid wrote its pid file; the listening socket comes a moment later.
+            // `up` promises a filter that accepts connections, so wait for that too.
+            wait_listening(&plan.addrs).await?;
             Ok(report(UpAction::Started))
         }
     }
+}
+
+/// Wait (up to 10 s) until the filter accepts on its loopback listen addresses. Only loopback
+/// is probed: it says squid is up, and it keeps this check from sending anything anywhere else.
+async fn wait_listening(addrs: &[std::net::SocketAddr]) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    for a in addrs.iter().filter(|a| a.ip().is_loopback()) {
+        loop {
+            if tokio::net::TcpStream::connect(a).await.is_ok() {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::docker(
+                    format!("the squid container is healthy but nothing accepts on {a}"),
+                    "see `ocsb egress logs`; a busy port needs another OCSB_EGRESS_PORT",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
 }
 
 fn set_readable(p: &std::path::Path) {

@@ -69,6 +69,14 @@ fn squid_container_lifecycle() {
         },
     };
     let _ = ocsb_egress::down(&inst);
+    // Remove the container however the test ends, so a failure leaves nothing running.
+    struct Down<'a>(&'a Instance);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = ocsb_egress::down(self.0);
+        }
+    }
+    let _down = Down(&inst);
 
     // Re-import the image when it is ours (shows the progress path); leave foreign images alone.
     let had_image = std::process::Command::new("docker")
@@ -123,6 +131,13 @@ fn squid_container_lifecycle() {
     assert_eq!(r.action, UpAction::Reloaded);
     let t = Instant::now();
     loop {
+        // `squid -k reconfigure` closes and reopens its listening socket: a refused connection
+        // in that window means "not yet", not a failure.
+        if std::net::TcpStream::connect_timeout(&proxy, Duration::from_millis(500)).is_err() {
+            assert!(t.elapsed() < Duration::from_secs(2), "squid did not accept again after the reload");
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
         let s = client::connect(proxy, "www.example.org:443").0.map(|r| r.status);
         if s == Some(403) {
             break;

@@ -101,12 +101,16 @@ fn uninstall_removes_exactly_what_install_put() {
     ] {
         assert!(installed.contains(must), "install did not put {must}: {installed:#?}");
     }
-    // Someone else's file in the same directories must survive.
+    // Someone else's file in the same directories must survive, and so must an admin's edits.
     fs::write(dest.join("usr/local/bin/other-tool"), "#!/bin/sh\n").unwrap();
+    let conf = dest.join("etc/ocsb/netlock.toml");
+    let mut edited = fs::read_to_string(&conf).unwrap();
+    edited.push_str("# edited by the admin\n");
+    fs::write(&conf, edited).unwrap();
 
     let o = uninstall(&dest);
-    let said = String::from_utf8_lossy(&o.stdout);
-    assert!(said.contains("kept /etc/ocsb/netlock.toml"), "{said}");
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(said.contains("kept") && said.contains("etc/ocsb/netlock.toml"), "{said}");
 
     let left = files(&dest);
     let expected: BTreeSet<String> =

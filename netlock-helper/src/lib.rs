@@ -7,6 +7,7 @@
 //! `dbus` (feature) around it. No module takes input from an unprivileged caller.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod config;
 pub mod daemon;
 #[cfg(feature = "dbus")]

@@ -5,41 +5,12 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::Parser;
+use ocsb_netlock_helper::cli::{Cli, Cmd};
 use ocsb_netlock_helper::config::{self, CONFIG_PATH, Config, RESOLV_PATH};
 use ocsb_netlock_helper::nft::{Nl, OWNED, PERSIST};
 use ocsb_netlock_helper::verify::{self, Outcome};
 use ocsb_netlock_helper::{daemon, model::Model};
-
-#[derive(Parser)]
-#[command(
-    name = "ocsb-netlock-helper",
-    version,
-    about = "Owns the nftables table inet ocsb_netlock (needs CAP_NET_ADMIN)"
-)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// Run as the systemd service (Type=notify): own the table, follow resolv.conf, serve D-Bus.
-    Daemon,
-    /// Create or atomically replace the table once.
-    Apply,
-    /// Delete the table (adopting it if orphaned); succeeds when it is already absent.
-    Remove,
-    /// Compare the kernel's table with the contract. Exit 0 ok, 2 missing, 3 drift, 4 stale-dns, 1 error.
-    Verify {
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print the exact nft text of the table the current inputs produce.
-    Print,
-    /// Parse the config and resolv.conf and show the model; changes nothing.
-    CheckConfig,
-}
 
 fn main() -> ExitCode {
     match run(Cli::parse().cmd) {

@@ -184,7 +184,11 @@ impl Lab {
             .topo
             .filter
             .command("setpriv")
-            .args(["--reuid=13", "--regid=13", "--clear-groups", "/usr/sbin/squid", "-N", "-f"])
+            .args(["--reuid=13", "--regid=13", "--clear-groups", "/usr/sbin/squid", "-N", "-n"])
+            // A service name of its own: squid names its /dev/shm segments after it, and a
+            // leftover `squid-cf__*` of another squid would make this one refuse to start.
+            .arg(squid_service())
+            .arg("-f")
             .arg(&conf_path)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -233,8 +237,25 @@ impl Drop for Lab {
         if let Some(mut c) = self.squid.take() {
             let _ = c.kill();
             let _ = c.wait();
+            // SIGKILL leaves squid's shared memory segments behind: remove this service's.
+            if let Ok(entries) = std::fs::read_dir("/dev/shm") {
+                let prefix = format!("{}-", squid_service());
+                for e in entries.flatten() {
+                    if e.file_name().to_string_lossy().starts_with(&prefix) {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
+            }
         }
     }
+}
+
+/// squid's service name (`-n`) for this test process: unique, alphanumeric as squid requires.
+fn squid_service() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    thread_local!(static MINE: u32 = N.fetch_add(1, Ordering::Relaxed));
+    MINE.with(|n| format!("ocsblab{}x{n}", std::process::id()))
 }
 
 /// Wait until `path` has a log line whose target is `target` and that was not seen before

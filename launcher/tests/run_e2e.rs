@@ -107,21 +107,8 @@ impl Drop for World {
         // Stop the filter this test started (it outlives `run` by design); its control socket is a
         // unix socket, reachable from any network namespace.
         let _ = Command::new("setpriv")
-            .args([
-                "--reuid",
-                &UID.to_string(),
-                "--regid",
-                &UID.to_string(),
-                "--clear-groups",
-                "--",
-                "env",
-                "-i",
-            ])
-            .arg(format!("HOME={}", self.home.display()))
-            .arg("PATH=/usr/local/bin:/usr/bin:/bin")
-            .arg(&self.bin)
-            .arg("-C")
-            .arg(&self.proj)
+            .args(&as_user()[1..])
+            .args(ocsb_as(self))
             .args(["egress", "down"])
             .stdout(Stdio::null())
             .status();
@@ -218,13 +205,33 @@ fn shim_binary() -> PathBuf {
     shim
 }
 
+/// `setpriv …`: the rest of the command line runs as ocsb-test with its own gid and no
+/// supplementary groups (element 0 is the program, for `Command::new`).
+fn as_user() -> Vec<String> {
+    let uid = UID.to_string();
+    ["setpriv", "--reuid", &uid, "--regid", &uid, "--clear-groups", "--"].map(String::from).to_vec()
+}
+
+/// `env -i HOME=… PATH=… <ocsb> -C <project>`: the installed ocsb with a clean environment.
+fn ocsb_as(w: &World) -> Vec<std::ffi::OsString> {
+    vec![
+        "env".into(),
+        "-i".into(),
+        format!("HOME={}", w.home.display()).into(),
+        "PATH=/usr/local/bin:/usr/bin:/bin".into(),
+        w.bin.clone().into(),
+        "-C".into(),
+        w.proj.clone().into(),
+    ]
+}
+
 /// `ocsb run --no-browser` as ocsb-test (its own gid: the filter must not be locked; the
 /// sandbox gets the netlock gid through the shim), output to `log`.
 fn start_run(ns: &Netns, w: &World, log: &Path) -> Proc {
     let out = std::fs::File::create(log).unwrap();
     let child = ns
         .cmd()
-        .args(["setpriv", "--reuid", &UID.to_string(), "--regid", &UID.to_string(), "--clear-groups", "--"])
+        .args(as_user())
         .args(["env", "-i"])
         .arg(format!("HOME={}", w.home.display()))
         .arg("PATH=/usr/local/bin:/usr/bin:/bin")
@@ -327,7 +334,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     // is what `systemd-run --user` and D-Bus activation use to leave a sandbox.
     let _bus = Proc(
         Command::new("setpriv")
-            .args(["--reuid", &UID.to_string(), "--regid", &UID.to_string(), "--clear-groups", "--"])
+            .args(&as_user()[1..])
             .args(["dbus-daemon", "--session", "--nofork"])
             .arg(format!("--address=unix:path={}", w.root.join("bus/real").display()))
             .stdout(Stdio::null())
@@ -343,17 +350,8 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     const ACTIVATE: &str = "dbus-send --session --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus \
         org.freedesktop.DBus.StartServiceByName string:org.freedesktop.systemd1 uint32:0 2>&1";
     let control = Command::new("setpriv")
-        .args([
-            "--reuid",
-            &UID.to_string(),
-            "--regid",
-            &UID.to_string(),
-            "--clear-groups",
-            "--",
-            "sh",
-            "-c",
-            ACTIVATE,
-        ])
+        .args(&as_user()[1..])
+        .args(["sh", "-c", ACTIVATE])
         .env("DBUS_SESSION_BUS_ADDRESS", format!("unix:path={}", w.root.join("bus/real").display()))
         .output()
         .unwrap();
@@ -472,27 +470,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     );
 
     // `prepare` alone: the running filter is reloaded, netlock and self-tests pass again.
-    let out = ns
-        .cmd()
-        .args([
-            "setpriv",
-            "--reuid",
-            &UID.to_string(),
-            "--regid",
-            &UID.to_string(),
-            "--clear-groups",
-            "--",
-            "env",
-            "-i",
-        ])
-        .arg(format!("HOME={}", w.home.display()))
-        .arg("PATH=/usr/local/bin:/usr/bin:/bin")
-        .arg(&w.bin)
-        .arg("-C")
-        .arg(&w.proj)
-        .arg("prepare")
-        .output()
-        .unwrap();
+    let out = ns.cmd().args(as_user()).args(ocsb_as(&w)).arg("prepare").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(

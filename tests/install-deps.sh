@@ -69,6 +69,14 @@ if [ "$(opencode --version 2>/dev/null)" != "$OPENCODE_VERSION" ]; then
     npm install -g --silent --no-fund --no-audit "opencode-ai@$OPENCODE_VERSION" >/dev/null
 fi
 
+# cc-safety-net, pinned as in opencode/opencode.jsonc: the init test checks that the
+# .cc-safety-net/policy.json template is a policy it accepts.
+CCSN_VERSION=2.4.5
+if [ "$(cc-safety-net --version 2>/dev/null)" != "$CCSN_VERSION" ]; then
+    echo "installing cc-safety-net@$CCSN_VERSION"
+    npm install -g --silent --no-fund --no-audit "cc-safety-net@$CCSN_VERSION" >/dev/null
+fi
+
 # A real Docker engine, without host firewall rules (see above).
 if ! docker info >/dev/null 2>&1; then
     nohup dockerd --iptables=false --ip6tables=false >/var/log/ocsb-dockerd.log 2>&1 &

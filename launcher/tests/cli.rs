@@ -104,6 +104,22 @@ fn init_creates_every_file_and_is_idempotent() {
 }
 
 #[test]
+fn the_safety_net_policy_template_is_one_cc_safety_net_accepts() {
+    let r = Repo::new();
+    assert!(r.ocsb(&["init"]).status.success());
+    let o = Command::new("cc-safety-net")
+        .args(["policy", "check", ".cc-safety-net/policy.json"])
+        .current_dir(&r.dir)
+        .env("HOME", &r.home)
+        .output()
+        .expect("cc-safety-net is needed: npm install -g cc-safety-net@2.4.5 (make test does it)");
+    let out = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("Scope: project"), "not read as the project's policy: {out}");
+    assert!(!out.contains("unknown field"), "{out}");
+}
+
+#[test]
 fn init_never_follows_or_replaces_an_existing_symlink() {
     let r = Repo::new();
     fs::create_dir_all(r.dir.join(".opencode-sandbox")).unwrap();

@@ -13,22 +13,23 @@ use crate::project::{self, PROJECT_CONF_DIR};
 
 struct Template {
     path: &'static str,
-    body: &'static str,
+    body: fn() -> String,
     mode: u32,
 }
 
 const TEMPLATES: &[Template] = &[
-    Template { path: "sandbox.conf", body: include_str!("../templates/sandbox.conf"), mode: 0o644 },
-    Template { path: "egress.conf", body: include_str!("../templates/egress.conf"), mode: 0o644 },
-    Template { path: ".gitignore", body: include_str!("../templates/gitignore"), mode: 0o644 },
+    // Generated from the settings schema, so every setting is listed with its real default.
+    Template { path: "sandbox.conf", body: ocsb_policy::settings::print::template, mode: 0o644 },
+    Template { path: "egress.conf", body: || include_str!("../templates/egress.conf").into(), mode: 0o644 },
+    Template { path: ".gitignore", body: || include_str!("../templates/gitignore").into(), mode: 0o644 },
     Template {
         path: "hooks/wt-post-add.example",
-        body: include_str!("../templates/wt-post-add.example"),
+        body: || include_str!("../templates/wt-post-add.example").into(),
         mode: 0o755,
     },
     Template {
         path: "hooks/wt-pre-rm.example",
-        body: include_str!("../templates/wt-pre-rm.example"),
+        body: || include_str!("../templates/wt-pre-rm.example").into(),
         mode: 0o755,
     },
 ];
@@ -56,7 +57,7 @@ pub fn run(start: &Path) -> Result<Vec<Outcome>> {
     }
     let mut outcomes = Vec::new();
     for t in TEMPLATES {
-        outcomes.push(create_file(&conf.join(t.path), t.body, t.mode)?);
+        outcomes.push(create_file(&conf.join(t.path), &(t.body)(), t.mode)?);
     }
     outcomes.push(create_file(&root.join(".cc-safety-net/policy.json"), SAFETY_NET_POLICY, 0o644)?);
     Ok(outcomes)

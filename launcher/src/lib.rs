@@ -11,6 +11,7 @@ mod opencode;
 mod project;
 mod run;
 mod sandbox;
+mod statefs;
 mod web;
 mod worktree;
 

@@ -128,6 +128,7 @@ fn world(provider_port: u16) -> World {
         &root.join("bin"),
         &root.join("www1"),
         &home.join(".cache"),
+        &home.join("victim"),
     ] {
         std::fs::create_dir_all(d).unwrap();
     }
@@ -138,19 +139,13 @@ fn world(provider_port: u16) -> World {
     let oc = opencode_bin();
     let web = 18000 + (std::process::id() % 1000) as u16 * 2;
     std::fs::write(
-        root.join("global.jsonc"),
-        "{\n  // test: no npm plugins (no registry here)\n  \"autoupdate\": false\n}\n",
-    )
-    .unwrap();
-    std::fs::write(
         proj.join(".opencode-sandbox/local/sandbox.conf"),
         format!(
-            "OCSB_WEB_PORT={web}\nOCSB_EGRESS_PORT={}\nOCSB_OPENCODE_BIN={}\nOCSB_OPENCODE_CONFIG={}\nOCSB_DOCKER=0\n\
+            "OCSB_WEB_PORT={web}\nOCSB_EGRESS_PORT={}\nOCSB_OPENCODE_BIN={}\nOCSB_DOCKER=0\n\
              OCSB_ENV=(\"OPENCODE_DISABLE_MODELS_FETCH=1\" \"SHOP_ENV=dev\")\nOCSB_NOTIFICATIONS=1\n\
              OCSB_HIDE=({})\nOCSB_ENV_FILE={}\nOCSB_SKILLS=(opencode-sandbox extra-skill)\nOCSB_SKILL_DIRS=({})\n",
             web + 1000,
             oc.display(),
-            root.join("global.jsonc").display(),
             root.join("bus").display(),
             home.join("agent.env").display(),
             home.join("my-skills").display()
@@ -165,6 +160,21 @@ fn world(provider_port: u16) -> World {
     )
     .unwrap();
     std::fs::write(proj.join("opencode.json"), provider_config(provider_port)).unwrap();
+    // cc-safety-net (the package's global config loads it) with a project policy that adds a path.
+    std::fs::create_dir_all(proj.join(".cc-safety-net")).unwrap();
+    std::fs::write(
+        proj.join(".cc-safety-net/policy.json"),
+        "{\"version\": 1, \"secret_protection\": {\"deny_paths\": [\"notes.txt\"]}}\n",
+    )
+    .unwrap();
+    std::fs::write(proj.join("notes.txt"), "denied-by-project-policy\n").unwrap();
+    std::fs::write(proj.join("other.txt"), "readable-by-agent\n").unwrap();
+    // `xdg-open` for the run that opens the browser: records the URL.
+    std::fs::write(
+        root.join("bin/xdg-open"),
+        format!("#!/bin/sh\necho \"$@\" >> {}\n", home.join("opened").display()),
+    )
+    .unwrap();
     std::fs::write(home.join("agent.env"), "# tokens\nMCP_TOKEN='tok-$(not-run)'\n").unwrap();
     std::fs::create_dir_all(home.join("my-skills/extra-skill")).unwrap();
     std::fs::write(
@@ -182,6 +192,7 @@ fn world(provider_port: u16) -> World {
     std::fs::copy(env!("CARGO_BIN_EXE_ocsb"), &bin).unwrap();
     std::fs::copy(shim_binary(), &shim).unwrap();
     std::fs::create_dir_all(root.join("bus")).unwrap();
+    sh(&format!("chmod 755 {}", root.join("bin/xdg-open").display()));
     sh(&format!("chown -R {UID}:{UID} {} && chmod -R a+rX {}", home.display(), root.display()));
     sh(&format!("chown {UID}:{UID} {0} && chmod 700 {0}", root.join("bus").display()));
     sh(&format!("chown root:opencode-sandbox {0} && chmod 2755 {0}", shim.display()));
@@ -194,8 +205,11 @@ fn shim_binary() -> PathBuf {
     let shim = dir.join("ocsb-netlock-exec");
     if !shim.exists() {
         let target = dir.parent().unwrap();
+        // The same profile as this test's binaries (target/<profile>/).
+        let release = dir.file_name().is_some_and(|n| n == "release");
         let st = Command::new(env!("CARGO"))
             .args(["build", "-p", "ocsb-netlock-helper", "--bin", "ocsb-netlock-exec"])
+            .args(release.then_some("--release"))
             .env("CARGO_TARGET_DIR", target)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
@@ -225,22 +239,28 @@ fn ocsb_as(w: &World) -> Vec<std::ffi::OsString> {
     ]
 }
 
-/// `ocsb run --no-browser` as ocsb-test (its own gid: the filter must not be locked; the
-/// sandbox gets the netlock gid through the shim), output to `log`.
-fn start_run(ns: &Netns, w: &World, log: &Path) -> Proc {
+/// `ocsb run` as ocsb-test (its own gid: the filter must not be locked; the sandbox gets the
+/// netlock gid through the shim), output to `log`. `browser`: with a display and the recording
+/// `xdg-open` first in `PATH`; otherwise `--no-browser`.
+fn start_run(ns: &Netns, w: &World, log: &Path, browser: bool) -> Proc {
     let out = std::fs::File::create(log).unwrap();
-    let child = ns
-        .cmd()
-        .args(as_user())
+    let mut cmd = ns.cmd();
+    cmd.args(as_user())
         .args(["env", "-i"])
         .arg(format!("HOME={}", w.home.display()))
-        .arg("PATH=/usr/local/bin:/usr/bin:/bin")
         .arg("USER=ocsb-test")
-        .arg(format!("DBUS_SESSION_BUS_ADDRESS=unix:path={}", w.root.join("bus/real").display()))
-        .arg(&w.bin)
-        .arg("-C")
-        .arg(&w.proj)
-        .args(["run", "--no-browser"])
+        .arg(format!("DBUS_SESSION_BUS_ADDRESS=unix:path={}", w.root.join("bus/real").display()));
+    if browser {
+        cmd.arg(format!("PATH={}:/usr/local/bin:/usr/bin:/bin", w.root.join("bin").display()))
+            .arg("DISPLAY=:99");
+    } else {
+        cmd.arg("PATH=/usr/local/bin:/usr/bin:/bin");
+    }
+    cmd.arg(&w.bin).arg("-C").arg(&w.proj).arg("run");
+    if !browser {
+        cmd.arg("--no-browser");
+    }
+    let child = cmd
         .current_dir(&w.proj)
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
@@ -342,11 +362,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
             .spawn()
             .expect("dbus-daemon (Debian package dbus)"),
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !w.root.join("bus/real").exists() {
-        assert!(Instant::now() < deadline, "dbus-daemon did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_path(&w.root.join("bus/real"), "dbus-daemon", Duration::from_secs(5));
     const ACTIVATE: &str = "dbus-send --session --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus \
         org.freedesktop.DBus.StartServiceByName string:org.freedesktop.systemd1 uint32:0 2>&1";
     let control = Command::new("setpriv")
@@ -357,16 +373,30 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
         .unwrap();
     let control = String::from_utf8_lossy(&control.stdout).into_owned();
     assert!(control.contains("Spawn"), "control: the real bus attempts the activation: {control}");
+    // A notification daemon on that bus, recording every Notify call.
+    let mut daemon = Command::new("setpriv");
+    daemon
+        .args(&as_user()[1..])
+        .arg(dbus_python())
+        .args(["-c", FAKE_NOTIFICATIONS])
+        .env("DBUS_SESSION_BUS_ADDRESS", format!("unix:path={}", w.root.join("bus/real").display()));
+    let notifications = FakeNotifications::spawn(daemon);
 
     let log = w.root.join("run.log");
-    let mut run = start_run(&ns, &w, &log);
+    let mut run = start_run(&ns, &w, &log, false);
     wait_ready(&log, &mut run);
     let text = std::fs::read_to_string(&log).unwrap();
-    for step in
-        ["egress:", "netlock:    ok", "self-tests: 3 checks passed", "web:", "first start: the password is"]
-    {
+    for step in [
+        "egress:",
+        "netlock:    ok",
+        "self-tests: 3 checks passed",
+        "plugins:    cc-safety-net@2.4.5 copied into OpenCode's cache",
+        "web:",
+        "first start: the password is",
+    ] {
         assert!(text.contains(step), "missing `{step}` in:\n{text}");
     }
+    assert!(!text.contains("browser:"), "--no-browser: {text}");
     let pw_file = w.state.join("password");
     let password = std::fs::read_to_string(&pw_file).unwrap().trim().to_string();
     use std::os::unix::fs::PermissionsExt;
@@ -379,6 +409,21 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     let page = http(w.web, "GET", "/", &[("Authorization", &auth)], None, T);
     assert_eq!(page.status, 200);
     assert!(page.body.contains("/__ocsb/panel.js"));
+    let panel_log = std::fs::read_to_string(w.state.join("data/opencode/log/context-panel.log")).unwrap();
+    assert!(
+        panel_log.contains(&format!("front on http://{}/", w.web))
+            && panel_log.contains("/: panel script added to the page"),
+        "{panel_log}"
+    );
+    // OpenCode's own port: no panel, its per-run secret (not the web password).
+    let oc = SocketAddr::from(([127, 0, 0, 1], w.web.port() + 1));
+    let secret_file = w.state.join("opencode-password");
+    assert_eq!(std::fs::metadata(&secret_file).unwrap().permissions().mode() & 0o777, 0o600);
+    let secret = std::fs::read_to_string(&secret_file).unwrap().trim().to_string();
+    assert!(text.contains(&format!("OpenCode without the panel: http://{oc}/")), "{text}");
+    assert_eq!(http(oc, "GET", "/", &[("Authorization", &auth)], None, T).status, 401);
+    let raw = http(oc, "GET", "/", &[("Authorization", &basic("opencode", &secret))], None, T);
+    assert!(raw.status == 200 && !raw.body.contains("/__ocsb/panel.js"), "{}", raw.status);
 
     let ses = http(w.web, "POST", "/session", &[("Authorization", &auth)], Some("{}"), T).json();
     let id = ses["id"].as_str().unwrap_or_else(|| panic!("{ses}")).to_string();
@@ -447,10 +492,48 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     );
     let out = shell(&w, &auth, &id, "sudo -n true 2>&1 || echo sudo-failed");
     assert!(out.contains("sudo-failed"), "sudo is refused: {out}");
+    let out = shell(&w, &auth, &id, &format!("echo secret=[$(cat {} 2>&1)]", secret_file.display()));
+    assert!(!out.contains(&secret), "the copy of OpenCode's secret is hidden: {out}");
+
+    // Real agent turns (the scripted model calls the bash tool). cc-safety-net runs inside
+    // OpenCode in the sandbox, from the cache `run` warmed, and honours the project's
+    // .cc-safety-net/policy.json: notes.txt is denied by that file only.
+    let p = agent_runs(w.web, &auth, &id, "cat other.txt");
+    assert_eq!(p["state"]["status"], "completed", "{p:#}");
+    assert!(p["state"]["output"].as_str().unwrap_or_default().contains("readable-by-agent"), "{p:#}");
+    for cmd in ["cat notes.txt", "git reset --hard"] {
+        let p = agent_runs(w.web, &auth, &id, cmd);
+        assert_eq!(p["state"]["status"], "error", "{p:#}");
+        assert!(
+            p["state"]["error"].as_str().unwrap_or_default().contains("BLOCKED by CC Safety Net"),
+            "{p:#}"
+        );
+    }
+    // A finished turn is announced on the desktop, through the filtered bus.
+    let note = notifications.next(Duration::from_secs(15)).expect("no desktop notification");
+    assert!(
+        note["app_name"] == "OpenCode"
+            && note["summary"] == "OpenCode: proj"
+            && note["body"].as_str().is_some_and(|b| b.ends_with(": done")),
+        "{note}"
+    );
+
+    // The agent plants a symlink where the launcher writes on the next start.
+    let out = shell(
+        &w,
+        &auth,
+        &id,
+        &format!(
+            "rm -rf {0}/package && ln -s {1} {0}/package && echo planted",
+            w.state.display(),
+            w.home.join("victim").display()
+        ),
+    );
+    assert!(out.contains("planted"), "{out}");
 
     // A second `run` in the same project is refused while the first runs.
     let log2 = w.root.join("run2.log");
-    let mut second = start_run(&ns, &w, &log2);
+    let mut second = start_run(&ns, &w, &log2, false);
     let st = second.0.wait().unwrap();
     let text2 = std::fs::read_to_string(&log2).unwrap();
     assert!(!st.success() && text2.contains("already running"), "{text2}");
@@ -482,12 +565,22 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
 
     // Restart: the session is still there.
     let log3 = w.root.join("run3.log");
-    let mut again = start_run(&ns, &w, &log3);
+    let mut again = start_run(&ns, &w, &log3, true);
     wait_ready(&log3, &mut again);
-    assert!(
-        !std::fs::read_to_string(&log3).unwrap().contains("first start"),
-        "the password is printed only once"
+    let text3 = std::fs::read_to_string(&log3).unwrap();
+    assert!(!text3.contains("first start"), "the password is printed only once");
+    // The planted link was replaced, not followed.
+    assert!(text3.contains("package was not a directory"), "{text3}");
+    assert!(std::fs::symlink_metadata(w.state.join("package")).unwrap().is_dir());
+    assert_eq!(
+        std::fs::read_dir(w.home.join("victim")).unwrap().count(),
+        0,
+        "nothing written through the link"
     );
+    // The browser is opened from outside the sandbox with the front's URL.
+    assert!(text3.contains(&format!("browser:    opening http://{}/", w.web)), "{text3}");
+    let opened = std::fs::read_to_string(w.home.join("opened")).unwrap_or_default();
+    assert_eq!(opened.trim(), format!("http://{}/", w.web));
     let list = http(w.web, "GET", "/session", &[("Authorization", &auth)], None, T).json();
     assert!(
         list.as_array().unwrap().iter().any(|s| s["id"] == id.as_str()),

@@ -103,39 +103,6 @@ fn setup(guard: bool, project_permission: Option<Value>) -> Setup {
     }
 }
 
-fn tool_parts(messages: &Value) -> Vec<Value> {
-    messages
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
-        .filter(|p| p["type"] == "tool")
-        .collect()
-}
-
-/// Send "RUN: cmd" as the user and return the tool part of the agent's bash call.
-fn agent_runs(s: &Setup, auth: &str, session: &str, cmd: &str) -> Value {
-    let body = json!({"parts": [{"type": "text", "text": format!("RUN: {cmd}")}], "model": {"providerID": "fake", "modelID": "m1"}});
-    let r = http(
-        s.front,
-        "POST",
-        &format!("/session/{session}/message"),
-        &[("Authorization", auth)],
-        Some(&body.to_string()),
-        Duration::from_secs(120),
-    );
-    assert_eq!(r.status, 200, "{r:?}");
-    let msgs =
-        http(s.front, "GET", &format!("/session/{session}/message"), &[("Authorization", auth)], None, T)
-            .json();
-    let parts = tool_parts(&msgs);
-    parts
-        .into_iter()
-        .rev()
-        .find(|p| p["state"]["input"]["command"] == cmd)
-        .unwrap_or_else(|| panic!("no bash call for {cmd:?} in {msgs:#}"))
-}
-
 #[test]
 fn front_panel_and_agent_against_real_opencode() {
     let s = setup(true, None);
@@ -188,14 +155,14 @@ fn front_panel_and_agent_against_real_opencode() {
     // 4. A real agent turn: the scripted model asks the bash tool to run a command.
     let ses = http(s.front, "POST", "/session", &[("Authorization", &auth)], Some("{}"), T).json();
     let id = ses["id"].as_str().unwrap().to_string();
-    let p = agent_runs(&s, &auth, &id, "echo hi-from-agent");
+    let p = agent_runs(s.front, &auth, &id, "echo hi-from-agent");
     assert_eq!(p["state"]["status"], "completed", "{p:#}");
     assert!(p["state"]["output"].as_str().unwrap().contains("hi-from-agent"), "{p:#}");
     //    The guard plugin refuses sudo, also in wrappers the text rules miss (the rules alone:
     //    `permission_rules_alone_refuse_sudo_despite_project_rules`).
-    let p = agent_runs(&s, &auth, &id, "sudo true");
+    let p = agent_runs(s.front, &auth, &id, "sudo true");
     assert_eq!(p["state"]["status"], "error", "{p:#}");
-    let p = agent_runs(&s, &auth, &id, "bash -c \"sudo true\"");
+    let p = agent_runs(s.front, &auth, &id, "bash -c \"sudo true\"");
     assert_eq!(p["state"]["status"], "error", "{p:#}");
     assert!(p["state"]["error"].as_str().unwrap().contains("ocsb: sudo"), "{p:#}");
     //    The agent's shells do not see OpenCode's secret nor provider keys.
@@ -321,7 +288,7 @@ fn front_panel_and_agent_against_real_opencode() {
     assert_eq!(panel["cost"], format!("${:.4}", t["cost"].as_f64().unwrap()).as_str());
     assert!(panel["speed_last"].as_str().unwrap().ends_with("tok/s"), "{panel}");
     // Live: another agent turn while the page is open changes the numbers without a reload.
-    agent_runs(&s, &auth, &id, "echo live-update");
+    agent_runs(s.front, &auth, &id, "echo live-update");
     let live = read_panel(&mut browser, &|v| {
         v["output"].as_str().map(|o| o.replace(',', "").parse::<u64>().unwrap_or(0) > want).unwrap_or(false)
     });
@@ -343,7 +310,7 @@ fn permission_rules_alone_refuse_sudo_despite_project_rules() {
     for cmd in
         ["sudo true", "echo a && sudo true", "/usr/bin/systemd-run --version", "systemd-run --user true"]
     {
-        let p = agent_runs(&s, &auth, &id, cmd);
+        let p = agent_runs(s.front, &auth, &id, cmd);
         assert_eq!(p["state"]["status"], "error", "{cmd}: {p:#}");
         let e = p["state"]["error"].as_str().unwrap();
         assert!(
@@ -351,6 +318,6 @@ fn permission_rules_alone_refuse_sudo_despite_project_rules() {
             "{cmd}: refused by a permission rule, not the guard: {e}"
         );
     }
-    let p = agent_runs(&s, &auth, &id, "echo allowed");
+    let p = agent_runs(s.front, &auth, &id, "echo allowed");
     assert_eq!(p["state"]["status"], "completed", "{p:#}");
 }

@@ -5,16 +5,20 @@
 
 pub mod config;
 pub mod envfile;
+pub mod plugin_cache;
 
 use std::path::{Path, PathBuf};
 
 use ocsb_policy::settings::Settings;
 
 use crate::error::{Error, Result};
+use crate::statefs::StateDir;
 
 /// The package's files, built into the binary so an installed `ocsb` needs no data directory.
 pub const PACKAGE_CONFIG: &str = include_str!("../../../opencode/opencode.jsonc");
 pub const GUARD_PLUGIN: &str = include_str!("../../../opencode/plugins/ocsb-guard.js");
+/// Desktop notifications through the filtered bus (`OCSB_NOTIFICATIONS`).
+pub const NOTIFY_PLUGIN: &str = include_str!("../../../opencode/plugins/ocsb-notify.js");
 /// Plugins selectable with `OCSB_PLUGINS` by name.
 pub const PACKAGE_PLUGINS: &[(&str, &str)] =
     &[("skill-compact-resurrect", include_str!("../../../opencode/plugins/skill-compact-resurrect.js"))];
@@ -36,6 +40,8 @@ pub struct Setup {
     pub server_secret: String,
     /// Directories with skills, read by OpenCode (`skills.paths`).
     pub skill_paths: Vec<PathBuf>,
+    /// npm plugins of the global config copied into OpenCode's cache from a global npm install.
+    pub warmed: Vec<plugin_cache::Warmed>,
 }
 
 /// The OpenCode binary: an absolute path, or a name looked up in `PATH`.
@@ -76,16 +82,9 @@ pub fn global_config(settings: &Settings, user_config_dir: &Path) -> Result<(Str
     }
 }
 
-fn write(path: &Path, text: &str) -> Result<()> {
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
-    }
-    std::fs::write(path, text).map_err(|e| Error::io("write", path, e))
-}
-
 /// Resolve `OCSB_SKILLS`: a skill named N is `<dir>/N/SKILL.md` in an `OCSB_SKILL_DIRS` entry
 /// (first match wins), else the package's skill N (written to `<state>/package/skills/N`).
-pub fn resolve_skills(settings: &Settings, state_dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn resolve_skills(settings: &Settings, state: &StateDir) -> Result<Vec<PathBuf>> {
     let dirs = settings.skill_dirs();
     let mut out = Vec::new();
     for name in settings.skills() {
@@ -94,9 +93,9 @@ pub fn resolve_skills(settings: &Settings, state_dir: &Path) -> Result<Vec<PathB
             continue;
         }
         if let Some((_, text)) = PACKAGE_SKILLS.iter().find(|(n, _)| n == name) {
-            let d = state_dir.join("package/skills").join(name);
-            write(&d.join("SKILL.md"), text)?;
-            out.push(d);
+            let rel = Path::new("package/skills").join(name);
+            state.write(&rel.join("SKILL.md"), text.as_bytes(), 0o644)?;
+            out.push(state.path().join(rel));
             continue;
         }
         let known: Vec<&str> = PACKAGE_SKILLS.iter().map(|(n, _)| *n).collect();
@@ -117,12 +116,18 @@ pub fn resolve_skills(settings: &Settings, state_dir: &Path) -> Result<Vec<PathB
 }
 
 /// Resolve `OCSB_PLUGINS` (absolute `.js`/`.ts` files, or the package's plugins by name) and add
-/// the always-on guard plugin. Package plugins are written to `<state>/package/plugins/`.
-pub fn resolve_plugins(settings: &Settings, state_dir: &Path) -> Result<Vec<PathBuf>> {
-    let dir = state_dir.join("package/plugins");
-    let guard = dir.join("ocsb-guard.js");
-    write(&guard, GUARD_PLUGIN)?;
-    let mut out = vec![guard];
+/// the always-on guard plugin, and the notifier when `OCSB_NOTIFICATIONS` is on. Package plugins
+/// are written to `<state>/package/plugins/`.
+pub fn resolve_plugins(settings: &Settings, state: &StateDir) -> Result<Vec<PathBuf>> {
+    let package = |name: &str, text: &str| -> Result<PathBuf> {
+        let rel = Path::new("package/plugins").join(format!("{name}.js"));
+        state.write(&rel, text.as_bytes(), 0o644)?;
+        Ok(state.path().join(rel))
+    };
+    let mut out = vec![package("ocsb-guard", GUARD_PLUGIN)?];
+    if settings.notifications() {
+        out.push(package("ocsb-notify", NOTIFY_PLUGIN)?);
+    }
     for p in settings.plugins() {
         if p == BUILTIN_PANEL {
             continue;
@@ -137,9 +142,7 @@ pub fn resolve_plugins(settings: &Settings, state_dir: &Path) -> Result<Vec<Path
             }
             out.push(path.to_path_buf());
         } else if let Some((name, text)) = PACKAGE_PLUGINS.iter().find(|(n, _)| n == p) {
-            let f = dir.join(format!("{name}.js"));
-            write(&f, text)?;
-            out.push(f);
+            out.push(package(name, text)?);
         } else {
             let known: Vec<&str> = PACKAGE_PLUGINS.iter().map(|(n, _)| *n).chain([BUILTIN_PANEL]).collect();
             return Err(Error::failed(
@@ -161,40 +164,27 @@ pub fn resolve_plugins(settings: &Settings, state_dir: &Path) -> Result<Vec<Path
 /// project waits for the install: about 70 s of npm retries when the registry cannot be reached
 /// (measured: 70.3 s behind an unreachable proxy, 0.08 s with this seed). ocsb's own plugins
 /// import nothing, so the directory only needs to look installed.
-pub fn seed_config_dir(dir: &Path) -> Result<()> {
-    let nm = dir.join("node_modules");
-    std::fs::create_dir_all(&nm).map_err(|e| Error::io("create", &nm, e))?;
+pub fn seed_config_dir(state: &StateDir, dir: &Path) -> Result<()> {
+    state.dir(&dir.join("node_modules"))?;
     let lock = dir.join("package-lock.json");
-    let listed = std::fs::read(&lock)
-        .ok()
+    let listed = state
+        .read(&lock)
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         .is_some_and(|v| v["packages"][""]["dependencies"]["@opencode-ai/plugin"].is_string());
     if !listed {
-        write(&lock, "{\"packages\":{\"\":{\"dependencies\":{\"@opencode-ai/plugin\":\"*\"}}}}\n")?;
+        let text = "{\"packages\":{\"\":{\"dependencies\":{\"@opencode-ai/plugin\":\"*\"}}}}\n";
+        state.write(&lock, text.as_bytes(), 0o644)?;
     }
     Ok(())
 }
 
 /// `OCSB_KUBECONFIG`, copied into the state directory (0600) so the agent gets exactly this file
 /// while `~/.kube/config` stays hidden.
-fn kubeconfig(settings: &Settings, state_dir: &Path) -> Result<Option<PathBuf>> {
+fn kubeconfig(settings: &Settings, state: &StateDir) -> Result<Option<PathBuf>> {
     let Some(src) = settings.kubeconfig() else { return Ok(None) };
-    let dst = state_dir.join("kube/config");
     let text = std::fs::read(&src).map_err(|e| Error::io("read OCSB_KUBECONFIG", &src, e))?;
-    if let Some(d) = dst.parent() {
-        std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
-    }
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::remove_file(&dst);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&dst)
-        .map_err(|e| Error::io("create", &dst, e))?;
-    f.write_all(&text).map_err(|e| Error::io("write", &dst, e))?;
-    Ok(Some(dst))
+    state.write(Path::new("kube/config"), &text, 0o600)?;
+    Ok(Some(state.path().join("kube/config")))
 }
 
 /// Prepare OpenCode's files in the state directory and compute its command line and
@@ -202,7 +192,7 @@ fn kubeconfig(settings: &Settings, state_dir: &Path) -> Result<Option<PathBuf>> 
 pub fn setup(
     settings: &Settings,
     user_config_dir: &Path,
-    state_dir: &Path,
+    state: &StateDir,
     extra_args: &[String],
 ) -> Result<Setup> {
     let env_file = match settings.env_file() {
@@ -211,17 +201,18 @@ pub fn setup(
     };
     let bin = find_binary(&settings.opencode_bin(), std::env::var("PATH").ok().as_deref())?;
     let (global, _) = global_config(settings, user_config_dir)?;
-    write(&state_dir.join("config/opencode/opencode.jsonc"), &global)?;
-    seed_config_dir(&state_dir.join("config/opencode"))?;
-    let skill_paths = resolve_skills(settings, state_dir)?;
-    let plugins = resolve_plugins(settings, state_dir)?;
+    state.write(Path::new("config/opencode/opencode.jsonc"), global.as_bytes(), 0o644)?;
+    seed_config_dir(state, Path::new("config/opencode"))?;
+    let warmed = plugin_cache::warm(state, &global, &bin);
+    let skill_paths = resolve_skills(settings, state)?;
+    let plugins = resolve_plugins(settings, state)?;
     let content = config::content(&skill_paths, &plugins);
     let server_secret = crate::web::auth::random_secret()?;
 
     let mut env: Vec<(String, String)> = Vec::new();
     env.extend(env_file.iter().cloned());
     env.extend(settings.env_vars());
-    if let Some(k) = kubeconfig(settings, state_dir)? {
+    if let Some(k) = kubeconfig(settings, state)? {
         env.push(("KUBECONFIG".into(), k.display().to_string()));
     }
     // Names the guard plugin blanks in the agent's shells: the env file holds tokens for MCP
@@ -244,7 +235,7 @@ pub fn setup(
         settings.opencode_port().to_string(),
     ];
     argv.extend(extra_args.iter().cloned());
-    Ok(Setup { argv, env, server_secret, skill_paths })
+    Ok(Setup { argv, env, server_secret, skill_paths, warmed })
 }
 
 /// The hidden `ocsb __opencode-config DIR`: write the guard plugin into DIR and print the
@@ -262,8 +253,8 @@ pub fn dispatch() -> Option<u8> {
         return Some(2);
     };
     let guard = dir.join("ocsb-guard.js");
-    if let Err(e) = write(&guard, GUARD_PLUGIN) {
-        eprintln!("ocsb: {e}");
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&guard, GUARD_PLUGIN)) {
+        eprintln!("ocsb: {}: {e}", guard.display());
         return Some(1);
     }
     println!("{}", config::content(&[], &[guard]));
@@ -294,14 +285,15 @@ mod tests {
     #[test]
     fn config_dir_seed_keeps_a_real_lock() {
         let d = tempfile::tempdir().unwrap();
-        seed_config_dir(d.path()).unwrap();
+        let state = StateDir::open(d.path()).unwrap();
+        seed_config_dir(&state, Path::new(".")).unwrap();
         assert!(d.path().join("node_modules").is_dir());
         let v: serde_json::Value =
             serde_json::from_slice(&std::fs::read(d.path().join("package-lock.json")).unwrap()).unwrap();
         assert_eq!(v["packages"][""]["dependencies"]["@opencode-ai/plugin"], "*");
         let real = r#"{"packages":{"":{"dependencies":{"@opencode-ai/plugin":"1.18.33"}}},"x":1}"#;
         std::fs::write(d.path().join("package-lock.json"), real).unwrap();
-        seed_config_dir(d.path()).unwrap();
+        seed_config_dir(&state, Path::new(".")).unwrap();
         assert_eq!(std::fs::read_to_string(d.path().join("package-lock.json")).unwrap(), real);
     }
 

@@ -25,6 +25,7 @@ use ocsb_policy::settings::{NetlockAcquire, Settings};
 use crate::error::{Error, Result};
 use crate::project::Project;
 use crate::sandbox::{self, Acquire, Limits, Netlock, SandboxSpec, TmpMode, TtyMode};
+use crate::statefs::StateDir;
 use crate::{opencode, web};
 
 /// How long OpenCode may take to answer `/global/health` after it started.
@@ -132,7 +133,7 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
     project.require_trusted()?;
     let s = &project.settings;
     let state = s.state_dir();
-    state::create(&state)?;
+    let sd = StateDir::open(&state)?;
 
     // 1. The egress filter.
     let inst = crate::egress_cmd::instance(project)?;
@@ -149,7 +150,7 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
         .filter_map(|a| a.parse::<SocketAddr>().ok())
         .map(|a| a.ip())
         .find(|ip| !ip.is_loopback());
-    state::write_docker_config(&state, gw, s.egress_port())?;
+    state::write_docker_config(&sd, gw, s.egress_port())?;
 
     // 2. The netlock, checked the way the sandbox will use it.
     let lock = netlock(s)?;
@@ -227,7 +228,7 @@ fn check_port_free(addr: SocketAddr, setting: &str) -> Result<()> {
 pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Result<()> {
     let s = &project.settings;
     let state = s.state_dir();
-    state::create(&state)?;
+    let sd = StateDir::open(&state)?;
     let _lock = state::lock(&state)?;
     let web_addr = SocketAddr::from(([127, 0, 0, 1], s.web_port()));
     let oc_addr = SocketAddr::from(([127, 0, 0, 1], s.opencode_port()));
@@ -235,14 +236,24 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     check_port_free(oc_addr, "OCSB_WEB_PORT (OpenCode listens on the next port)")?;
 
     // Bad inputs (env file, skills, plugins) fail before anything starts.
-    let setup = opencode::setup(s, &project.user_config_dir, &state, opencode_args)?;
+    let setup = opencode::setup(s, &project.user_config_dir, &sd, opencode_args)?;
     let prepared = prepare(project)?;
     let (password, created) = web::auth::load_or_create(&state::password_file(&state))?;
+    // OpenCode's own secret, for a user who opens its port directly (no panel). It changes every
+    // run and is not the web password: the agent can read OpenCode's environment.
+    sd.write(Path::new(state::OPENCODE_PASSWORD), format!("{}\n", setup.server_secret).as_bytes(), 0o600)?;
+    let panel_log = match sd.append(Path::new(web::panel_log::PATH)) {
+        Ok(f) => Some(std::sync::Arc::new(web::panel_log::PanelLog::new(f))),
+        Err(e) => {
+            eprintln!("ocsb: warning: no Tokens panel log: {e}");
+            None
+        }
+    };
 
     signals::install();
     let mut env = setup.env.clone();
     let _bus = if s.notifications() {
-        match notify::start(&state.join("run")) {
+        match notify::start(&sd) {
             Ok(p) => {
                 println!("notify:     session bus limited to org.freedesktop.Notifications");
                 env.push(("DBUS_SESSION_BUS_ADDRESS".into(), p.address()));
@@ -268,6 +279,9 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     println!("opencode:   starting {} serve on {oc_addr} in the sandbox", setup.argv[0]);
     let skills: Vec<String> = setup.skill_paths.iter().map(|p| p.display().to_string()).collect();
     println!("skills:     {}", if skills.is_empty() { "none".into() } else { skills.join(" ") });
+    for w in &setup.warmed {
+        println!("plugins:    {} copied into OpenCode's cache from {}", w.spec, w.from.display());
+    }
 
     let upstream_authorization = web::auth::basic_header(web::auth::USER, &setup.server_secret);
     let deadline = Instant::now() + READY_TIMEOUT;
@@ -305,6 +319,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         upstream_authorization,
         panel: s.panel(),
         cookie: web::auth::random_secret()?,
+        log: panel_log,
     });
     let front = match front {
         Ok(f) => f,
@@ -325,6 +340,11 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     if !s.panel() {
         println!("            Tokens panel off (OCSB_PANEL=0)");
     }
+    println!(
+        "            OpenCode without the panel: http://{oc_addr}/ (user {}, password in {}, new every run)",
+        web::auth::USER,
+        state.join(state::OPENCODE_PASSWORD).display()
+    );
     if !no_browser {
         println!("browser:    {}", browser::open(&url));
     }

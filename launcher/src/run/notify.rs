@@ -8,10 +8,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::statefs::StateDir;
+
 /// A running filtered bus proxy; stopped when dropped.
 pub struct BusProxy {
     child: Child,
     socket: PathBuf,
+    /// `<state>/run`, held open: the socket is removed from this directory, even if the agent
+    /// renamed it or put a symlink in its place meanwhile.
+    run_dir: std::os::fd::OwnedFd,
 }
 
 impl BusProxy {
@@ -25,7 +30,7 @@ impl Drop for BusProxy {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.socket);
+        let _ = nix::unistd::unlinkat(&self.run_dir, "bus", nix::unistd::UnlinkatFlags::NoRemoveDir);
     }
 }
 
@@ -43,9 +48,9 @@ fn session_bus() -> Option<String> {
     p.exists().then(|| format!("unix:path={}", p.display()))
 }
 
-/// Start the proxy with its socket in `run_dir` (the sandbox's `XDG_RUNTIME_DIR`), or say why
-/// not: `Err(warning)`.
-pub fn start(run_dir: &Path) -> Result<BusProxy, String> {
+/// Start the proxy with its socket in `<state>/run/bus` (in the sandbox's `XDG_RUNTIME_DIR`), or
+/// say why not: `Err(warning)`.
+pub fn start(state: &StateDir) -> Result<BusProxy, String> {
     let Some(bus) = session_bus() else {
         return Err("notifications: no session bus (DBUS_SESSION_BUS_ADDRESS is not set); skipped".into());
     };
@@ -54,9 +59,9 @@ pub fn start(run_dir: &Path) -> Result<BusProxy, String> {
             "notifications: xdg-dbus-proxy is not installed (Debian package xdg-dbus-proxy); skipped".into(),
         );
     };
-    let _ = std::fs::create_dir_all(run_dir);
-    let socket = run_dir.join("bus");
-    let _ = std::fs::remove_file(&socket);
+    let run_dir = state.dir(Path::new("run")).map_err(|e| format!("notifications: {e}; skipped"))?;
+    state.remove(Path::new("run/bus")).map_err(|e| format!("notifications: {e}; skipped"))?;
+    let socket = state.path().join("run/bus");
     let child = Command::new(exe)
         .arg(&bus)
         .arg(&socket)
@@ -66,7 +71,7 @@ pub fn start(run_dir: &Path) -> Result<BusProxy, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("notifications: cannot start xdg-dbus-proxy ({e}); skipped"))?;
-    let mut proxy = BusProxy { child, socket };
+    let mut proxy = BusProxy { child, socket, run_dir };
     let deadline = Instant::now() + Duration::from_secs(3);
     while !proxy.socket.exists() {
         if let Ok(Some(st)) = proxy.child.try_wait() {

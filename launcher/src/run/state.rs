@@ -5,35 +5,32 @@
 //! database is `data/opencode/opencode.db`, so sessions survive restarts), `tmp/` the private
 //! `/tmp`, `docker/config.json` the Docker client's proxy settings, `package/` the skills and
 //! plugins copied from the package on every start, `egress/` the filter's files, `password` the
-//! web password (0600) and `run.lock` the lock of a running `ocsb run`.
+//! web password (0600), `opencode-password` OpenCode's own per-run secret (0600) and `run.lock`
+//! the lock of a running `ocsb run`. Launcher writes below the state directory go through
+//! [`StateDir`]: the sandbox can write there too.
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::statefs::StateDir;
 
 pub fn password_file(state: &Path) -> PathBuf {
     state.join("password")
 }
 
+/// OpenCode's per-run server password, relative to the state directory.
+pub const OPENCODE_PASSWORD: &str = "opencode-password";
+
 pub fn lock_file(state: &Path) -> PathBuf {
     state.join("run.lock")
 }
 
-/// Paths in the (writable) state directory the sandbox must not see: the user's web password
-/// and the filter's control socket and pid file.
+/// Paths in the (writable) state directory the sandbox must not see: the user's web password,
+/// the copy of OpenCode's secret, the filter's control socket and pid file, and the lock.
 pub fn hidden_from_sandbox(state: &Path) -> Vec<PathBuf> {
-    vec![password_file(state), state.join("egress"), lock_file(state)]
-}
-
-pub fn create(state: &Path) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(state)
-        .map_err(|e| Error::io("create the state directory", state, e))
+    vec![password_file(state), state.join(OPENCODE_PASSWORD), state.join("egress"), lock_file(state)]
 }
 
 /// Held while `ocsb run` runs; released by the kernel when the process ends, however it ends.
@@ -75,13 +72,14 @@ pub fn lock(state: &Path) -> Result<InstanceLock> {
 
 /// The Docker client config: builds and containers use the filter, reached at the docker0
 /// gateway (containers cannot reach the host's 127.0.0.1).
-pub fn write_docker_config(state: &Path, gateway: Option<std::net::IpAddr>, port: u16) -> Result<()> {
-    let dir = state.join("docker");
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
-    let path = dir.join("config.json");
-    let mut v: serde_json::Value = std::fs::read(&path)
-        .ok()
+/// The file is the agent's to change (Docker writes it too), so it is read as untrusted JSON
+/// and written through [`StateDir`].
+pub fn write_docker_config(state: &StateDir, gateway: Option<std::net::IpAddr>, port: u16) -> Result<()> {
+    let path = Path::new("docker/config.json");
+    let mut v: serde_json::Value = state
+        .read(path)
         .and_then(|b| serde_json::from_slice(&b).ok())
+        .filter(serde_json::Value::is_object)
         .unwrap_or(serde_json::json!({}));
     match gateway {
         Some(gw) => {
@@ -94,8 +92,7 @@ pub fn write_docker_config(state: &Path, gateway: Option<std::net::IpAddr>, port
             }
         }
     }
-    std::fs::write(&path, serde_json::to_vec_pretty(&v).unwrap_or_default())
-        .map_err(|e| Error::io("write", &path, e))
+    state.write(path, &serde_json::to_vec_pretty(&v).unwrap_or_default(), 0o600)
 }
 
 #[cfg(test)]
@@ -118,7 +115,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("docker")).unwrap();
         std::fs::write(d.path().join("docker/config.json"), r#"{"auths":{"x":{}}}"#).unwrap();
-        write_docker_config(d.path(), Some("172.17.0.1".parse().unwrap()), 3128).unwrap();
+        let state = StateDir::open(d.path()).unwrap();
+        write_docker_config(&state, Some("172.17.0.1".parse().unwrap()), 3128).unwrap();
         let v: serde_json::Value =
             serde_json::from_slice(&std::fs::read(d.path().join("docker/config.json")).unwrap()).unwrap();
         assert_eq!(v["proxies"]["default"]["httpsProxy"], "http://172.17.0.1:3128");

@@ -7,6 +7,7 @@
 //! scripts, not inline ones) and `/__ocsb/*` serves the Tokens panel and its numbers ([`tokens`]).
 
 pub mod auth;
+pub mod panel_log;
 mod proxy;
 pub mod tokens;
 
@@ -32,6 +33,17 @@ pub struct FrontConfig {
     /// start). Browsers do not send Basic credentials on every request kind (WebSocket
     /// handshakes, `?auth_token=` logins); a same-site, HttpOnly cookie covers those.
     pub cookie: String,
+    /// `context-panel.log` in the state directory (none for the hidden `__web-front`).
+    pub log: Option<std::sync::Arc<panel_log::PanelLog>>,
+}
+
+impl FrontConfig {
+    /// A line in the panel log, when there is one.
+    pub fn log(&self, msg: impl std::fmt::Display) {
+        if let Some(l) = &self.log {
+            l.line(msg);
+        }
+    }
 }
 
 /// A running front; dropping it stops it.
@@ -77,6 +89,12 @@ pub fn port_busy(addr: SocketAddr, setting: &str, e: &std::io::Error) -> Error {
 pub fn start(cfg: FrontConfig) -> Result<Front> {
     let listener = TcpListener::bind(cfg.listen).map_err(|e| port_busy(cfg.listen, "OCSB_WEB_PORT", &e))?;
     listener.set_nonblocking(true).map_err(|e| Error::io("configure", "the web front socket", e))?;
+    cfg.log(format_args!(
+        "front on http://{}/ for OpenCode on {}; Tokens panel {}",
+        cfg.listen,
+        cfg.upstream,
+        if cfg.panel { "on" } else { "off (OCSB_PANEL=0)" }
+    ));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("ocsb-web")
@@ -145,6 +163,7 @@ pub fn dispatch() -> Option<u8> {
             upstream_authorization: auth::basic_header(auth::USER, &read(up_pw, "--upstream-password-file")?),
             panel,
             cookie: auth::random_secret()?,
+            log: None,
         };
         crate::run::signals::install();
         let front = start(cfg)?;

@@ -228,6 +228,7 @@ async fn handle(req: Request<Incoming>, cfg: Arc<FrontConfig>) -> Result<Respons
 async fn route(req: Request<Incoming>, cfg: &FrontConfig, access: Access) -> Response<Body> {
     let path = req.uri().path();
     if cfg.panel && path == PANEL_PATH {
+        cfg.log("the browser loaded the panel script");
         let mut r = full(StatusCode::OK, "text/javascript; charset=utf-8", PANEL_JS);
         r.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
         return r;
@@ -273,6 +274,7 @@ async fn forward(
     let upgrade = is_upgrade(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
     parts.uri = without_auth_token(&parts.uri).parse()?;
     let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
     for h in HOP_BY_HOP {
@@ -314,10 +316,17 @@ async fn forward(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/html"));
-    let encoded = parts.headers.get(header::CONTENT_ENCODING).is_some_and(|v| v != "identity");
-    if cfg.panel && html && !encoded {
+    let encoded = parts.headers.get(header::CONTENT_ENCODING).filter(|v| *v != "identity");
+    if cfg.panel && html && encoded.is_some() {
+        cfg.log(format_args!(
+            "{path}: the page is compressed ({}), the panel script was not added",
+            encoded.and_then(|v| v.to_str().ok()).unwrap_or("?")
+        ));
+    }
+    if cfg.panel && html && encoded.is_none() {
         let bytes = body.collect().await?.to_bytes();
         let page = inject(&bytes);
+        cfg.log(format_args!("{path}: panel script added to the page"));
         parts.headers.remove(header::CONTENT_LENGTH);
         return Ok(Response::from_parts(parts, Full::new(Bytes::from(page)).map_err(|e| match e {}).boxed()));
     }
@@ -405,11 +414,14 @@ async fn tokens_endpoint(req: &Request<Incoming>, cfg: &FrontConfig) -> Response
     let directory = query_param(req.uri(), "directory").filter(|d| d.starts_with('/'));
     match summary(cfg, &session, directory.as_deref()).await {
         Ok(s) => full(StatusCode::OK, "application/json", serde_json::to_vec(&s).unwrap_or_default()),
-        Err(e) => full(
-            StatusCode::BAD_GATEWAY,
-            "application/json",
-            serde_json::json!({ "error": e.to_string() }).to_string(),
-        ),
+        Err(e) => {
+            cfg.log(format_args!("tokens for {session}: OpenCode's API failed: {e}"));
+            full(
+                StatusCode::BAD_GATEWAY,
+                "application/json",
+                serde_json::json!({ "error": e.to_string() }).to_string(),
+            )
+        }
     }
 }
 

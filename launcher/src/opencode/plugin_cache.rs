@@ -1,0 +1,185 @@
+//! A warm plugin cache: npm plugins of the global config (e.g. `cc-safety-net@2.4.5`) that are
+//! already installed globally with npm at exactly that version are copied into OpenCode's own
+//! cache in the state directory before it starts.
+//!
+//! Why: OpenCode installs npm plugins into `$XDG_CACHE_HOME/opencode/packages/<spec>/
+//! node_modules/<name>` on first use and reuses that copy offline (research §2.3). Behind the
+//! egress filter the first install needs the registry allowed and can stall the start; with a
+//! global install on the machine (the way `opencode-ai` itself is installed) no request is
+//! needed at all. Only exact versions of unscoped packages are copied: a range or a tag could
+//! not be matched without asking the registry, and that install is left to OpenCode.
+
+use std::path::{Path, PathBuf};
+
+use crate::statefs::StateDir;
+
+/// One plugin copied into the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warmed {
+    pub spec: String,
+    pub from: PathBuf,
+}
+
+/// JSONC (comments, trailing commas) to JSON. Strings are copied verbatim, so `//` inside a
+/// URL stays.
+pub fn jsonc_to_json(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i = (i + 1).min(b.len());
+                out.extend_from_slice(&b[start..i]);
+            }
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
+                    i += 1;
+                }
+                i = (i + 2).min(b.len());
+            }
+            b',' => {
+                let next = b[i + 1..].iter().find(|c| !c.is_ascii_whitespace());
+                if !matches!(next, Some(b']' | b'}')) {
+                    out.push(b',');
+                }
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `name@1.2.3` with an unscoped name and an exact version.
+fn exact_spec(spec: &str) -> Option<(&str, &str)> {
+    let (name, version) = spec.split_once('@')?;
+    let name_ok = !name.is_empty()
+        && name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"-._".contains(&c))
+        && !name.starts_with('.');
+    let mut parts = version.split('.');
+    let version_ok = (0..3)
+        .all(|_| parts.next().is_some_and(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit())))
+        && parts.next().is_none();
+    (name_ok && version_ok).then_some((name, version))
+}
+
+/// The global `node_modules` directories to look in: the one the OpenCode binary was installed
+/// into (`npm i -g opencode-ai` puts both there), `$NPM_CONFIG_PREFIX`, then the usual prefixes.
+pub fn global_roots(opencode_bin: &Path) -> Vec<PathBuf> {
+    let mut roots = Vec::new();
+    if let Ok(real) = std::fs::canonicalize(opencode_bin) {
+        if let Some(nm) = real.ancestors().find(|a| a.file_name().is_some_and(|n| n == "node_modules")) {
+            roots.push(nm.to_path_buf());
+        }
+    }
+    for var in ["NPM_CONFIG_PREFIX", "npm_config_prefix"] {
+        if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
+            roots.push(PathBuf::from(p).join("lib/node_modules"));
+        }
+    }
+    roots.extend(["/usr/local/lib/node_modules", "/usr/lib/node_modules"].map(PathBuf::from));
+    roots.dedup();
+    roots
+}
+
+fn installed_version(dir: &Path) -> Option<String> {
+    let text = std::fs::read(dir.join("package.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    v["version"].as_str().map(str::to_string)
+}
+
+/// Copy what can be copied; a plugin that cannot is left to OpenCode's own install (never an
+/// error: the cache is an optimisation, the plugin list is OpenCode's to enforce).
+pub fn warm(state: &StateDir, global_config: &str, opencode_bin: &Path) -> Vec<Warmed> {
+    let Ok(cfg) = serde_json::from_str::<serde_json::Value>(&jsonc_to_json(global_config)) else {
+        return Vec::new();
+    };
+    let specs: Vec<&str> =
+        cfg["plugin"].as_array().into_iter().flatten().filter_map(|v| v.as_str()).collect();
+    let roots = global_roots(opencode_bin);
+    let mut out = Vec::new();
+    for spec in specs {
+        let Some((name, version)) = exact_spec(spec) else { continue };
+        let dest = Path::new("cache/opencode/packages").join(spec).join("node_modules").join(name);
+        if state.read(&dest.join("package.json")).is_some() {
+            continue;
+        }
+        let Some(src) =
+            roots.iter().map(|r| r.join(name)).find(|d| installed_version(d).as_deref() == Some(version))
+        else {
+            continue;
+        };
+        match state.copy_tree(&src, &dest) {
+            Ok(()) => out.push(Warmed { spec: spec.to_string(), from: src }),
+            Err(e) => eprintln!("ocsb: warning: could not copy {spec} into OpenCode's plugin cache: {e}"),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jsonc_comments_and_trailing_commas() {
+        let t = "// top\n{\n  \"a\": \"http://x/*y*/\", /* c */\n  \"plugin\": [\"p@1.0.0\",],\n}\n";
+        let v: serde_json::Value = serde_json::from_str(&jsonc_to_json(t)).unwrap();
+        assert_eq!(v["a"], "http://x/*y*/");
+        assert_eq!(v["plugin"][0], "p@1.0.0");
+        let v: serde_json::Value =
+            serde_json::from_str(&jsonc_to_json(crate::opencode::PACKAGE_CONFIG)).unwrap();
+        assert!(
+            v["plugin"].as_array().unwrap().iter().any(|p| p.as_str().unwrap().starts_with("cc-safety-net@"))
+        );
+    }
+
+    #[test]
+    fn only_exact_unscoped_specs() {
+        assert_eq!(exact_spec("cc-safety-net@2.4.5"), Some(("cc-safety-net", "2.4.5")));
+        for s in
+            ["cc-safety-net", "x@latest", "x@^1.2.3", "@scope/x@1.0.0", "x@1.2", "../x@1.0.0", "x@1.0.0-rc1"]
+        {
+            assert_eq!(exact_spec(s), None, "{s}");
+        }
+    }
+
+    #[test]
+    fn copies_a_matching_global_install_once() {
+        let state_dir = tempfile::tempdir().unwrap();
+        let prefix = tempfile::tempdir().unwrap();
+        let nm = prefix.path().join("node_modules");
+        std::fs::create_dir_all(nm.join("opencode-ai/bin")).unwrap();
+        std::fs::write(nm.join("opencode-ai/bin/opencode"), "").unwrap();
+        std::fs::create_dir_all(nm.join("good/dist")).unwrap();
+        std::fs::write(nm.join("good/package.json"), r#"{"version":"2.4.5"}"#).unwrap();
+        std::fs::write(nm.join("good/dist/index.js"), "export {}").unwrap();
+        std::fs::create_dir_all(nm.join("old")).unwrap();
+        std::fs::write(nm.join("old/package.json"), r#"{"version":"1.0.0"}"#).unwrap();
+        let state = StateDir::open(state_dir.path()).unwrap();
+        let cfg = r#"{ "plugin": ["good@2.4.5", "old@2.0.0", "tagged@latest"] }"#;
+        let bin = nm.join("opencode-ai/bin/opencode");
+        let w = warm(&state, cfg, &bin);
+        assert_eq!(w, vec![Warmed { spec: "good@2.4.5".into(), from: nm.join("good") }]);
+        let copied =
+            state_dir.path().join("cache/opencode/packages/good@2.4.5/node_modules/good/dist/index.js");
+        assert_eq!(std::fs::read_to_string(copied).unwrap(), "export {}");
+        assert!(!state_dir.path().join("cache/opencode/packages/old@2.0.0").exists());
+        assert!(warm(&state, cfg, &bin).is_empty(), "already cached: nothing to copy");
+    }
+}

@@ -18,7 +18,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use run_support::*;
-use serde_json::json;
 
 const UID: u32 = 1990;
 const T: Duration = Duration::from_secs(30);
@@ -142,7 +141,7 @@ fn world(provider_port: u16) -> World {
         proj.join(".opencode-sandbox/local/sandbox.conf"),
         format!(
             "OCSB_WEB_PORT={web}\nOCSB_EGRESS_PORT={}\nOCSB_OPENCODE_BIN={}\nOCSB_DOCKER=0\n\
-             OCSB_ENV=(\"OPENCODE_DISABLE_MODELS_FETCH=1\" \"SHOP_ENV=dev\")\nOCSB_NOTIFICATIONS=1\n\
+             OCSB_ENV=(\"SHOP_ENV=dev\")\nOCSB_NOTIFICATIONS=1\n\
              OCSB_HIDE=({})\nOCSB_ENV_FILE={}\nOCSB_SKILLS=(opencode-sandbox extra-skill)\nOCSB_SKILL_DIRS=({})\n",
             web + 1000,
             oc.display(),
@@ -156,7 +155,7 @@ fn world(provider_port: u16) -> World {
         proj.join(".opencode-sandbox/egress.conf"),
         // No registry in this namespace and none blocked: OpenCode's background plugin install
         // would stall the first request for about 70 s if the launcher did not seed its config dir.
-        "block 192.0.2.2\nexpect-pass http://192.0.2.1/\nexpect-block http://192.0.2.2/\n",
+        "block 192.0.2.2 models.opencode.ai\nexpect-pass http://192.0.2.1/\nexpect-block http://192.0.2.2/\n",
     )
     .unwrap();
     std::fs::write(proj.join("opencode.json"), provider_config(provider_port)).unwrap();
@@ -285,28 +284,8 @@ fn wait_ready(log: &Path, run: &mut Proc) {
     }
 }
 
-/// Run `cmd` through OpenCode's `/session/{id}/shell` (the agent's own bash) and return its output.
 fn shell(w: &World, auth: &str, id: &str, cmd: &str) -> String {
-    let body = json!({"agent": "build", "command": cmd});
-    let r = http(
-        w.web,
-        "POST",
-        &format!("/session/{id}/shell"),
-        &[("Authorization", auth)],
-        Some(&body.to_string()),
-        Duration::from_secs(60),
-    );
-    assert_eq!(r.status, 200, "{cmd}: {r:?}");
-    let msgs =
-        http(w.web, "GET", &format!("/session/{id}/message"), &[("Authorization", auth)], None, T).json();
-    let part = msgs
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
-        .rfind(|p| p["type"] == "tool" && p["state"]["input"]["command"] == cmd)
-        .unwrap_or_else(|| panic!("no shell part for {cmd}"));
-    part["state"]["output"].as_str().unwrap_or_default().to_string()
+    shell_runs(w.web, auth, id, cmd)
 }
 
 #[test]
@@ -391,6 +370,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
         "netlock:    ok",
         "self-tests: 3 checks passed",
         "plugins:    cc-safety-net@2.4.5 copied into OpenCode's cache",
+        "models:     models.opencode.ai is blocked by the egress rules",
         "web:",
         "first start: the password is",
     ] {
@@ -431,9 +411,14 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     assert!(out.contains("agent"), "{out}");
     assert_eq!(std::fs::read_to_string(w.proj.join("written-by-agent.txt")).unwrap(), "agent\n");
     assert!(out.contains(&gid.to_string()), "the agent runs as the netlock group: {out}");
-    let out = shell(&w, &auth, &id, "echo shop=[$SHOP_ENV] token=[$MCP_TOKEN] proxy=[$HTTPS_PROXY]");
+    let out = shell(
+        &w,
+        &auth,
+        &id,
+        "echo shop=[$SHOP_ENV] token=[$MCP_TOKEN] models=[$OPENCODE_DISABLE_MODELS_FETCH] proxy=[$HTTPS_PROXY]",
+    );
     assert!(
-        out.contains("shop=[dev] token=[] proxy=[http://127.0.0.1:"),
+        out.contains("shop=[dev] token=[] models=[1] proxy=[http://127.0.0.1:"),
         "OCSB_ENV passed, env-file tokens blanked in the agent's shell: {out}"
     );
     let skills = http(w.web, "GET", "/skill", &[("Authorization", &auth)], None, T).json();

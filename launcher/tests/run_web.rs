@@ -166,19 +166,9 @@ fn front_panel_and_agent_against_real_opencode() {
     assert_eq!(p["state"]["status"], "error", "{p:#}");
     assert!(p["state"]["error"].as_str().unwrap().contains("ocsb: sudo"), "{p:#}");
     //    The agent's shells do not see OpenCode's secret nor provider keys.
-    let body = json!({"agent": "build", "command": "echo \"pw=[$OPENCODE_SERVER_PASSWORD] key=[$FAKE_API_KEY] cfg=[${OPENCODE_CONFIG_CONTENT:0:5}]\""});
-    let r = http(
-        s.front,
-        "POST",
-        &format!("/session/{id}/shell"),
-        &[("Authorization", &auth)],
-        Some(&body.to_string()),
-        Duration::from_secs(60),
-    );
-    assert_eq!(r.status, 200, "{r:?}");
-    let msgs =
-        http(s.front, "GET", &format!("/session/{id}/message"), &[("Authorization", &auth)], None, T).json();
-    let out = tool_parts(&msgs).last().unwrap()["state"]["output"].as_str().unwrap_or_default().to_string();
+    let cmd =
+        "echo \"pw=[$OPENCODE_SERVER_PASSWORD] key=[$FAKE_API_KEY] cfg=[${OPENCODE_CONFIG_CONTENT:0:5}]\"";
+    let out = shell_runs(s.front, &auth, &id, cmd);
     assert!(out.contains("pw=[] key=[] cfg=[]"), "secrets blanked in the agent's shell: {out:?}");
 
     eprintln!("step 5. The Tokens");
@@ -198,6 +188,8 @@ fn front_panel_and_agent_against_real_opencode() {
     assert!(c["tools"].as_u64().unwrap() > 0, "tool definitions are estimated: {t:#}");
     let n = t["assistant_messages"].as_u64().unwrap();
     assert!(n >= 6, "3 turns × (tool step + answer): {t:#}");
+    let msgs =
+        http(s.front, "GET", &format!("/session/{id}/message"), &[("Authorization", &auth)], None, T).json();
     let want: u64 = msgs
         .as_array()
         .unwrap()

@@ -238,6 +238,18 @@ pub fn setup(
     Ok(Setup { argv, env, server_secret, skill_paths, warmed })
 }
 
+/// Where OpenCode fetches its model list at start and every hour (research §2.3).
+pub const MODELS_HOST: &str = "models.opencode.ai";
+
+/// Whether the egress rules refuse OpenCode's model-list fetch. Then `run` sets
+/// `OPENCODE_DISABLE_MODELS_FETCH=1`: the request could only fail (OpenCode falls back to its
+/// built-in list) and would log an error at every start and every hour.
+pub fn models_fetch_blocked(policy: &ocsb_policy::egress::Policy) -> bool {
+    use ocsb_policy::egress::{Step, Target, Verdict};
+    let Ok(t) = Target::from_connect(&format!("{MODELS_HOST}:443")) else { return false };
+    matches!(policy.evaluate(&t), Step::Decided(d) if d.verdict == Verdict::Deny)
+}
+
 /// The hidden `ocsb __opencode-config DIR`: write the guard plugin into DIR and print the
 /// `OPENCODE_CONFIG_CONTENT` that `run` would use (no skills), so tests can start a real
 /// OpenCode with exactly the launcher's permissions.
@@ -295,6 +307,21 @@ mod tests {
         std::fs::write(d.path().join("package-lock.json"), real).unwrap();
         seed_config_dir(&state, Path::new(".")).unwrap();
         assert_eq!(std::fs::read_to_string(d.path().join("package-lock.json")).unwrap(), real);
+    }
+
+    #[test]
+    fn models_fetch_follows_the_rules() {
+        use ocsb_policy::egress::{EgressLayer, LayerText, Policy};
+        let policy = |text: &str| {
+            Policy::compile(&[
+                LayerText::package(),
+                LayerText::new(EgressLayer::Project, "egress.conf", text),
+            ])
+            .unwrap()
+        };
+        assert!(!models_fetch_blocked(&policy("")), "public hosts are allowed by default");
+        assert!(models_fetch_blocked(&policy("block .opencode.ai\n")));
+        assert!(!models_fetch_blocked(&policy("block .opencode.ai\nallow models.opencode.ai\n")));
     }
 
     #[test]

@@ -243,7 +243,13 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     // run and is not the web password: the agent can read OpenCode's environment.
     sd.write(Path::new(state::OPENCODE_PASSWORD), format!("{}\n", setup.server_secret).as_bytes(), 0o600)?;
     let panel_log = match sd.append(Path::new(web::panel_log::PATH)) {
-        Ok(f) => Some(std::sync::Arc::new(web::panel_log::PanelLog::new(f))),
+        Ok(f) => {
+            // One start writes a few lines; a log past 1 MiB is from long ago.
+            if f.metadata().is_ok_and(|m| m.len() > 1 << 20) {
+                let _ = f.set_len(0);
+            }
+            Some(std::sync::Arc::new(web::panel_log::PanelLog::new(f)))
+        }
         Err(e) => {
             eprintln!("ocsb: warning: no Tokens panel log: {e}");
             None
@@ -252,6 +258,15 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
 
     signals::install();
     let mut env = setup.env.clone();
+    if !env.iter().any(|(k, _)| k == "OPENCODE_DISABLE_MODELS_FETCH")
+        && opencode::models_fetch_blocked(&project.egress_policy()?)
+    {
+        env.push(("OPENCODE_DISABLE_MODELS_FETCH".into(), "1".into()));
+        println!(
+            "models:     {} is blocked by the egress rules: OpenCode uses its built-in model list",
+            opencode::MODELS_HOST
+        );
+    }
     let _bus = if s.notifications() {
         match notify::start(&sd) {
             Ok(p) => {

@@ -51,10 +51,14 @@ fn session_bus() -> Option<String> {
 /// Start the proxy with its socket in `<state>/run/bus` (in the sandbox's `XDG_RUNTIME_DIR`), or
 /// say why not: `Err(warning)`.
 pub fn start(state: &StateDir) -> Result<BusProxy, String> {
-    let Some(bus) = session_bus() else {
+    start_with(session_bus(), find_in_path("xdg-dbus-proxy"), state)
+}
+
+fn start_with(bus: Option<String>, exe: Option<PathBuf>, state: &StateDir) -> Result<BusProxy, String> {
+    let Some(bus) = bus else {
         return Err("notifications: no session bus (DBUS_SESSION_BUS_ADDRESS is not set); skipped".into());
     };
-    let Some(exe) = find_in_path("xdg-dbus-proxy") else {
+    let Some(exe) = exe else {
         return Err(
             "notifications: xdg-dbus-proxy is not installed (Debian package xdg-dbus-proxy); skipped".into(),
         );
@@ -83,4 +87,26 @@ pub fn start(state: &StateDir) -> Result<BusProxy, String> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(proxy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_pieces_are_one_warning_each() {
+        let d = tempfile::tempdir().unwrap();
+        let state = StateDir::open(d.path()).unwrap();
+        let proxy = Some(PathBuf::from("/usr/bin/xdg-dbus-proxy"));
+        let e = start_with(None, proxy, &state).err().unwrap();
+        assert!(e.contains("no session bus") && e.ends_with("skipped"), "{e}");
+        let e = start_with(Some("unix:path=/nonexistent".into()), None, &state).err().unwrap();
+        assert!(e.contains("xdg-dbus-proxy is not installed (Debian package xdg-dbus-proxy)"), "{e}");
+        // A proxy that dies at once (here `false`) is reported, not waited for.
+        let e = start_with(Some("unix:path=/nonexistent".into()), Some("/bin/false".into()), &state)
+            .err()
+            .unwrap();
+        assert!(e.contains("xdg-dbus-proxy exited"), "{e}");
+        assert!(!d.path().join("run/bus").exists());
+    }
 }

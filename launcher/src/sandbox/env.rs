@@ -4,7 +4,7 @@
 //! `OCSB_ENV_FILE`), which the caller chooses.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Host variables copied as they are.
 pub const ALLOW: &[&str] = &[
@@ -40,9 +40,8 @@ pub struct EnvInputs<'a> {
 }
 
 /// The state-dir subdirectories the environment points at (created by the launcher).
-pub fn state_subdirs(state: &Path) -> Vec<PathBuf> {
-    ["config", "data", "cache", "state", "run", "docker", "tmp"].iter().map(|d| state.join(d)).collect()
-}
+/// The state subdirectories the sandbox's environment points into, created before it starts.
+pub const STATE_SUBDIRS: &[&str] = &["config", "data", "cache", "state", "run", "docker", "tmp"];
 
 pub fn build(i: &EnvInputs<'_>) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();

@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,19 +22,26 @@ use super::{netlock, pty, tmpclean};
 
 /// Create what the sandbox needs on the host and build the plan. Idempotent.
 pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
-    for d in super::env::state_subdirs(&spec.state_dir) {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&d)
-            .map_err(|e| Error::io("create", &d, e))?;
+    // The state directory is the agent's to write: its subdirectories are made through
+    // descriptors that never follow a symlink it may have left (see `statefs`).
+    let state_err =
+        |e: crate::error::Error| Error::refused(e.to_string(), "fix the state directory named above");
+    let state = crate::statefs::StateDir::open(&spec.state_dir).map_err(state_err)?;
+    let mut tmp_fd = None;
+    for d in super::env::STATE_SUBDIRS {
+        let fd = state.dir(Path::new(d)).map_err(state_err)?;
+        if *d == "tmp" {
+            tmp_fd = Some(fd);
+        }
     }
     if !spec.namespaces {
         return Ok(None);
     }
     let tmp = spec.state_dir.join("tmp");
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| Error::io("chmod", &tmp, e))?;
+    if let Some(fd) = &tmp_fd {
+        nix::sys::stat::fchmod(fd, nix::sys::stat::Mode::from_bits_truncate(0o700))
+            .map_err(|e| Error::io("chmod", &tmp, e.into()))?;
+    }
     if spec.tmp == TmpMode::Private {
         tmpclean::clean(&tmp, tmpclean::MAX_AGE, SystemTime::now());
     }

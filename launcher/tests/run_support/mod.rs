@@ -528,20 +528,24 @@ pub fn tool_parts(messages: &serde_json::Value) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Send "RUN: cmd" as the user (the scripted provider answers with a `bash` tool call) through
-/// the server at `addr` and return the tool part of the agent's bash call.
-pub fn agent_runs(addr: SocketAddr, auth: &str, session: &str, cmd: &str) -> serde_json::Value {
-    let body = serde_json::json!({"parts": [{"type": "text", "text": format!("RUN: {cmd}")}],
-        "model": {"providerID": "fake", "modelID": "m1"}});
+/// POST `body` to `/session/{session}/{endpoint}` and return the newest tool part that ran `cmd`.
+fn tool_call(
+    addr: SocketAddr,
+    auth: &str,
+    session: &str,
+    endpoint: &str,
+    body: &str,
+    cmd: &str,
+) -> serde_json::Value {
     let r = http(
         addr,
         "POST",
-        &format!("/session/{session}/message"),
+        &format!("/session/{session}/{endpoint}"),
         &[("Authorization", auth)],
-        Some(&body.to_string()),
+        Some(body),
         Duration::from_secs(120),
     );
-    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.status, 200, "{cmd}: {r:?}");
     let msgs = http(
         addr,
         "GET",
@@ -556,4 +560,20 @@ pub fn agent_runs(addr: SocketAddr, auth: &str, session: &str, cmd: &str) -> ser
         .rev()
         .find(|p| p["state"]["input"]["command"] == cmd)
         .unwrap_or_else(|| panic!("no bash call for {cmd:?} in {msgs:#}"))
+}
+
+/// Send "RUN: cmd" as the user (the scripted provider answers with a `bash` tool call) through
+/// the server at `addr` and return the tool part of the agent's bash call.
+pub fn agent_runs(addr: SocketAddr, auth: &str, session: &str, cmd: &str) -> serde_json::Value {
+    let body = serde_json::json!({"parts": [{"type": "text", "text": format!("RUN: {cmd}")}],
+        "model": {"providerID": "fake", "modelID": "m1"}});
+    tool_call(addr, auth, session, "message", &body.to_string(), cmd)
+}
+
+/// Run `cmd` through OpenCode's `/session/{id}/shell` (the agent's own bash, no model turn) and
+/// return its output.
+pub fn shell_runs(addr: SocketAddr, auth: &str, session: &str, cmd: &str) -> String {
+    let body = serde_json::json!({"agent": "build", "command": cmd});
+    let p = tool_call(addr, auth, session, "shell", &body.to_string(), cmd);
+    p["state"]["output"].as_str().unwrap_or_default().to_string()
 }

@@ -503,6 +503,15 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
         "{note}"
     );
 
+    // The Tokens panel of that session, in headless Chromium (started from this thread, so in
+    // the test's network namespace), through the front `run` started.
+    let mut browser = Browser::open(&session_url(w.web, &w.proj.display().to_string(), &id, &password));
+    let panel = read_panel(&mut browser, &|v| v["model"] == "fake/m1" && v["context"] == "1,002 / 100,000");
+    assert_eq!(panel["cache_read"], "200", "{panel}");
+    drop(browser);
+    let panel_log = std::fs::read_to_string(w.state.join("data/opencode/log/context-panel.log")).unwrap();
+    assert!(panel_log.contains("the browser loaded the panel script"), "{panel_log}");
+
     // The agent plants a symlink where the launcher writes on the next start.
     let out = shell(
         &w,

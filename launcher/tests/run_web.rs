@@ -250,28 +250,7 @@ fn front_panel_and_agent_against_real_opencode() {
 
     eprintln!("step 7. The panel");
     // 7. The panel in a real browser: headless Chromium, DOM values equal the endpoint's.
-    let url = format!(
-        "http://{}/{}/session/{id}?auth_token={}",
-        s.front,
-        b64url(&s.project),
-        b64(&format!("opencode:{}", s.password))
-    );
-    let mut browser = Browser::open(&url);
-    const READ: &str = "(() => { const p = document.getElementById('ocsb-tokens-panel'); \
-        if (!p || !p.getAttribute('data-updated')) return ''; const o = {}; \
-        p.querySelectorAll('[data-field]').forEach(e => o[e.dataset.field] = e.textContent); \
-        return JSON.stringify(o); })()";
-    let read_panel = |b: &mut Browser, until: &dyn Fn(&Value) -> bool| -> Value {
-        let deadline = std::time::Instant::now() + Duration::from_secs(45);
-        loop {
-            let v: Value = serde_json::from_str(&b.eval(READ)).unwrap_or(Value::Null);
-            if !v.is_null() && until(&v) {
-                return v;
-            }
-            assert!(std::time::Instant::now() < deadline, "the panel did not show the expected values: {v}");
-            std::thread::sleep(Duration::from_millis(300));
-        }
-    };
+    let mut browser = Browser::open(&session_url(s.front, &s.project, &id, &s.password));
     let want_output = want.to_string();
     let panel = read_panel(&mut browser, &|v| v["output"] == want_output.as_str());
     assert_eq!(panel["model"], "fake/m1");

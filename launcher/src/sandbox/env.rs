@@ -39,8 +39,8 @@ pub struct EnvInputs<'a> {
     pub extra: &'a [(String, String)],
 }
 
-/// The state-dir subdirectories the environment points at (created by the launcher).
-/// The state subdirectories the sandbox's environment points into, created before it starts.
+/// The state subdirectories the sandbox's environment points into (created by the launcher
+/// before it starts).
 pub const STATE_SUBDIRS: &[&str] = &["config", "data", "cache", "state", "run", "docker", "tmp"];
 
 pub fn build(i: &EnvInputs<'_>) -> Vec<(String, String)> {

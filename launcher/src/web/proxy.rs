@@ -317,7 +317,8 @@ async fn forward(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/html"));
     let encoded = parts.headers.get(header::CONTENT_ENCODING).filter(|v| *v != "identity");
-    if cfg.panel && html && encoded.is_some() {
+    // Only pages the user asked for are logged: anyone on the machine can send requests here.
+    if cfg.panel && html && encoded.is_some() && with_credentials {
         cfg.log(format_args!(
             "{path}: the page is compressed ({}), the panel script was not added",
             encoded.and_then(|v| v.to_str().ok()).unwrap_or("?")
@@ -326,7 +327,9 @@ async fn forward(
     if cfg.panel && html && encoded.is_none() {
         let bytes = body.collect().await?.to_bytes();
         let page = inject(&bytes);
-        cfg.log(format_args!("{path}: panel script added to the page"));
+        if with_credentials {
+            cfg.log(format_args!("{path}: panel script added to the page"));
+        }
         parts.headers.remove(header::CONTENT_LENGTH);
         return Ok(Response::from_parts(parts, Full::new(Bytes::from(page)).map_err(|e| match e {}).boxed()));
     }

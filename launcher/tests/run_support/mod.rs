@@ -577,3 +577,30 @@ pub fn shell_runs(addr: SocketAddr, auth: &str, session: &str, cmd: &str) -> Str
     let p = tool_call(addr, auth, session, "shell", &body.to_string(), cmd);
     p["state"]["output"].as_str().unwrap_or_default().to_string()
 }
+
+/// The web UI's page of one session, logged in with `?auth_token=` (what a bookmark holds).
+pub fn session_url(front: SocketAddr, project: &str, session: &str, password: &str) -> String {
+    format!(
+        "http://{front}/{}/session/{session}?auth_token={}",
+        b64url(project),
+        b64(&format!("opencode:{password}"))
+    )
+}
+
+/// The Tokens panel's fields as the page shows them (`data-field` → text), once `until` holds;
+/// fails after 45 s with the last values.
+pub fn read_panel(b: &mut Browser, until: &dyn Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    const READ: &str = "(() => { const p = document.getElementById('ocsb-tokens-panel'); \
+        if (!p || !p.getAttribute('data-updated')) return ''; const o = {}; \
+        p.querySelectorAll('[data-field]').forEach(e => o[e.dataset.field] = e.textContent); \
+        return JSON.stringify(o); })()";
+    let deadline = Instant::now() + Duration::from_secs(45);
+    loop {
+        let v: serde_json::Value = serde_json::from_str(&b.eval(READ)).unwrap_or(serde_json::Value::Null);
+        if !v.is_null() && until(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "the panel did not show the expected values: {v}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}

@@ -134,6 +134,9 @@ fn world(provider_port: u16) -> World {
     sh(&format!("git init -q {}", proj.display()));
     std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE KEY\n").unwrap();
     std::fs::write(home.join(".ssh/id_ed25519.pub"), "ssh-ed25519 AAAA\n").unwrap();
+    std::fs::create_dir_all(home.join(".kube")).unwrap();
+    std::fs::write(home.join(".kube/config"), "REAL-CLUSTER-TOKEN\n").unwrap();
+    std::fs::write(home.join("kube-dev.yaml"), "kind: Config (dev-cluster)\n").unwrap();
     std::fs::write(root.join("www1/index.html"), "origin-one-ok\n").unwrap();
     let oc = opencode_bin();
     let web = 18000 + (std::process::id() % 1000) as u16 * 2;
@@ -142,12 +145,14 @@ fn world(provider_port: u16) -> World {
         format!(
             "OCSB_WEB_PORT={web}\nOCSB_EGRESS_PORT={}\nOCSB_OPENCODE_BIN={}\nOCSB_DOCKER=0\n\
              OCSB_ENV=(\"SHOP_ENV=dev\")\nOCSB_NOTIFICATIONS=1\n\
-             OCSB_HIDE=({})\nOCSB_ENV_FILE={}\nOCSB_SKILLS=(opencode-sandbox extra-skill)\nOCSB_SKILL_DIRS=({})\n",
+             OCSB_HIDE=({})\nOCSB_ENV_FILE={}\nOCSB_SKILLS=(opencode-sandbox extra-skill)\nOCSB_SKILL_DIRS=({})\n\
+             OCSB_KUBECONFIG={}\n",
             web + 1000,
             oc.display(),
             root.join("bus").display(),
             home.join("agent.env").display(),
-            home.join("my-skills").display()
+            home.join("my-skills").display(),
+            home.join("kube-dev.yaml").display()
         ),
     )
     .unwrap();
@@ -457,6 +462,15 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     assert!(out.contains("Read-only file system") && !w.home.join("outside").exists(), "{out}");
     let out = shell(&w, &auth, &id, "touch .opencode-sandbox/x 2>&1");
     assert!(out.contains("Read-only file system") && !w.proj.join(".opencode-sandbox/x").exists(), "{out}");
+    // OCSB_KUBECONFIG is the agent's kubeconfig (a 0600 copy); ~/.kube/config stays hidden.
+    let out =
+        shell(&w, &auth, &id, "echo kc=[$KUBECONFIG] $(cat $KUBECONFIG) real=[$(cat ~/.kube/config 2>&1)]");
+    assert!(
+        out.contains(&format!("kc=[{}/kube/config] kind: Config (dev-cluster)", w.state.display()))
+            && !out.contains("REAL-CLUSTER-TOKEN"),
+        "{out}"
+    );
+    assert_eq!(std::fs::metadata(w.state.join("kube/config")).unwrap().permissions().mode() & 0o777, 0o600);
     let out =
         shell(&w, &auth, &id, "echo key=[$(cat ~/.ssh/id_ed25519 2>&1)] pub=[$(cat ~/.ssh/id_ed25519.pub)]");
     assert!(out.contains("pub=[ssh-ed25519 AAAA]") && !out.contains("PRIVATE KEY"), "{out}");

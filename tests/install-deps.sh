@@ -74,8 +74,9 @@ if [ "$(opencode --version 2>/dev/null)" != "$OPENCODE_VERSION" ]; then
     npm install -g --silent --no-fund --no-audit "opencode-ai@$OPENCODE_VERSION" >/dev/null
 fi
 
-# cc-safety-net, pinned as in opencode/opencode.jsonc: the init test checks that the
-# .cc-safety-net/policy.json template is a policy it accepts.
+# cc-safety-net, pinned as in opencode/opencode.jsonc, installed globally beside opencode-ai:
+# the init test checks that the .cc-safety-net/policy.json template is a policy it accepts, and
+# run_e2e needs `ocsb run` to copy it into OpenCode's plugin cache (no registry here).
 CCSN_VERSION=2.4.5
 if [ "$(cc-safety-net --version 2>/dev/null)" != "$CCSN_VERSION" ]; then
     echo "installing cc-safety-net@$CCSN_VERSION"

@@ -103,14 +103,18 @@ struct World {
 
 impl Drop for World {
     fn drop(&mut self) {
-        // Stop the filter this test started (it outlives `run` by design); its control socket is a
-        // unix socket, reachable from any network namespace.
-        let _ = Command::new("setpriv")
-            .args(&as_user()[1..])
-            .args(ocsb_as(self))
-            .args(["egress", "down"])
-            .stdout(Stdio::null())
-            .status();
+        // Stop the filters this test started (they outlive `run` by design); their control
+        // sockets are unix sockets, reachable from any network namespace.
+        let projects = std::fs::read_dir(&self.home).into_iter().flatten().flatten().map(|e| e.path());
+        for dir in projects.filter(|d| d.join(".opencode-sandbox").is_dir()) {
+            let _ = Command::new("setpriv")
+                .args(&as_user()[1..])
+                .args(ocsb_as(self, &dir))
+                .args(["egress", "down"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
         let _ = std::fs::remove_dir_all(&self.root);
     }
 }
@@ -231,7 +235,7 @@ fn as_user() -> Vec<String> {
 }
 
 /// `env -i HOME=… PATH=… <ocsb> -C <project>`: the installed ocsb with a clean environment.
-fn ocsb_as(w: &World) -> Vec<std::ffi::OsString> {
+fn ocsb_as(w: &World, project: &Path) -> Vec<std::ffi::OsString> {
     vec![
         "env".into(),
         "-i".into(),
@@ -239,14 +243,32 @@ fn ocsb_as(w: &World) -> Vec<std::ffi::OsString> {
         "PATH=/usr/local/bin:/usr/bin:/bin".into(),
         w.bin.clone().into(),
         "-C".into(),
-        w.proj.clone().into(),
+        project.into(),
     ]
+}
+
+/// Another project of the same user, with its own ports (`ocsb run` in it as for the first).
+fn other_project(w: &World, name: &str, web: u16, egress: u16) -> PathBuf {
+    let dir = w.home.join(name);
+    std::fs::create_dir_all(dir.join(".opencode-sandbox/local")).unwrap();
+    sh(&format!("git init -q {}", dir.display()));
+    std::fs::write(
+        dir.join(".opencode-sandbox/local/sandbox.conf"),
+        format!(
+            "OCSB_WEB_PORT={web}\nOCSB_EGRESS_PORT={egress}\nOCSB_OPENCODE_BIN={}\nOCSB_DOCKER=0\n\
+             OCSB_NOTIFICATIONS=0\nOCSB_ENV=(OPENCODE_DISABLE_MODELS_FETCH=1)\n",
+            opencode_bin().display()
+        ),
+    )
+    .unwrap();
+    sh(&format!("chown -R {UID}:{UID} {}", dir.display()));
+    dir
 }
 
 /// `ocsb run` as ocsb-test (its own gid: the filter must not be locked; the sandbox gets the
 /// netlock gid through the shim), output to `log`. `browser`: with a display and the recording
 /// `xdg-open` first in `PATH`; otherwise `--no-browser`.
-fn start_run(ns: &Netns, w: &World, log: &Path, browser: bool) -> Proc {
+fn start_run(ns: &Netns, w: &World, project: &Path, log: &Path, browser: bool) -> Proc {
     let out = std::fs::File::create(log).unwrap();
     let mut cmd = ns.cmd();
     cmd.args(as_user())
@@ -260,18 +282,29 @@ fn start_run(ns: &Netns, w: &World, log: &Path, browser: bool) -> Proc {
     } else {
         cmd.arg("PATH=/usr/local/bin:/usr/bin:/bin");
     }
-    cmd.arg(&w.bin).arg("-C").arg(&w.proj).arg("run");
+    cmd.arg(&w.bin).arg("-C").arg(project).arg("run");
     if !browser {
         cmd.arg("--no-browser");
     }
     let child = cmd
-        .current_dir(&w.proj)
+        .current_dir(project)
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
         .stderr(out)
         .spawn()
         .unwrap();
     Proc(child)
+}
+
+/// Ctrl-C: SIGINT to `ocsb run`, which must exit within 20 s.
+fn interrupt(run: &mut Proc) {
+    use nix::sys::signal::{Signal, kill};
+    kill(nix::unistd::Pid::from_raw(run.0.id() as i32), Signal::SIGINT).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while run.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "ocsb run did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn wait_ready(log: &Path, run: &mut Proc) {
@@ -367,7 +400,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     let notifications = FakeNotifications::spawn(daemon);
 
     let log = w.root.join("run.log");
-    let mut run = start_run(&ns, &w, &log, false);
+    let mut run = start_run(&ns, &w, &w.proj, &log, false);
     wait_ready(&log, &mut run);
     let text = std::fs::read_to_string(&log).unwrap();
     for step in [
@@ -539,21 +572,46 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     );
     assert!(out.contains("planted"), "{out}");
 
+    // Several projects at once: another project with its own ports runs beside this one; one
+    // that reuses this one's web or egress port is refused with the fix.
+    let (web2, egress2) = (w.web.port() + 4000, w.web.port() + 5000);
+    let proj2 = other_project(&w, "proj2", web2, egress2);
+    let log_b = w.root.join("run-b.log");
+    let mut beside = start_run(&ns, &w, &proj2, &log_b, false);
+    wait_ready(&log_b, &mut beside);
+    let pw2 = std::fs::read_to_string(w.home.join(".local/share/opencode-sandbox/proj2/password")).unwrap();
+    let front2 = SocketAddr::from(([127, 0, 0, 1], web2));
+    assert_eq!(
+        http(front2, "GET", "/", &[("Authorization", &basic("opencode", pw2.trim()))], None, T).status,
+        200
+    );
+    assert_eq!(
+        http(w.web, "GET", "/", &[("Authorization", &auth)], None, T).status,
+        200,
+        "the first still runs"
+    );
+    interrupt(&mut beside);
+    for (name, web, egress, setting) in [
+        ("proj3", w.web.port(), egress2 + 2, "OCSB_WEB_PORT"),
+        ("proj4", web2 + 2, w.web.port() + 1000, "OCSB_EGRESS_PORT"),
+    ] {
+        let dir = other_project(&w, name, web, egress);
+        let log = w.root.join(format!("run-{name}.log"));
+        let st = start_run(&ns, &w, &dir, &log, false).0.wait().unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(!st.success() && text.contains("is busy") && text.contains(setting), "{name}: {text}");
+    }
+
     // A second `run` in the same project is refused while the first runs.
     let log2 = w.root.join("run2.log");
-    let mut second = start_run(&ns, &w, &log2, false);
+    let mut second = start_run(&ns, &w, &w.proj, &log2, false);
     let st = second.0.wait().unwrap();
     let text2 = std::fs::read_to_string(&log2).unwrap();
     assert!(!st.success() && text2.contains("already running"), "{text2}");
 
-    // Ctrl-C (SIGINT) stops OpenCode and the front; the filter keeps running.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(run.0.id() as i32), nix::sys::signal::Signal::SIGINT)
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while run.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "ocsb run did not stop on SIGINT");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // Ctrl-C (SIGINT) stops OpenCode, the front and the bus proxy; the filter keeps running.
+    interrupt(&mut run);
+    assert!(!w.state.join("run/bus").exists(), "the bus proxy's socket is gone");
     assert!(std::net::TcpStream::connect(w.web).is_err(), "the front is gone");
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", w.web.port() + 1000)).is_ok(),
@@ -561,7 +619,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     );
 
     // `prepare` alone: the running filter is reloaded, netlock and self-tests pass again.
-    let out = ns.cmd().args(as_user()).args(ocsb_as(&w)).arg("prepare").output().unwrap();
+    let out = ns.cmd().args(as_user()).args(ocsb_as(&w, &w.proj)).arg("prepare").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(
@@ -573,7 +631,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
 
     // Restart: the session is still there.
     let log3 = w.root.join("run3.log");
-    let mut again = start_run(&ns, &w, &log3, true);
+    let mut again = start_run(&ns, &w, &w.proj, &log3, true);
     wait_ready(&log3, &mut again);
     let text3 = std::fs::read_to_string(&log3).unwrap();
     assert!(!text3.contains("first start"), "the password is printed only once");

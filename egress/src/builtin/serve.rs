@@ -126,12 +126,15 @@ async fn run(args: ServeArgs) -> Result<()> {
     let mut listeners = Vec::new();
     for a in &args.listen {
         let l = bind_listener(*a).map_err(|e| {
-            Error::net(
+            let why = if e.kind() == std::io::ErrorKind::AddrInUse {
                 format!(
-                    "cannot listen on {a} (port busy: another project or an old instance; set another OCSB_EGRESS_PORT, or run `ocsb egress down` in the other project)"
-                ),
-                e,
-            )
+                    "port {} is busy: another project or an old instance uses it; set another OCSB_EGRESS_PORT, or run `ocsb egress down` in the other project",
+                    a.port()
+                )
+            } else {
+                "check that the address exists on this machine".to_string()
+            };
+            Error::net(format!("cannot listen on {a} ({why})"), e)
         })?;
         listeners.push(l);
     }

@@ -2,9 +2,14 @@
 """A scripted OpenAI-compatible model provider on 127.0.0.1 for the ocsb run tests.
 
 A user message "RUN: <cmd>" gets a streamed `bash` tool call; once the tool result is in the
-conversation, a streamed text answer. Every reply reports fixed usage (prompt 1002 with 200
-cached, completion 50) and streams its chunks over ~0.5 s so output speed is measurable.
-Prints the port on stdout, then serves until killed.
+conversation, a streamed text answer. A user message "SKILL: <name>" likewise gets a call of
+OpenCode's `skill` tool with {"name": "<name>"} (only when the request offers that tool), then a
+text answer. A summarization request (OpenCode's compaction: the system prompt of its
+`compaction` agent, "You are a context summarization agent", and the conversation in
+<conversation> tags in the user message) gets a short Markdown summary. Anything else (e.g.
+OpenCode's title requests) gets "Test title" text. Every reply reports fixed usage (prompt 1002
+with 200 cached, completion 50) and streams its chunks over ~0.5 s so output speed is
+measurable. Prints the port on stdout, then serves until killed.
 """
 import json
 import sys
@@ -13,6 +18,31 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 USAGE = {"prompt_tokens": 1002, "completion_tokens": 50, "total_tokens": 1052,
          "prompt_tokens_details": {"cached_tokens": 200}}
+
+
+# OpenCode's compaction prompt: a Markdown template with these sections.
+SUMMARY = ["## Objective\n- Scripted session.\n\n", "## Important Details\n- (none)\n\n",
+           "## Work State\n### Completed\n- (none)\n\n### Active\n- (none)\n\n### Blocked\n- (none)\n\n",
+           "## Next Move\n1. (none)\n\n", "## Relevant Files\n- (none)\n"]
+
+
+def content_text(m):
+    c = m.get("content")
+    if isinstance(c, str):
+        return c
+    return " ".join(p.get("text", "") for p in c or [] if isinstance(p, dict))
+
+
+def summarizing(msgs):
+    """OpenCode's compaction request: no tools, its summarization system prompt, and the
+    conversation so far in <conversation> tags."""
+    system = " ".join(content_text(m) for m in msgs if m.get("role") == "system")
+    user = " ".join(content_text(m) for m in msgs if m.get("role") == "user")
+    return "context summarization agent" in system or "<conversation>" in user
+
+
+def offers(req, tool):
+    return any(t.get("function", {}).get("name") == tool for t in req.get("tools") or [])
 
 
 def chunk(delta, finish=None, usage=None):
@@ -62,6 +92,16 @@ class H(BaseHTTPRequestHandler):
                                               "function": {"name": "bash", "arguments": ""}}]}))
             for i in range(0, len(args), 8):
                 out.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[i:i + 8]}}]}))
+            out.append(chunk({}, "tool_calls"))
+        elif summarizing(msgs):
+            for w in SUMMARY:
+                out.append(chunk({"content": w}))
+            out.append(chunk({}, "stop"))
+        elif "SKILL: " in text and last.get("role") != "tool" and offers(req, "skill"):
+            name = (text.split("SKILL: ", 1)[1].split() or [""])[0]
+            args = json.dumps({"name": name})
+            out.append(chunk({"tool_calls": [{"index": 0, "id": "call_s1", "type": "function",
+                                              "function": {"name": "skill", "arguments": args}}]}))
             out.append(chunk({}, "tool_calls"))
         else:
             words = ["Done", "."] if last.get("role") == "tool" else ["Test", " title"]

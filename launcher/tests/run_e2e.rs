@@ -63,12 +63,18 @@ fn require_host() {
 struct Netns(String);
 
 impl Netns {
-    fn new() -> Netns {
-        let name = format!("ocsb-run-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).status();
+    /// A namespace with only `lo` up.
+    fn named(name: &str) -> Netns {
+        let _ = Command::new("ip").args(["netns", "del", name]).status();
         sh(&format!("ip netns add {name}"));
-        let ns = Netns(name);
-        ns.exec("ip link set lo up && ip addr add 192.0.2.1/32 dev lo && ip addr add 192.0.2.2/32 dev lo");
+        let ns = Netns(name.to_string());
+        ns.exec("ip link set lo up");
+        ns
+    }
+
+    fn new() -> Netns {
+        let ns = Netns::named(&format!("ocsb-run-{}", std::process::id()));
+        ns.exec("ip addr add 192.0.2.1/32 dev lo && ip addr add 192.0.2.2/32 dev lo");
         ns
     }
     fn exec(&self, cmd: &str) {
@@ -628,6 +634,36 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
             && text.contains("self-tests: 3 checks passed"),
         "{text}"
     );
+
+    // A failing step stops `prepare` there and names the step, why and the fix: a self-test
+    // that contradicts the rules, and (in a namespace without the lock) the netlock.
+    let proj5 = other_project(&w, "proj5", web2 + 4, egress2 + 4);
+    std::fs::write(
+        proj5.join(".opencode-sandbox/egress.conf"),
+        "block 192.0.2.2\nexpect-pass http://192.0.2.2/\n",
+    )
+    .unwrap();
+    let out = ns.cmd().args(as_user()).args(ocsb_as(&w, &proj5)).arg("prepare").output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && text.contains("netlock:    ok"), "{text}");
+    assert!(
+        text.contains("self-tests")
+            && text.contains("egress.conf:2")
+            && text.contains("fix: each line names"),
+        "{text}"
+    );
+    let bare = Netns::named(&format!("ocsb-run-bare-{}", std::process::id()));
+    let proj6 = other_project(&w, "proj6", web2 + 6, egress2 + 6);
+    let out = bare.cmd().args(as_user()).args(ocsb_as(&w, &proj6)).arg("prepare").output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && text.contains("egress:") && !text.contains("self-tests"), "{text}");
+    assert!(text.contains("netlock") && text.contains("NOT working") && text.contains("fix:"), "{text}");
+    let _ = Command::new("setpriv")
+        .args(&as_user()[1..])
+        .args(ocsb_as(&w, &proj6))
+        .args(["egress", "down"])
+        .output();
+    drop(bare);
 
     // Restart: the session is still there.
     let log3 = w.root.join("run3.log");

@@ -114,6 +114,11 @@ pub fn spec(
 fn egress_err(step: &str, e: ocsb_egress::Error) -> Error {
     match e {
         ocsb_egress::Error::Policy(p) => Error::Policy(p),
+        e @ ocsb_egress::Error::Verify { .. } => Error::failed(
+            format!("{step}: {e}"),
+            "each line names the expectation and the rule that decided it: change that rule or the \
+             expect-* line, then run `ocsb prepare` again",
+        ),
         other => {
             let text = other.to_string();
             let (what, fix) = text.split_once("\n  hint: ").unwrap_or((&text, "see the message above"));

@@ -253,11 +253,16 @@ fn ocsb_as(w: &World, project: &Path) -> Vec<std::ffi::OsString> {
     ]
 }
 
-/// Another project of the same user, with its own ports (`ocsb run` in it as for the first).
+/// Another project of the same user, made the way the README says (`git init`, `ocsb init`),
+/// with its own ports in its personal settings.
 fn other_project(w: &World, name: &str, web: u16, egress: u16) -> PathBuf {
     let dir = w.home.join(name);
-    std::fs::create_dir_all(dir.join(".opencode-sandbox/local")).unwrap();
-    sh(&format!("git init -q {}", dir.display()));
+    std::fs::create_dir_all(&dir).unwrap();
+    sh(&format!("git init -q {0} && chown -R {UID}:{UID} {0}", dir.display()));
+    let out =
+        Command::new("setpriv").args(&as_user()[1..]).args(ocsb_as(w, &dir)).arg("init").output().unwrap();
+    assert!(out.status.success(), "ocsb init: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(dir.join(".cc-safety-net/policy.json").is_file() && dir.join(".opencode-sandbox/local").is_dir());
     std::fs::write(
         dir.join(".opencode-sandbox/local/sandbox.conf"),
         format!(

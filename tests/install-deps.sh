@@ -30,13 +30,15 @@ fi
 #   xdg-dbus-proxy   the filtered session bus of OCSB_NOTIFICATIONS (notify_plugin, run_e2e)
 #   (nodejs)      runs the notification plugin in notify_plugin; it comes with npm below, not
 #                 from this list, because a Node.js from elsewhere conflicts with Debian's
+#   ripgrep       OpenCode's grep, glob and skill tools (plugins test); without it OpenCode
+#                 would try to download rg from github.com
 #   make          the install/uninstall tests stage a real `make install`
 #   chromium      headless browser for the web UI and Tokens panel test
 #   debootstrap lintian dpkg-dev rpm rpmlint strace man-db
 #                 packaging/tests/run.sh: a clean Debian root for dpkg -i, the linters, traced
 #                 chown/chmod of the set-gid shim, man page checks
 PACKAGES="squid nftables iproute2 util-linux dbus polkitd pkexec docker.io systemd git curl jq ncat libcap2-bin
-          pkg-config libnftnl-dev libmnl-dev python3 python3-dbus python3-gi xdg-dbus-proxy make chromium
+          pkg-config libnftnl-dev libmnl-dev python3 python3-dbus python3-gi xdg-dbus-proxy ripgrep make chromium
           debootstrap lintian dpkg-dev rpm rpmlint strace man-db"
 
 missing=""

@@ -12,7 +12,6 @@
 mod run_support;
 
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,11 +20,6 @@ use run_support::*;
 
 const UID: u32 = 1990;
 const T: Duration = Duration::from_secs(30);
-
-fn sh(cmd: &str) {
-    let st = Command::new("sh").arg("-c").arg(cmd).status().unwrap();
-    assert!(st.success(), "`{cmd}` failed");
-}
 
 fn netlock_gid() -> u32 {
     let o = Command::new("getent").args(["group", "opencode-sandbox"]).output().unwrap();
@@ -59,43 +53,11 @@ fn require_host() {
     }
 }
 
-/// A named network namespace, deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    /// A namespace with only `lo` up.
-    fn named(name: &str) -> Netns {
-        let _ = Command::new("ip").args(["netns", "del", name]).status();
-        sh(&format!("ip netns add {name}"));
-        let ns = Netns(name.to_string());
-        ns.exec("ip link set lo up");
-        ns
-    }
-
-    fn new() -> Netns {
-        let ns = Netns::named(&format!("ocsb-run-{}", std::process::id()));
-        ns.exec("ip addr add 192.0.2.1/32 dev lo && ip addr add 192.0.2.2/32 dev lo");
-        ns
-    }
-    fn exec(&self, cmd: &str) {
-        sh(&format!("ip netns exec {} sh -c '{}'", self.0, cmd.replace('\'', r"'\''")));
-    }
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.0]);
-        c
-    }
-    /// Move the calling thread (only) into the namespace.
-    fn enter(&self) {
-        let f = std::fs::File::open(format!("/var/run/netns/{}", self.0)).unwrap();
-        nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
+/// The test's namespace: only loopback, with the two origins' documentation addresses on it.
+fn world_netns() -> Netns {
+    let ns = Netns::named(&format!("ocsb-run-{}", std::process::id()));
+    ns.exec("ip addr add 192.0.2.1/32 dev lo && ip addr add 192.0.2.2/32 dev lo");
+    ns
 }
 
 struct World {
@@ -341,7 +303,7 @@ fn shell(w: &World, auth: &str, id: &str, cmd: &str) -> String {
 fn run_puts_the_agents_shell_in_the_sandbox() {
     require_host();
     let gid = netlock_gid();
-    let ns = Netns::new();
+    let ns = world_netns();
     let tmp = tempfile::tempdir().unwrap();
     // The model provider listens on the namespace's loopback (the lock allows 127.0.0.0/8).
     let script = tmp.path().join("fake_provider.py");

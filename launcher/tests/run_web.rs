@@ -27,11 +27,14 @@ struct Setup {
     password: String,
     secret: String,
     project: String,
+    /// Last: dropped after the processes in it were stopped.
+    _ns: Netns,
 }
 
 /// `guard`: load the launcher's guard plugin (as `run` does); without it, OpenCode's permission
 /// rules alone are tested. `project_permission`: the project's own `permission` block.
 fn setup(guard: bool, project_permission: Option<Value>) -> Setup {
+    let ns = loopback_only_netns("web");
     let oc = opencode_bin();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -71,6 +74,7 @@ fn setup(guard: bool, project_permission: Option<Value>) -> Setup {
         .env("OPENCODE_CONFIG_CONTENT", &content)
         .env("OPENCODE_SERVER_PASSWORD", &secret)
         .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .envs(loopback_only_env())
         .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
         .env("FAKE_API_KEY", "provider-key-789")
         .stdout(Stdio::null())
@@ -100,6 +104,7 @@ fn setup(guard: bool, project_permission: Option<Value>) -> Setup {
         password,
         secret,
         project: project.display().to_string(),
+        _ns: ns,
     }
 }
 

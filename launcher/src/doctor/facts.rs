@@ -26,6 +26,7 @@ pub struct Facts {
     /// Host tools the sandbox and the self-tests run, looked up in PATH.
     pub curl: Option<PathBuf>,
     pub ncat: Option<PathBuf>,
+    pub rg: Option<PathBuf>,
     pub sg: Option<PathBuf>,
 }
 

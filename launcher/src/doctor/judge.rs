@@ -446,6 +446,16 @@ fn tools(f: &Facts) -> Vec<Check> {
                 Some("sudo apt-get install ncat".into()),
             ),
         },
+        // OpenCode's grep, glob and skill tools run ripgrep; without one on PATH OpenCode
+        // downloads it from github.com into its cache on first use (through the filter).
+        match &f.rg {
+            Some(p) => found("ripgrep", p, "OpenCode's grep, glob and skill tools"),
+            None => Check::warn(
+                "ripgrep",
+                "rg not found: OpenCode downloads ripgrep from github.com on first use; where the egress rules do not allow github.com its grep, glob and skill tools fail",
+                Some("sudo apt-get install ripgrep".into()),
+            ),
+        },
     ];
     if f.netlock.acquire == NetlockAcquire::Sg {
         out.push(match &f.sg {
@@ -515,6 +525,7 @@ mod tests {
             git: Ok("git version 2.39.5".into()),
             curl: Some("/usr/bin/curl".into()),
             ncat: Some("/usr/bin/ncat".into()),
+            rg: Some("/usr/bin/rg".into()),
             sg: None,
         }
     }
@@ -642,12 +653,15 @@ mod tests {
     fn tools_curl_fails_ncat_warns_sg_only_when_used() {
         let mut f = healthy();
         assert!(!judge(&f).iter().any(|c| c.id == "sg"));
+        assert_eq!(find(&judge(&f), "ripgrep").status, Status::Ok);
         f.curl = None;
         f.ncat = None;
+        f.rg = None;
         f.netlock.acquire = NetlockAcquire::Sg;
         let c = judge(&f);
         assert_eq!(find(&c, "curl").status, Status::Fail);
         assert_eq!(find(&c, "ncat").status, Status::Warn);
+        assert_eq!(find(&c, "ripgrep").status, Status::Warn);
         assert_eq!(
             find(&c, "sg").fix.as_deref(),
             Some("sudo apt-get install login (or unset OCSB_NETLOCK_ACQUIRE)")

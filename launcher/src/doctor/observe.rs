@@ -68,6 +68,7 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
         git: version_of(Path::new("git")),
         curl: which("curl"),
         ncat: which("ncat"),
+        rg: which("rg"),
         sg: which("sg"),
     })
 }

@@ -9,13 +9,19 @@ text answer. A summarization request (OpenCode's compaction: the system prompt o
 <conversation> tags in the user message) gets a short Markdown summary. Anything else (e.g.
 OpenCode's title requests) gets "Test title" text. Every reply reports fixed usage (prompt 1002
 with 200 cached, completion 50) and streams its chunks over ~0.5 s so output speed is
-measurable. Prints the port on stdout, then serves until killed.
+measurable. Each request body is appended as one JSON line to requests.jsonl next to this
+script (if that directory is writable), for tests that check what OpenCode sent. Prints the
+port on stdout, then serves until killed.
 """
 import json
+import os
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+LOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "requests.jsonl")
+LOG_LOCK = threading.Lock()
 USAGE = {"prompt_tokens": 1002, "completion_tokens": 50, "total_tokens": 1052,
          "prompt_tokens_details": {"cached_tokens": 200}}
 
@@ -71,6 +77,11 @@ class H(BaseHTTPRequestHandler):
     def do_POST(self):
         n = int(self.headers.get("content-length", 0))
         req = json.loads(self.rfile.read(n) or b"{}")
+        try:
+            with LOG_LOCK, open(LOG, "a") as log:
+                log.write(json.dumps(req) + "\n")
+        except OSError:
+            pass  # a directory the provider may not write to: no log
         msgs = req.get("messages", [])
         last = msgs[-1] if msgs else {}
         text = ""

@@ -118,7 +118,23 @@ pub fn http(
     }
     s.write_all(req.as_bytes()).unwrap();
     let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
+    // Until EOF, or until a Content-Length body is complete: OpenCode (Bun) keeps the connection
+    // open after some answers despite `Connection: close` (`POST /session/{id}/summarize`).
+    let mut chunk = [0u8; 65536];
+    while let Ok(n) = s.read(&mut chunk) {
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len =
+                head.lines().find_map(|l| l.strip_prefix("content-length:")?.trim().parse::<usize>().ok());
+            if len.is_some_and(|len| buf.len() >= end + 4 + len) {
+                break;
+            }
+        }
+    }
     let split = buf
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -603,4 +619,95 @@ pub fn read_panel(b: &mut Browser, until: &dyn Fn(&serde_json::Value) -> bool) -
         assert!(Instant::now() < deadline, "the panel did not show the expected values: {v}");
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// For an `opencode serve` started in the machine's own network namespace (the tests that need
+/// only loopback): every HTTP(S) request OpenCode makes on its own (the background npm install of
+/// its plugin package, a ripgrep download) goes to a proxy on loopback that refuses at once with
+/// 403, so nothing leaves the machine (not even a DNS query) and nothing waits on npm's retries,
+/// as it would against a closed port. The scripted provider on 127.0.0.1 is exempt.
+pub fn loopback_only_env() -> Vec<(String, String)> {
+    // One refusing proxy per call: it must listen in the caller's network namespace.
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut c in l.incoming().flatten() {
+                let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut b) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                let _ =
+                    c.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            }
+        });
+        port
+    };
+    let proxy = format!("http://127.0.0.1:{port}");
+    let mut env: Vec<(String, String)> = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
+        .iter()
+        .map(|k| (k.to_string(), proxy.clone()))
+        .collect();
+    env.extend(["NO_PROXY", "no_proxy"].map(|k| (k.to_string(), "127.0.0.1,localhost".to_string())));
+    env
+}
+
+/// Run a shell command; fail the test if it fails.
+pub fn sh(cmd: &str) {
+    let st = Command::new("sh").arg("-c").arg(cmd).status().unwrap();
+    assert!(st.success(), "`{cmd}` failed");
+}
+
+/// A named network namespace with only `lo` up, deleted on drop (the processes in it keep it
+/// alive until they end). Creating one needs root.
+pub struct Netns(pub String);
+
+impl Netns {
+    pub fn named(name: &str) -> Netns {
+        let _ = Command::new("ip").args(["netns", "del", name]).status();
+        sh(&format!("ip netns add {name}"));
+        let ns = Netns(name.to_string());
+        ns.exec("ip link set lo up");
+        ns
+    }
+
+    pub fn exec(&self, cmd: &str) {
+        sh(&format!("ip netns exec {} sh -c '{}'", self.0, cmd.replace('\'', r"'\''")));
+    }
+
+    /// `ip netns exec NAME …`: the rest of the command line runs in the namespace.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0]);
+        c
+    }
+
+    /// Move the calling thread (only) into the namespace; what it starts afterwards runs there.
+    pub fn enter(&self) {
+        use std::os::fd::AsFd;
+        let f = std::fs::File::open(format!("/var/run/netns/{}", self.0)).unwrap();
+        nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns (needs root)");
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// Move the calling test thread into a namespace of its own with only loopback, so that
+/// OpenCode, the provider and Chromium started from it can send nothing off the machine (the
+/// network rule of these tests: Chromium alone resolves names and probes Google's DNS servers).
+pub fn loopback_only_netns(tag: &str) -> Netns {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let ns = Netns::named(&format!("ocsb-{tag}-{}-{n}", std::process::id()));
+    ns.enter();
+    ns
 }

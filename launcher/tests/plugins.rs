@@ -3,6 +3,7 @@
 //! after a compaction, for a manual compaction (`POST /session/{id}/summarize`) and an automatic
 //! one (the same call with `"auto": true`: OpenCode then adds its "Continue…" turn), and again
 //! at a later compaction after OpenCode restarted; a session that loaded no skill gets nothing.
+//! Everything runs in a network namespace of the test's own with only `lo` (needs root).
 
 mod run_support;
 

@@ -1,5 +1,7 @@
-//! The web front against a real `opencode serve` on loopback (no network namespace needed: only
-//! 127.0.0.1 is used). One OpenCode per test file keeps the suite fast; the checks run in order:
+//! The web front against a real `opencode serve` on loopback, all of it (OpenCode, the provider,
+//! the front, Chromium) in a network namespace of the test's own with only `lo`, so nothing any
+//! of them tries can leave the machine. One OpenCode per test file keeps the suite fast; the
+//! checks run in order:
 //! authentication, HTML injection, SSE, a real agent turn through the scripted provider
 //! (including OpenCode's own `sudo` denial with the launcher's permission config, the guard
 //! plugin and the blanked secrets), the Tokens numbers, a WebSocket terminal, and the panel in

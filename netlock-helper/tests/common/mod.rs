@@ -336,7 +336,17 @@ impl World {
             .unwrap();
         let proc = Proc(child);
         let mut buf = [0u8; 512];
-        let n = sock.recv(&mut buf).expect("daemon sent no sd_notify message within 15 s");
+        // A signal to this test process (another test's child exiting) interrupts the wait; only
+        // the deadline ends it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let n = loop {
+            match sock.recv(&mut buf) {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::Interrupted
+                        && std::time::Instant::now() < deadline => {}
+                r => break r.expect("daemon sent no sd_notify message within 15 s"),
+            }
+        };
         let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
         assert!(msg.contains("READY=1"), "unexpected notify message {msg:?}");
         let _ = fs::remove_file(&sock_path);

@@ -63,8 +63,10 @@ impl StateDir {
             .mode(0o700)
             .create(path)
             .map_err(|e| Error::io("create the state directory", path, e))?;
-        let root = nix::fcntl::open(path, DIR_FLAGS | OFlag::O_RDONLY, Mode::empty())
-            .map_err(|e| io("open the state directory", path, e))?;
+        // The state directory itself may be a symlink the user made: it is trusted (above).
+        let root =
+            nix::fcntl::open(path, OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_RDONLY, Mode::empty())
+                .map_err(|e| io("open the state directory", path, e))?;
         Ok(StateDir { root, path: path.to_path_buf() })
     }
 

@@ -113,22 +113,7 @@ impl Server {
         drop(self.opencode.take());
         let root = self.dir.path();
         self.addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let x = |d: &str| root.join(d).display().to_string();
-        let opencode = Command::new(opencode_bin())
-            .args(["serve", "--hostname", "127.0.0.1", "--port", &self.addr.port().to_string()])
-            .current_dir(root.join("proj"))
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", x("home"))
-            .env("XDG_CONFIG_HOME", x("config"))
-            .env("XDG_DATA_HOME", x("data"))
-            .env("XDG_CACHE_HOME", x("cache"))
-            .env("XDG_STATE_HOME", x("state"))
-            .env("OPENCODE_CONFIG_CONTENT", &self.content)
-            .env("OPENCODE_SERVER_PASSWORD", SECRET)
-            .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
-            .envs(loopback_only_env())
-            .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+        let opencode = opencode_serve(root, &root.join("proj"), self.addr.port(), &self.content, SECRET)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

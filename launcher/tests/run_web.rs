@@ -37,7 +37,6 @@ struct Setup {
 /// rules alone are tested. `project_permission`: the project's own `permission` block.
 fn setup(guard: bool, project_permission: Option<Value>) -> Setup {
     let ns = loopback_only_netns("web");
-    let oc = opencode_bin();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let project = root.join("proj");
@@ -62,22 +61,7 @@ fn setup(guard: bool, project_permission: Option<Value>) -> Setup {
     let (password, secret) = ("user-pw-123".to_string(), "server-secret-456".to_string());
     std::fs::write(root.join("pw"), &password).unwrap();
     std::fs::write(root.join("secret"), &secret).unwrap();
-    let x = |d: &str| root.join(d).display().to_string();
-    let opencode = Command::new(oc)
-        .args(["serve", "--hostname", "127.0.0.1", "--port", &upstream.port().to_string()])
-        .current_dir(&project)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", x("home"))
-        .env("XDG_CONFIG_HOME", x("config"))
-        .env("XDG_DATA_HOME", x("data"))
-        .env("XDG_CACHE_HOME", x("cache"))
-        .env("XDG_STATE_HOME", x("state"))
-        .env("OPENCODE_CONFIG_CONTENT", &content)
-        .env("OPENCODE_SERVER_PASSWORD", &secret)
-        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
-        .envs(loopback_only_env())
-        .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+    let opencode = opencode_serve(root, &project, upstream.port(), &content, &secret)
         .env("FAKE_API_KEY", "provider-key-789")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -711,3 +711,26 @@ pub fn loopback_only_netns(tag: &str) -> Netns {
     ns.enter();
     ns
 }
+
+/// `opencode serve` on 127.0.0.1:`port` for `project`, with a clean environment: its own `XDG_*`
+/// directories and `HOME` under `root`, the given config content and server password, no model
+/// list fetch and no update check, and [`loopback_only_env`]. The caller adds more and spawns.
+pub fn opencode_serve(root: &Path, project: &Path, port: u16, content: &str, secret: &str) -> Command {
+    let x = |d: &str| root.join(d).display().to_string();
+    let mut c = Command::new(opencode_bin());
+    c.args(["serve", "--hostname", "127.0.0.1", "--port", &port.to_string()])
+        .current_dir(project)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", x("home"))
+        .env("XDG_CONFIG_HOME", x("config"))
+        .env("XDG_DATA_HOME", x("data"))
+        .env("XDG_CACHE_HOME", x("cache"))
+        .env("XDG_STATE_HOME", x("state"))
+        .env("OPENCODE_CONFIG_CONTENT", content)
+        .env("OPENCODE_SERVER_PASSWORD", secret)
+        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+        .envs(loopback_only_env());
+    c
+}

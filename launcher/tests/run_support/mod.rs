@@ -276,7 +276,11 @@ pub struct Proc(pub Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+        // SIGTERM first (a clean stop), unless it already exited.
+        if let Ok(None) = self.0.try_wait() {
+            let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.0.try_wait() {
@@ -669,7 +673,8 @@ pub struct Netns(pub String);
 
 impl Netns {
     pub fn named(name: &str) -> Netns {
-        let _ = Command::new("ip").args(["netns", "del", name]).status();
+        // A leftover of an earlier run with the same pid, if any.
+        let _ = Command::new("ip").args(["netns", "del", name]).stderr(Stdio::null()).status();
         sh(&format!("ip netns add {name}"));
         let ns = Netns(name.to_string());
         ns.exec("ip link set lo up");

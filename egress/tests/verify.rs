@@ -54,40 +54,10 @@ fn verify_catches_a_broken_rule_and_a_bypass() {
     lab.write_rules(&BROKEN.replace("^prdo-", "^prod-"));
     ocsb_egress::up(&inst, ocsb_egress::lifecycle::stderr_progress()).unwrap();
     let ns = &lab.topo.filter.name;
-    sh(&["ip", "netns", "exec", ns, "nft", "add", "table", "inet", "lock"]);
-    sh(&[
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        "nft",
-        "add",
-        "chain",
-        "inet",
-        "lock",
-        "out",
-        "{ type filter hook output priority 0 ; policy accept ; }",
-    ]);
-    sh(&[
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        "nft",
-        "add",
-        "rule",
-        "inet",
-        "lock",
-        "out",
-        "meta",
-        "skuid",
-        "1990",
-        "ip",
-        "daddr",
-        "!=",
-        "127.0.0.0/8",
-        "reject",
-    ]);
+    // One ruleset, loaded atomically in the filter namespace only.
+    let table = "table inet lock { chain out { type filter hook output priority 0; policy accept; \
+                 meta skuid 1990 ip daddr != 127.0.0.0/8 reject; }; }";
+    sh(&["ip", "netns", "exec", ns, "nft", table]);
     opts.wrap.extend(["setpriv", "--reuid=1990", "--regid=1990", "--clear-groups"].map(OsString::from));
     let report = run(&inst.load_policy().unwrap(), &opts).unwrap();
     assert!(report.ok(), "{report:#?}");

@@ -203,16 +203,14 @@ fn front_panel_and_agent_against_real_opencode() {
     let pty =
         http(s.front, "POST", "/pty", &[("Cookie", &cookie)], Some(r#"{"command":"/bin/sh"}"#), T).json();
     let pid = pty["id"].as_str().unwrap_or_else(|| panic!("{pty}")).to_string();
-    let tk = http(
-        s.front,
-        "POST",
-        &format!("/pty/{pid}/connect-token"),
-        &[("Cookie", &cookie), ("x-opencode-ticket", "1"), ("Origin", &format!("http://{}", s.front))],
-        None,
-        T,
-    )
-    .json();
-    let ticket = tk["ticket"].as_str().or(tk["token"].as_str()).unwrap_or_else(|| panic!("{tk}")).to_string();
+    // OpenCode's one-time ticket for the terminal's WebSocket, asked for as its UI does.
+    let connect_ticket = || {
+        let origin = format!("http://{}", s.front);
+        let headers = [("Cookie", cookie.as_str()), ("x-opencode-ticket", "1"), ("Origin", origin.as_str())];
+        let tk = http(s.front, "POST", &format!("/pty/{pid}/connect-token"), &headers, None, T).json();
+        tk["ticket"].as_str().or(tk["token"].as_str()).unwrap_or_else(|| panic!("{tk}")).to_string()
+    };
+    let ticket = connect_ticket();
     let mut ws = Ws::connect(s.front, &format!("/pty/{pid}/connect?ticket={ticket}"), &[("Cookie", &cookie)]);
     assert!(ws.head.starts_with("HTTP/1.1 101"), "{}", ws.head);
     ws.send_text("echo ws-$((6*7))\n");
@@ -220,16 +218,7 @@ fn front_panel_and_agent_against_real_opencode() {
     assert!(got.contains("ws-42"), "terminal output through the front: {got:?}");
     // A browser that sends no credentials on the handshake: OpenCode's own one-time ticket is
     // forwarded without the front's credentials, and OpenCode checks it.
-    let tk = http(
-        s.front,
-        "POST",
-        &format!("/pty/{pid}/connect-token"),
-        &[("Cookie", &cookie), ("x-opencode-ticket", "1"), ("Origin", &format!("http://{}", s.front))],
-        None,
-        T,
-    )
-    .json();
-    let ticket = tk["ticket"].as_str().unwrap().to_string();
+    let ticket = connect_ticket();
     let mut ws = Ws::connect(s.front, &format!("/pty/{pid}/connect?ticket={ticket}"), &[]);
     assert!(ws.head.starts_with("HTTP/1.1 101"), "ticket only: {}", ws.head);
     ws.send_text("echo tk-$((7*6))\n");

@@ -111,18 +111,8 @@ impl World {
     /// The shell words that run CMD in the sandbox as ocsb-test (inside the caller's netns).
     pub fn sandbox_words(&self, spec: &Value, cmd: &[&str]) -> Vec<String> {
         let spec = self.write_spec(spec);
-        let mut v: Vec<String> = vec![
-            "setpriv".into(),
-            "--reuid".into(),
-            UID.to_string(),
-            "--regid".into(),
-            UID.to_string(),
-            "--clear-groups".into(),
-            "--".into(),
-            self.bin.display().to_string(),
-            "__sandbox-run".into(),
-            spec.display().to_string(),
-        ];
+        let mut v = as_test_user();
+        v.extend([self.bin.display().to_string(), "__sandbox-run".into(), spec.display().to_string()]);
         v.extend(cmd.iter().map(|s| s.to_string()));
         v
     }
@@ -152,16 +142,9 @@ impl World {
             "-i".into(),
             "PATH=/usr/local/bin:/usr/bin:/bin".into(),
             format!("HOME={}", self.home.display()),
-            "setpriv".into(),
-            "--reuid".into(),
-            UID.to_string(),
-            "--regid".into(),
-            UID.to_string(),
-            "--clear-groups".into(),
-            "--".into(),
-            "python3".into(),
-            self.probe.display().to_string(),
         ];
+        words.extend(as_test_user());
+        words.extend(["python3".into(), self.probe.display().to_string()]);
         words.extend(args.iter().map(|s| s.to_string()));
         verdict(&self.netns_script(&format!(
             "cd {} && exec {}",
@@ -222,4 +205,11 @@ pub fn shell_join(words: &[String]) -> String {
 
 pub fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| format!("<{e}>"))
+}
+
+/// `setpriv …`: the words that run the rest of a command line as ocsb-test with its own gid and
+/// no supplementary groups.
+fn as_test_user() -> Vec<String> {
+    let uid = UID.to_string();
+    ["setpriv", "--reuid", &uid, "--regid", &uid, "--clear-groups", "--"].map(String::from).to_vec()
 }

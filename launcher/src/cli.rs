@@ -89,6 +89,14 @@ pub enum Command {
     #[command(subcommand)]
     Sandbox(SandboxCommand),
 
+    /// Check the project's checkouts for what a sandbox planted that host git or host tools
+    /// would run: a `commondir` in `.git`, a nested repository, a new `.envrc`, …
+    ///
+    /// Every sandbox start does this check and refuses while something stands; this command
+    /// shows the same list. Exit status 0 when nothing stands, 1 otherwise.
+    #[command(after_help = EXIT_CODES)]
+    Audit(AuditArgs),
+
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         #[arg(value_enum)]
@@ -108,6 +116,15 @@ pub enum SandboxCommand {
     /// What this host can enforce: namespaces, landlock ABI, seccomp, relevant sysctls.
     #[command(after_help = EXIT_CODES)]
     Status,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// You made what is listed yourself: keep it and let sandboxes start again. (A `commondir`
+    /// in a main `.git` or worktree pointers that disagree cannot be accepted: git never makes
+    /// those.)
+    #[arg(long)]
+    pub accept: bool,
 }
 
 #[derive(Debug, Args)]

@@ -85,6 +85,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             std::process::exit(code)
         }
         Command::Sandbox(SandboxCommand::Status) => sandbox::commands::status(),
+        Command::Audit(args) => sandbox::commands::audit(&Project::load(explicit)?, args.accept),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ocsb", &mut std::io::stdout());
             Ok(())

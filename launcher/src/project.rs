@@ -38,8 +38,9 @@ pub fn git_toplevel(dir: &Path) -> Option<PathBuf> {
 }
 
 /// The project directory for commands that work on a project: `-C DIR` if given, else the
-/// nearest ancestor holding `.opencode-sandbox/`, else the enclosing git work tree, else the
-/// current directory.
+/// nearest ancestor holding `.opencode-sandbox/` within the enclosing git work tree, else that
+/// work tree, else the nearest ancestor holding `.opencode-sandbox/`, else the current
+/// directory. A `.opencode-sandbox/` above the work tree is not this repository's.
 pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
     let cwd = std::env::current_dir().map_err(|e| Error::io("read the current directory", ".", e))?;
     let start = match explicit {
@@ -49,10 +50,28 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
         }
         None => cwd,
     };
-    if let Some(d) = start.ancestors().find(|d| d.join(PROJECT_CONF_DIR).is_dir()) {
+    let top = git_toplevel(&start);
+    let within = |d: &Path| top.as_deref().is_none_or(|t| d.starts_with(t));
+    if let Some(d) = start.ancestors().take_while(|d| within(d)).find(|d| d.join(PROJECT_CONF_DIR).is_dir()) {
         return Ok(d.to_path_buf());
     }
-    Ok(git_toplevel(&start).unwrap_or(start))
+    Ok(top.unwrap_or(start))
+}
+
+/// For a directory inside a linked worktree: the same directory in the main checkout, whose
+/// settings, rules, hooks and trust apply. The main checkout is found from the worktree's
+/// `.git` file and the back-pointer in the main `.git`, which no sandbox can write (see
+/// `sandbox::checkouts::linked_main`), never from `git worktree list`.
+pub fn main_of_worktree(dir: &Path) -> Result<Option<PathBuf>> {
+    let Some(top) = git_toplevel(dir) else { return Ok(None) };
+    let main = crate::sandbox::checkouts::linked_main(&top).map_err(|why| {
+        Error::failed(
+            format!("refusing to use {} as a worktree: {why}", top.display()),
+            "a sandbox may have rewritten its git pointers: run `ocsb audit` in the main checkout, \
+             and `git worktree repair` there once you have checked the files",
+        )
+    })?;
+    Ok(main.map(|m| m.join(dir.strip_prefix(&top).unwrap_or(Path::new("")))))
 }
 
 /// The process environment as UTF-8 pairs. Variables outside the settings namespace that are
@@ -86,7 +105,11 @@ fn indent(text: &str) -> String {
 
 /// Everything a command needs to know about the project it runs in.
 pub struct Project {
+    /// Where the settings, rules, hooks and trust come from: the project in the main checkout.
     pub dir: PathBuf,
+    /// Where the session works (the sandbox's project directory): `dir`, or the same directory
+    /// in the linked worktree `ocsb` was started in.
+    pub checkout: PathBuf,
     pub home: PathBuf,
     pub user_config_dir: PathBuf,
     pub settings: Settings,
@@ -96,7 +119,8 @@ pub struct Project {
 impl Project {
     /// Locate the project and load its five settings layers.
     pub fn load(explicit: Option<&Path>) -> Result<Project> {
-        let dir = locate(explicit)?;
+        let checkout = locate(explicit)?;
+        let dir = main_of_worktree(&checkout)?.unwrap_or_else(|| checkout.clone());
         let home = home_dir()?;
         let user_config_dir = user_config_dir(&home);
         let input = LoadInput {
@@ -106,7 +130,7 @@ impl Project {
             env: environment()?,
         };
         let settings = Settings::load(&input)?;
-        Ok(Project { dir, home, user_config_dir, settings, input })
+        Ok(Project { dir, checkout, home, user_config_dir, settings, input })
     }
 
     /// How the committed `.opencode-sandbox/sandbox.conf` widens the sandbox (see
@@ -185,7 +209,14 @@ mod tests {
             env: vec![],
         };
         let settings = Settings::load(&input).unwrap();
-        Project { dir, home: home.clone(), user_config_dir: home.join(".cfg"), settings, input }
+        Project {
+            checkout: dir.clone(),
+            dir,
+            home: home.clone(),
+            user_config_dir: home.join(".cfg"),
+            settings,
+            input,
+        }
     }
 
     #[test]

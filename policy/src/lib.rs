@@ -6,10 +6,14 @@
 //! * [`egress`]: the egress rule language, its layers, the decision function and the squid.conf
 //!   renderer.
 //!
+//! * [`guard`]: what in a writable checkout the agent must not create or change, because git or
+//!   another host tool later reads or runs it.
+//!
 //! This crate spawns no process and opens no socket; it only reads the layer files it is pointed at.
 
 pub mod egress;
 pub mod error;
+pub mod guard;
 pub mod settings;
 
 pub use error::{Error, Location, Result};

@@ -85,7 +85,7 @@ pub fn spec(
     hide.extend(state::hidden_from_sandbox(&state));
     let wt = s.worktrees_dir();
     SandboxSpec {
-        project_dir: project.dir.clone(),
+        project_dir: project.checkout.clone(),
         state_dir: state,
         home: project.home.clone(),
         worktrees_dir: wt.is_dir().then_some(wt),
@@ -108,6 +108,9 @@ pub fn spec(
         tcp: None,
         limits: Limits::default(),
         tty: TtyMode::Never,
+        rw_tool_files: s.rw_tool_files().to_vec(),
+        nested_repos: Vec::new(),
+        protect: Vec::new(),
     }
 }
 
@@ -134,8 +137,10 @@ pub struct Prepared {
 
 /// `ocsb prepare`.
 pub fn prepare(project: &Project) -> Result<Prepared> {
-    // Before anything starts: a committed settings file must not widen the sandbox unseen.
+    // Before anything starts: a committed settings file must not widen the sandbox unseen, and
+    // nothing a sandbox planted for host git may stand.
     project.require_trusted()?;
+    crate::sandbox::commands::refuse_planted(project, "start a sandbox")?;
     let s = &project.settings;
     let state = s.state_dir();
     let sd = StateDir::open(&state)?;

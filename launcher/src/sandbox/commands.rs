@@ -33,9 +33,13 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
 
 fn with_stdout_on_stderr<T>(f: impl FnOnce() -> T) -> T {
     use std::io::Write;
-    let saved = nix::unistd::dup(std::io::stdout());
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // The saved copy is close-on-exec: the filter that `prepare` may start outlives this
+    // command, and must not hold the caller's stdout open (`ocsb exec … | tail` would hang).
+    let saved = nix::fcntl::fcntl(std::io::stdout(), nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3))
+        // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor that nothing else owns.
+        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
     let _ = std::io::stdout().flush();
-    // SAFETY-free: dup2 over fd 1 with fd 2; restored below from the saved copy.
     let redirected = saved.is_ok() && nix::unistd::dup2_stdout(std::io::stderr()).is_ok();
     let r = f();
     let _ = std::io::stdout().flush();
@@ -63,4 +67,44 @@ pub fn status() -> Result<()> {
             "fix the failing line, or set OCSB_SANDBOX=0 to run with the filter and netlock only",
         ))
     }
+}
+
+/// `ocsb audit [--accept]`: what a sandbox start would refuse over (see [`super::audit`]).
+pub fn audit(project: &Project, accept: bool) -> Result<()> {
+    let spec = crate::run::spec(project, super::Netlock::Off, &[], vec![]);
+    let findings = super::audit::report(&spec, accept)?;
+    if findings.is_empty() {
+        println!("audit: nothing planted in {} and its worktrees", spec.project_dir.display());
+        return Ok(());
+    }
+    Err(Error::failed(
+        format!(
+            "{} cannot be accepted, or was not accepted:{}",
+            if findings.len() == 1 { "this path" } else { "these paths" },
+            super::audit::render(&findings)
+        ),
+        if accept {
+            "git never makes these: inspect and remove them (`rm PATH`), then run `ocsb audit`"
+        } else {
+            super::audit::FIX
+        },
+    ))
+}
+
+/// Refuse a host command that runs git in the project (`ocsb wt …`), or starts sandboxes
+/// (`prepare`, so the refusal is the first thing said), while anything planted stands: the
+/// same check every sandbox start makes. `doing` completes "refusing to …".
+pub fn refuse_planted(project: &Project, doing: &str) -> Result<()> {
+    let spec = crate::run::spec(project, super::Netlock::Off, &[], vec![]);
+    let findings = super::audit::report(&spec, false)?;
+    if findings.is_empty() {
+        return Ok(());
+    }
+    Err(Error::failed(
+        format!(
+            "refusing to {doing}: git or host tools would run what was planted{}",
+            super::audit::render(&findings)
+        ),
+        super::audit::FIX,
+    ))
 }

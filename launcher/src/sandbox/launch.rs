@@ -18,7 +18,7 @@ use super::landlock::LandlockPolicy;
 use super::plan::{self, Plan, RealFs};
 use super::spec::{Netlock, SandboxSpec, TmpMode, TtyMode};
 use super::stage2::{self, Request};
-use super::{netlock, pty, tmpclean};
+use super::{audit, checkouts, netlock, pty, tmpclean};
 
 /// Create what the sandbox needs on the host and build the plan. Idempotent.
 pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
@@ -45,6 +45,7 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
     if spec.tmp == TmpMode::Private {
         tmpclean::clean(&tmp, tmpclean::MAX_AGE, SystemTime::now());
     }
+    let spec = &with_checkout_rule(spec)?;
     let first = plan::build(spec, &RealFs)?;
     if first.placeholders.is_empty() {
         return Ok(Some(first));
@@ -53,7 +54,12 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
         let r = if p.dir {
             std::fs::DirBuilder::new().mode(0o755).create(&p.path)
         } else {
-            std::fs::OpenOptions::new().write(true).create_new(true).open(&p.path).map(drop)
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&p.path)
+                .and_then(|mut f| f.write_all(p.text.as_bytes()))
         };
         match r {
             Ok(()) => {}
@@ -62,6 +68,17 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
         }
     }
     Ok(Some(plan::build(spec, &RealFs)?))
+}
+
+/// The spec with the checkout rule (`ocsb_policy::guard`) applied to every writable checkout it
+/// names; what the spec said about protections before is replaced.
+fn with_checkout_rule(spec: &SandboxSpec) -> Result<SandboxSpec> {
+    let mut spec = spec.clone();
+    spec.protect.clear();
+    let writable = plan::build(&spec, &RealFs)?.writable;
+    let rule = ocsb_policy::guard::Rule { writable: &writable, rw_tool_files: &spec.rw_tool_files };
+    spec.protect = rule.protections(&checkouts::of_spec(&spec), &checkouts::HostLookup);
+    Ok(spec)
 }
 
 /// Build the stage-2 request from the spec and plan.
@@ -105,7 +122,19 @@ pub fn request(spec: &SandboxSpec, plan: Option<Plan>) -> Request {
 
 /// Run the command in the sandbox; returns its exit status (128 + signal when killed,
 /// 125 when the sandbox could not be built, 127 when the command could not be executed).
+///
+/// The launcher's check of the checkouts ([`audit`]) brackets every sandbox: it refuses to
+/// start while something planted is there, and reports what appeared once the sandbox exits.
 pub fn run(spec: &SandboxSpec) -> Result<i32> {
+    let audit = audit::begin(spec)?;
+    let mut spec = spec.clone();
+    spec.nested_repos = audit.nested.clone();
+    let status = run_checked(&spec);
+    audit.end();
+    status
+}
+
+fn run_checked(spec: &SandboxSpec) -> Result<i32> {
     let plan = prepare(spec)?;
     if let Some(p) = &plan {
         for w in &p.warnings {

@@ -10,7 +10,9 @@
 //! - [`stage2::main`] when `argv[1] == stage2::ARG` — dispatch it before parsing the command line.
 //! - [`status`] for `ocsb sandbox status`.
 
+pub mod audit;
 pub mod caps;
+pub mod checkouts;
 pub mod commands;
 pub mod env;
 pub mod error;

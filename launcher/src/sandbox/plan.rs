@@ -10,8 +10,8 @@
 //! 3. `/tmp`, the writable binds and the hidden paths, shallowest first (a mount hides what an
 //!    earlier, shallower mount put beneath it), writable before hidden at equal depth, so `/tmp`
 //!    comes before a project or state dir that lives under `/tmp`;
-//! 4. the protected paths inside the project, read-only, last of all, so no writable bind can
-//!    re-expose them;
+//! 4. the checkout rule (`ocsb_policy::guard`: git metadata, tool files, ocsb's own settings in
+//!    every writable checkout), last of all, so no writable bind can re-expose what it protects;
 //! 5. the sockets the policy passes (ssh-agent, docker when allowed).
 
 use std::collections::BTreeSet;
@@ -21,20 +21,11 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::error::{Error, Result};
-use super::spec::{
-    DISABLED_PROGRAMS, DOCKER_SOCKETS, PROTECTED_IN_PROJECT, SandboxSpec, TmpMode, ssh_entry_visible,
-};
+use super::spec::{DISABLED_PROGRAMS, DOCKER_SOCKETS, SandboxSpec, TmpMode, ssh_entry_visible};
+use ocsb_policy::guard::{Access as GuardAccess, Protection};
 
-/// What `lstat` says about a host path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Dir,
-    File,
-    Symlink,
-    /// Sockets, fifos, devices.
-    Special,
-    Missing,
-}
+/// What `lstat` says about a host path (the checkout rule's type, so both read one fact).
+pub use ocsb_policy::guard::Entry as Kind;
 
 /// The host filesystem facts the plan needs; `RealFs` reads them, tests use a map.
 pub trait HostFs {
@@ -45,6 +36,15 @@ pub trait HostFs {
 }
 
 pub struct RealFs;
+
+impl ocsb_policy::guard::Lookup for RealFs {
+    fn entry(&self, p: &Path) -> Kind {
+        self.kind(p)
+    }
+    fn names(&self, dir: &Path) -> Vec<String> {
+        self.read_dir(dir).unwrap_or_default()
+    }
+}
 
 impl HostFs for RealFs {
     fn kind(&self, p: &Path) -> Kind {
@@ -145,6 +145,9 @@ impl Op {
 pub struct Placeholder {
     pub path: PathBuf,
     pub dir: bool,
+    /// What a file placeholder contains (see `ocsb_policy::guard::COMMONDIR_SELF`).
+    #[serde(default)]
+    pub text: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -344,21 +347,37 @@ impl Builder<'_> {
         self.plan.ops.push(Op::Proc { dst: "/proc".into() });
     }
 
-    /// A protected path inside the project: read-only whether or not it exists. Symlinks on the
-    /// way are refused: binding through them would protect (or expose) some other place.
-    fn protect(&mut self, project: &Path, rel: &str) -> Result<()> {
-        let mut cur = project.to_path_buf();
-        let parts: Vec<&str> = rel.split('/').collect();
-        for (i, part) in parts.iter().enumerate() {
-            cur.push(part);
-            let last = i + 1 == parts.len();
-            match self.fs.kind(&cur) {
+    /// One protection of the checkout rule (`ocsb_policy::guard`). Symbolic links between its
+    /// anchor and the path are refused: binding through one would protect (or expose) some
+    /// other place. A missing path becomes a placeholder, parents included, when the rule
+    /// allows one; otherwise there is nothing to mount.
+    fn guard(&mut self, g: &Protection) -> Result<()> {
+        let Ok(rel) = g.path.strip_prefix(&g.anchor) else {
+            return Err(Error::refused(
+                format!("protected path {} is not under {}", g.path.display(), g.anchor.display()),
+                "report this: the checkout rule produced an inconsistent entry",
+            ));
+        };
+        if self.under_hidden(&g.path) {
+            return Ok(());
+        }
+        let mut cur = g.anchor.clone();
+        let mut kind = self.fs.kind(&cur);
+        let mut missing = false;
+        for (i, part) in std::iter::once(None).chain(rel.components().map(Some)).enumerate() {
+            if let Some(part) = part {
+                cur.push(part);
+                kind = if missing { Kind::Missing } else { self.fs.kind(&cur) };
+            }
+            let last = cur == g.path;
+            match kind {
                 Kind::Symlink => {
                     return Err(Error::refused(
                         format!(
-                            "{} is a symbolic link; it must be a real {} so it can be mounted read-only in place",
+                            "{} is a symbolic link; it must be a real {} so it can be protected in place ({})",
                             cur.display(),
-                            if last && rel.ends_with("config") { "file" } else { "directory" }
+                            if last && !g.dir { "file" } else { "directory" },
+                            g.why
                         ),
                         format!(
                             "replace the link with the real directory or file (inspect it first: `ls -l {}`)",
@@ -366,46 +385,30 @@ impl Builder<'_> {
                         ),
                     ));
                 }
+                Kind::Missing if i == 0 || !g.placeholder => return Ok(()),
                 Kind::Missing => {
-                    if i == 0 && parts.len() > 1 {
-                        // No `.git` at all: nothing of git to protect yet (see README limits).
-                        return Ok(());
-                    }
-                    let dir = !(last && *part == "config");
-                    self.plan.placeholders.push(Placeholder { path: cur.clone(), dir });
-                    if !last {
-                        return Ok(());
-                    }
-                    self.push_protected(cur, dir);
-                    return Ok(());
+                    missing = true;
+                    let dir = !last || g.dir;
+                    let text = if last { g.fill.clone() } else { String::new() };
+                    self.plan.placeholders.push(Placeholder { path: cur.clone(), dir, text });
                 }
-                Kind::File | Kind::Special if !last => {
-                    // `.git` as a file: a worktree's pointer. Keep the pointer itself read-only.
-                    self.push_protected(cur, false);
-                    return Ok(());
-                }
-                Kind::Dir if last => {
-                    self.push_protected(cur, true);
-                    return Ok(());
-                }
-                Kind::File | Kind::Special => {
-                    self.push_protected(cur, false);
-                    return Ok(());
-                }
-                Kind::Dir => {}
+                Kind::File | Kind::Special if !last => return Ok(()),
+                _ => {}
             }
         }
-        Ok(())
-    }
-
-    fn push_protected(&mut self, p: PathBuf, dir: bool) {
-        if self.under_hidden(&p) {
-            return;
-        }
-        let op = Op::Bind { src: p.clone(), dst: p, access: Access::Ro, dir };
+        let dir = if missing { g.dir } else { kind == Kind::Dir };
+        let access = match g.access {
+            GuardAccess::ReadOnly => Access::Ro,
+            GuardAccess::Writable => {
+                self.plan.writable.push(g.path.clone());
+                Access::Rw
+            }
+        };
+        let op = Op::Bind { src: g.path.clone(), dst: g.path.clone(), access, dir };
         if !self.plan.ops.contains(&op) {
             self.plan.ops.push(op);
         }
+        Ok(())
     }
 
     fn expose_socket(&mut self, p: &Path, what: &str) -> Result<()> {
@@ -520,18 +523,11 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
         }
     }
 
-    // Phase 4: protected paths. A `.git` directory becomes a mount point itself (bound onto
-    // itself, writable), so it cannot be renamed or removed and replaced by one with the
-    // agent's hooks (`mv .git g && mkdir -p .git/hooks` gets EBUSY).
-    let git = project.join(".git");
-    if fs.kind(&git) == Kind::Dir && !b.under_hidden(&git) {
-        let op = Op::Bind { src: git.clone(), dst: git, access: Access::Rw, dir: true };
-        if !b.plan.ops.contains(&op) {
-            b.plan.ops.push(op);
-        }
-    }
-    for rel in PROTECTED_IN_PROJECT {
-        b.protect(&project, rel)?;
+    // Phase 4: the checkout rule, last of all, so no writable bind can re-expose what it
+    // protects. A `.git` directory is bound onto itself there, so it cannot be renamed away and
+    // replaced by one with the agent's hooks (`mv .git g && mkdir -p .git/hooks` gets EBUSY).
+    for g in &spec.protect {
+        b.guard(g)?;
     }
     // Phase 5: sockets passed in.
     if let Some(s) = &spec.ssh_agent {
@@ -623,6 +619,40 @@ mod tests {
         }
     }
 
+    impl ocsb_policy::guard::Lookup for FakeFs {
+        fn entry(&self, p: &Path) -> Kind {
+            self.kinds.get(p).copied().unwrap_or(Kind::Missing)
+        }
+        fn names(&self, dir: &Path) -> Vec<String> {
+            self.read_dir(dir).unwrap_or_default()
+        }
+    }
+
+    /// The plan with the checkout rule applied to the project, as `launch::prepare` does.
+    fn ruled(mut s: SandboxSpec, fs: &FakeFs) -> Result<Plan> {
+        use ocsb_policy::guard::{Checkout, GitDirs, Rule};
+        let root = s.project_dir.clone();
+        let dot = root.join(".git");
+        let git = match fs.kinds.get(&dot) {
+            Some(Kind::Dir) | Some(Kind::Symlink) => Some(GitDirs { gitdir: dot.clone(), common: dot }),
+            Some(Kind::File) => {
+                Some(GitDirs { gitdir: "/home/u/m/.git/worktrees/p".into(), common: "/home/u/m/.git".into() })
+            }
+            _ => None,
+        };
+        let checkout = Checkout {
+            root,
+            git,
+            commits: true,
+            hooks_path: None,
+            config_files: vec![],
+            sets_worktree: false,
+        };
+        let writable = build(&s, fs)?.writable;
+        s.protect = Rule { writable: &writable, rw_tool_files: &[] }.protections(&[checkout], fs);
+        build(&s, fs)
+    }
+
     fn host() -> FakeFs {
         FakeFs::default()
             .with("/usr", Kind::Dir)
@@ -682,6 +712,9 @@ mod tests {
             tcp: None,
             limits: Limits::default(),
             tty: TtyMode::Never,
+            rw_tool_files: vec![],
+            nested_repos: vec![],
+            protect: vec![],
         }
     }
 
@@ -803,7 +836,7 @@ mod tests {
     fn protected_paths_are_read_only_and_last() {
         let mut s = spec();
         s.rw = vec!["/home/u/p/.git".into()]; // even an explicit rw entry does not win
-        let plan = build(&s, &host()).unwrap();
+        let plan = ruled(s, &host()).unwrap();
         let hooks = pos(&plan, "/home/u/p/.git/hooks");
         let config = pos(&plan, "/home/u/p/.git/config");
         let git = pos(&plan, "/home/u/p/.git");
@@ -848,14 +881,22 @@ mod tests {
         let mut fs = fs;
         fs.kinds.remove(Path::new("/home/u/p/.git/hooks"));
         fs.kinds.remove(Path::new("/home/u/p/.git/config"));
-        let plan = build(&spec(), &fs).unwrap();
-        assert!(
-            plan.placeholders.contains(&Placeholder { path: "/home/u/p/.cc-safety-net".into(), dir: true })
-        );
-        assert!(plan.placeholders.contains(&Placeholder { path: "/home/u/p/.git/hooks".into(), dir: true }));
-        assert!(
-            plan.placeholders.contains(&Placeholder { path: "/home/u/p/.git/config".into(), dir: false })
-        );
+        let plan = ruled(spec(), &fs).unwrap();
+        assert!(plan.placeholders.contains(&Placeholder {
+            path: "/home/u/p/.cc-safety-net".into(),
+            dir: true,
+            text: String::new()
+        }));
+        assert!(plan.placeholders.contains(&Placeholder {
+            path: "/home/u/p/.git/hooks".into(),
+            dir: true,
+            text: String::new()
+        }));
+        assert!(plan.placeholders.contains(&Placeholder {
+            path: "/home/u/p/.git/config".into(),
+            dir: false,
+            text: String::new()
+        }));
         assert!(matches!(
             plan.ops[pos(&plan, "/home/u/p/.cc-safety-net")],
             Op::Bind { access: Access::Ro, dir: true, .. }
@@ -866,17 +907,17 @@ mod tests {
     fn no_git_no_git_placeholders() {
         let mut fs = host();
         fs.kinds.retain(|k, _| !k.starts_with("/home/u/p/.git"));
-        let plan = build(&spec(), &fs).unwrap();
+        let plan = ruled(spec(), &fs).unwrap();
         assert!(!plan.placeholders.iter().any(|p| p.path.starts_with("/home/u/p/.git")));
     }
 
     #[test]
     fn symlinked_protected_path_is_refused() {
         let fs = host().link("/home/u/p/.git/hooks", "/home/u/.ssh");
-        let err = build(&spec(), &fs).unwrap_err().to_string();
+        let err = ruled(spec(), &fs).unwrap_err().to_string();
         assert!(err.contains(".git/hooks is a symbolic link"), "{err}");
         let fs = host().link("/home/u/p/.git", "/home/u/.ssh");
-        assert!(build(&spec(), &fs).is_err());
+        assert!(ruled(spec(), &fs).is_err());
     }
 
     #[test]
@@ -884,7 +925,7 @@ mod tests {
         let mut fs = host();
         fs.kinds.retain(|k, _| !k.starts_with("/home/u/p/.git"));
         let fs = fs.with("/home/u/p/.git", Kind::File);
-        let plan = build(&spec(), &fs).unwrap();
+        let plan = ruled(spec(), &fs).unwrap();
         assert!(matches!(
             plan.ops[pos(&plan, "/home/u/p/.git")],
             Op::Bind { access: Access::Ro, dir: false, .. }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ocsb_policy::guard::Protection;
 use serde::{Deserialize, Serialize};
 
 /// The whole sandbox policy for one command. Paths are absolute (the caller resolves `~/` and
@@ -50,6 +51,17 @@ pub struct SandboxSpec {
     pub limits: Limits,
     /// Whether to give the command a pty the launcher owns (auto: when stdin is a terminal).
     pub tty: TtyMode,
+    /// `OCSB_RW_TOOL_FILES`: tool files (see `ocsb_policy::guard::TOOL_FILES`) left writable.
+    #[serde(default)]
+    pub rw_tool_files: Vec<String>,
+    /// Repositories nested in the writable checkouts, found by the launcher's walk
+    /// ([`super::audit`]): their git metadata is protected like the project's.
+    #[serde(default)]
+    pub nested_repos: Vec<PathBuf>,
+    /// The checkout rule applied to this sandbox's checkouts (filled by `launch::prepare` from
+    /// what it discovers; whatever a spec file says here is replaced).
+    #[serde(default)]
+    pub protect: Vec<Protection>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,12 +125,6 @@ impl Default for Limits {
         Limits { nproc: 8192, shm_bytes: 1 << 30 }
     }
 }
-
-/// Paths inside the project that stay read-only even though the project is writable: the agent
-/// must not widen its own sandbox (`.opencode-sandbox/`, `.cc-safety-net/`), and the host later
-/// executes what `.git/hooks` and `.git/config` say.
-pub const PROTECTED_IN_PROJECT: &[&str] =
-    &[".opencode-sandbox", ".cc-safety-net", ".git/hooks", ".git/config"];
 
 /// Host programs that must not run inside (the seed disables `xdg-open`).
 pub const DISABLED_PROGRAMS: &[&str] = &["/usr/bin/xdg-open", "/bin/xdg-open"];

@@ -1,35 +1,19 @@
 //! Running the real `git` binary, so worktrees follow the user's git (its config, its own hooks
 //! such as `post-checkout`, LFS filters). Every call passes the repository with `-C`, puts `--`
-//! or `--end-of-options` before anything that came from the user, and removes git's
-//! repository-locating variables from the environment.
+//! or `--end-of-options` before anything that came from the user, removes git's
+//! repository-locating variables from the environment (set when `ocsb` runs from a git hook or
+//! alias, they would redirect every command to another repository) and turns `core.fsmonitor`
+//! off: the agent can write the work trees git looks at, so ocsb's own git runs nothing it
+//! did not have to (the hooks stay the user's: read-only in every sandbox).
 
 use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use crate::error::{Error, Result};
 
 use super::names::shown;
 use super::porcelain::{self, Entry};
-
-/// Variables that make git use another repository, work tree or index than the one `-C` names
-/// (`git rev-parse --local-env-vars` without the `-c` config ones, which are the user's own).
-/// They are set when `ocsb` runs from inside a git hook or an alias, and they would silently
-/// redirect every command here (and in the `wt-*` hooks) to that other repository.
-pub const REPO_ENV: &[&str] = &[
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_COMMON_DIR",
-    "GIT_IMPLICIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_GRAFT_FILE",
-    "GIT_NO_REPLACE_OBJECTS",
-    "GIT_REPLACE_REF_BASE",
-    "GIT_PREFIX",
-    "GIT_SHALLOW_FILE",
-];
 
 /// A repository (or a worktree of it) that git commands run in.
 #[derive(Debug, Clone)]
@@ -47,11 +31,8 @@ impl Git {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut cmd = Command::new("git");
-        cmd.arg("-C").arg(&self.dir).args(args).stdin(Stdio::null());
-        for v in REPO_ENV {
-            cmd.env_remove(v);
-        }
+        let mut cmd = crate::sandbox::checkouts::git(&self.dir);
+        cmd.args(args);
         cmd
     }
 
@@ -107,18 +88,6 @@ impl Git {
             ),
             fix,
         )
-    }
-
-    /// `git rev-parse --show-toplevel`: the root of the work tree containing `dir`.
-    pub fn toplevel(&self) -> Result<PathBuf> {
-        let out = self.run(["rev-parse", "--show-toplevel"])?;
-        if !out.status.success() {
-            return Err(Error::failed(
-                format!("{} is not inside a git work tree; `ocsb wt` needs one", self.dir.display()),
-                "run it in a git repository (or create one with `git init` and a first commit)",
-            ));
-        }
-        Ok(PathBuf::from(trim_line(&out.stdout)?))
     }
 
     /// Every worktree of the repository, main first.

@@ -82,31 +82,27 @@ fn canonical(p: &Path) -> Result<PathBuf> {
 
 impl Context {
     fn load(explicit: Option<&Path>) -> Result<Context> {
-        let located = Project::load(explicit)?;
-        let here_dir = canonical(&located.dir)?;
-        let here = Git::new(&here_dir);
-        let top = canonical(&here.toplevel()?)?;
-        let entries = here.worktrees()?;
-        let main_entry = entries.first().ok_or_else(|| {
+        // `Project::load` resolves a linked worktree to its main checkout from the pointer files
+        // (never from `git worktree list`, whose first line a planted `commondir` decides).
+        let project = Project::load(explicit)?;
+        let here = Git::new(canonical(&project.checkout)?);
+        let main_root = canonical(&crate::project::git_toplevel(&project.dir).ok_or_else(|| {
             Error::failed(
-                "`git worktree list` printed nothing",
-                "check the repository with `git worktree list`",
+                format!("{} is not inside a git work tree; `ocsb wt` needs one", project.dir.display()),
+                "run it in a git repository (or create one with `git init` and a first commit)",
             )
-        })?;
-        if main_entry.bare {
+        })?)?;
+        if !main_root.join(".git").is_dir() {
             return Err(Error::failed(
-                format!("{} belongs to a bare repository", here_dir.display()),
+                format!(
+                    "{} has no .git directory of its own (a submodule or a bare layout)",
+                    main_root.display()
+                ),
                 "run `ocsb wt` in a repository with a main checkout",
             ));
         }
-        let main_root = canonical(&main_entry.path)?;
-        let project = if top == main_root {
-            located
-        } else {
-            // Started inside a linked worktree: use the same project directory in the main checkout.
-            let rel = here_dir.strip_prefix(&top).unwrap_or(Path::new(""));
-            Project::load(Some(&main_root.join(rel)))?
-        };
+        // A sandbox must not have planted anything git would obey here.
+        crate::sandbox::commands::refuse_planted(&project, "run git here")?;
         let settings = WtSettings::read(&project)?;
         let main = Git::new(&main_root);
         Ok(Context { project, settings, here, main_root, main })

@@ -348,6 +348,11 @@ impl Settings {
         self.array("OCSB_HIDE_HOME").iter().map(|p| self.home.join(p)).collect()
     }
 
+    /// `OCSB_RW_TOOL_FILES`: names of [`crate::guard::TOOL_FILES`] left writable.
+    pub fn rw_tool_files(&self) -> &[String] {
+        self.array("OCSB_RW_TOOL_FILES")
+    }
+
     pub fn skills(&self) -> &[String] {
         self.array("OCSB_SKILLS")
     }

@@ -64,6 +64,8 @@ pub(crate) enum Check {
     HomeRelative,
     SkillName,
     Plugin,
+    /// A name of [`crate::guard::TOOL_FILES`].
+    ToolFile,
 }
 
 /// One setting of the table.
@@ -153,6 +155,8 @@ pub static SCHEMA: &[Spec] = &[
         "1 = the agent may use the Docker socket (a way out of the sandbox, see the security model)"),
     spec("OCSB_NETLOCK_ACQUIRE", Scalar, D::Str("exec"), "exec", C::OneOf(&["exec", "sg"]), Paths::No,
         "how the agent joins the netlock group: the setgid exec shim, or sg(1)"),
+    spec("OCSB_RW_TOOL_FILES", Array, D::List(&[]), "()", C::ToolFile, Paths::No,
+        "files that host tools act on (.envrc .vscode .idea …) the agent may write anyway"),
 ];
 
 /// Default writable toolchain directories under HOME (mounted only if they exist).
@@ -352,6 +356,11 @@ pub(crate) fn check(s: &Spec, v: &str, at: &Location) -> Result<()> {
         ),
         C::Plugin if v.starts_with('/') || check_name(v).is_ok() => Ok(()),
         C::Plugin => bad(format!("`{v}` is neither a plugin name nor an absolute path"), "name a file of plugins/, or give an absolute path"),
+        C::ToolFile if crate::guard::TOOL_FILES.iter().any(|(n, _)| *n == v) => Ok(()),
+        C::ToolFile => {
+            let names: Vec<&str> = crate::guard::TOOL_FILES.iter().map(|(n, _)| *n).collect();
+            bad(format!("`{v}` is not a protected tool file"), &format!("write one of: {}", names.join(" ")))
+        }
     }
 }
 

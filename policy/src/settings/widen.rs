@@ -58,6 +58,7 @@ const WATCHED: &[(&str, Rule, &str)] = &[
     ("OCSB_NETLOCK_GROUP", Rule::Changed, "runs the agent under another network lock group"),
     ("OCSB_NETLOCK_ACQUIRE", Rule::Changed, "changes how the network lock is acquired"),
     ("OCSB_DOCKER_GW", Rule::Changed, "makes the filter listen on another address"),
+    ("OCSB_RW_TOOL_FILES", Rule::Added, "lets the agent write a file that a host tool runs or obeys"),
 ];
 
 /// The ways `.opencode-sandbox/sandbox.conf` widens the sandbox compared with the other layers
@@ -161,11 +162,13 @@ mod tests {
             &i,
             "sandbox.conf",
             "OCSB_SANDBOX=0\nOCSB_TMP=shared\nOCSB_RW=(~/notes)\nOCSB_HIDE_HOME=(.gnupg)\n\
-             OCSB_ENV_FILE=~/.aws/credentials\n",
+             OCSB_ENV_FILE=~/.aws/credentials\nOCSB_RW_TOOL_FILES=(.envrc)\n",
         );
         let w = project_widenings(&i).unwrap();
         let names: Vec<&str> = w.iter().map(|w| w.name).collect();
-        for n in ["OCSB_SANDBOX", "OCSB_TMP", "OCSB_RW", "OCSB_HIDE_HOME", "OCSB_ENV_FILE"] {
+        for n in
+            ["OCSB_SANDBOX", "OCSB_TMP", "OCSB_RW", "OCSB_HIDE_HOME", "OCSB_ENV_FILE", "OCSB_RW_TOOL_FILES"]
+        {
             assert!(names.contains(&n), "{n} missing from {w:?}");
         }
         let rw = w.iter().find(|w| w.name == "OCSB_RW").unwrap();
@@ -185,6 +188,18 @@ mod tests {
         let w = project_widenings(&i).unwrap();
         assert_eq!(w.len(), 1, "{w:?}");
         assert_eq!(w[0].change, "+ /srv/data");
+    }
+
+    #[test]
+    fn rw_tool_files_take_only_names_of_the_rule() {
+        let t = tempfile::tempdir().unwrap();
+        let i = input(t.path());
+        write(&i, "local/sandbox.conf", "OCSB_RW_TOOL_FILES=(.vscode .bashrc)\n");
+        let e = crate::settings::Settings::load(&i).unwrap_err().to_string();
+        assert!(
+            e.contains("local/sandbox.conf:1") && e.contains("`.bashrc` is not a protected tool file"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,0 +1,309 @@
+//! The facts the checkout rule (`ocsb_policy::guard`) is applied to: which writable trees are
+//! checkouts, where their git directories are, and which files git reads as config for them.
+//!
+//! Discovery reads pointer files itself and never follows a main `.git/commondir` (one there is
+//! planted, see `guard::planted_now`). The only git it runs is `git config --list`, which reads
+//! config and executes nothing; it runs after [`super::audit`] has refused planted metadata.
+
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use ocsb_policy::guard::{Checkout, Entry, GitDirs, Lookup};
+
+use super::spec::SandboxSpec;
+
+/// Variables that make git use another repository, work tree or index than the one `-C` names
+/// (`git rev-parse --local-env-vars` without the `-c` config ones, which are the user's own).
+pub const GIT_REPO_ENV: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_IMPLICIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_GRAFT_FILE",
+    "GIT_NO_REPLACE_OBJECTS",
+    "GIT_REPLACE_REF_BASE",
+    "GIT_PREFIX",
+    "GIT_SHALLOW_FILE",
+];
+
+/// The host filesystem through `lstat` (the sandbox plan's view of it).
+pub use super::plan::RealFs as HostLookup;
+
+/// Read a small text file without following a final symlink.
+pub fn read_small(p: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(p)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut s = String::new();
+    f.take(64 * 1024).read_to_string(&mut s).ok()?;
+    Some(s)
+}
+
+/// `a/b/../c` → `a/c`, without touching the filesystem.
+pub fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The directory a `.git` file (`gitdir: <path>`) points at, resolved against its directory.
+pub fn pointer_target(dot_git: &Path) -> Option<PathBuf> {
+    let text = read_small(dot_git)?;
+    let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    if target.is_empty() {
+        return None;
+    }
+    let base = dot_git.parent()?;
+    Some(lexical(&base.join(target)))
+}
+
+/// Where the checkout at `root` keeps its git data, or `None` when it is not a repository.
+pub fn git_dirs(root: &Path) -> Option<GitDirs> {
+    let dot = root.join(".git");
+    match HostLookup.entry(&dot) {
+        // A symlinked `.git` is kept as it is: the plan refuses to protect through a link.
+        Entry::Dir | Entry::Symlink => Some(GitDirs { gitdir: dot.clone(), common: dot }),
+        Entry::File => {
+            let gitdir = pointer_target(&dot)?;
+            let common = match read_small(&gitdir.join("commondir")) {
+                Some(c) if !c.trim().is_empty() => lexical(&gitdir.join(c.trim_end_matches('\n'))),
+                _ => gitdir.clone(),
+            };
+            Some(GitDirs { gitdir, common })
+        }
+        _ => None,
+    }
+}
+
+/// The main checkout of the linked worktree at `root`, checked from data the agent cannot
+/// write: the worktree's `.git` file and the `gitdir` file it points at must name each other,
+/// the git directory must sit in `<main>/.git/worktrees/`, and the main `.git` must be a real
+/// directory without a planted `commondir`. `None` when `root` is not a linked worktree.
+pub fn linked_main(root: &Path) -> Result<Option<PathBuf>, String> {
+    let dot = root.join(".git");
+    if HostLookup.entry(&dot) != Entry::File {
+        return Ok(None);
+    }
+    let Some(gitdir) = pointer_target(&dot) else {
+        return Err(format!("{} is not a valid `gitdir:` pointer", dot.display()));
+    };
+    let Some(wt) = gitdir.parent().filter(|p| p.file_name().is_some_and(|n| n == "worktrees")) else {
+        // A submodule checkout (its git directory is in `modules/`): a project of its own.
+        if gitdir.components().any(|c| c.as_os_str() == "modules") {
+            return Ok(None);
+        }
+        return Err(format!(
+            "{} points at {}, which is neither a worktree's nor a submodule's git directory",
+            dot.display(),
+            gitdir.display()
+        ));
+    };
+    let common = wt.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let back = read_small(&gitdir.join("gitdir")).map(|s| PathBuf::from(s.trim_end_matches('\n')));
+    if back.as_deref() != Some(dot.as_path()) {
+        return Err(format!(
+            "{} names {}, whose `gitdir` file does not name it back",
+            dot.display(),
+            gitdir.display()
+        ));
+    }
+    if common.file_name().is_none_or(|n| n != ".git") || HostLookup.entry(&common) != Entry::Dir {
+        return Err(format!("{} is not the .git directory of a main checkout", common.display()));
+    }
+    let commondir = common.join("commondir");
+    let ours = read_small(&commondir).is_some_and(|t| t == ocsb_policy::guard::COMMONDIR_SELF);
+    if HostLookup.entry(&commondir) != Entry::Missing && !ours {
+        return Err(format!("{} holds a planted `commondir`", common.display()));
+    }
+    Ok(common.parent().map(Path::to_path_buf))
+}
+
+/// A git command that reads the user's config but nothing of the environment that would point
+/// it elsewhere, and that can run nothing: fsmonitor off, hooks from an empty directory.
+pub fn git(dir: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.arg("-C").arg(dir).args(["-c", "core.fsmonitor=false"]).stdin(Stdio::null());
+    for v in GIT_REPO_ENV {
+        cmd.env_remove(v);
+    }
+    cmd
+}
+
+/// What git's config says for `root`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ConfigFacts {
+    /// `core.hooksPath`, absolute.
+    pub hooks_path: Option<PathBuf>,
+    /// Every config file read, and every include target.
+    pub files: Vec<PathBuf>,
+    /// `core.bare=true` or `core.worktree` is set.
+    pub sets_worktree: bool,
+}
+
+/// `core.hooksPath` and every config file (with include targets) git reads for `root`.
+pub fn config_facts(root: &Path, home: &Path) -> ConfigFacts {
+    match git(root).args(["config", "--null", "--show-origin", "--list"]).stderr(Stdio::null()).output() {
+        Ok(o) if o.status.success() => parse_config_list(&o.stdout, root, home),
+        _ => ConfigFacts::default(),
+    }
+}
+
+fn expand(v: &str, base: &Path, home: &Path) -> PathBuf {
+    let p = match v.strip_prefix("~/") {
+        Some(rest) => home.join(rest),
+        None => base.join(v),
+    };
+    lexical(&p)
+}
+
+/// Parse `git config --null --show-origin --list` (`file:<path>` NUL `key` LF `value` NUL …).
+pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
+    let text = String::from_utf8_lossy(out);
+    let mut fields = text.split('\0');
+    let mut hooks = None;
+    let mut sets_worktree = false;
+    let mut files: Vec<PathBuf> = Vec::new();
+    while let (Some(origin), Some(kv)) = (fields.next(), fields.next()) {
+        let Some(file) = origin.strip_prefix("file:") else { continue };
+        let file = expand(file, root, home);
+        if !files.contains(&file) {
+            files.push(file.clone());
+        }
+        let (key, value) = kv.split_once('\n').unwrap_or((kv, ""));
+        let key = key.to_ascii_lowercase();
+        if key == "core.worktree" || (key == "core.bare" && value.eq_ignore_ascii_case("true")) {
+            sets_worktree = true;
+        }
+        if key == "core.hookspath" {
+            hooks = (!value.is_empty()).then(|| expand(value, root, home));
+        } else if key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path")) {
+            let base = file.parent().unwrap_or(Path::new("/"));
+            let target = expand(value, base, home);
+            if !files.contains(&target) {
+                files.push(target);
+            }
+        }
+    }
+    ConfigFacts { hooks_path: hooks, files, sets_worktree }
+}
+
+/// The checkout at `root`, with everything discovery knows about it.
+pub fn checkout(root: &Path, home: &Path, commits: bool) -> Checkout {
+    let git = git_dirs(root);
+    let facts = if git.is_some() { config_facts(root, home) } else { ConfigFacts::default() };
+    Checkout {
+        root: root.to_path_buf(),
+        git,
+        commits,
+        hooks_path: facts.hooks_path,
+        config_files: facts.files,
+        sets_worktree: facts.sets_worktree,
+    }
+}
+
+/// The writable checkouts of a sandbox: the project (which commits), every checkout directly in
+/// the worktrees directory, every `OCSB_RW` root that is a repository, and the nested
+/// repositories the launcher's walk found.
+pub fn of_spec(spec: &SandboxSpec) -> Vec<Checkout> {
+    let mut roots: Vec<(PathBuf, bool)> = vec![(canonical(&spec.project_dir), true)];
+    if let Some(w) = &spec.worktrees_dir {
+        for n in HostLookup.names(w) {
+            let p = w.join(n);
+            if HostLookup.entry(&p) == Entry::Dir && HostLookup.entry(&p.join(".git")) != Entry::Missing {
+                roots.push((canonical(&p), false));
+            }
+        }
+    }
+    for r in &spec.rw {
+        if HostLookup.entry(&r.join(".git")) != Entry::Missing {
+            roots.push((canonical(r), false));
+        }
+    }
+    for n in &spec.nested_repos {
+        roots.push((n.clone(), false));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    roots
+        .into_iter()
+        .filter(|(r, _)| seen.insert(r.clone()))
+        .map(|(r, commits)| checkout(&r, &spec.home, commits))
+        .collect()
+}
+
+fn canonical(p: &Path) -> PathBuf {
+    p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_list_gives_hooks_path_and_include_targets() {
+        let out = b"file:/home/u/.gitconfig\0user.name\nU\0file:.git/config\0core.hookspath\n.husky/_\0\
+file:.git/config\0include.path\n../tools/git.inc\0file:.git/config\0includeif.gitdir:~/w/.path\n~/w.inc\0";
+        let facts = parse_config_list(out, Path::new("/p"), Path::new("/home/u"));
+        assert_eq!(facts.hooks_path, Some(PathBuf::from("/p/.husky/_")));
+        assert!(!facts.sets_worktree);
+        assert_eq!(
+            facts.files,
+            vec![
+                PathBuf::from("/home/u/.gitconfig"),
+                PathBuf::from("/p/.git/config"),
+                PathBuf::from("/p/tools/git.inc"),
+                PathBuf::from("/home/u/w.inc"),
+            ]
+        );
+    }
+
+    #[test]
+    fn pointers_and_linked_worktrees_are_resolved_from_both_ends() {
+        let t = tempfile::tempdir().unwrap();
+        let main = t.path().join("p");
+        let admin = main.join(".git/worktrees/feat");
+        let wt = t.path().join("w/feat");
+        std::fs::create_dir_all(&admin).unwrap();
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::write(wt.join(".git"), format!("gitdir: {}\n", admin.display())).unwrap();
+        std::fs::write(admin.join("commondir"), "../..\n").unwrap();
+        std::fs::write(admin.join("gitdir"), format!("{}\n", wt.join(".git").display())).unwrap();
+        let g = git_dirs(&wt).unwrap();
+        assert_eq!(g.gitdir, admin);
+        assert_eq!(g.common, main.join(".git"));
+        assert_eq!(linked_main(&wt).unwrap(), Some(main.clone()));
+        assert_eq!(linked_main(&main).unwrap(), None);
+
+        // The back-pointer names another place: refused.
+        std::fs::write(admin.join("gitdir"), "/elsewhere/.git\n").unwrap();
+        assert!(linked_main(&wt).unwrap_err().contains("does not name it back"));
+        std::fs::write(admin.join("gitdir"), format!("{}\n", wt.join(".git").display())).unwrap();
+        // The launcher's own placeholder is fine; a planted commondir in the main .git is refused.
+        std::fs::write(main.join(".git/commondir"), ocsb_policy::guard::COMMONDIR_SELF).unwrap();
+        assert_eq!(linked_main(&wt).unwrap(), Some(main.clone()));
+        std::fs::write(main.join(".git/commondir"), "/tmp/evil\n").unwrap();
+        assert!(linked_main(&wt).unwrap_err().contains("planted"));
+        // A pointer into an agent directory: refused; into a superproject's modules/: its own project.
+        std::fs::write(wt.join(".git"), "gitdir: .evil\n").unwrap();
+        assert!(linked_main(&wt).unwrap_err().contains("neither"));
+        std::fs::write(wt.join(".git"), "gitdir: ../../p/.git/modules/feat\n").unwrap();
+        assert_eq!(linked_main(&wt).unwrap(), None);
+    }
+}

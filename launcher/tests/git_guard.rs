@@ -1,0 +1,229 @@
+//! The checkout rule end to end: an agent inside `ocsb exec` tries every way the review found
+//! to make host git (or a host tool) run its code, and the user then runs plain `git status`,
+//! `git commit`, `git log` and `ocsb wt …` on the host. Each attack either fails with the
+//! errno it names, or the launcher refuses with its message; in no case does a marker appear.
+//! The positive controls show the agent still commits, branches, stashes, rebases, merges and
+//! runs `git gc --auto`, in the main checkout and in a session started from a worktree.
+//!
+//! As the ordinary user `ocsb-test`, with the netlock table in a network namespace the test
+//! creates (only `lo`), like `sandbox_exec.rs`.
+
+mod sandbox_support;
+
+use sandbox_support::{World, shell_quote};
+
+fn netlock_gid() -> u32 {
+    let o = std::process::Command::new("getent").args(["group", "opencode-sandbox"]).output().unwrap();
+    assert!(o.status.success(), "group opencode-sandbox is missing: `groupadd -r opencode-sandbox`");
+    String::from_utf8_lossy(&o.stdout).split(':').nth(2).unwrap().trim().parse().unwrap()
+}
+
+/// Run `body` (bash) in a fresh netns with the lock loaded. `U` runs a command as ocsb-test with
+/// the netlock gid; `OCSB` is the binary; `P` the project (a git repository with one commit
+/// and `ocsb init` done); `PROBE` writes a file and prints `OK` or `ERR <errno>`; `$HOME` is the
+/// test user's home, where every marker would land.
+fn scenario(w: &World, body: &str) -> (String, String) {
+    let g = netlock_gid();
+    let table = format!(
+        "table inet ocsb_netlock {{\n chain output {{\n  type filter hook output priority filter; policy accept;\n  \
+         meta skgid {g} jump locked\n }}\n chain locked {{\n  ip daddr 127.0.0.0/8 accept\n  ip6 daddr ::1 accept\n  \
+         reject with icmpx admin-prohibited\n }}\n}}\n"
+    );
+    let script = format!(
+        "printf '%s' {table} | nft -f -; \
+         export HOME={home} OCSB={ocsb} P={proj} PROBE={probe}; cd \"$P\"; \
+         U() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@example.invalid \
+           GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@example.invalid \
+           setpriv --reuid 1990 --regid {g} --clear-groups -- \"$@\"; }}; \
+         X() {{ U \"$OCSB\" exec -- sh -c \"$1\" </dev/null; }}; \
+         printf '[user]\n\tname = a\n\temail = a@example.invalid\n' > \"$HOME/.gitconfig\"; chown 1990 \"$HOME/.gitconfig\"; \
+         rm -rf .git; U git init -q -b main .; U git commit -q --allow-empty -m init; U \"$OCSB\" init >/dev/null; \
+         U git add -A; U git commit -q -m ocsb; \
+         trap 'U \"$OCSB\" egress down >/dev/null 2>&1 </dev/null || true' EXIT; \
+         set +e; {body}",
+        table = shell_quote(&table),
+        home = shell_quote(&w.home.display().to_string()),
+        ocsb = shell_quote(&w.bin.display().to_string()),
+        proj = shell_quote(&w.proj.display().to_string()),
+        probe = shell_quote(&w.probe.display().to_string()),
+    );
+    let o = w.netns_script(&script);
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn has(out: &str, line: &str, err: &str) {
+    assert!(
+        out.lines().any(|l| l.trim() == line),
+        "expected the line {line:?}\nstdout:\n{out}\nstderr:\n{err}"
+    );
+}
+
+fn no_markers(w: &World, out: &str, err: &str) {
+    let pwned: Vec<_> = std::fs::read_dir(&w.home)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("PWNED"))
+        .map(|e| e.file_name())
+        .collect();
+    assert!(pwned.is_empty(), "host git ran planted code: {pwned:?}\nstdout:\n{out}\nstderr:\n{err}");
+}
+
+/// Every name of the rule that a mount can hold, created or changed from inside: EROFS; then
+/// host git with hooks, fsmonitor and includes in play runs nothing of the agent's.
+#[test]
+fn git_config_names_cannot_be_created_or_changed_from_inside() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"U git config core.hooksPath .husky/_; U git config include.path ../tools/git.inc; mkdir -p tools; chown 1990 tools;
+        for f in .git/commondir .git/config .git/config.worktree .git/hooks/pre-commit .git/info/attributes \
+                 .git/modules/x .git/worktrees/evil .husky/_/pre-commit .husky/pre-commit tools/git.inc \
+                 .opencode-sandbox/local/sandbox.conf .cc-safety-net/policy.json; do
+          echo "$f $(X "python3 $PROBE write $P/$f" | tail -1)"; done
+        U git status --short >/dev/null; U git commit -q --allow-empty -m host; U git log --oneline >/dev/null
+        U "$OCSB" wt add feat-a >/dev/null 2>&1; U "$OCSB" wt list >/dev/null 2>&1; U "$OCSB" wt rm a >/dev/null 2>&1
+        echo "commondir $(cat .git/commondir)""#,
+    );
+    for name in [
+        ".git/commondir",
+        ".git/config",
+        ".git/config.worktree",
+        ".git/hooks/pre-commit",
+        ".git/info/attributes",
+        ".git/modules/x",
+        ".git/worktrees/evil",
+        ".husky/_/pre-commit",
+        ".husky/pre-commit",
+        "tools/git.inc",
+        ".opencode-sandbox/local/sandbox.conf",
+        ".cc-safety-net/policy.json",
+    ] {
+        has(&out, &format!("{name} ERR EROFS"), &err);
+    }
+    has(&out, "commondir .", &err);
+    no_markers(&w, &out, &err);
+}
+
+/// What no mount can stop: a nested repository (with a gitlink so the superproject's `git
+/// status` would enter it), legacy remotes, a new `.envrc`. The launcher moves the nested
+/// `.git` aside when the sandbox exits, so plain `git status` after it runs nothing; the next
+/// `ocsb exec` and `ocsb wt list` refuse, naming each path; `ocsb audit --accept` (for what the
+/// user vouches) lets them start again.
+#[test]
+fn planted_repositories_and_tool_files_are_caught_and_refused() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"X 'mkdir -p sub && cd sub && git init -q . && git commit -q --allow-empty -m n &&
+             git config core.fsmonitor "touch $HOME/PWNED_nested; false" && cd .. &&
+             git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub &&
+             mkdir -p .git/remotes && echo "URL: /tmp/x" > .git/remotes/origin && echo "echo hi" > .envrc' 2>exec1.err
+        echo "exec1 $?"; grep -c 'WARNING: the sandbox left' exec1.err
+        U git status >/dev/null 2>&1; U git -C sub status >/dev/null 2>&1
+        X true 2>exec2.err; echo "exec2 $?"; cat exec2.err >&2
+        grep -q 'refusing to start a sandbox' exec2.err && echo refused-start
+        grep -q "$P/.envrc" exec2.err && echo names-envrc
+        grep -q "$P/.git/remotes" exec2.err && echo names-remotes
+        grep -q "sub/.git.ocsb-planted-" exec2.err && echo names-nested
+        U "$OCSB" wt list >/dev/null 2>wt.err; echo "wt $?"; grep -q 'refusing to run git here' wt.err && echo refused-wt
+        U "$OCSB" audit >/dev/null 2>&1; echo "audit $?"
+        rm -rf sub/.git.ocsb-planted-* .git/remotes; U git rm -q --cached sub
+        U "$OCSB" audit --accept >/dev/null 2>&1; echo "accept $?"
+        X 'echo started' 2>/dev/null"#,
+    );
+    has(&out, "exec1 0", &err);
+    has(&out, "1", &err);
+    has(&out, "exec2 1", &err);
+    for l in
+        ["refused-start", "names-envrc", "names-remotes", "names-nested", "wt 1", "refused-wt", "audit 1"]
+    {
+        has(&out, l, &err);
+    }
+    has(&out, "accept 0", &err);
+    has(&out, "started", &err);
+    no_markers(&w, &out, &err);
+}
+
+/// The agent works with git: in the main checkout, and in a session started from a worktree
+/// (whose settings and trust come from the main checkout: its own `.opencode-sandbox/local`
+/// is read-only and ignored).
+#[test]
+fn the_agent_commits_in_the_main_checkout_and_in_a_worktree_session() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"X 'set -e; echo a > a; git add a; git commit -q -m a; git branch b1; git switch -q -c topic;
+             echo t > t; git add t; git commit -q -m t; git switch -q main; echo s > s; git add s; git stash -q;
+             git stash pop -q; git commit -q -m s; git tag v1; git cherry-pick topic >/dev/null; git switch -q topic;
+             git rebase -q main; git switch -q main; git merge -q --no-edit topic; git worktree list >/dev/null;
+             git gc --auto -q; echo main-ok' 2>x1.err; tail -3 x1.err >&2
+        echo "log $(U git log --format=%s main | tr '\n' ' ')"
+        echo "branches $(U git branch --format='%(refname:short)' | tr '\n' ' ')"
+        WT=$(U "$OCSB" wt add feat-b 2>/dev/null); echo "wt $?"
+        cd "$WT"
+        U "$OCSB" exec -- sh -c 'set -e; echo w > w; git add w; git commit -q -m in-worktree; git switch -q -c feat-c;
+             git switch -q feat-b; echo wt-ok' </dev/null 2>x2.err; tail -3 x2.err >&2
+        U "$OCSB" exec -- python3 "$PROBE" write "$WT/.opencode-sandbox/sandbox.conf" </dev/null 2>/dev/null
+        U "$OCSB" exec -- python3 "$PROBE" write "$WT/.git" </dev/null 2>/dev/null
+        U "$OCSB" exec -- python3 "$PROBE" write "$P/.git/hooks/post-checkout" </dev/null 2>/dev/null
+        U "$OCSB" exec -- python3 "$PROBE" write "$P/README-main" </dev/null 2>/dev/null
+        U "$OCSB" exec -- python3 "$PROBE" write "$P/.git/worktrees/feat-b/gitdir" </dev/null 2>/dev/null
+        U "$OCSB" exec -- python3 "$PROBE" write "$P/.git/worktrees/feat-b/commondir" </dev/null 2>/dev/null
+        U "$OCSB" exec -- python3 "$PROBE" write "$P/.git/commondir" </dev/null 2>/dev/null
+        # The worktree's own rules and local settings are not layers: a host-side edit (as if the
+        # agent had committed it on the branch) changes nothing.
+        echo 'connect 10.1.2.3:22' >> .opencode-sandbox/egress.conf; mkdir -p .opencode-sandbox/local
+        echo 'OCSB_SANDBOX=0' > .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox
+        echo "explain $(U "$OCSB" egress explain --connect 10.1.2.3:22 2>/dev/null | head -1 | cut -d' ' -f1)"
+        echo "sandbox $(U "$OCSB" config 2>/dev/null | grep '^OCSB_SANDBOX=')"
+        echo "wtlog $(U git log --format=%s -1 feat-b)"
+        echo "seccomp $(U "$OCSB" exec -- grep -c '^Seccomp:.*2' /proc/self/status </dev/null 2>/dev/null)"
+        U "$OCSB" config 2>/dev/null | grep -q "^OCSB_NAME=proj" && echo name-from-main"#,
+    );
+    has(&out, "main-ok", &err);
+    has(&out, "log t s a ocsb init", &err);
+    has(&out, "branches b1 main topic", &err);
+    has(&out, "wt 0", &err);
+    has(&out, "wt-ok", &err);
+    assert_eq!(out.lines().filter(|l| *l == "ERR EROFS").count(), 7, "{out}\n{err}");
+    has(&out, "explain deny", &err);
+    has(&out, "sandbox OCSB_SANDBOX=1", &err);
+    has(&out, "wtlog in-worktree", &err);
+    has(&out, "seccomp 1", &err);
+    has(&out, "name-from-main", &err);
+    no_markers(&w, &out, &err);
+}
+
+/// `git fetch` and `git push` from inside go through the filter (a smart-HTTP server on a
+/// documentation address in the test's namespace), and not around it.
+#[test]
+fn fetch_and_push_go_through_the_filter() {
+    let w = World::new();
+    let srv = w.root.join("srv");
+    let (out, err) = scenario(
+        &w,
+        &format!(
+            r#"S={srv}; ip addr add 192.0.2.1/32 dev lo; mkdir -p "$S/cgi-bin"; chown 1990 "$S"
+        U git clone -q --bare "$P" "$S/repo.git"; U git -C "$S/repo.git" config http.receivepack true
+        printf '#!/bin/sh\nexport GIT_PROJECT_ROOT=%s GIT_HTTP_EXPORT_ALL=1 HOME=/tmp\nexec git -c safe.directory="*" http-backend\n' "$S" > "$S/cgi-bin/git"
+        chmod -R a+rwX "$S"; chmod 755 "$S/cgi-bin/git"
+        (cd "$S" && exec python3 -m http.server --cgi --bind 192.0.2.1 80 >/dev/null 2>&1) & SRV=$!
+        trap 'kill $SRV; U "$OCSB" egress down >/dev/null 2>&1 </dev/null || true' EXIT
+        for i in $(seq 50); do curl -s -o /dev/null http://192.0.2.1/ && break; sleep 0.1; done
+        U git remote add origin http://192.0.2.1/cgi-bin/git/repo.git
+        # The filter runs as the user's own group, as it does when the shim gives only the sandbox
+        # the netlock group (here every `U` command has it, so start the filter first without).
+        env -i PATH=/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" egress up >/dev/null 2>&1 </dev/null
+        X 'set -e; echo p > pushed; git add pushed; git commit -q -m pushed; git fetch -q origin;
+           git push -q origin HEAD:refs/heads/from-agent; echo push-ok' 2>x.err; tail -3 x.err >&2
+        X 'env -u http_proxy -u HTTP_PROXY -u https_proxy -u HTTPS_PROXY git push -q origin HEAD:refs/heads/direct 2>&1 || echo direct-failed' 2>/dev/null
+        echo "server $(git -c safe.directory='*' --git-dir "$S/repo.git" log --format=%s -1 from-agent 2>&1)"
+        echo "direct $(git -c safe.directory='*' --git-dir "$S/repo.git" rev-parse -q --verify refs/heads/direct || echo none)""#,
+            srv = shell_quote(&srv.display().to_string())
+        ),
+    );
+    has(&out, "push-ok", &err);
+    has(&out, "direct-failed", &err);
+    has(&out, "server pushed", &err);
+    has(&out, "direct none", &err);
+}

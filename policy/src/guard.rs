@@ -1,0 +1,668 @@
+//! The checkout rule: what in a writable checkout the agent must not create or change, because
+//! a program on the host later reads it as configuration or runs it.
+//!
+//! The agent may write the project (that is the point), and the user runs the project's own
+//! code knowingly (`make`, `npm test`). What the user does *not* choose to run is what git and
+//! other host tools pick up on their own: `git status` runs `core.fsmonitor` from the repository
+//! config, `git commit` runs hooks, `cd` runs `.envrc` under direnv, an IDE runs a project's
+//! tasks and dev-container commands. Every one of those is named here, per checkout, as one
+//! list of [`Protection`]s, so the sandbox can mount them read-only and the launcher can check
+//! what no mount can express (a name that must never be created in a writable directory).
+//!
+//! Git reads configuration from more places than `.git/config`:
+//! * a main `.git` directory may contain `commondir`, which moves the whole "common" part of the
+//!   repository (config, hooks, refs) to another directory: git never writes one there, so one
+//!   that exists was planted ([`NEVER_IN_MAIN`]);
+//! * each linked worktree has a `.git` *file* pointing at `<common>/worktrees/<name>`, whose own
+//!   `commondir`, `gitdir` and `config.worktree` git follows;
+//! * `<common>/modules/**` holds full git directories of submodules;
+//! * `core.hooksPath` may point into the work tree (husky), and `include.path` /
+//!   `includeIf.*.path` may include a file from it;
+//! * a nested `.git` (a repository, or a gitlink in the index that makes git enter one) carries
+//!   its own config and hooks: the launcher finds those by walking the tree.
+//!
+//! This module is pure: the launcher discovers the facts ([`Checkout`]) and enforces the result.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// What an entry on the host is (from `lstat`: links are not followed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    Missing,
+    Dir,
+    File,
+    Symlink,
+    /// Sockets, fifos, devices.
+    Special,
+}
+
+/// The host filesystem, as far as the rule needs it.
+pub trait Lookup {
+    fn entry(&self, p: &Path) -> Entry;
+    /// The names in a directory (sorted); empty when it cannot be read.
+    fn names(&self, dir: &Path) -> Vec<String>;
+}
+
+/// How a protected path is mounted in the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Access {
+    ReadOnly,
+    /// A git directory outside the writable set that the session commits to (the main
+    /// checkout's `.git` when the session runs in a linked worktree).
+    Writable,
+}
+
+/// One path of the rule, with the reason it is there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Protection {
+    pub path: PathBuf,
+    pub access: Access,
+    pub dir: bool,
+    /// Create it (empty) on the host when it is missing, so that it can be mounted and the agent
+    /// cannot create it. Only for names whose empty form means "nothing" to git and the tools.
+    pub placeholder: bool,
+    /// What a file placeholder contains (empty for all but `commondir`).
+    #[serde(default)]
+    pub fill: String,
+    /// Symbolic links from here down to `path` are refused (binding through one would protect
+    /// some other place and leave this one open).
+    pub anchor: PathBuf,
+    pub why: String,
+}
+
+/// How a name in a git directory is protected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// Created empty when missing (an empty file or directory means "nothing" to git).
+    Placeholder,
+    /// Protected when present; its creation is caught by the launcher's check.
+    Watch,
+}
+
+struct Name {
+    name: &'static str,
+    dir: bool,
+    missing: Missing,
+    why: &'static str,
+}
+
+const fn name(name: &'static str, dir: bool, missing: Missing, why: &'static str) -> Name {
+    Name { name, dir, missing, why }
+}
+
+/// In the common git directory (the main checkout's `.git`).
+const COMMON: &[Name] = &[
+    name(
+        "config",
+        false,
+        Missing::Placeholder,
+        "repository config: core.fsmonitor, aliases, filters, editors",
+    ),
+    name(
+        "config.worktree",
+        false,
+        Missing::Placeholder,
+        "worktree config, read once extensions.worktreeConfig is on",
+    ),
+    name("hooks", true, Missing::Placeholder, "hooks git runs on commit, checkout, merge and push"),
+    name("info", true, Missing::Placeholder, "attributes, excludes and grafts git honours"),
+    name("modules", true, Missing::Placeholder, "submodules' git directories, each with config and hooks"),
+    name("worktrees", true, Missing::Placeholder, "linked worktrees' git directories"),
+    name("remotes", true, Missing::Watch, "legacy remote definitions git reads for fetch and push"),
+    name("branches", true, Missing::Watch, "legacy remote definitions git reads for fetch and push"),
+];
+
+/// In each linked worktree's git directory (`<common>/worktrees/<name>`).
+const LINKED: &[Name] = &[
+    name("commondir", false, Missing::Watch, "points git at the common directory (config, hooks)"),
+    name(
+        "gitdir",
+        false,
+        Missing::Watch,
+        "where the worktree is: `git worktree list` and `ocsb wt` go there",
+    ),
+    name(
+        "config.worktree",
+        false,
+        Missing::Placeholder,
+        "worktree config, read once extensions.worktreeConfig is on",
+    ),
+];
+
+/// Names git honours in a main `.git` directory but never writes there: one that exists was
+/// planted. `commondir` makes git take config and hooks from the directory it names.
+pub const NEVER_IN_MAIN: &[(&str, &str)] =
+    &[("commondir", "makes git take the config and hooks of the directory it names")];
+
+/// The `commondir` placeholder in a main `.git`: `.` names the directory itself, so git's
+/// answer does not change, and the name exists to be mounted read-only. An empty file (or a
+/// directory) would make git fail. Git ignores `core.bare` and `core.worktree` from the config
+/// of a git directory that has a `commondir`, so a repository that sets either gets no
+/// placeholder and relies on the launcher's check ([`planted_now`] tells this one apart).
+pub const COMMONDIR_SELF: &str = ".\n";
+
+/// Files at the root of a checkout that host tools act on without being asked. Read-only for
+/// the agent unless `OCSB_RW_TOOL_FILES` names them.
+pub const TOOL_FILES: &[(&str, &str)] = &[
+    (".envrc", "direnv runs it when you cd into the directory"),
+    (".vscode", "VS Code tasks, launch configurations and interpreter settings"),
+    (".idea", "JetBrains run configurations and settings"),
+    (".devcontainer", "dev container config: initializeCommand runs on the host"),
+    (".devcontainer.json", "dev container config: initializeCommand runs on the host"),
+    (".gitmodules", "submodule URLs and paths that `git submodule update` and clones follow"),
+    (".pre-commit-config.yaml", "commands the pre-commit hook runs on `git commit`"),
+    ("lefthook.yml", "commands the lefthook hooks run on `git commit`"),
+    (".lefthook.yml", "commands the lefthook hooks run on `git commit`"),
+];
+
+/// Directories at the root of every checkout that configure ocsb itself: the agent must not
+/// widen its own sandbox (or another project's, through a worktree or an `OCSB_RW` repository).
+pub const OCSB_DIRS: &[(&str, &str)] = &[
+    (".opencode-sandbox", "ocsb's own settings, rules and hooks"),
+    (".cc-safety-net", "the guard plugin's exceptions"),
+];
+
+/// The git directories of a checkout, as discovery resolved them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitDirs {
+    /// The checkout's own git directory: `<root>/.git`, or what its `.git` file points at.
+    pub gitdir: PathBuf,
+    /// The common directory (config, hooks, objects, refs): `gitdir` itself for a main checkout.
+    pub common: PathBuf,
+}
+
+/// One writable checkout: the project, a worktree in the worktrees directory, an `OCSB_RW`
+/// repository, or a repository nested in one of those.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkout {
+    pub root: PathBuf,
+    /// `None` when the directory is not (yet) a repository.
+    pub git: Option<GitDirs>,
+    /// The session commits here: its common directory is made writable (with the rule inside)
+    /// even when it lies outside the writable set.
+    pub commits: bool,
+    /// `core.hooksPath`, absolute, when set.
+    pub hooks_path: Option<PathBuf>,
+    /// Every file git reads as config for this checkout, and every `include.path` /
+    /// `includeIf.*.path` target, absolute (targets may be missing).
+    pub config_files: Vec<PathBuf>,
+    /// The repository config sets `core.bare` or `core.worktree` (see [`COMMONDIR_SELF`]).
+    pub sets_worktree: bool,
+}
+
+/// The rule applied to a set of checkouts.
+pub struct Rule<'a> {
+    /// The sandbox's writable trees (project, worktrees directory, state, `OCSB_RW`, …).
+    pub writable: &'a [PathBuf],
+    /// `OCSB_RW_TOOL_FILES`: tool files the user lets the agent write.
+    pub rw_tool_files: &'a [String],
+}
+
+impl Rule<'_> {
+    fn inside(&self, p: &Path, granted: &[PathBuf]) -> bool {
+        self.writable.iter().chain(granted).any(|w| p.starts_with(w))
+    }
+
+    /// The protections for `checkouts`, shallowest first (a deeper mount must come after the
+    /// one it sits in). Only paths that would otherwise be writable are listed.
+    pub fn protections(&self, checkouts: &[Checkout], fs: &dyn Lookup) -> Vec<Protection> {
+        let mut out: Vec<Protection> = Vec::new();
+        let mut granted: Vec<PathBuf> = Vec::new();
+        for c in checkouts {
+            if let Some(g) = &c.git
+                && c.commits
+                && !self.inside(&g.common, &[])
+                && fs.entry(&g.common) == Entry::Dir
+            {
+                granted.push(g.common.clone());
+                out.push(Protection {
+                    path: g.common.clone(),
+                    access: Access::Writable,
+                    dir: true,
+                    placeholder: false,
+                    fill: String::new(),
+                    anchor: g.common.clone(),
+                    why: "the main checkout's git directory: this session commits to it".into(),
+                });
+            }
+        }
+        let ro = |out: &mut Vec<Protection>,
+                  path: PathBuf,
+                  anchor: &Path,
+                  dir: bool,
+                  placeholder: bool,
+                  why: &str| {
+            out.push(Protection {
+                path,
+                access: Access::ReadOnly,
+                dir,
+                placeholder,
+                fill: String::new(),
+                anchor: anchor.to_path_buf(),
+                why: why.to_string(),
+            });
+        };
+        for c in checkouts {
+            if !self.inside(&c.root, &granted) {
+                continue;
+            }
+            for (n, why) in OCSB_DIRS {
+                ro(&mut out, c.root.join(n), &c.root, true, true, why);
+            }
+            for (n, why) in TOOL_FILES {
+                let p = c.root.join(n);
+                let kind = fs.entry(&p);
+                if kind != Entry::Missing && !self.rw_tool_files.iter().any(|r| r == n) {
+                    ro(&mut out, p, &c.root, kind == Entry::Dir, false, why);
+                }
+            }
+            let Some(g) = &c.git else { continue };
+            if g.gitdir == c.root.join(".git") && fs.entry(&g.gitdir) == Entry::Dir {
+                out.push(Protection {
+                    path: g.gitdir.clone(),
+                    access: Access::Writable,
+                    dir: true,
+                    placeholder: false,
+                    fill: String::new(),
+                    anchor: c.root.clone(),
+                    why: "a mount point, so .git cannot be renamed away and replaced".into(),
+                });
+            }
+            if g.gitdir != c.root.join(".git") {
+                ro(
+                    &mut out,
+                    c.root.join(".git"),
+                    &c.root,
+                    false,
+                    false,
+                    "points git at this worktree's git directory",
+                );
+            }
+            if self.inside(&g.common, &granted) {
+                for n in COMMON {
+                    let p = g.common.join(n.name);
+                    let present = fs.entry(&p) != Entry::Missing;
+                    if present || n.missing == Missing::Placeholder {
+                        ro(&mut out, p, &g.common, n.dir, !present, n.why);
+                    }
+                }
+                // A `commondir` that exists is the placeholder (anything else is refused before
+                // the sandbox starts, see `planted_now`): kept read-only like the rest.
+                let commondir = g.common.join("commondir");
+                let missing = fs.entry(&commondir) == Entry::Missing;
+                if g.common.file_name().is_some_and(|n| n == ".git") && (!missing || !c.sets_worktree) {
+                    out.push(Protection {
+                        path: commondir,
+                        access: Access::ReadOnly,
+                        dir: false,
+                        placeholder: missing,
+                        fill: COMMONDIR_SELF.into(),
+                        anchor: g.common.clone(),
+                        why: NEVER_IN_MAIN[0].1.into(),
+                    });
+                }
+                let wt = g.common.join("worktrees");
+                for x in fs.names(&wt) {
+                    let admin = wt.join(&x);
+                    if fs.entry(&admin) != Entry::Dir {
+                        continue;
+                    }
+                    out.push(Protection {
+                        path: admin.clone(),
+                        access: Access::Writable,
+                        dir: true,
+                        placeholder: false,
+                        fill: String::new(),
+                        anchor: g.common.clone(),
+                        why: "a linked worktree's HEAD, index and logs: git in that worktree writes them"
+                            .into(),
+                    });
+                    for n in LINKED {
+                        let p = admin.join(n.name);
+                        let present = fs.entry(&p) != Entry::Missing;
+                        if present || n.missing == Missing::Placeholder {
+                            out.push(Protection {
+                                path: p,
+                                access: Access::ReadOnly,
+                                dir: n.dir,
+                                placeholder: !present,
+                                fill: String::new(),
+                                anchor: g.common.clone(),
+                                why: n.why.into(),
+                            });
+                        }
+                    }
+                }
+            }
+            if let Some(h) = &c.hooks_path
+                && self.inside(h, &granted)
+            {
+                let anchor = anchor_for(h, &c.root, &g.common);
+                out.push(Protection {
+                    path: h.clone(),
+                    access: Access::ReadOnly,
+                    dir: true,
+                    placeholder: true,
+                    fill: String::new(),
+                    anchor: anchor.clone(),
+                    why: "core.hooksPath: the hooks git runs".into(),
+                });
+                // husky 9 points core.hooksPath at `.husky/_`, whose scripts run `.husky/<hook>`.
+                if h.file_name().is_some_and(|n| n == "_")
+                    && let Some(parent) = h.parent()
+                    && parent != anchor
+                {
+                    out.push(Protection {
+                        path: parent.to_path_buf(),
+                        access: Access::ReadOnly,
+                        dir: true,
+                        placeholder: true,
+                        fill: String::new(),
+                        anchor,
+                        why: "the hook scripts the core.hooksPath dispatcher (husky) runs".into(),
+                    });
+                }
+            }
+            for f in &c.config_files {
+                if self.inside(f, &granted) {
+                    let anchor = anchor_for(f, &c.root, &g.common);
+                    let present = fs.entry(f) != Entry::Missing;
+                    if present || f.parent().is_some_and(|d| fs.entry(d) == Entry::Dir) {
+                        out.push(Protection {
+                            path: f.clone(),
+                            access: Access::ReadOnly,
+                            dir: false,
+                            placeholder: !present,
+                            fill: String::new(),
+                            anchor,
+                            why: "a file git reads as config (include.path / includeIf)".into(),
+                        });
+                    }
+                }
+            }
+        }
+        let mut seen = BTreeSet::new();
+        out.retain(|p| seen.insert((p.path.clone(), p.access)));
+        // Shallowest first; at equal depth a writable grant before what is protected in it.
+        out.sort_by_key(|p| (p.path.components().count(), p.access == Access::ReadOnly));
+        out
+    }
+
+    /// Paths whose *appearance* during a sandbox's life means something was planted where no
+    /// mount could stop it: names that may not be created ahead (see [`Missing::Watch`]), the
+    /// tool files, and `commondir` in a main git directory. The launcher adds the nested `.git`
+    /// entries it finds by walking the tree.
+    pub fn watched(&self, checkouts: &[Checkout]) -> Vec<(PathBuf, String)> {
+        let mut out = Vec::new();
+        for c in checkouts {
+            for (n, why) in TOOL_FILES {
+                if !self.rw_tool_files.iter().any(|r| r == n) {
+                    out.push((c.root.join(n), why.to_string()));
+                }
+            }
+            let Some(g) = &c.git else { continue };
+            for n in COMMON.iter().filter(|n| n.missing == Missing::Watch) {
+                out.push((g.common.join(n.name), n.why.to_string()));
+            }
+            for (n, why) in NEVER_IN_MAIN {
+                out.push((g.common.join(n), why.to_string()));
+            }
+        }
+        out
+    }
+}
+
+/// The no-symlink walk for a path starts at the checkout or the git directory it lies in.
+fn anchor_for(p: &Path, root: &Path, common: &Path) -> PathBuf {
+    if p.starts_with(common) { common.to_path_buf() } else { root.to_path_buf() }
+}
+
+/// Something planted: the path, and why host git or a host tool would act on it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Finding {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+/// What is planted now, whatever happened before: a `commondir` in a main git directory, and a
+/// linked worktree whose pointers do not agree (its `.git` file and the `gitdir` file of the
+/// git directory it names must point at each other, and that directory must lie in the
+/// common directory's `worktrees/`).
+pub fn planted_now(
+    checkouts: &[Checkout],
+    fs: &dyn Lookup,
+    read: &dyn Fn(&Path) -> Option<String>,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for c in checkouts {
+        let Some(g) = &c.git else { continue };
+        if g.common.file_name().is_some_and(|n| n == ".git") {
+            for (n, why) in NEVER_IN_MAIN {
+                let p = g.common.join(n);
+                let ours = *n == "commondir" && read(&p).is_some_and(|t| t == COMMONDIR_SELF);
+                if fs.entry(&p) != Entry::Missing && !ours && !out.iter().any(|f: &Finding| f.path == p) {
+                    out.push(Finding {
+                        path: p,
+                        why: format!("{why}; git never writes it into a main .git"),
+                    });
+                }
+            }
+        }
+        let main_git = c.root.join(".git");
+        if g.gitdir == main_git {
+            continue;
+        }
+        let consistent = g.gitdir.parent() == Some(&g.common.join("worktrees"))
+            && read(&g.gitdir.join("gitdir"))
+                .is_some_and(|t| Path::new(t.trim_end_matches('\n')) == main_git);
+        if !consistent {
+            out.push(Finding {
+                path: main_git,
+                why: format!(
+                    "this worktree's .git names {}, which does not name it back as a worktree of {}",
+                    g.gitdir.display(),
+                    g.common.display()
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// What appeared between two snapshots of the watched paths.
+pub fn appeared(before: &BTreeSet<PathBuf>, after: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
+    after.difference(before).cloned().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[derive(Default)]
+    struct Fake(BTreeMap<PathBuf, Entry>);
+
+    impl Fake {
+        fn with(mut self, p: &str, e: Entry) -> Self {
+            self.0.insert(p.into(), e);
+            self
+        }
+    }
+
+    impl Lookup for Fake {
+        fn entry(&self, p: &Path) -> Entry {
+            self.0.get(p).copied().unwrap_or(Entry::Missing)
+        }
+        fn names(&self, dir: &Path) -> Vec<String> {
+            self.0
+                .keys()
+                .filter(|k| k.parent() == Some(dir))
+                .map(|k| k.file_name().unwrap().to_string_lossy().into_owned())
+                .collect()
+        }
+    }
+
+    fn repo() -> Fake {
+        Fake::default()
+            .with("/p", Entry::Dir)
+            .with("/p/.git", Entry::Dir)
+            .with("/p/.git/config", Entry::File)
+            .with("/p/.git/hooks", Entry::Dir)
+            .with("/p/.git/worktrees", Entry::Dir)
+            .with("/p/.git/worktrees/feat", Entry::Dir)
+            .with("/p/.git/worktrees/feat/commondir", Entry::File)
+            .with("/p/.git/worktrees/feat/gitdir", Entry::File)
+            .with("/w", Entry::Dir)
+            .with("/w/feat", Entry::Dir)
+            .with("/w/feat/.git", Entry::File)
+            .with("/p/.vscode", Entry::Dir)
+    }
+
+    fn main_checkout() -> Checkout {
+        Checkout {
+            root: "/p".into(),
+            git: Some(GitDirs { gitdir: "/p/.git".into(), common: "/p/.git".into() }),
+            commits: true,
+            hooks_path: None,
+            config_files: vec![],
+            sets_worktree: false,
+        }
+    }
+
+    fn worktree(commits: bool) -> Checkout {
+        Checkout {
+            root: "/w/feat".into(),
+            git: Some(GitDirs { gitdir: "/p/.git/worktrees/feat".into(), common: "/p/.git".into() }),
+            commits,
+            hooks_path: None,
+            config_files: vec![],
+            sets_worktree: false,
+        }
+    }
+
+    fn find<'a>(v: &'a [Protection], p: &str) -> &'a Protection {
+        v.iter().find(|x| x.path == Path::new(p)).unwrap_or_else(|| panic!("{p} not protected: {v:#?}"))
+    }
+
+    #[test]
+    fn every_config_name_of_a_main_git_dir_is_read_only_and_missing_ones_get_placeholders() {
+        let writable = vec![PathBuf::from("/p")];
+        let rule = Rule { writable: &writable, rw_tool_files: &[] };
+        let v = rule.protections(&[main_checkout()], &repo());
+        for (p, placeholder) in [
+            ("/p/.git/config", false),
+            ("/p/.git/hooks", false),
+            ("/p/.git/config.worktree", true),
+            ("/p/.git/commondir", true),
+            ("/p/.git/info", true),
+            ("/p/.git/modules", true),
+            ("/p/.git/worktrees", false),
+            ("/p/.opencode-sandbox", true),
+            ("/p/.cc-safety-net", true),
+            ("/p/.vscode", false),
+        ] {
+            let x = find(&v, p);
+            assert_eq!(x.access, Access::ReadOnly, "{p}");
+            assert_eq!(x.placeholder, placeholder, "{p}");
+        }
+        // remotes/branches: watched, not created ahead
+        assert!(!v.iter().any(|x| x.path == Path::new("/p/.git/remotes")));
+        let w = rule.watched(&[main_checkout()]);
+        assert!(w.iter().any(|(p, _)| p == Path::new("/p/.git/remotes")));
+        assert!(w.iter().any(|(p, _)| p == Path::new("/p/.git/commondir")));
+        assert!(w.iter().any(|(p, _)| p == Path::new("/p/.envrc")));
+        // a linked worktree's admin dir is writable, its pointers are not
+        assert_eq!(find(&v, "/p/.git/worktrees/feat").access, Access::Writable);
+        assert_eq!(find(&v, "/p/.git/worktrees/feat/commondir").access, Access::ReadOnly);
+        assert_eq!(find(&v, "/p/.git/worktrees/feat/gitdir").access, Access::ReadOnly);
+        assert!(find(&v, "/p/.git/worktrees/feat/config.worktree").placeholder);
+        // order: the worktrees dir before the admin dir before its files
+        let at = |p: &str| v.iter().position(|x| x.path == Path::new(p)).unwrap();
+        assert!(at("/p/.git/worktrees") < at("/p/.git/worktrees/feat"));
+        assert!(at("/p/.git/worktrees/feat") < at("/p/.git/worktrees/feat/gitdir"));
+    }
+
+    #[test]
+    fn a_session_in_a_worktree_gets_the_common_dir_writable_with_the_rule_inside() {
+        let writable = vec![PathBuf::from("/w")];
+        let rule = Rule { writable: &writable, rw_tool_files: &[] };
+        let v = rule.protections(&[worktree(true)], &repo());
+        assert_eq!(find(&v, "/p/.git").access, Access::Writable);
+        assert_eq!(find(&v, "/p/.git/config").access, Access::ReadOnly);
+        assert_eq!(find(&v, "/p/.git/hooks").access, Access::ReadOnly);
+        assert_eq!(find(&v, "/w/feat/.git").access, Access::ReadOnly, "the pointer file");
+        assert!(find(&v, "/w/feat/.opencode-sandbox").placeholder);
+        assert_eq!(v[0].path, Path::new("/p/.git"), "the grant comes first");
+        // The main checkout's work tree stays out of the writable set.
+        assert!(!v.iter().any(|x| x.path == Path::new("/p/.vscode")));
+    }
+
+    #[test]
+    fn a_repository_that_does_not_commit_gets_no_grant() {
+        let writable = vec![PathBuf::from("/w")];
+        let rule = Rule { writable: &writable, rw_tool_files: &[] };
+        let v = rule.protections(&[worktree(false)], &repo());
+        assert!(!v.iter().any(|x| x.access == Access::Writable), "{v:#?}");
+        assert_eq!(find(&v, "/w/feat/.git").access, Access::ReadOnly);
+    }
+
+    #[test]
+    fn hooks_path_and_includes_inside_the_tree_are_protected_husky_parent_too() {
+        let writable = vec![PathBuf::from("/p")];
+        let rule = Rule { writable: &writable, rw_tool_files: &[] };
+        let mut c = main_checkout();
+        c.hooks_path = Some("/p/.husky/_".into());
+        c.config_files =
+            vec!["/p/.git/config".into(), "/p/tools/git.inc".into(), "/home/u/.gitconfig".into()];
+        let fs = repo().with("/p/tools", Entry::Dir);
+        let v = rule.protections(&[c], &fs);
+        assert!(find(&v, "/p/.husky/_").placeholder);
+        assert_eq!(find(&v, "/p/.husky").access, Access::ReadOnly);
+        let inc = find(&v, "/p/tools/git.inc");
+        assert!(inc.placeholder && !inc.dir);
+        assert!(!v.iter().any(|x| x.path.starts_with("/home")), "outside the writable set: nothing to do");
+    }
+
+    #[test]
+    fn rw_tool_files_leave_chosen_names_writable() {
+        let writable = vec![PathBuf::from("/p")];
+        let rw = vec![".vscode".to_string()];
+        let rule = Rule { writable: &writable, rw_tool_files: &rw };
+        let v = rule.protections(&[main_checkout()], &repo());
+        assert!(!v.iter().any(|x| x.path == Path::new("/p/.vscode")));
+        assert!(!rule.watched(&[main_checkout()]).iter().any(|(p, _)| p == Path::new("/p/.vscode")));
+    }
+
+    #[test]
+    fn commondir_in_a_main_git_dir_and_inconsistent_worktree_pointers_are_planted() {
+        let fs = repo().with("/p/.git/commondir", Entry::File);
+        let none = |_: &Path| None;
+        let f = planted_now(&[main_checkout()], &fs, &none);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].path, Path::new("/p/.git/commondir"));
+        let ours = |p: &Path| (p == Path::new("/p/.git/commondir")).then(|| COMMONDIR_SELF.to_string());
+        assert!(planted_now(&[main_checkout()], &fs, &ours).is_empty(), "the placeholder is not a plant");
+        assert!(planted_now(&[main_checkout()], &repo(), &none).is_empty());
+
+        let back = |p: &Path| {
+            (p == Path::new("/p/.git/worktrees/feat/gitdir")).then(|| "/w/feat/.git\n".to_string())
+        };
+        assert!(planted_now(&[worktree(true)], &repo(), &back).is_empty());
+        let f = planted_now(&[worktree(true)], &repo(), &none);
+        assert_eq!(f[0].path, Path::new("/w/feat/.git"), "no back-pointer");
+        let mut evil = worktree(true);
+        evil.git = Some(GitDirs { gitdir: "/w/feat/.evil".into(), common: "/w/feat/.evil".into() });
+        assert_eq!(planted_now(&[evil], &repo(), &back).len(), 1, "points outside worktrees/");
+    }
+
+    #[test]
+    fn appeared_lists_only_new_paths() {
+        let a: BTreeSet<PathBuf> = ["/p/x".into()].into();
+        let b: BTreeSet<PathBuf> = ["/p/x".into(), "/p/y".into()].into();
+        assert_eq!(appeared(&a, &b), vec![PathBuf::from("/p/y")]);
+        assert!(appeared(&b, &a).is_empty());
+    }
+}

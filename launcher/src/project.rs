@@ -185,6 +185,48 @@ impl Project {
         Ok(w)
     }
 
+    /// Refuse writable roots that would hand the agent far more than a project: `/`, the home
+    /// directory or one of its ancestors, a directory that holds the state directory (the
+    /// launcher's private files and every other project's state) or a hidden path of the home
+    /// (`~/.ssh`, `OCSB_HIDE_HOME`). Outside a repository the current directory becomes the
+    /// project, so `cd ~ && ocsb exec` would otherwise make the whole home writable.
+    pub fn check_writable_roots(&self) -> Result<()> {
+        let s = &self.settings;
+        let state_root = self.home.join(".local/share/opencode-sandbox");
+        let mut hidden = s.hide_home();
+        hidden.push(self.home.join(".ssh"));
+        let mut roots = vec![(self.checkout.clone(), "the project directory")];
+        roots.extend(s.rw().into_iter().map(|p| (p, "an OCSB_RW entry")));
+        roots.push((s.worktrees_dir(), "OCSB_WORKTREES_DIR"));
+        for (root, what) in roots {
+            let root = root.canonicalize().unwrap_or(root);
+            let why = if root == Path::new("/") {
+                Some("it is the root directory".to_string())
+            } else if self.home.starts_with(&root) {
+                Some(if root == self.home {
+                    "it is your home directory".into()
+                } else {
+                    "it contains your home directory".into()
+                })
+            } else if s.state_dir().starts_with(&root) || state_root.starts_with(&root) {
+                Some("it contains ocsb's state directory".into())
+            } else {
+                hidden
+                    .iter()
+                    .find(|h| h.starts_with(&root))
+                    .map(|h| format!("it contains the hidden path {}", h.display()))
+            };
+            if let Some(why) = why {
+                return Err(Error::failed(
+                    format!("refusing to make {} writable for the agent as {what}: {why}", root.display()),
+                    "cd into a repository (or a directory where you ran `ocsb init`) and start ocsb there, \
+                     or give a narrower path",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The four egress rule layers, compiled. Fails on the first bad line, naming it.
     pub fn egress_policy(&self) -> Result<Policy> {
         let layers = egress::load_layers(&self.user_config_dir, &self.dir)?;
@@ -233,6 +275,32 @@ mod tests {
         let p = project(t.path(), "OCSB_SANDBOX=0\nOCSB_HIDE_HOME=()\n");
         let e = p.require_trusted().unwrap_err().to_string();
         assert!(e.contains("OCSB_HIDE_HOME - .gnupg"), "{e}");
+    }
+
+    #[test]
+    fn home_root_and_directories_holding_state_or_hidden_paths_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let mut p = project(t.path(), "");
+        p.check_writable_roots().unwrap();
+        std::fs::create_dir_all(t.path().join("home/.ssh")).unwrap();
+        for (dir, why) in [
+            (t.path().join("home"), "your home directory"),
+            (t.path().to_path_buf(), "contains your home directory"),
+            (PathBuf::from("/"), "the root directory"),
+            (t.path().join("home/.local"), "contains ocsb's state directory"),
+        ] {
+            p.checkout = dir.clone();
+            let e = p.check_writable_roots().unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains("cd into a repository"), "{}: {e}", dir.display());
+        }
+        let mut p2 = project(t.path(), "OCSB_HIDE_HOME+=(.config/gh)\n");
+        p2.checkout = t.path().join("home/.config");
+        let e = p2.check_writable_roots().unwrap_err().to_string();
+        assert!(e.contains("hidden path"), "{e}");
+        // The same rule for OCSB_WORKTREES_DIR.
+        let p3 = project(t.path(), "OCSB_WORKTREES_DIR=~/.local\n");
+        let e = p3.check_writable_roots().unwrap_err().to_string();
+        assert!(e.contains("OCSB_WORKTREES_DIR") && e.contains("state directory"), "{e}");
     }
 
     #[test]

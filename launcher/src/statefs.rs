@@ -182,6 +182,98 @@ impl StateDir {
         Some(buf)
     }
 
+    /// Make sure the launcher's private file `rel` exists: created exclusively (0600) with
+    /// `init()` when missing, otherwise checked by [`Self::check_private`]. Returns whether it
+    /// was created now. Called before any sandbox starts, so the sandbox (which cannot see these
+    /// files once they exist) never gets to create one first.
+    pub fn private_file(&self, rel: &Path, init: impl FnOnce() -> Result<Vec<u8>>) -> Result<bool> {
+        let (dir, name) = self.parent(rel)?;
+        let full = self.path.join(rel);
+        match openat(
+            &dir,
+            name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        ) {
+            Ok(fd) => {
+                let mut f = File::from(fd);
+                f.write_all(&init()?)
+                    .and_then(|()| f.sync_data())
+                    .map_err(|e| Error::io("write", &full, e))?;
+                Ok(true)
+            }
+            Err(Errno::EEXIST) => self.check_private(&dir, name, &full).map(|_| false),
+            Err(e) => Err(io("create", &full, e)),
+        }
+    }
+
+    /// An existing private file must be a regular file of ours, readable by nobody else: a
+    /// symlink (the agent's way to redirect a launcher write), another owner or a loose mode is
+    /// an error that names it, never followed or silently replaced.
+    fn check_private(&self, dir: &OwnedFd, name: &OsStr, full: &Path) -> Result<File> {
+        let fd = openat(
+            dir,
+            name,
+            OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            Errno::ELOOP => Error::failed(
+                format!(
+                    "{} is a symbolic link; ocsb's own files in the state directory never are",
+                    full.display()
+                ),
+                format!(
+                    "inspect it (`ls -l {0}`), remove it (`rm {0}`); ocsb makes a new one",
+                    full.display()
+                ),
+            ),
+            e => io("open", full, e),
+        })?;
+        let f = File::from(fd);
+        let m = f.metadata().map_err(|e| Error::io("stat", full, e))?;
+        use std::os::unix::fs::MetadataExt;
+        let why = if !m.is_file() {
+            Some("is not a regular file".to_string())
+        } else if m.uid() != nix::unistd::geteuid().as_raw() {
+            Some(format!("belongs to uid {}, not to you", m.uid()))
+        } else if m.mode() & 0o077 != 0 {
+            Some(format!("is readable by other users (mode {:o})", m.mode() & 0o777))
+        } else {
+            None
+        };
+        match why {
+            None => Ok(f),
+            Some(why) => Err(Error::failed(
+                format!("{} {why}", full.display()),
+                format!(
+                    "inspect it (`ls -l {0}`), remove it (`rm {0}`); ocsb makes a new one",
+                    full.display()
+                ),
+            )),
+        }
+    }
+
+    /// The content of the launcher's private file `rel` (see [`Self::private_file`]).
+    pub fn read_private(&self, rel: &Path) -> Result<Vec<u8>> {
+        let (dir, name) = self.parent(rel)?;
+        let mut f = self.check_private(&dir, name, &self.path.join(rel))?;
+        let mut buf = Vec::new();
+        (&mut f)
+            .take(1 << 20)
+            .read_to_end(&mut buf)
+            .map_err(|e| Error::io("read", self.path.join(rel), e))?;
+        Ok(buf)
+    }
+
+    /// The launcher's private file `rel` opened read-write (created 0600 when missing), checked
+    /// like [`Self::private_file`]: the instance lock.
+    pub fn open_private(&self, rel: &Path) -> Result<File> {
+        self.private_file(rel, || Ok(Vec::new()))?;
+        let (dir, name) = self.parent(rel)?;
+        self.check_private(&dir, name, &self.path.join(rel))
+    }
+
     /// `rel` opened for appending (created 0600): a log the launcher keeps open for the run.
     pub fn append(&self, rel: &Path) -> Result<File> {
         let (dir, name) = self.parent(rel)?;

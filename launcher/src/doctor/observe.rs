@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use nix::unistd::{Group, User, getuid};
 use ocsb_policy::egress;
-use ocsb_policy::settings::{EgressBackend, LoadInput, NetlockAcquire, Settings};
+use ocsb_policy::settings::{EgressBackend, Layer, LoadInput, NetlockAcquire, Settings};
 
 use super::facts::{
     EgressFacts, Facts, HelperFacts, KernelFacts, NetlockFacts, OpencodeFacts, PortFacts, ProbeFacts,
@@ -33,7 +33,7 @@ const VERSION_TIMEOUT: Duration = Duration::from_secs(20);
 const HOST_ONLY_NAME: &str = "host";
 
 pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
-    let (project, settings) = project_and_settings(explicit)?;
+    let (project, settings, untrusted) = project_and_settings(explicit)?;
     let status = crate::sandbox::status();
     let sysctl = |k: &str| status.sysctls.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
     let kernel = KernelFacts {
@@ -61,7 +61,7 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
             EgressBackend::Squid => squid(),
         },
         docker_allowed: settings.docker_allowed(),
-        opencode: opencode(&settings),
+        opencode: opencode(&settings, untrusted),
         ports,
         notifications: settings.notifications(),
         dbus_proxy: which("xdg-dbus-proxy"),
@@ -76,7 +76,9 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
 /// Inside a project (a `.opencode-sandbox/` here or above, or `-C DIR` holding one): all five
 /// settings layers and the egress rules. Outside one: the user layer, the environment and the
 /// defaults only, and no project checks — a missing project is not an error on the host.
-fn project_and_settings(explicit: Option<&Path>) -> Result<(ProjectFacts, Settings)> {
+/// The third value: the project's settings file widens the sandbox and the user has not
+/// accepted that (doctor then runs no program the file names).
+fn project_and_settings(explicit: Option<&Path>) -> Result<(ProjectFacts, Settings, bool)> {
     let dir = project::locate(explicit)?;
     if dir.join(PROJECT_CONF_DIR).is_dir() {
         return Ok(match project::Project::load(Some(&dir)) {
@@ -84,9 +86,10 @@ fn project_and_settings(explicit: Option<&Path>) -> Result<(ProjectFacts, Settin
                 let rules = egress::load_layers(&p.user_config_dir, &p.dir)
                     .and_then(|layers| egress::Policy::compile(&layers).map(|_| layers.len()))
                     .map_err(|e| e.to_string());
-                (ProjectFacts::Inside { dir: p.dir, rules }, p.settings)
+                let untrusted = p.require_trusted().is_err();
+                (ProjectFacts::Inside { dir: p.dir, rules }, p.settings, untrusted)
             }
-            Err(e) => (ProjectFacts::BadSettings { error: e.to_string() }, defaults()?),
+            Err(e) => (ProjectFacts::BadSettings { error: e.to_string() }, defaults()?, true),
         });
     }
     let mut input = LoadInput::from_process(dir.clone())?;
@@ -96,8 +99,8 @@ fn project_and_settings(explicit: Option<&Path>) -> Result<(ProjectFacts, Settin
         input.env.push(("OCSB_NAME".into(), HOST_ONLY_NAME.into()));
     }
     Ok(match Settings::load(&input) {
-        Ok(s) => (ProjectFacts::Outside { dir }, s),
-        Err(e) => (ProjectFacts::BadSettings { error: e.to_string() }, defaults()?),
+        Ok(s) => (ProjectFacts::Outside { dir }, s, false),
+        Err(e) => (ProjectFacts::BadSettings { error: e.to_string() }, defaults()?, false),
     })
 }
 
@@ -249,11 +252,19 @@ fn docker_get(socket: &Path, path: &str) -> std::result::Result<(u16, String), S
     Ok((code, body))
 }
 
-fn opencode(settings: &Settings) -> OpencodeFacts {
+fn opencode(settings: &Settings, untrusted: bool) -> OpencodeFacts {
     let bin = settings.opencode_bin();
     let setting = bin.display().to_string();
     let found = if setting.contains('/') { is_executable(&bin).then_some(bin) } else { which(&setting) };
+    // A program named by a committed settings file the user has not accepted is never run: a
+    // cloned repository (or the agent, through a worktree) could name any file.
+    let from_project = settings.get("OCSB_OPENCODE_BIN").is_some_and(|e| e.origin.layer == Layer::Project);
     let version = match &found {
+        Some(_) if untrusted && from_project => {
+            Err("not run: OCSB_OPENCODE_BIN comes from .opencode-sandbox/sandbox.conf, which you have not \
+             accepted (`ocsb config` lists it; `ocsb config --trust` accepts it)"
+                .into())
+        }
         Some(p) => version_of(p),
         None => Err("not found".into()),
     };

@@ -83,6 +83,10 @@ pub fn spec(
     });
     let mut hide = s.hide();
     hide.extend(state::hidden_from_sandbox(&state));
+    // Other projects' state (their web passwords, sessions, /tmp) and the trust and audit
+    // records beside each state directory; this project's own state directory is mounted
+    // writable on top (a deeper mount comes later in the plan).
+    hide.push(project.home.join(".local/share/opencode-sandbox"));
     let wt = s.worktrees_dir();
     SandboxSpec {
         project_dir: project.checkout.clone(),
@@ -140,10 +144,12 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
     // Before anything starts: a committed settings file must not widen the sandbox unseen, and
     // nothing a sandbox planted for host git may stand.
     project.require_trusted()?;
+    project.check_writable_roots()?;
     crate::sandbox::commands::refuse_planted(project, "start a sandbox")?;
     let s = &project.settings;
     let state = s.state_dir();
     let sd = StateDir::open(&state)?;
+    state::ensure_private(&sd)?;
 
     // 1. The egress filter.
     let inst = crate::egress_cmd::instance(project)?;
@@ -239,7 +245,8 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     let s = &project.settings;
     let state = s.state_dir();
     let sd = StateDir::open(&state)?;
-    let _lock = state::lock(&state)?;
+    let created = state::ensure_private(&sd)?;
+    let _lock = state::lock(&sd)?;
     let web_addr = SocketAddr::from(([127, 0, 0, 1], s.web_port()));
     let oc_addr = SocketAddr::from(([127, 0, 0, 1], s.opencode_port()));
     check_port_free(web_addr, "OCSB_WEB_PORT")?;
@@ -248,7 +255,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     // Bad inputs (env file, skills, plugins) fail before anything starts.
     let setup = opencode::setup(s, &project.user_config_dir, &sd, opencode_args)?;
     let prepared = prepare(project)?;
-    let (password, created) = web::auth::load_or_create(&state::password_file(&state))?;
+    let password = state::password(&sd)?;
     // OpenCode's own secret, for a user who opens its port directly (no panel). It changes every
     // run and is not the web password: the agent can read OpenCode's environment.
     sd.write(Path::new(state::OPENCODE_PASSWORD), format!("{}\n", setup.server_secret).as_bytes(), 0o600)?;

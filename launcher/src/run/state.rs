@@ -33,21 +33,43 @@ pub fn hidden_from_sandbox(state: &Path) -> Vec<PathBuf> {
     vec![password_file(state), state.join(OPENCODE_PASSWORD), state.join("egress"), lock_file(state)]
 }
 
+/// The launcher's private files in the state directory, made before any sandbox starts: they
+/// are hidden from the sandbox only once they exist, so a sandbox that ran first could have
+/// planted them (a `run.lock` link that the lock's write follows, a `password` of the agent's
+/// choosing). Returns whether the web password was created now (`run` prints it once).
+pub fn ensure_private(sd: &StateDir) -> Result<bool> {
+    sd.dir(Path::new("egress"))?;
+    sd.private_file(Path::new(OPENCODE_PASSWORD), || Ok(Vec::new()))?;
+    sd.private_file(Path::new("run.lock"), || Ok(Vec::new()))?;
+    sd.private_file(Path::new("password"), || {
+        Ok(format!("{}\n", crate::web::auth::random_secret()?).into_bytes())
+    })
+}
+
+/// The web password, read without following links (see [`ensure_private`]).
+pub fn password(sd: &StateDir) -> Result<String> {
+    let text = sd.read_private(Path::new("password"))?;
+    let pw = String::from_utf8_lossy(&text).trim().to_string();
+    if pw.is_empty() {
+        let path = password_file(sd.path());
+        return Err(Error::failed(
+            format!("{} is empty", path.display()),
+            format!("delete {} and a new password is generated on the next start", path.display()),
+        ));
+    }
+    Ok(pw)
+}
+
 /// Held while `ocsb run` runs; released by the kernel when the process ends, however it ends.
 pub struct InstanceLock {
     _file: std::fs::File,
 }
 
 /// Take the project's lock, or say that another `ocsb run` (with its pid) has it.
-pub fn lock(state: &Path) -> Result<InstanceLock> {
+pub fn lock(sd: &StateDir) -> Result<InstanceLock> {
+    let state = sd.path();
     let path = lock_file(state);
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::io("open", &path, e))?;
+    let mut f = sd.open_private(Path::new("run.lock"))?;
     // SAFETY: flock on a descriptor this function owns; no memory is passed.
     let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if r != 0 {
@@ -102,12 +124,39 @@ mod tests {
     #[test]
     fn second_lock_is_refused_with_the_pid() {
         let d = tempfile::tempdir().unwrap();
-        let a = lock(d.path()).unwrap();
+        let sd = StateDir::open(d.path()).unwrap();
+        let a = lock(&sd).unwrap();
         // flock locks belong to the open file description: a second open conflicts.
-        let e = lock(d.path()).err().expect("second lock must fail").to_string();
+        let e = lock(&sd).err().expect("second lock must fail").to_string();
         assert!(e.contains("already running") && e.contains(&std::process::id().to_string()), "{e}");
         drop(a);
-        lock(d.path()).unwrap();
+        lock(&sd).unwrap();
+    }
+
+    #[test]
+    fn planted_private_files_are_refused_and_never_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let state = d.path().join("state");
+        let sd = StateDir::open(&state).unwrap();
+        std::os::unix::fs::symlink(&victim, state.join("run.lock")).unwrap();
+        let e = lock(&sd).err().expect("a linked lock must fail").to_string();
+        assert!(e.contains("run.lock is a symbolic link") && e.contains("rm "), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        std::fs::remove_file(state.join("run.lock")).unwrap();
+
+        // A password the sandbox left with a loose mode is refused; a fresh one is made exclusively.
+        std::fs::write(state.join("password"), "agentpw\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(state.join("password"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(password(&sd).unwrap_err().to_string().contains("readable by other users"));
+        std::fs::remove_file(state.join("password")).unwrap();
+        assert!(ensure_private(&sd).unwrap(), "created now");
+        assert!(!ensure_private(&sd).unwrap(), "kept");
+        let pw = password(&sd).unwrap();
+        assert_eq!(pw.len(), 32);
+        assert_eq!(std::fs::metadata(state.join("password")).unwrap().permissions().mode() & 0o777, 0o600);
     }
 
     #[test]

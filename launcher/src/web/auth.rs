@@ -1,14 +1,13 @@
 //! The web password and HTTP Basic authentication of the front.
 //!
 //! Two different secrets exist on purpose. The password the user types (user `opencode`) is
-//! checked by the front, outside the sandbox, and is stored in `<state>/password` (0600), which the
-//! sandbox hides. OpenCode itself is started with a second, per-run secret that the front adds to
+//! checked by the front, outside the sandbox, and is stored in `<state>/password` (0600, made
+//! before any sandbox starts and read without following links: `run::state::ensure_private`),
+//! which the sandbox hides. OpenCode itself is started with a second, per-run secret that the front adds to
 //! every upstream request: the agent's shell inherits OpenCode's environment, so whatever OpenCode
 //! holds the agent can read, and it must not be the password of the user's browser session.
 
-use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::io::Read;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -25,43 +24,6 @@ pub fn random_secret() -> Result<String> {
         .and_then(|mut f| f.read_exact(&mut b))
         .map_err(|e| Error::io("read random bytes from", "/dev/urandom", e))?;
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b))
-}
-
-/// The user's web password: read from `path`, or generated and written there (mode 0600) when
-/// it does not exist yet. Returns the password and whether it was created now (the caller prints
-/// it once). A file readable by others is refused: it would let other local users in.
-pub fn load_or_create(path: &Path) -> Result<(String, bool)> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let mode = std::fs::metadata(path).map_err(|e| Error::io("stat", path, e))?.permissions().mode();
-            if mode & 0o077 != 0 {
-                return Err(Error::failed(
-                    format!("{} is readable by other users (mode {:o})", path.display(), mode & 0o777),
-                    format!("chmod 600 {}", path.display()),
-                ));
-            }
-            let pw = text.trim().to_string();
-            if pw.is_empty() {
-                return Err(Error::failed(
-                    format!("{} is empty", path.display()),
-                    format!("delete {} and a new password is generated on the next start", path.display()),
-                ));
-            }
-            Ok((pw, false))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let pw = random_secret()?;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(path)
-                .map_err(|e| Error::io("create", path, e))?;
-            f.write_all(format!("{pw}\n").as_bytes()).map_err(|e| Error::io("write", path, e))?;
-            Ok((pw, true))
-        }
-        Err(e) => Err(Error::io("read", path, e)),
-    }
 }
 
 /// `Basic base64(user:password)`, the value of an `Authorization` header.
@@ -101,22 +63,6 @@ pub fn header_matches(value: &str, password: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn password_is_created_once_with_mode_0600() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("password");
-        let (a, created) = load_or_create(&p).unwrap();
-        assert!(created);
-        assert_eq!(a.len(), 32);
-        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
-        let (b, created) = load_or_create(&p).unwrap();
-        assert!(!created);
-        assert_eq!(a, b);
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let e = load_or_create(&p).unwrap_err().to_string();
-        assert!(e.contains("chmod 600"), "{e}");
-    }
 
     #[test]
     fn basic_credentials() {

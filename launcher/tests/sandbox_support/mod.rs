@@ -213,3 +213,61 @@ fn as_test_user() -> Vec<String> {
     let uid = UID.to_string();
     ["setpriv", "--reuid", &uid, "--regid", &uid, "--clear-groups", "--"].map(String::from).to_vec()
 }
+
+// ---- `ocsb` as the user types it, with the netlock in the test's namespace ----------------
+
+pub fn netlock_gid() -> u32 {
+    let o = std::process::Command::new("getent").args(["group", "opencode-sandbox"]).output().unwrap();
+    assert!(o.status.success(), "group opencode-sandbox is missing: `groupadd -r opencode-sandbox`");
+    String::from_utf8_lossy(&o.stdout).split(':').nth(2).unwrap().trim().parse().unwrap()
+}
+
+/// Run `body` (bash) in a fresh netns with the lock loaded. `U` runs a command as ocsb-test with
+/// the netlock gid; `OCSB` is the binary; `P` the project (a git repository with one commit
+/// and `ocsb init` done); `PROBE` writes a file and prints `OK` or `ERR <errno>`; `$HOME` is the
+/// test user's home, where every marker would land.
+pub fn scenario(w: &World, body: &str) -> (String, String) {
+    let g = netlock_gid();
+    let table = format!(
+        "table inet ocsb_netlock {{\n chain output {{\n  type filter hook output priority filter; policy accept;\n  \
+         meta skgid {g} jump locked\n }}\n chain locked {{\n  ip daddr 127.0.0.0/8 accept\n  ip6 daddr ::1 accept\n  \
+         reject with icmpx admin-prohibited\n }}\n}}\n"
+    );
+    let script = format!(
+        "printf '%s' {table} | nft -f -; \
+         export HOME={home} OCSB={ocsb} P={proj} PROBE={probe}; cd \"$P\"; \
+         U() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@example.invalid \
+           GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@example.invalid \
+           setpriv --reuid 1990 --regid {g} --clear-groups -- \"$@\"; }}; \
+         X() {{ U \"$OCSB\" exec -- sh -c \"$1\" </dev/null; }}; \
+         printf '[user]\n\tname = a\n\temail = a@example.invalid\n' > \"$HOME/.gitconfig\"; chown 1990 \"$HOME/.gitconfig\"; \
+         rm -rf .git; U git init -q -b main .; U git commit -q --allow-empty -m init; U \"$OCSB\" init >/dev/null; \
+         U git add -A; U git commit -q -m ocsb; \
+         trap 'U \"$OCSB\" egress down >/dev/null 2>&1 </dev/null || true' EXIT; \
+         set +e; {body}",
+        table = shell_quote(&table),
+        home = shell_quote(&w.home.display().to_string()),
+        ocsb = shell_quote(&w.bin.display().to_string()),
+        proj = shell_quote(&w.proj.display().to_string()),
+        probe = shell_quote(&w.probe.display().to_string()),
+    );
+    let o = w.netns_script(&script);
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+pub fn has(out: &str, line: &str, err: &str) {
+    assert!(
+        out.lines().any(|l| l.trim() == line),
+        "expected the line {line:?}\nstdout:\n{out}\nstderr:\n{err}"
+    );
+}
+
+pub fn no_markers(w: &World, out: &str, err: &str) {
+    let pwned: Vec<_> = std::fs::read_dir(&w.home)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("PWNED"))
+        .map(|e| e.file_name())
+        .collect();
+    assert!(pwned.is_empty(), "host git ran planted code: {pwned:?}\nstdout:\n{out}\nstderr:\n{err}");
+}

@@ -1,0 +1,86 @@
+//! The launcher trusts nothing the agent can write: its private files in the state directory,
+//! the choice of project directory, other projects' state, settings that name host programs.
+//! Each attack is made the way the review made it (as the ordinary user `ocsb-test`, through
+//! `ocsb exec`, in a network namespace the test creates) and checked on the host side.
+
+mod sandbox_support;
+
+use sandbox_support::{World, has, scenario};
+
+/// A sandbox that runs before the project's first `ocsb run` cannot plant `run.lock` (a link
+/// the lock's write would follow) or `password` (the agent's own web password): both exist,
+/// hidden, before any sandbox starts.
+#[test]
+fn private_state_files_exist_before_any_sandbox_and_cannot_be_planted() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"ST="$HOME/.local/share/opencode-sandbox/proj"; echo precious > "$HOME/victim"; chown 1990 "$HOME/victim"
+        X "ln -sf $HOME/victim $ST/run.lock 2>/dev/null || echo lock-refused; \
+           (echo agentpw > $ST/password) 2>/dev/null || echo password-refused; \
+           cat $ST/password 2>/dev/null | grep -c . || true" 2>/dev/null
+        echo "victim $(cat "$HOME/victim")"
+        echo "lock $(stat -c %F "$ST/run.lock")"
+        echo "password $(stat -c '%a %F' "$ST/password") $(grep -c agentpw "$ST/password")""#,
+    );
+    has(&out, "lock-refused", &err);
+    has(&out, "password-refused", &err);
+    has(&out, "0", &err); // the sandbox reads an empty file where the password is
+    has(&out, "victim precious", &err);
+    has(&out, "lock regular empty file", &err);
+    has(&out, "password 600 regular file 0", &err);
+}
+
+/// Another project's state (its web password, sessions) is not readable; this project's state
+/// directory is.
+#[test]
+fn other_projects_state_is_hidden() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"O="$HOME/.local/share/opencode-sandbox/other"; mkdir -p "$O"; echo otherpw > "$O/password"; chown -R 1990 "$O"
+        X "cat $O/password 2>&1 | head -1; ls $HOME/.local/share/opencode-sandbox/ | tr '\n' ' '; echo; \
+           touch $HOME/.local/share/opencode-sandbox/proj/mine && echo own-state-writable" 2>/dev/null"#,
+    );
+    assert!(!out.contains("otherpw"), "another project's password leaked: {out}\n{err}");
+    has(&out, "proj", &err);
+    has(&out, "own-state-writable", &err);
+}
+
+/// Outside a repository the current directory would become the project: from `~` (or above)
+/// `ocsb exec` refuses and says where to go; nothing is written.
+#[test]
+fn home_as_the_project_is_refused() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"cd "$HOME"; rm -rf "$P/.git"; U "$OCSB" exec -- touch "$HOME/.bashrc-agent" </dev/null 2>home.err; echo "rc $?"
+        grep -q 'refusing to make .* writable for the agent as the project directory: it is your home directory' home.err && echo refused
+        grep -q 'cd into a repository' home.err && echo says-where
+        test -e "$HOME/.bashrc-agent" || echo untouched; test -e "$HOME/.opencode-sandbox" || echo no-placeholder; rm -f home.err"#,
+    );
+    for l in ["rc 1", "refused", "says-where", "untouched", "no-placeholder"] {
+        has(&out, l, &err);
+    }
+}
+
+/// A committed `OCSB_OPENCODE_BIN=./tool` or `OCSB_NAME=<another project>` is a widening: `ocsb
+/// config` lists it, `exec` refuses until it is accepted, and `doctor` does not run the tool.
+#[test]
+fn settings_that_name_host_programs_or_other_state_need_trust() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"printf '#!/bin/sh\ntouch %s/PWNED_doctor\necho 1.0\n' "$HOME" > tool; chmod +x tool; chown 1990 tool
+        echo 'OCSB_OPENCODE_BIN=./tool' >> .opencode-sandbox/sandbox.conf
+        U "$OCSB" config 2>&1 | grep -q 'OCSB_OPENCODE_BIN' && echo listed
+        U "$OCSB" doctor >doctor.out 2>&1 </dev/null; grep -q 'not run: OCSB_OPENCODE_BIN comes from' doctor.out && echo doctor-did-not-run
+        U "$OCSB" exec -- true </dev/null 2>/dev/null; echo "exec $?"
+        sed -i '/OCSB_OPENCODE_BIN/d' .opencode-sandbox/sandbox.conf; echo 'OCSB_NAME=other' >> .opencode-sandbox/sandbox.conf
+        U "$OCSB" exec -- true </dev/null 2>name.err; echo "name $?"; grep -q 'OCSB_NAME other' name.err && echo name-listed
+        rm -f doctor.out name.err; test -e "$HOME/PWNED_doctor" || echo no-marker"#,
+    );
+    for l in ["listed", "doctor-did-not-run", "exec 1", "name 1", "name-listed", "no-marker"] {
+        has(&out, l, &err);
+    }
+}

@@ -25,8 +25,8 @@ Exit status:
     propagate_version = true
 )]
 pub struct Cli {
-    /// The project directory (default: the nearest ancestor with `.opencode-sandbox/`, else the
-    /// git work tree containing the current directory, else the current directory).
+    /// The project directory (default: the git work tree containing the current directory, else
+    /// the nearest ancestor with `.opencode-sandbox/`, else the current directory).
     #[arg(short = 'C', long = "project", global = true, value_name = "DIR")]
     pub project: Option<PathBuf>,
 

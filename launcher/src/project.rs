@@ -38,9 +38,10 @@ pub fn git_toplevel(dir: &Path) -> Option<PathBuf> {
 }
 
 /// The project directory for commands that work on a project: `-C DIR` if given, else the
-/// nearest ancestor holding `.opencode-sandbox/` within the enclosing git work tree, else that
-/// work tree, else the nearest ancestor holding `.opencode-sandbox/`, else the current
-/// directory. A `.opencode-sandbox/` above the work tree is not this repository's.
+/// enclosing git work tree, else the nearest ancestor holding `.opencode-sandbox/`, else the
+/// current directory. Inside a work tree the project is always its top: the agent can create a
+/// `.opencode-sandbox/` in any subdirectory, and one there must not become a project whose
+/// `local/` layer (trusted, never committed) it wrote.
 pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
     let cwd = std::env::current_dir().map_err(|e| Error::io("read the current directory", ".", e))?;
     let start = match explicit {
@@ -50,12 +51,10 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
         }
         None => cwd,
     };
-    let top = git_toplevel(&start);
-    let within = |d: &Path| top.as_deref().is_none_or(|t| d.starts_with(t));
-    if let Some(d) = start.ancestors().take_while(|d| within(d)).find(|d| d.join(PROJECT_CONF_DIR).is_dir()) {
-        return Ok(d.to_path_buf());
+    if let Some(top) = git_toplevel(&start) {
+        return Ok(top);
     }
-    Ok(top.unwrap_or(start))
+    Ok(start.ancestors().find(|d| d.join(PROJECT_CONF_DIR).is_dir()).unwrap_or(&start).to_path_buf())
 }
 
 /// For a directory inside a linked worktree: the same directory in the main checkout, whose
@@ -71,7 +70,10 @@ pub fn main_of_worktree(dir: &Path) -> Result<Option<PathBuf>> {
              and `git worktree repair` there once you have checked the files",
         )
     })?;
-    Ok(main.map(|m| m.join(dir.strip_prefix(&top).unwrap_or(Path::new("")))))
+    Ok(main.map(|m| match dir.strip_prefix(&top) {
+        Ok(rel) if !rel.as_os_str().is_empty() => m.join(rel),
+        _ => m,
+    }))
 }
 
 /// The process environment as UTF-8 pairs. Variables outside the settings namespace that are

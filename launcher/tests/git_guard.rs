@@ -19,7 +19,10 @@ fn git_config_names_cannot_be_created_or_changed_from_inside() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
-        r#"U git config core.hooksPath .husky/_; U git config include.path ../tools/git.inc; mkdir -p tools; chown 1990 tools;
+        r#"mkdir -p scripts; printf '#!/bin/sh\n' > scripts/pre-commit; chmod +x scripts/pre-commit; chown -R 1990 scripts
+        U ln -s ../../scripts/pre-commit .git/hooks/pre-commit
+        X "python3 $PROBE write $P/scripts/pre-commit" | tail -1 | sed 's/^/linked-hook /'
+        U git config core.hooksPath .husky/_; U git config include.path ../tools/git.inc; mkdir -p tools; chown 1990 tools;
         for f in .git/commondir .git/config .git/config.worktree .git/hooks/pre-commit .git/info/attributes \
                  .git/modules/x .git/worktrees/evil .husky/_/pre-commit .husky/pre-commit tools/git.inc \
                  .opencode-sandbox/local/sandbox.conf .cc-safety-net/policy.json; do
@@ -45,6 +48,7 @@ fn git_config_names_cannot_be_created_or_changed_from_inside() {
         has(&out, &format!("{name} ERR EROFS"), &err);
     }
     has(&out, "commondir .", &err);
+    has(&out, "linked-hook ERR EROFS", &err);
     no_markers(&w, &out, &err);
 }
 
@@ -170,4 +174,48 @@ fn fetch_and_push_go_through_the_filter() {
     has(&out, "direct-failed", &err);
     has(&out, "server pushed", &err);
     has(&out, "direct none", &err);
+}
+
+/// The review's second round: an `.opencode-sandbox/` in a subdirectory (which would have become
+/// a project with the agent's own trusted `local/` layer), a symlink in `.git` that host git
+/// writes through (`COMMIT_EDITMSG -> ~/victim`), an index entry inside `.git` (which `git
+/// checkout -- .` would write into `.git/hooks`), a directory laid out as a bare repository, and
+/// a worktree renamed away to be replaced by the agent's own repository.
+#[test]
+fn subdirectory_settings_git_symlinks_index_paths_and_worktree_swaps_are_stopped() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"echo precious > "$HOME/victim"; chown 1990 "$HOME/victim"
+        WT=$(U "$OCSB" wt add feat-s 2>/dev/null)
+        X "mkdir -p src/deep/.x src/.opencode-sandbox/local && echo OCSB_SANDBOX=0 > src/.opencode-sandbox/local/sandbox.conf;
+           ln -s $HOME/victim .git/COMMIT_EDITMSG;
+           mkdir -p lib/fake/objects lib/fake/refs && echo 'ref: refs/heads/main' > lib/fake/HEAD;
+           mkdir -p .gia/hooks && printf '#!/bin/sh\ntouch $HOME/PWNED_index\n' > .gia/hooks/post-commit && chmod +x .gia/hooks/post-commit;
+           git add .gia && rm -r .gia && python3 -c \"
+import hashlib; b=open('.git/index','rb').read()[:-20].replace(b'.gia/',b'.git/'); open('.git/index','wb').write(b+hashlib.sha1(b).digest())\";
+           mv $WT $WT.moved 2>/dev/null || echo rename-refused" 2>x.err
+        cd src/deep; echo "subdir $(U "$OCSB" config 2>/dev/null | grep '^OCSB_SANDBOX=')"; cd "$P"
+        grep -q "COMMIT_EDITMSG" x.err && echo names-symlink
+        grep -q "index" x.err && echo names-index
+        grep -q "lib/fake" x.err && echo names-bare
+        grep -q "src/.opencode-sandbox" x.err && echo names-subdir-settings
+        U git checkout -q -- . 2>/dev/null; U git commit -q --allow-empty -m host 2>/dev/null
+        echo "victim $(cat "$HOME/victim")"; test -e .git/hooks/post-commit || echo no-hook
+        X true 2>/dev/null; echo "exec $?""#,
+    );
+    for l in [
+        "rename-refused",
+        "subdir OCSB_SANDBOX=1",
+        "names-symlink",
+        "names-index",
+        "names-bare",
+        "names-subdir-settings",
+        "victim precious",
+        "no-hook",
+        "exec 1",
+    ] {
+        has(&out, l, &err);
+    }
+    no_markers(&w, &out, &err);
 }

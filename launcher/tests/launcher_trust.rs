@@ -64,8 +64,10 @@ fn home_as_the_project_is_refused() {
     }
 }
 
-/// A committed `OCSB_OPENCODE_BIN=./tool` or `OCSB_NAME=<another project>` is a widening: `ocsb
-/// config` lists it, `exec` refuses until it is accepted, and `doctor` does not run the tool.
+/// A committed `OCSB_OPENCODE_BIN=./tool` is a widening: `ocsb config` lists it, `exec` refuses
+/// until it is accepted, and `doctor` does not run the tool. A committed `OCSB_NAME=<another
+/// project>` is refused (that state directory is the other project's); the same name in the
+/// user's own local layer is a choice, and allowed.
 #[test]
 fn settings_that_name_host_programs_or_other_state_need_trust() {
     let w = World::new();
@@ -76,11 +78,15 @@ fn settings_that_name_host_programs_or_other_state_need_trust() {
         U "$OCSB" config 2>&1 | grep -q 'OCSB_OPENCODE_BIN' && echo listed
         U "$OCSB" doctor >doctor.out 2>&1 </dev/null; grep -q 'not run: OCSB_OPENCODE_BIN comes from' doctor.out && echo doctor-did-not-run
         U "$OCSB" exec -- true </dev/null 2>/dev/null; echo "exec $?"
-        sed -i '/OCSB_OPENCODE_BIN/d' .opencode-sandbox/sandbox.conf; echo 'OCSB_NAME=other' >> .opencode-sandbox/sandbox.conf
-        U "$OCSB" exec -- true </dev/null 2>name.err; echo "name $?"; grep -q 'OCSB_NAME other' name.err && echo name-listed
+        sed -i '/OCSB_OPENCODE_BIN/d' .opencode-sandbox/sandbox.conf
+        O="$HOME/other"; mkdir -p "$O"; chown 1990 "$O"; (cd "$O" && U git init -q . && U "$OCSB" init >/dev/null && U "$OCSB" exec -- true </dev/null >/dev/null 2>&1)
+        echo 'OCSB_NAME=other' >> .opencode-sandbox/sandbox.conf
+        U "$OCSB" exec -- true </dev/null 2>name.err; echo "name $?"; grep -q "belongs to the project $O" name.err && echo name-listed
+        echo 'OCSB_NAME=other' > .opencode-sandbox/local/sandbox.conf; chown 1990 .opencode-sandbox/local/sandbox.conf
+        U "$OCSB" exec -- true </dev/null 2>/dev/null; echo "yours $?"; (cd "$O" && U "$OCSB" egress down >/dev/null 2>&1 </dev/null)
         rm -f doctor.out name.err; test -e "$HOME/PWNED_doctor" || echo no-marker"#,
     );
-    for l in ["listed", "doctor-did-not-run", "exec 1", "name 1", "name-listed", "no-marker"] {
+    for l in ["listed", "doctor-did-not-run", "exec 1", "name 1", "name-listed", "yours 0", "no-marker"] {
         has(&out, l, &err);
     }
 }

@@ -113,6 +113,8 @@ const COMMON: &[Name] = &[
     name("worktrees", true, Missing::Placeholder, "linked worktrees' git directories"),
     name("remotes", true, Missing::Watch, "legacy remote definitions git reads for fetch and push"),
     name("branches", true, Missing::Watch, "legacy remote definitions git reads for fetch and push"),
+    name("refs/replace", true, Missing::Watch, "replacement objects: what git shows is not what it pushes"),
+    name("rr-cache", true, Missing::Watch, "recorded conflict resolutions git reapplies silently"),
 ];
 
 /// In each linked worktree's git directory (`<common>/worktrees/<name>`).
@@ -156,6 +158,9 @@ pub const TOOL_FILES: &[(&str, &str)] = &[
     (".pre-commit-config.yaml", "commands the pre-commit hook runs on `git commit`"),
     ("lefthook.yml", "commands the lefthook hooks run on `git commit`"),
     (".lefthook.yml", "commands the lefthook hooks run on `git commit`"),
+    ("lefthook.yaml", "commands the lefthook hooks run on `git commit`"),
+    ("lefthook-local.yml", "commands the lefthook hooks run on `git commit` (usually git-ignored)"),
+    (".lefthook-local.yml", "commands the lefthook hooks run on `git commit` (usually git-ignored)"),
 ];
 
 /// Directories at the root of every checkout that configure ocsb itself: the agent must not
@@ -191,6 +196,10 @@ pub struct Checkout {
     pub config_files: Vec<PathBuf>,
     /// The repository config sets `core.bare` or `core.worktree` (see [`COMMONDIR_SELF`]).
     pub sets_worktree: bool,
+    /// Where the hooks that are symbolic links point (`.git/hooks/pre-commit ->
+    /// ../../scripts/pre-commit`), resolved: a target in a writable tree is a hook the agent
+    /// could rewrite.
+    pub hook_targets: Vec<PathBuf>,
 }
 
 /// The rule applied to a set of checkouts.
@@ -258,6 +267,20 @@ impl Rule<'_> {
                 if kind != Entry::Missing && !self.rw_tool_files.iter().any(|r| r == n) {
                     ro(&mut out, p, &c.root, kind == Entry::Dir, false, why);
                 }
+            }
+            // Every checkout but the project (already a mount of its own) is bound onto itself:
+            // a mount point cannot be renamed, so the agent cannot move a worktree aside and put
+            // a repository of its own in its place.
+            if !c.commits && fs.entry(&c.root) == Entry::Dir {
+                out.push(Protection {
+                    path: c.root.clone(),
+                    access: Access::Writable,
+                    dir: true,
+                    placeholder: false,
+                    fill: String::new(),
+                    anchor: c.root.clone(),
+                    why: "a mount point, so the checkout cannot be renamed away and replaced".into(),
+                });
             }
             let Some(g) = &c.git else { continue };
             if g.gitdir == c.root.join(".git") && fs.entry(&g.gitdir) == Entry::Dir {
@@ -363,6 +386,19 @@ impl Rule<'_> {
                         fill: String::new(),
                         anchor,
                         why: "the hook scripts the core.hooksPath dispatcher (husky) runs".into(),
+                    });
+                }
+            }
+            for t in &c.hook_targets {
+                if self.inside(t, &granted) && fs.entry(t) == Entry::File {
+                    out.push(Protection {
+                        path: t.clone(),
+                        access: Access::ReadOnly,
+                        dir: false,
+                        placeholder: false,
+                        fill: String::new(),
+                        anchor: anchor_for(t, &c.root, &g.common),
+                        why: "a git hook (the hooks directory links to it)".into(),
                     });
                 }
             }
@@ -529,6 +565,7 @@ mod tests {
             hooks_path: None,
             config_files: vec![],
             sets_worktree: false,
+            hook_targets: vec![],
         }
     }
 
@@ -540,6 +577,7 @@ mod tests {
             hooks_path: None,
             config_files: vec![],
             sets_worktree: false,
+            hook_targets: vec![],
         }
     }
 
@@ -605,7 +643,8 @@ mod tests {
         let writable = vec![PathBuf::from("/w")];
         let rule = Rule { writable: &writable, rw_tool_files: &[] };
         let v = rule.protections(&[worktree(false)], &repo());
-        assert!(!v.iter().any(|x| x.access == Access::Writable), "{v:#?}");
+        assert!(!v.iter().any(|x| x.path.starts_with("/p/.git")), "no grant of the main .git: {v:#?}");
+        assert_eq!(find(&v, "/w/feat").access, Access::Writable, "bound onto itself: cannot be renamed");
         assert_eq!(find(&v, "/w/feat/.git").access, Access::ReadOnly);
     }
 
@@ -615,10 +654,12 @@ mod tests {
         let rule = Rule { writable: &writable, rw_tool_files: &[] };
         let mut c = main_checkout();
         c.hooks_path = Some("/p/.husky/_".into());
+        c.hook_targets = vec!["/p/scripts/pre-commit".into()];
         c.config_files =
             vec!["/p/.git/config".into(), "/p/tools/git.inc".into(), "/home/u/.gitconfig".into()];
-        let fs = repo().with("/p/tools", Entry::Dir);
+        let fs = repo().with("/p/tools", Entry::Dir).with("/p/scripts/pre-commit", Entry::File);
         let v = rule.protections(&[c], &fs);
+        assert_eq!(find(&v, "/p/scripts/pre-commit").access, Access::ReadOnly, "a linked hook's target");
         assert!(find(&v, "/p/.husky/_").placeholder);
         assert_eq!(find(&v, "/p/.husky").access, Access::ReadOnly);
         let inc = find(&v, "/p/tools/git.inc");

@@ -145,6 +145,7 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
     // nothing a sandbox planted for host git may stand.
     project.require_trusted()?;
     project.check_writable_roots()?;
+    state::claim(project)?;
     crate::sandbox::commands::refuse_planted(project, "start a sandbox")?;
     let s = &project.settings;
     let state = s.state_dir();

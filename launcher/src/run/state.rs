@@ -60,6 +60,58 @@ pub fn password(sd: &StateDir) -> Result<String> {
     Ok(pw)
 }
 
+/// `.<name>.owner` beside the state directory: the project that uses it (out of every
+/// sandbox's reach, like the trust record).
+fn owner_file(state: &Path) -> PathBuf {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(state.file_name().unwrap_or_default());
+    name.push(".owner");
+    state.with_file_name(name)
+}
+
+/// Two projects never share a state directory (its sessions database, its `/tmp`, its web
+/// password) unless your own layer says so: the first project to use one owns it; another is
+/// refused — a committed `OCSB_NAME=<other project>` would otherwise hand this agent that
+/// project's state, and two repositories with the same directory name would share one silently.
+/// `OCSB_NAME` or `OCSB_STATE_DIR` set in your own layers (user, local, environment) is a choice
+/// you made, and allowed.
+pub fn claim(project: &crate::project::Project) -> Result<()> {
+    use ocsb_policy::settings::Layer;
+    let s = &project.settings;
+    let state = s.state_dir();
+    let record = owner_file(&state);
+    let me = project.dir.display().to_string();
+    match std::fs::read_to_string(&record) {
+        Ok(owner) if Path::new(owner.trim_end_matches('\n')) == project.dir => Ok(()),
+        Ok(owner) => {
+            let yours = ["OCSB_NAME", "OCSB_STATE_DIR"].iter().any(|n| {
+                s.get(n).is_some_and(|e| {
+                    matches!(e.origin.layer, Layer::User | Layer::Local | Layer::Environment)
+                })
+            });
+            if yours {
+                return Ok(());
+            }
+            Err(Error::failed(
+                format!(
+                    "the state directory {} belongs to the project {}, not to {me}",
+                    state.display(),
+                    owner.trim_end_matches('\n')
+                ),
+                "give this project its own name: OCSB_NAME=<name> in .opencode-sandbox/local/sandbox.conf \
+                 (only a name set in your own layers may share another project's state)",
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(dir) = record.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+            }
+            std::fs::write(&record, format!("{me}\n")).map_err(|e| Error::io("write", &record, e))
+        }
+        Err(e) => Err(Error::io("read", &record, e)),
+    }
+}
+
 /// Held while `ocsb run` runs; released by the kernel when the process ends, however it ends.
 pub struct InstanceLock {
     _file: std::fs::File,

@@ -52,9 +52,11 @@ struct Snapshot {
 const NESTED_WHY: &str = "a git repository inside a writable checkout: git run there (or the \
     superproject's `git status` through a gitlink) obeys its config and hooks";
 
-/// `<state>.audit`: beside the state directory, out of every sandbox's reach.
+/// `.<state>.audit`: beside the state directory, out of every sandbox's reach. The leading dot
+/// keeps it from being any project's state directory (`OCSB_NAME` starts with a letter or digit).
 pub fn dir_of(state_dir: &Path) -> PathBuf {
-    let mut name = state_dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let mut name = std::ffi::OsString::from(".");
+    name.push(state_dir.file_name().unwrap_or_default());
     name.push(".audit");
     state_dir.with_file_name(name)
 }
@@ -71,20 +73,141 @@ fn walk_roots(spec: &SandboxSpec) -> Vec<PathBuf> {
     v.into_iter().filter_map(|p| p.canonicalize().ok()).collect()
 }
 
-/// Every `.git` entry under `root`, without following links or entering a `.git`.
-fn walk(root: &Path, out: &mut Vec<PathBuf>) {
+/// What the walk of a tree finds: `.git` entries, directories laid out as a git directory
+/// (`HEAD`, `objects/`, `refs/`: git run below one takes it for a bare repository), ocsb's own
+/// directories below the top, and directories it cannot read (the check must see everything:
+/// an unreadable directory could hide any of the others).
+#[derive(Default)]
+struct Walked {
+    git: Vec<PathBuf>,
+    bare: Vec<PathBuf>,
+    ocsb_dirs: Vec<PathBuf>,
+    unreadable: Vec<PathBuf>,
+}
+
+/// Walk `root` without following links or entering a `.git`.
+fn walk(root: &Path, out: &mut Walked) {
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(_) => {
+                out.unreadable.push(dir);
+                continue;
+            }
+        };
+        let mut seen = (false, false, false);
         for e in rd.flatten() {
             let Ok(ft) = e.file_type() else { continue };
-            if e.file_name() == ".git" {
-                out.push(e.path());
+            let name = e.file_name();
+            match name.to_str() {
+                Some("HEAD") if ft.is_file() => seen.0 = true,
+                Some("objects") if ft.is_dir() => seen.1 = true,
+                Some("refs") if ft.is_dir() => seen.2 = true,
+                _ => {}
+            }
+            if name == ".git" {
+                out.git.push(e.path());
             } else if ft.is_dir() {
+                if (name == ".opencode-sandbox" || name == ".cc-safety-net") && dir != root {
+                    out.ocsb_dirs.push(e.path());
+                }
                 stack.push(e.path());
             }
         }
+        if seen == (true, true, true) {
+            out.bare.push(dir);
+        }
     }
+}
+
+/// What is planted in git's own directories now, whatever happened before: symbolic links
+/// (git makes none there, and writes `COMMIT_EDITMSG`, `FETCH_HEAD`, logs and refs through
+/// them, anywhere the user can write), and index entries whose path has a `.git` component
+/// (git does not check paths it reads from the index: `git checkout -- .` would write them,
+/// into `.git/hooks` too).
+fn planted_in_git(checkouts: &[Checkout]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut dirs = BTreeSet::new();
+    for c in checkouts {
+        let Some(g) = &c.git else { continue };
+        dirs.insert(g.gitdir.clone());
+        dirs.insert(g.common.clone());
+        for x in HostLookup.names(&g.common.join("worktrees")) {
+            dirs.insert(g.common.join("worktrees").join(x));
+        }
+        if let Ok(o) = checkouts::git(&c.root)
+            .args(["ls-files", "-z", "--cached"])
+            .stderr(std::process::Stdio::null())
+            .output()
+            && o.stdout
+                .split(|b| *b == 0)
+                .any(|p| p.split(|b| *b == b'/').any(|c| c.eq_ignore_ascii_case(b".git") || c == b".."))
+        {
+            out.push(Finding {
+                path: g.gitdir.join("index"),
+                why: "the index names a path inside .git (or with `..`): `git checkout` or `git stash` \
+                      on the host would write it, hooks included"
+                    .into(),
+            });
+        }
+    }
+    for d in dirs {
+        if HostLookup.entry(&d) != ocsb_policy::guard::Entry::Dir {
+            continue;
+        }
+        let mut stack = vec![d.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+            for e in rd.flatten() {
+                let Ok(ft) = e.file_type() else { continue };
+                let p = e.path();
+                if ft.is_symlink() {
+                    out.push(Finding {
+                        path: p,
+                        why: "a symbolic link in git's directory: git on the host would write through it"
+                            .into(),
+                    });
+                } else if ft.is_dir()
+                    && dir == d
+                    && ["objects", "worktrees", "hooks", "info", "modules"]
+                        .iter()
+                        .any(|n| e.file_name() == *n)
+                {
+                    // Objects are written to fresh names; worktrees are listed on their own; the
+                    // others are read-only in every sandbox (a link there is the user's own).
+                } else if ft.is_dir() {
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// An interactive rebase or cherry-pick the sandbox left with `exec` lines: `git rebase
+/// --continue` on the host would run them.
+fn pending_exec(checkouts: &[Checkout]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for c in checkouts {
+        let Some(g) = &c.git else { continue };
+        for todo in [g.gitdir.join("rebase-merge/git-rebase-todo"), g.gitdir.join("sequencer/todo")] {
+            let Some(text) = checkouts::read_small(&todo) else { continue };
+            if text.lines().any(|l| {
+                let l = l.trim_start();
+                l.starts_with("exec ") || l.starts_with("x ")
+            }) {
+                out.push(Finding {
+                    path: todo,
+                    why: "an unfinished rebase with `exec` lines the agent left: `git rebase --continue` \
+                          runs them (inspect, or `git rebase --abort`)"
+                        .into(),
+                });
+            }
+        }
+    }
+    out
 }
 
 fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout]) -> Snapshot {
@@ -99,7 +222,7 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout]) -> Snapshot {
         }
     }
     let own: BTreeSet<PathBuf> = checkouts.iter().map(|c| c.root.join(".git")).collect();
-    let mut found = Vec::new();
+    let mut found = Walked::default();
     let mut walked = BTreeSet::new();
     for r in walk_roots(spec) {
         if walked.iter().any(|w: &PathBuf| r.starts_with(w)) || !walked.insert(r.clone()) {
@@ -108,8 +231,23 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout]) -> Snapshot {
         walk(&r, &mut found);
     }
     let roots = walk_roots(spec);
+    let checkout_roots: BTreeSet<&Path> = checkouts.iter().map(|c| c.root.as_path()).collect();
+    for d in found.ocsb_dirs {
+        if !d.parent().is_some_and(|p| checkout_roots.contains(p) || roots.iter().any(|r| r == p)) {
+            present.insert(
+                d,
+                "ocsb's own settings below the top of a checkout: started there, ocsb would read them".into(),
+            );
+        }
+    }
+    for d in found.bare {
+        present.insert(d, "laid out as a git directory: git run below it obeys its config and hooks".into());
+    }
+    for d in found.unreadable {
+        present.insert(d, "a directory the check cannot read: it could hide a repository".into());
+    }
     let mut nested = Vec::new();
-    for g in found {
+    for g in found.git {
         let is_root_of_rw = g.parent().is_some_and(|p| roots.iter().any(|r| r == p));
         if own.contains(&g) || is_root_of_rw {
             continue;
@@ -174,6 +312,7 @@ fn standing(spec: &SandboxSpec, checkouts: &[Checkout], now: &Snapshot) -> Resul
         let _ = std::fs::remove_file(&p);
     }
     findings.extend(guard::planted_now(checkouts, &HostLookup, &|p| checkouts::read_small(p)));
+    findings.extend(planted_in_git(checkouts));
     findings.sort();
     findings.dedup_by(|a, b| a.path == b.path);
     write_json(&dir.join("findings.json"), &findings)?;
@@ -192,7 +331,8 @@ fn ensure_dir(dir: &Path) -> Result<()> {
 /// plain `git` on the host does not; the finding then names the new place.
 fn defuse(f: &mut Finding) {
     let name = f.path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    if name != ".git" && name != "commondir" {
+    let link = f.path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink());
+    if name != ".git" && name != "commondir" && name != "index" && !link {
         return;
     }
     let secs =
@@ -267,6 +407,8 @@ impl Audit {
             })
             .collect();
         new.extend(guard::planted_now(&checkouts, &HostLookup, &|p| checkouts::read_small(p)));
+        new.extend(planted_in_git(&checkouts));
+        new.extend(pending_exec(&checkouts));
         for f in &mut new {
             defuse(f);
         }
@@ -299,7 +441,8 @@ pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
     let now = snapshot(spec, &checkouts);
     let mut findings = standing(spec, &checkouts, &now)?;
     if accept {
-        let never = guard::planted_now(&checkouts, &HostLookup, &|p| checkouts::read_small(p));
+        let mut never = guard::planted_now(&checkouts, &HostLookup, &|p| checkouts::read_small(p));
+        never.extend(planted_in_git(&checkouts));
         findings.retain(|f| never.iter().any(|n| n.path == f.path));
         write_json(&dir.join("findings.json"), &findings)?;
     }
@@ -319,14 +462,20 @@ mod tests {
         std::fs::create_dir_all(p.join("vendor/x")).unwrap();
         std::fs::write(p.join("vendor/x/.git"), "gitdir: ../../.git/modules/x\n").unwrap();
         std::os::unix::fs::symlink(t.path(), p.join("loop")).unwrap();
-        let mut out = Vec::new();
+        std::fs::create_dir_all(p.join("lib/fake/objects")).unwrap();
+        std::fs::create_dir_all(p.join("lib/fake/refs")).unwrap();
+        std::fs::write(p.join("lib/fake/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::create_dir_all(p.join("deep/.opencode-sandbox")).unwrap();
+        let mut out = Walked::default();
         walk(&p, &mut out);
-        out.sort();
-        assert_eq!(out, vec![p.join(".git"), p.join("src/inner/.git"), p.join("vendor/x/.git")]);
+        out.git.sort();
+        assert_eq!(out.git, vec![p.join(".git"), p.join("src/inner/.git"), p.join("vendor/x/.git")]);
+        assert_eq!(out.bare, vec![p.join("lib/fake")]);
+        assert_eq!(out.ocsb_dirs, vec![p.join("deep/.opencode-sandbox")]);
     }
 
     #[test]
     fn audit_dir_sits_beside_the_state_dir() {
-        assert_eq!(dir_of(Path::new("/h/.local/share/ocsb/p")), Path::new("/h/.local/share/ocsb/p.audit"));
+        assert_eq!(dir_of(Path::new("/h/.local/share/ocsb/p")), Path::new("/h/.local/share/ocsb/.p.audit"));
     }
 }

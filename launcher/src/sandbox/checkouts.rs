@@ -64,15 +64,19 @@ pub fn lexical(p: &Path) -> PathBuf {
     out
 }
 
-/// The directory a `.git` file (`gitdir: <path>`) points at, resolved against its directory.
+/// The directory a `.git` file (`gitdir: <path>`) points at, read exactly as git reads it: the
+/// prefix `gitdir: ` with one space, the rest up to the trailing newlines taken as it is (extra
+/// spaces are part of the path), relative to the file's directory, and resolved through
+/// symlinks like git's `real_path` (a lexical `..` would name another place than git).
 pub fn pointer_target(dot_git: &Path) -> Option<PathBuf> {
     let text = read_small(dot_git)?;
-    let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
-    if target.is_empty() {
+    let target = text.strip_prefix("gitdir: ")?.trim_end_matches(['\n', '\r']);
+    if target.is_empty() || target.contains('\n') {
         return None;
     }
     let base = dot_git.parent()?;
-    Some(lexical(&base.join(target)))
+    let joined = base.join(target);
+    Some(joined.canonicalize().unwrap_or_else(|_| lexical(&joined)))
 }
 
 /// Where the checkout at `root` keeps its git data, or `None` when it is not a repository.
@@ -209,6 +213,18 @@ pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
 pub fn checkout(root: &Path, home: &Path, commits: bool) -> Checkout {
     let git = git_dirs(root);
     let facts = if git.is_some() { config_facts(root, home) } else { ConfigFacts::default() };
+    let mut hook_targets = Vec::new();
+    let hook_dirs = git.iter().map(|g| g.common.join("hooks")).chain(facts.hooks_path.clone());
+    for dir in hook_dirs {
+        for n in HostLookup.names(&dir) {
+            let p = dir.join(n);
+            if HostLookup.entry(&p) == Entry::Symlink
+                && let Ok(t) = p.canonicalize()
+            {
+                hook_targets.push(t);
+            }
+        }
+    }
     Checkout {
         root: root.to_path_buf(),
         git,
@@ -216,6 +232,7 @@ pub fn checkout(root: &Path, home: &Path, commits: bool) -> Checkout {
         hooks_path: facts.hooks_path,
         config_files: facts.files,
         sets_worktree: facts.sets_worktree,
+        hook_targets,
     }
 }
 
@@ -282,6 +299,9 @@ file:.git/config\0include.path\n../tools/git.inc\0file:.git/config\0includeif.gi
         let wt = t.path().join("w/feat");
         std::fs::create_dir_all(&admin).unwrap();
         std::fs::create_dir_all(&wt).unwrap();
+        let main = main.canonicalize().unwrap();
+        let admin = admin.canonicalize().unwrap();
+        let wt = wt.canonicalize().unwrap();
         std::fs::write(wt.join(".git"), format!("gitdir: {}\n", admin.display())).unwrap();
         std::fs::write(admin.join("commondir"), "../..\n").unwrap();
         std::fs::write(admin.join("gitdir"), format!("{}\n", wt.join(".git").display())).unwrap();
@@ -305,5 +325,8 @@ file:.git/config\0include.path\n../tools/git.inc\0file:.git/config\0includeif.gi
         assert!(linked_main(&wt).unwrap_err().contains("neither"));
         std::fs::write(wt.join(".git"), "gitdir: ../../p/.git/modules/feat\n").unwrap();
         assert_eq!(linked_main(&wt).unwrap(), None);
+        // Two spaces: git takes " /p/…" relative to the worktree, so must we.
+        std::fs::write(wt.join(".git"), format!("gitdir:  {}\n", admin.display())).unwrap();
+        assert!(linked_main(&wt).is_err(), "an extra space names another directory");
     }
 }

@@ -647,6 +647,7 @@ mod tests {
             hooks_path: None,
             config_files: vec![],
             sets_worktree: false,
+            hook_targets: vec![],
         };
         let writable = build(&s, fs)?.writable;
         s.protect = Rule { writable: &writable, rw_tool_files: &[] }.protections(&[checkout], fs);

@@ -49,7 +49,6 @@ const WATCHED: &[(&str, Rule, &str)] = &[
     ("OCSB_RW_HOME", Rule::Added, "makes a directory in your home writable for the agent"),
     ("OCSB_HIDE", Rule::Removed, "un-hides a path"),
     ("OCSB_HIDE_HOME", Rule::Removed, "un-hides a credential or profile in your home"),
-    ("OCSB_NAME", Rule::Changed, "picks the state directory, which may be another project's"),
     ("OCSB_STATE_DIR", Rule::Changed, "moves a writable directory, which may be another project's state"),
     (
         "OCSB_OPENCODE_BIN",

@@ -20,8 +20,12 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 
 use crate::cli::{Cli, Command, EgressCommand, SandboxCommand, WtCommand};
+
 use crate::error::Result;
 use crate::project::Project;
+/// The notification bus proxy's filter, for the test that runs it against a real bus.
+#[doc(hidden)]
+pub use crate::run::notify::PROXY_ARGS as NOTIFY_PROXY_ARGS;
 
 /// The whole program: what `ocsb`'s `main` runs.
 pub fn main() -> ExitCode {

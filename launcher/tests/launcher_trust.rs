@@ -90,3 +90,27 @@ fn settings_that_name_host_programs_or_other_state_need_trust() {
         has(&out, l, &err);
     }
 }
+
+/// Inside, the processes run as the netlock group: a set-group-id file would carry that group
+/// out. `chmod g+s` is denied (EPERM); plain modes still work.
+#[test]
+fn setgid_files_cannot_be_made_inside() {
+    let w = World::new();
+    let o = w.run(
+        &w.spec(),
+        &[
+            "sh",
+            "-c",
+            "touch f; chmod 2755 f 2>/dev/null || echo setgid-denied; chmod 755 f && echo plain-ok; \
+             python3 -c 'import os; os.chmod(\"f\", 0o2755)' 2>&1 | grep -c 'Operation not permitted'",
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    has(&out, "setgid-denied", &err);
+    has(&out, "plain-ok", &err);
+    has(&out, "1", &err);
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(w.proj.join("f")).unwrap().permissions());
+    assert_eq!(mode & 0o7777, 0o755, "host side: no set-group-id bit");
+}

@@ -73,7 +73,7 @@ impl World {
         let child = Command::new(xdp)
             .arg(&bus)
             .arg(&socket)
-            .args(["--filter", "--talk=org.freedesktop.Notifications"])
+            .args(ocsb::NOTIFY_PROXY_ARGS)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -286,4 +286,36 @@ fn a_uid_the_bus_does_not_see_falls_back_to_the_socket_credentials() {
         assert!(out["results"].as_array().unwrap().iter().any(|r| r["id"] == n["id"]), "{out} {n}");
     }
     w.assert_quiet();
+}
+
+/// The proxy passes the Notifications interface and nothing else of the peer that owns the name:
+/// another interface on the same object (KDE's script evaluator) is refused through the proxy,
+/// while the direct bus shows that the method exists.
+#[test]
+fn the_proxy_passes_only_the_notifications_interface() {
+    let w = World::new();
+    let send = |address: &str, method: &str, arg: Option<&str>| {
+        let mut cmd = Command::new("dbus-send");
+        cmd.args([
+            &format!("--bus={address}"),
+            "--print-reply",
+            "--dest=org.freedesktop.Notifications",
+            "/org/freedesktop/Notifications",
+            method,
+        ]);
+        if let Some(a) = arg {
+            cmd.arg(a);
+        }
+        let o = cmd.output().expect("dbus-send (Debian package dbus)");
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    let (ok, out) = send(&w.bus, "org.kde.PlasmaShell.evaluateScript", Some("string:x"));
+    assert!(ok && out.contains("EVALUATED x"), "control: the method exists on the real bus: {out}");
+    let (ok, out) = send(&w.proxy, "org.freedesktop.Notifications.GetServerInformation", None);
+    assert!(ok && out.contains("ocsb-fake-notifications"), "the Notifications interface passes: {out}");
+    let (ok, out) = send(&w.proxy, "org.kde.PlasmaShell.evaluateScript", Some("string:x"));
+    assert!(!ok && !out.contains("EVALUATED"), "another interface of the same peer is refused: {out}");
 }

@@ -9,7 +9,7 @@
 //! leaves the filter running.
 
 mod browser;
-mod notify;
+pub(crate) mod notify;
 pub mod signals;
 pub mod state;
 

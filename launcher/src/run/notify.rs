@@ -54,6 +54,15 @@ pub fn start(state: &StateDir) -> Result<BusProxy, String> {
     start_with(session_bus(), find_in_path("xdg-dbus-proxy"), state)
 }
 
+/// What the bus proxy lets through: the Notifications interface on its object, and its signals.
+/// Not `--talk`: that allows every method of the peer owning the name, and on some desktops that
+/// peer (the shell) exports far more, up to a script evaluator.
+pub const PROXY_ARGS: &[&str] = &[
+    "--filter",
+    "--call=org.freedesktop.Notifications=org.freedesktop.Notifications.*@/org/freedesktop/Notifications",
+    "--broadcast=org.freedesktop.Notifications=org.freedesktop.Notifications.*@/org/freedesktop/Notifications",
+];
+
 fn start_with(bus: Option<String>, exe: Option<PathBuf>, state: &StateDir) -> Result<BusProxy, String> {
     let Some(bus) = bus else {
         return Err("notifications: no session bus (DBUS_SESSION_BUS_ADDRESS is not set); skipped".into());
@@ -69,7 +78,7 @@ fn start_with(bus: Option<String>, exe: Option<PathBuf>, state: &StateDir) -> Re
     let child = Command::new(exe)
         .arg(&bus)
         .arg(&socket)
-        .args(["--filter", "--talk=org.freedesktop.Notifications"])
+        .args(PROXY_ARGS)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -141,6 +141,18 @@ pub fn denylist() -> Result<BpfProgram> {
             .map(|f| SeccompRule::new(vec![cond(0, Cmp::MaskedEq(*f), *f)?]).map_err(sc_err))
             .collect::<Result<_>>()?,
     );
+    // The sandbox runs as the netlock group. A set-group-id file it made would hand that group
+    // to whoever runs it later — nothing today (the group only loses network), but the argument
+    // for the 2755 shim rests on the group owning nothing that grants it.
+    let setgid = |arg: u8| -> Result<Vec<SeccompRule>> {
+        let bit = libc::S_ISGID as u64;
+        Ok(vec![SeccompRule::new(vec![cond(arg, Cmp::MaskedEq(bit), bit)?]).map_err(sc_err)?])
+    };
+    #[cfg(target_arch = "x86_64")]
+    rules.insert(libc::SYS_chmod, setgid(1)?);
+    rules.insert(libc::SYS_fchmod, setgid(1)?);
+    rules.insert(libc::SYS_fchmodat, setgid(2)?);
+    rules.insert(libc::SYS_fchmodat2, setgid(2)?);
     let f = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), ARCH)
         .map_err(sc_err)?;
     BpfProgram::try_from(f).map_err(sc_err)

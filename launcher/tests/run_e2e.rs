@@ -400,6 +400,16 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     let page = http(w.web, "GET", "/", &[("Authorization", &auth)], None, T);
     assert_eq!(page.status, 200);
     assert!(page.body.contains("/__ocsb/panel.js"));
+    // DNS rebinding and cross-site requests: only this front's own Host, and its own Origin on
+    // requests that change state; refused before the credentials are looked at.
+    let foreign = format!("attacker.example:{}", w.web.port());
+    let rebound = http(w.web, "GET", "/", &[("Host", &foreign), ("Authorization", &auth)], None, T);
+    assert_eq!(rebound.status, 403, "{}", rebound.body);
+    assert!(rebound.body.contains("is not this front"), "{}", rebound.body);
+    let cross = [("Authorization", auth.as_str()), ("Origin", "http://attacker.example")];
+    assert_eq!(http(w.web, "POST", "/session", &cross, Some("{}"), T).status, 403);
+    let local = format!("localhost:{}", w.web.port());
+    assert_eq!(http(w.web, "GET", "/", &[("Host", &local), ("Authorization", &auth)], None, T).status, 200);
     let panel_log = std::fs::read_to_string(w.state.join("data/opencode/log/context-panel.log")).unwrap();
     assert!(
         panel_log.contains(&format!("front on http://{}/", w.web))

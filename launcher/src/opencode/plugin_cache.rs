@@ -1,9 +1,10 @@
 //! A warm plugin cache: npm plugins of the global config (e.g. `cc-safety-net@2.4.5`) that are
 //! already installed globally with npm at exactly that version are copied into OpenCode's own
-//! cache in the state directory before it starts.
+//! cache in the state directory before every start, replacing what is there (the agent can
+//! write the cache between runs, and one of these plugins is a guard).
 //!
 //! Why: OpenCode installs npm plugins into `$XDG_CACHE_HOME/opencode/packages/<spec>/
-//! node_modules/<name>` on first use and reuses that copy offline (research §2.3). Behind the
+//! node_modules/<name>` on first use and reuses that copy offline. Behind the
 //! egress filter the first install needs the registry allowed and can stall the start; with a
 //! global install on the machine (the way `opencode-ai` itself is installed) no request is
 //! needed at all. Only exact versions of unscoped packages are copied: a range or a tag could
@@ -116,14 +117,16 @@ pub fn warm(state: &StateDir, global_config: &str, opencode_bin: &Path) -> Vec<W
     for spec in specs {
         let Some((name, version)) = exact_spec(spec) else { continue };
         let dest = Path::new("cache/opencode/packages").join(spec).join("node_modules").join(name);
-        if state.read(&dest.join("package.json")).is_some() {
-            continue;
-        }
         let Some(src) =
             roots.iter().map(|r| r.join(name)).find(|d| installed_version(d).as_deref() == Some(version))
         else {
             continue;
         };
+        // The cache is the agent's to write between runs: a guard plugin there (cc-safety-net)
+        // could have been neutered. With the trusted copy at hand, it is replaced on every start.
+        if let Ok(fd) = state.dir(&dest) {
+            crate::sandbox::tmpclean::clear(fd);
+        }
         match state.copy_tree(&src, &dest) {
             Ok(()) => out.push(Warmed { spec: spec.to_string(), from: src }),
             Err(e) => eprintln!("ocsb: warning: could not copy {spec} into OpenCode's plugin cache: {e}"),
@@ -178,8 +181,15 @@ mod tests {
         assert_eq!(w, vec![Warmed { spec: "good@2.4.5".into(), from: nm.join("good") }]);
         let copied =
             state_dir.path().join("cache/opencode/packages/good@2.4.5/node_modules/good/dist/index.js");
-        assert_eq!(std::fs::read_to_string(copied).unwrap(), "export {}");
+        assert_eq!(std::fs::read_to_string(&copied).unwrap(), "export {}");
         assert!(!state_dir.path().join("cache/opencode/packages/old@2.0.0").exists());
-        assert!(warm(&state, cfg, &bin).is_empty(), "already cached: nothing to copy");
+        // The agent edits the cached plugin and adds a file: the next start restores the copy.
+        std::fs::write(&copied, "/* neutered */").unwrap();
+        let extra =
+            state_dir.path().join("cache/opencode/packages/good@2.4.5/node_modules/good/dist/extra.js");
+        std::fs::write(&extra, "evil").unwrap();
+        assert_eq!(warm(&state, cfg, &bin).len(), 1, "refreshed on every start");
+        assert_eq!(std::fs::read_to_string(&copied).unwrap(), "export {}");
+        assert!(!extra.exists());
     }
 }

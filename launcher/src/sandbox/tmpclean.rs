@@ -35,6 +35,12 @@ pub fn clean(dir: &Path, max_age: Duration, now: SystemTime) -> usize {
     clean_dir(fd, cutoff, 0)
 }
 
+/// Remove everything beneath the directory `fd` (opened without following links), never
+/// following a link on the way: a tree the agent could write is emptied in place.
+pub fn clear(fd: OwnedFd) -> usize {
+    clean_dir(fd, i64::MAX, 0)
+}
+
 fn clean_dir(fd: OwnedFd, cutoff: i64, depth: usize) -> usize {
     let Ok(mut d) = Dir::from_fd(fd) else { return 0 };
     let names: Vec<CString> = d

@@ -210,7 +210,43 @@ fn access(req: &Request<Incoming>, password: &str, cookie: &str) -> (Access, boo
     }
 }
 
+/// Whether a request may reach this front at all, before any credential is looked at.
+///
+/// `Host` must name this front on loopback (`127.0.0.1`, `localhost` or `[::1]` with its port):
+/// a page on another site that rebinds its own name to 127.0.0.1 sends its own name. `Origin`,
+/// where a browser sends it (every cross-site request that changes state, every WebSocket
+/// handshake), must be this front too; requests without one (curl, scripts) are not from a page.
+pub fn same_front(method: &hyper::Method, headers: &HeaderMap, port: u16) -> Result<(), String> {
+    let ours = |authority: &str| {
+        ["127.0.0.1", "localhost", "[::1]"]
+            .iter()
+            .any(|h| authority.eq_ignore_ascii_case(&format!("{h}:{port}")))
+    };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !ours(host) {
+        return Err(format!("Host {host:?} is not this front (open http://127.0.0.1:{port}/)"));
+    }
+    let changes = !matches!(*method, hyper::Method::GET | hyper::Method::HEAD | hyper::Method::OPTIONS);
+    if changes || is_upgrade(headers) {
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let o = origin.to_str().unwrap_or("");
+            if !o.strip_prefix("http://").is_some_and(ours) {
+                return Err(format!("Origin {o:?} is not this front: a request from another site"));
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn handle(req: Request<Incoming>, cfg: Arc<FrontConfig>) -> Result<Response<Body>, Infallible> {
+    if let Err(why) = same_front(req.method(), req.headers(), cfg.listen.port()) {
+        cfg.log(format!("refused: {why}"));
+        return Ok(full(
+            StatusCode::FORBIDDEN,
+            "text/plain; charset=utf-8",
+            format!("403 Forbidden: {why}\n"),
+        ));
+    }
     let (access, set_cookie) = access(&req, &cfg.password, &cfg.cookie);
     if access == Access::Denied {
         return Ok(unauthorized());
@@ -431,6 +467,41 @@ async fn tokens_endpoint(req: &Request<Incoming>, cfg: &FrontConfig) -> Response
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_this_fronts_host_and_origin_pass() {
+        let h = |pairs: &[(&str, &str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.append(
+                    hyper::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            m
+        };
+        let get = hyper::Method::GET;
+        let post = hyper::Method::POST;
+        for host in ["127.0.0.1:4196", "localhost:4196", "[::1]:4196", "LOCALHOST:4196"] {
+            assert!(same_front(&get, &h(&[("host", host)]), 4196).is_ok(), "{host}");
+        }
+        for host in ["attacker.example:4196", "127.0.0.1:80", "127.0.0.1", ""] {
+            assert!(same_front(&get, &h(&[("host", host)]), 4196).is_err(), "{host}");
+        }
+        let ok = h(&[("host", "127.0.0.1:4196"), ("origin", "http://localhost:4196")]);
+        assert!(same_front(&post, &ok, 4196).is_ok());
+        let evil = h(&[("host", "127.0.0.1:4196"), ("origin", "http://attacker.example")]);
+        assert!(same_front(&post, &evil, 4196).is_err());
+        assert!(same_front(&get, &evil, 4196).is_ok(), "a GET may come from a link");
+        let ws = h(&[
+            ("host", "127.0.0.1:4196"),
+            ("origin", "http://attacker.example"),
+            ("connection", "Upgrade"),
+            ("upgrade", "websocket"),
+        ]);
+        assert!(same_front(&get, &ws, 4196).is_err(), "a WebSocket from another site");
+        assert!(same_front(&post, &h(&[("host", "127.0.0.1:4196")]), 4196).is_ok(), "no Origin: not a page");
+    }
 
     #[test]
     fn injects_before_head_end() {

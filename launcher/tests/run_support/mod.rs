@@ -107,7 +107,10 @@ pub fn http(
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     s.set_read_timeout(Some(timeout)).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }

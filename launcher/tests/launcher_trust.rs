@@ -114,3 +114,21 @@ fn setgid_files_cannot_be_made_inside() {
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(w.proj.join("f")).unwrap().permissions());
     assert_eq!(mode & 0o7777, 0o755, "host side: no set-group-id bit");
 }
+
+/// With stdin not a terminal (always so for `run`), the command used to get the user's terminal
+/// on stdout and stderr: it could change the terminal's modes and write the clipboard (OSC 52)
+/// or the title. It now gets a pipe the launcher relays: no terminal to change, and the string
+/// sequences are dropped while colours pass.
+#[test]
+fn the_sandbox_never_holds_the_users_terminal() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"export -f U; export SHELL=/bin/bash
+        script -qec 'U "$OCSB" exec -- sh -c "printf \"A\\033]52;c;SGVsbG8=\\007B\\033[31mC\\033[0m\\n\"; \
+          python3 -c \"import termios; termios.tcgetattr(1)\" 2>/dev/null && echo HAS-TTY || echo NO-TTY" </dev/null 2>/dev/null' /dev/null"#,
+    );
+    assert!(out.contains("AB\x1b[31mC\x1b[0m"), "text and colours pass: {out:?}\n{err}");
+    assert!(!out.contains("]52;"), "the clipboard sequence is dropped: {out:?}");
+    assert!(out.contains("NO-TTY") && !out.contains("HAS-TTY"), "{out:?}\n{err}");
+}

@@ -97,11 +97,36 @@ fn e19_hidden_paths_and_private_keys() {
     let w = World::new();
     let key = w.home.join(".ssh/id_ed25519");
     assert_eq!(w.probe_outside(&["read", &s(&key)]), "OK PRIVATE KEY", "control");
-    assert_eq!(w.probe(&["read", &s(&key)]), "OK", "the key is an empty file inside");
-    assert_eq!(w.probe(&["write", &s(&key)]), "ERR EACCES", "mode 0444 on a read-only mount");
+    assert_eq!(w.probe(&["read", &s(&key)]), "ERR ENOENT", "~/.ssh inside holds no key");
+    assert_eq!(w.probe(&["write", &s(&key)]), "ERR EROFS");
     assert_eq!(read(&key), "PRIVATE KEY\n");
     assert_eq!(w.probe(&["read", &s(&w.home.join(".ssh/id_ed25519.pub"))]), "OK ssh-ed25519 AAAA");
     assert_eq!(w.probe(&["read", &s(&w.home.join(".ssh/config"))]), "OK Host *");
+    // What the host creates in ~/.ssh while the sandbox runs (a new key, a ControlMaster
+    // socket) is not there inside: the sandbox's ~/.ssh is its own.
+    let ssh = w.home.join(".ssh");
+    let late = w.root.join("late.py");
+    std::fs::write(
+        &late,
+        format!(
+            "import socket, time\ntime.sleep(0.6)\n\
+             try: print('KEY', open('{d}/id_new').read().strip())\nexcept OSError as e: print('KEY', e.strerror)\n\
+             s = socket.socket(socket.AF_UNIX)\n\
+             try: s.connect('{d}/cm'); print('SOCK connected')\nexcept OSError as e: print('SOCK', e.strerror)\n",
+            d = ssh.display()
+        ),
+    )
+    .unwrap();
+    let o = w.netns_script(&format!(
+        "eval \"$SB python3 {late}\" & sleep 0.2; echo NEWKEY > {d}/id_new; \
+         python3 -c 'import socket,time,os; s=socket.socket(socket.AF_UNIX); s.bind(\"{d}/cm\"); os.chmod(\"{d}/cm\", 0o777); s.listen(); time.sleep(1.5)' & wait",
+        late = late.display(),
+        d = ssh.display()
+    ));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(out.contains("KEY No such file or directory"), "a key made later is not inside: {out}{err}");
+    assert!(out.contains("SOCK No such file or directory"), "a socket made later is not inside: {out}{err}");
     assert_eq!(w.probe(&["listdir", &s(&w.home.join(".aws"))]), "OK", "hidden directory is empty");
     assert_eq!(w.probe(&["write", &s(&w.home.join(".aws/x"))]), "ERR EROFS");
 }

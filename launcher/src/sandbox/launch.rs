@@ -18,7 +18,7 @@ use super::landlock::LandlockPolicy;
 use super::plan::{self, Plan, RealFs};
 use super::spec::{Netlock, SandboxSpec, TmpMode, TtyMode};
 use super::stage2::{self, Request};
-use super::{audit, checkouts, netlock, pty, tmpclean};
+use super::{audit, checkouts, netlock, pty, termfilter, tmpclean};
 
 /// Create what the sandbox needs on the host and build the plan. Idempotent.
 pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
@@ -165,6 +165,16 @@ fn run_checked(spec: &SandboxSpec) -> Result<i32> {
         // Without a pty of its own the command never reads the user's terminal.
         cmd.stdin(Stdio::null());
     }
+    // Nor does it hold the terminal for output (it could change the terminal's modes): a pipe
+    // the launcher relays, through the escape-sequence filter, takes its place.
+    let relay_out = pty.is_none() && std::io::stdout().is_terminal();
+    let relay_err = pty.is_none() && std::io::stderr().is_terminal();
+    if relay_out {
+        cmd.stdout(Stdio::piped());
+    }
+    if relay_err {
+        cmd.stderr(Stdio::piped());
+    }
     if let Some(p) = &pty {
         let dup = |what| p.slave.try_clone().map(Stdio::from).map_err(|e| Error::io("duplicate", what, e));
         cmd.stdin(dup("the pty")?).stdout(dup("the pty")?).stderr(dup("the pty")?);
@@ -184,7 +194,18 @@ fn run_checked(spec: &SandboxSpec) -> Result<i32> {
             drop(raw);
             status
         }
-        None => child.wait(),
+        None => {
+            let (out, err) = (child.stdout.take(), child.stderr.take());
+            std::thread::scope(|s| {
+                if let Some(o) = out {
+                    s.spawn(move || termfilter::relay(o, std::io::stdout()));
+                }
+                if let Some(e) = err {
+                    s.spawn(move || termfilter::relay(e, std::io::stderr()));
+                }
+                child.wait()
+            })
+        }
     }
     .map_err(|e| Error::io("wait for", "the sandbox", e))?;
     use std::os::unix::process::ExitStatusExt;

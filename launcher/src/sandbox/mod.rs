@@ -27,6 +27,7 @@ pub mod spec;
 pub mod stage2;
 pub mod status;
 pub mod sys;
+pub mod termfilter;
 pub mod tmpclean;
 
 pub use error::{Error, Result};

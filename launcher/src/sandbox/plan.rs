@@ -499,12 +499,22 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
             hidden.push((spec.home.join(p), "docker socket"));
         }
     }
+    // `~/.ssh` is a fresh, empty directory with only what ssh needs to connect through the
+    // filter bound back read-only (config, known_hosts, public keys). Hiding entry by entry
+    // would be a snapshot: a key or a ControlMaster socket created there while the sandbox
+    // runs would be visible, and a file the host replaces by rename would lose its mask.
     let ssh = spec.home.join(".ssh");
     let ssh = if fs.kind(&ssh) == Kind::Symlink { fs.canonicalize(&ssh).unwrap_or(ssh) } else { ssh };
     if fs.kind(&ssh) == Kind::Dir {
+        hidden.push((ssh.clone(), "~/.ssh"));
         for name in fs.read_dir(&ssh).map_err(|e| Error::io("list", &ssh, e))? {
-            if !ssh_entry_visible(&name) {
-                hidden.push((ssh.join(name), "private ssh file"));
+            let p = ssh.join(&name);
+            if ssh_entry_visible(&name) && fs.kind(&p) == Kind::File {
+                b.layered.push((
+                    depth(&p),
+                    0,
+                    Op::Bind { src: p.clone(), dst: p, access: Access::Ro, dir: false },
+                ));
             }
         }
     }
@@ -797,12 +807,13 @@ mod tests {
     fn hidden_paths_and_ssh_keys() {
         let plan = build(&spec(), &host()).unwrap();
         assert!(matches!(plan.ops[pos(&plan, "/home/u/.aws")], Op::Tmpfs { seal: true, .. }));
-        assert_eq!(
-            plan.ops[pos(&plan, "/home/u/.ssh/id_ed25519")],
-            Op::Mask { dst: "/home/u/.ssh/id_ed25519".into() }
-        );
+        let ssh = pos(&plan, "/home/u/.ssh");
+        assert!(matches!(plan.ops[ssh], Op::Tmpfs { seal: true, .. }), "~/.ssh is a fresh directory");
+        assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.ssh/id_ed25519")), "not bound back");
         for visible in ["/home/u/.ssh/config", "/home/u/.ssh/known_hosts", "/home/u/.ssh/id_ed25519.pub"] {
-            assert!(!plan.ops.iter().any(|o| o.dst() == Path::new(visible)), "{visible} stays");
+            let i = pos(&plan, visible);
+            assert!(i > ssh, "{visible} is bound back after the tmpfs");
+            assert!(matches!(plan.ops[i], Op::Bind { access: Access::Ro, .. }), "{visible}");
         }
         // hiding happens after the home's read-only bind
         assert!(pos(&plan, "/home") < pos(&plan, "/home/u/.aws"));

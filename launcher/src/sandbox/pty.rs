@@ -2,7 +2,8 @@
 //! process could push input into the user's shell (`TIOCSTI`, CVE-2017-5226) or paste from the
 //! console (`TIOCLINUX`). Instead the command's session leader gets a pty slave as controlling
 //! terminal and the launcher relays bytes between the host terminal and the pty master; window
-//! size changes are forwarded. (seccomp also denies both ioctls.)
+//! size changes are forwarded. (seccomp also denies both ioctls.) What the relay passes to the
+//! terminal goes through [`super::termfilter`].
 
 use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -86,6 +87,8 @@ pub fn relay(master: &OwnedFd, done: &AtomicBool) {
     let stdin = io::stdin();
     let mut stdin_open = true;
     let mut buf = [0u8; 8192];
+    let mut filter = super::termfilter::Filter::default();
+    let mut filtered = Vec::with_capacity(buf.len());
     loop {
         if WINCH.swap(false, Ordering::Relaxed)
             && let Ok(ws) = sys::get_winsize(0)
@@ -109,8 +112,10 @@ pub fn relay(master: &OwnedFd, done: &AtomicBool) {
             match nix::unistd::read(master.as_fd(), &mut buf) {
                 Ok(0) | Err(nix::errno::Errno::EIO) => return,
                 Ok(n) => {
+                    filtered.clear();
+                    filter.push(&buf[..n], &mut filtered);
                     let mut out = io::stdout().lock();
-                    let _ = out.write_all(&buf[..n]);
+                    let _ = out.write_all(&filtered);
                     let _ = out.flush();
                 }
                 Err(nix::errno::Errno::EINTR) => {}

@@ -132,3 +132,47 @@ fn the_sandbox_never_holds_the_users_terminal() {
     assert!(!out.contains("]52;"), "the clipboard sequence is dropped: {out:?}");
     assert!(out.contains("NO-TTY") && !out.contains("HAS-TTY"), "{out:?}\n{err}");
 }
+
+/// The front sends OpenCode's secret only to a listener of the user's own: another local user
+/// who binds OpenCode's port first (between the launcher's check and OpenCode's bind) gets a
+/// refusal, never a request. With the user's own listener there, requests go through.
+#[test]
+fn the_front_sends_the_secret_only_to_the_users_own_listener() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"echo user-pw > "$HOME/pw"; echo upstream-secret > "$HOME/secret"; chown 1990 "$HOME/pw" "$HOME/secret"; chmod 600 "$HOME/pw" "$HOME/secret"
+        cat > "$HOME/up.py" <<'PY'
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        open(sys.argv[1], "a").write(str(self.headers.get("Authorization")) + "\n")
+        self.send_response(200); self.send_header("Content-Length", "3"); self.end_headers(); self.wfile.write(b"ok\n")
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", 18101), H).serve_forever()
+PY
+        touch "$HOME/seen"; chmod 666 "$HOME/seen"
+        setpriv --reuid 65534 --regid 65534 --clear-groups -- python3 "$HOME/up.py" "$HOME/seen" & OTHER=$!
+        U "$OCSB" __web-front --listen 127.0.0.1:18100 --upstream 127.0.0.1:18101 --password-file "$HOME/pw" --upstream-password-file "$HOME/secret" & FRONT=$!
+        for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:18100/ && break; sleep 0.1; done
+        for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:18101/ 2>/dev/null && break; sleep 0.1; done
+        : > "$HOME/seen"
+        echo "other $(curl -s -u opencode:user-pw http://127.0.0.1:18100/x)"
+        echo "seen-other $(grep -c . "$HOME/seen")"
+        kill $OTHER; wait $OTHER 2>/dev/null
+        U python3 "$HOME/up.py" "$HOME/seen" & MINE=$!
+        for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:18101/ 2>/dev/null && break; sleep 0.1; done
+        : > "$HOME/seen"
+        echo "mine $(curl -s -u opencode:user-pw http://127.0.0.1:18100/x)"
+        echo "seen-mine $(grep -c 'Basic' "$HOME/seen")"
+        # `U` runs in a subshell: end the processes by what names them uniquely (this test's home).
+        kill $MINE $FRONT 2>/dev/null; pkill -f -- "$HOME/up.py"; pkill -f -- "$HOME/pw"; true"#,
+    );
+    assert!(
+        out.lines().any(|l| l.starts_with("other 502") && l.contains("held by uid 65534")),
+        "{out}\n{err}"
+    );
+    has(&out, "seen-other 0", &err);
+    has(&out, "mine ok", &err);
+    has(&out, "seen-mine 1", &err);
+}

@@ -220,8 +220,13 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
 }
 
 /// Whether OpenCode answers `GET /global/health` with `{"healthy":true…}`. Short timeouts: a
-/// request that arrives just as the port opens can hang forever (research §2.4).
+/// request that arrives just as the port opens can hang forever.
 fn healthy(addr: SocketAddr, authorization: &str) -> bool {
+    // The request carries OpenCode's secret: only to a listener of the user's own (another user
+    // may have bound the port between the launcher's check and OpenCode's start).
+    if crate::web::listener::check_ours(addr).is_err() {
+        return false;
+    }
     let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else { return false };
     let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
     let _ = s.set_write_timeout(Some(Duration::from_secs(1)));

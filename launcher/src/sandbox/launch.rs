@@ -7,7 +7,6 @@
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,23 +50,56 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
         return Ok(Some(first));
     }
     for p in &first.placeholders {
-        let r = if p.dir {
-            std::fs::DirBuilder::new().mode(0o755).create(&p.path)
-        } else {
-            use std::io::Write;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&p.path)
-                .and_then(|mut f| f.write_all(p.text.as_bytes()))
-        };
-        match r {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(Error::io("create the read-only placeholder", &p.path, e)),
-        }
+        create_placeholder(p).map_err(|e| Error::io("create the read-only placeholder", &p.path, e))?;
     }
     Ok(Some(plan::build(spec, &RealFs)?))
+}
+
+/// Create one placeholder beneath its anchor, never following a link on the way: the parent is
+/// opened with `RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH`, the entry made with `mkdirat` or an
+/// exclusive `O_NOFOLLOW` create. An entry that exists already is fine.
+fn create_placeholder(p: &plan::Placeholder) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let rel = p.path.strip_prefix(&p.anchor).map_err(|_| std::io::Error::other("not beneath its anchor"))?;
+    let name = rel.file_name().ok_or_else(|| std::io::Error::other("no name"))?;
+    let anchor = nix::fcntl::open(
+        &p.anchor,
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let parent_rel = rel.parent().filter(|r| !r.as_os_str().is_empty());
+    let parent = match parent_rel {
+        Some(r) => super::sys::openat2(
+            Some(anchor.as_fd()),
+            r,
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+            super::sys::RESOLVE_NO_SYMLINKS | super::sys::RESOLVE_BENEATH,
+        )?,
+        None => anchor,
+    };
+    let r = if p.dir {
+        nix::sys::stat::mkdirat(&parent, name, nix::sys::stat::Mode::from_bits_truncate(0o755))
+            .map_err(std::io::Error::from)
+    } else {
+        nix::fcntl::openat(
+            &parent,
+            name,
+            nix::fcntl::OFlag::O_WRONLY
+                | nix::fcntl::OFlag::O_CREAT
+                | nix::fcntl::OFlag::O_EXCL
+                | nix::fcntl::OFlag::O_NOFOLLOW
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .map_err(std::io::Error::from)
+        .and_then(|fd| std::fs::File::from(fd).write_all(p.text.as_bytes()))
+    };
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        r => r,
+    }
 }
 
 /// The spec with the checkout rule (`ocsb_policy::guard`) applied to every writable checkout it

@@ -148,6 +148,10 @@ pub struct Placeholder {
     /// What a file placeholder contains (see `ocsb_policy::guard::COMMONDIR_SELF`).
     #[serde(default)]
     pub text: String,
+    /// The placeholder is created beneath this directory without following any link on the
+    /// way (a concurrent sandbox could swap a parent for a link between plan and creation).
+    #[serde(default)]
+    pub anchor: PathBuf,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -390,7 +394,12 @@ impl Builder<'_> {
                     missing = true;
                     let dir = !last || g.dir;
                     let text = if last { g.fill.clone() } else { String::new() };
-                    self.plan.placeholders.push(Placeholder { path: cur.clone(), dir, text });
+                    self.plan.placeholders.push(Placeholder {
+                        path: cur.clone(),
+                        dir,
+                        text,
+                        anchor: g.anchor.clone(),
+                    });
                 }
                 Kind::File | Kind::Special if !last => return Ok(()),
                 _ => {}
@@ -897,17 +906,20 @@ mod tests {
         assert!(plan.placeholders.contains(&Placeholder {
             path: "/home/u/p/.cc-safety-net".into(),
             dir: true,
-            text: String::new()
+            text: String::new(),
+            anchor: "/home/u/p".into(),
         }));
         assert!(plan.placeholders.contains(&Placeholder {
             path: "/home/u/p/.git/hooks".into(),
             dir: true,
-            text: String::new()
+            text: String::new(),
+            anchor: "/home/u/p/.git".into(),
         }));
         assert!(plan.placeholders.contains(&Placeholder {
             path: "/home/u/p/.git/config".into(),
             dir: false,
-            text: String::new()
+            text: String::new(),
+            anchor: "/home/u/p/.git".into(),
         }));
         assert!(matches!(
             plan.ops[pos(&plan, "/home/u/p/.cc-safety-net")],

@@ -7,6 +7,7 @@
 //! scripts, not inline ones) and `/__ocsb/*` serves the Tokens panel and its numbers ([`tokens`]).
 
 pub mod auth;
+pub mod listener;
 pub mod panel_log;
 mod proxy;
 pub mod tokens;

@@ -293,6 +293,8 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    // The request carries OpenCode's secret: only to a listener of the user's own.
+    super::listener::check_ours(cfg.upstream)?;
     let stream = tokio::net::TcpStream::connect(cfg.upstream).await?;
     let _ = stream.set_nodelay(true);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;

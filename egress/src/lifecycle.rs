@@ -129,7 +129,7 @@ pub struct UpReport {
 pub fn up(inst: &Instance, progress: Progress) -> Result<UpReport> {
     let policy = inst.load_policy()?;
     let plan = inst.listen_plan();
-    std::fs::create_dir_all(inst.paths().dir).map_err(|e| Error::io("cannot create", inst.paths().dir, e))?;
+    inst.paths().create_private().map_err(|e| Error::io("cannot create", inst.paths().dir, e))?;
     match inst.backend {
         Backend::Builtin => builtin_up(inst, &policy, &plan),
         Backend::Squid => runtime()?.block_on(squid_up(inst, &policy, &plan, progress)),

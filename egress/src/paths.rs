@@ -40,6 +40,20 @@ impl EgressPaths {
     pub fn squid_conf(&self) -> PathBuf {
         self.squid_dir().join("squid.conf")
     }
+    /// Create `<state>/egress/` for this user alone (0700, also when it exists with a looser
+    /// mode): the access log names every host the agent asked for.
+    pub fn create_private(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.dir)?;
+        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))
+    }
+    /// The access log opened for appending, readable by this user alone (0600).
+    pub fn open_access_log(&self) -> std::io::Result<std::fs::File> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(self.access_log())?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        Ok(f)
+    }
 }
 
 /// Write `contents` to `path` atomically (tmp file + rename in the same directory).
@@ -47,4 +61,25 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, contents)?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_egress_directory_and_log_are_private_even_when_they_existed() {
+        let t = tempfile::tempdir().unwrap();
+        let p = EgressPaths::new(t.path());
+        std::fs::create_dir_all(&p.dir).unwrap();
+        std::fs::set_permissions(&p.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(p.access_log(), "old\n").unwrap();
+        std::fs::set_permissions(p.access_log(), std::fs::Permissions::from_mode(0o644)).unwrap();
+        p.create_private().unwrap();
+        drop(p.open_access_log().unwrap());
+        let mode = |q: &Path| std::fs::metadata(q).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&p.dir), 0o700);
+        assert_eq!(mode(&p.access_log()), 0o600);
+    }
 }

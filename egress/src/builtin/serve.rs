@@ -119,7 +119,7 @@ fn raise_nofile() {
 
 async fn run(args: ServeArgs) -> Result<()> {
     let paths = EgressPaths::new(&args.state_dir);
-    std::fs::create_dir_all(&paths.dir).map_err(|e| Error::io("cannot create", &paths.dir, e))?;
+    paths.create_private().map_err(|e| Error::io("cannot create", &paths.dir, e))?;
     let policy = args.load_policy()?;
     raise_nofile();
 
@@ -160,10 +160,8 @@ async fn run(args: ServeArgs) -> Result<()> {
     if std::fs::metadata(paths.access_log()).is_ok_and(|m| m.len() > 64 << 20) {
         let _ = std::fs::rename(paths.access_log(), paths.access_log().with_extension("log.1"));
     }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(paths.access_log())
+    let log = paths
+        .open_access_log()
         .map_err(|e| Error::io("cannot open the access log", paths.access_log(), e))?;
     let logger = Logger::new(Box::new(log));
     let hash = policy.hash();

@@ -658,8 +658,28 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     );
     // The browser is opened from outside the sandbox with the front's URL.
     assert!(text3.contains(&format!("browser:    opening http://{}/", w.web)), "{text3}");
+    // It is the project's latest session, not OpenCode's home (which a new browser shows as an
+    // empty "Add project" view); a screenshot of what the user sees is kept in the world.
     let opened = std::fs::read_to_string(w.home.join("opened")).unwrap_or_default();
-    assert_eq!(opened.trim(), format!("http://{}/", w.web));
+    let dir = b64url(&w.proj.display().to_string());
+    assert_eq!(opened.trim(), format!("http://{}/{dir}/session/{id}", w.web), "the session's page");
+    let mut browser =
+        Browser::open(&format!("{}?auth_token={}", opened.trim(), b64(&format!("opencode:{password}"))));
+    let mut body = String::new();
+    for _ in 0..100 {
+        body = browser.eval("document.body ? document.body.innerText : ''");
+        if body.contains("RUN: cat other.txt") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let shot = w.root.join("project-page.png");
+    browser.screenshot(&shot);
+    if let Some(dir) = std::env::var_os("OCSB_SCREENSHOT_DIR") {
+        let _ = std::fs::copy(&shot, std::path::Path::new(&dir).join("run-e2e-project-page.png"));
+    }
+    drop(browser);
+    assert!(body.contains("RUN: cat other.txt") && !body.contains("Nothing here yet"), "{body}");
     let list = http(w.web, "GET", "/session", &[("Authorization", &auth)], None, T).json();
     assert!(
         list.as_array().unwrap().iter().any(|s| s["id"] == id.as_str()),

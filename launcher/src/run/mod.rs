@@ -219,27 +219,69 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
     Ok(Prepared { netlock: lock })
 }
 
-/// Whether OpenCode answers `GET /global/health` with `{"healthy":true…}`. Short timeouts: a
+/// The web UI's page of this project — its latest session, or a new one — not OpenCode's home,
+/// which lists only the projects this browser opened before and shows a new user an empty
+/// "Add project" view. OpenCode's routes name a project by the base64url of its directory.
+fn project_page(front: SocketAddr, dir: &Path, session: Option<&str>) -> String {
+    use base64::Engine;
+    let dir = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(dir.as_os_str().as_encoded_bytes());
+    match session {
+        Some(id) => format!("http://{front}/{dir}/session/{id}"),
+        None => format!("http://{front}/{dir}/session"),
+    }
+}
+
+/// `GET path` from OpenCode with its secret; the body of a 200 answer. Short timeouts: a
 /// request that arrives just as the port opens can hang forever.
-fn healthy(addr: SocketAddr, authorization: &str) -> bool {
+fn opencode_get(addr: SocketAddr, authorization: &str, path: &str) -> Option<String> {
     // The request carries OpenCode's secret: only to a listener of the user's own (another user
     // may have bound the port between the launcher's check and OpenCode's start).
-    if crate::web::listener::check_ours(addr).is_err() {
-        return false;
-    }
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else { return false };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    crate::web::listener::check_ours(addr).ok()?;
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
     let req = format!(
-        "GET /global/health HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {authorization}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {authorization}\r\nConnection: close\r\n\r\n"
     );
-    if s.write_all(req.as_bytes()).is_err() {
-        return false;
-    }
+    s.write_all(req.as_bytes()).ok()?;
+    // Until EOF or a complete Content-Length body (the server may keep the connection open).
     let mut buf = Vec::new();
-    let _ = s.take(64 * 1024).read_to_end(&mut buf);
+    let mut chunk = [0u8; 16384];
+    while let Ok(n) = s.read(&mut chunk) {
+        if n == 0 || buf.len() > 8 << 20 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len =
+                head.lines().find_map(|l| l.strip_prefix("content-length:")?.trim().parse::<usize>().ok());
+            if len.is_some_and(|len| buf.len() >= end + 4 + len) {
+                break;
+            }
+        }
+    }
     let text = String::from_utf8_lossy(&buf);
-    text.starts_with("HTTP/1.1 200") && text.contains("\"healthy\":true")
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
+
+/// Whether OpenCode answers `GET /global/health` with `{"healthy":true…}`.
+fn healthy(addr: SocketAddr, authorization: &str) -> bool {
+    opencode_get(addr, authorization, "/global/health").is_some_and(|b| b.contains("\"healthy\":true"))
+}
+
+/// The project's most recently updated session, if it has one.
+fn latest_session(addr: SocketAddr, authorization: &str) -> Option<String> {
+    let body = opencode_get(addr, authorization, "/session")?;
+    let list: serde_json::Value = serde_json::from_str(&body).ok()?;
+    list.as_array()?
+        .iter()
+        .filter(|s| s["parentID"].is_null())
+        .max_by_key(|s| s["time"]["updated"].as_u64().unwrap_or(0))
+        .and_then(|s| s["id"].as_str())
+        .filter(|id| id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .map(str::to_string)
 }
 
 fn check_port_free(addr: SocketAddr, setting: &str) -> Result<()> {
@@ -354,7 +396,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         listen: web_addr,
         upstream: oc_addr,
         password: password.clone(),
-        upstream_authorization,
+        upstream_authorization: upstream_authorization.clone(),
         panel: s.panel(),
         cookie: web::auth::random_secret()?,
         log: panel_log,
@@ -384,7 +426,11 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         state.join(state::OPENCODE_PASSWORD).display()
     );
     if !no_browser {
-        println!("browser:    {}", browser::open(&url));
+        let latest = latest_session(oc_addr, &upstream_authorization);
+        println!(
+            "browser:    {}",
+            browser::open(&project_page(web_addr, &project.checkout, latest.as_deref()))
+        );
     }
     println!("ready; Ctrl-C stops OpenCode (the egress filter keeps running: `ocsb egress down` stops it)");
 

@@ -61,10 +61,6 @@ pub fn dir_of(state_dir: &Path) -> PathBuf {
     state_dir.with_file_name(name)
 }
 
-fn rule_checkouts(spec: &SandboxSpec) -> Vec<Checkout> {
-    checkouts::of_spec(spec)
-}
-
 /// The trees walked for nested `.git` entries.
 fn walk_roots(spec: &SandboxSpec) -> Vec<PathBuf> {
     let mut v = vec![spec.project_dir.clone()];
@@ -217,7 +213,7 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout]) -> Snapshot {
         // The `commondir` placeholder is the launcher's own (see `guard::COMMONDIR_SELF`).
         let ours =
             p.ends_with("commondir") && checkouts::read_small(&p).is_some_and(|t| t == guard::COMMONDIR_SELF);
-        if HostLookup.entry_exists(&p) && !ours {
+        if p.symlink_metadata().is_ok() && !ours {
             present.insert(p, why);
         }
     }
@@ -258,16 +254,6 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout]) -> Snapshot {
         present.insert(g, NESTED_WHY.to_string());
     }
     Snapshot { present, nested }
-}
-
-trait Exists {
-    fn entry_exists(&self, p: &Path) -> bool;
-}
-
-impl Exists for HostLookup {
-    fn entry_exists(&self, p: &Path) -> bool {
-        p.symlink_metadata().is_ok()
-    }
 }
 
 fn read_json<T: for<'de> Deserialize<'de> + Default>(p: &Path) -> T {
@@ -374,7 +360,7 @@ pub struct Audit {
 pub fn begin(spec: &SandboxSpec) -> Result<Audit> {
     let dir = dir_of(&spec.state_dir);
     ensure_dir(&dir)?;
-    let checkouts = rule_checkouts(spec);
+    let checkouts = checkouts::of_spec(spec);
     let now = snapshot(spec, &checkouts);
     let findings = standing(spec, &checkouts, &now)?;
     if !findings.is_empty() {
@@ -395,7 +381,7 @@ pub fn begin(spec: &SandboxSpec) -> Result<Audit> {
 impl Audit {
     /// After the sandbox exited: report and keep what appeared. Returns the new findings.
     pub fn end(self) -> Vec<Finding> {
-        let checkouts = rule_checkouts(&self.spec);
+        let checkouts = checkouts::of_spec(&self.spec);
         let now = snapshot(&self.spec, &checkouts);
         let mut new: Vec<Finding> = now
             .present
@@ -437,7 +423,7 @@ impl Audit {
 pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
     let dir = dir_of(&spec.state_dir);
     ensure_dir(&dir)?;
-    let checkouts = rule_checkouts(spec);
+    let checkouts = checkouts::of_spec(spec);
     let now = snapshot(spec, &checkouts);
     let mut findings = standing(spec, &checkouts, &now)?;
     if accept {

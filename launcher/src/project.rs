@@ -194,28 +194,40 @@ impl Project {
     /// project, so `cd ~ && ocsb exec` would otherwise make the whole home writable.
     pub fn check_writable_roots(&self) -> Result<()> {
         let s = &self.settings;
-        let state_root = self.home.join(".local/share/opencode-sandbox");
-        let mut hidden = s.hide_home();
-        hidden.push(self.home.join(".ssh"));
+        // Both sides through symlinks (`/home -> var/home`), or a spelling would slip past.
+        let canon = |p: PathBuf| p.canonicalize().unwrap_or(p);
+        let home = canon(self.home.clone());
+        let state_root = canon(self.home.join(".local/share/opencode-sandbox"));
+        let state = canon(s.state_dir());
+        // Your own settings layer, and the other configuration the host runs from (a dotfiles
+        // repository at ~/.config must not become the project).
+        let config = canon(self.user_config_dir.clone());
+        let mut hidden: Vec<PathBuf> = s.hide_home().into_iter().map(canon).collect();
+        hidden.push(canon(self.home.join(".ssh")));
         let mut roots = vec![(self.checkout.clone(), "the project directory")];
         roots.extend(s.rw().into_iter().map(|p| (p, "an OCSB_RW entry")));
         roots.push((s.worktrees_dir(), "OCSB_WORKTREES_DIR"));
+        // `OCSB_RW_HOME` entries may hold hidden paths (hidden wins over writable there, as
+        // `.cache/huggingface/token` in `.cache`), but never the home, the state or your settings.
+        roots.extend(s.rw_home().into_iter().map(|p| (p, "an OCSB_RW_HOME entry")));
         for (root, what) in roots {
             let root = root.canonicalize().unwrap_or(root);
             let why = if root == Path::new("/") {
                 Some("it is the root directory".to_string())
-            } else if self.home.starts_with(&root) {
-                Some(if root == self.home {
+            } else if home.starts_with(&root) {
+                Some(if root == home {
                     "it is your home directory".into()
                 } else {
                     "it contains your home directory".into()
                 })
-            } else if s.state_dir().starts_with(&root) || state_root.starts_with(&root) {
+            } else if state.starts_with(&root) || state_root.starts_with(&root) {
                 Some("it contains ocsb's state directory".into())
+            } else if config.starts_with(&root) {
+                Some(format!("it contains your own settings ({})", config.display()))
             } else {
-                hidden
-                    .iter()
-                    .find(|h| h.starts_with(&root))
+                (what != "an OCSB_RW_HOME entry")
+                    .then(|| hidden.iter().find(|h| h.starts_with(&root)))
+                    .flatten()
                     .map(|h| format!("it contains the hidden path {}", h.display()))
             };
             if let Some(why) = why {
@@ -299,6 +311,13 @@ mod tests {
         p2.checkout = t.path().join("home/.config");
         let e = p2.check_writable_roots().unwrap_err().to_string();
         assert!(e.contains("hidden path"), "{e}");
+        // A directory holding your own settings layer (a dotfiles repository at ~/.config).
+        let mut p4 = project(t.path(), "");
+        p4.user_config_dir = t.path().join("home/.config/opencode-sandbox");
+        p4.checkout = t.path().join("home/.config");
+        std::fs::create_dir_all(&p4.checkout).unwrap();
+        let e = p4.check_writable_roots().unwrap_err().to_string();
+        assert!(e.contains("your own settings"), "{e}");
         // The same rule for OCSB_WORKTREES_DIR.
         let p3 = project(t.path(), "OCSB_WORKTREES_DIR=~/.local\n");
         let e = p3.check_writable_roots().unwrap_err().to_string();

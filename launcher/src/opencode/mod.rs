@@ -203,7 +203,7 @@ pub fn setup(
     let (global, _) = global_config(settings, user_config_dir)?;
     state.write(Path::new("config/opencode/opencode.jsonc"), global.as_bytes(), 0o644)?;
     seed_config_dir(state, Path::new("config/opencode"))?;
-    let warmed = plugin_cache::warm(state, &global, &bin);
+    let warmed = plugin_cache::warm(state, &global, &bin)?;
     let skill_paths = resolve_skills(settings, state)?;
     let plugins = resolve_plugins(settings, state)?;
     let content = config::content(&skill_paths, &plugins);

@@ -104,11 +104,12 @@ fn installed_version(dir: &Path) -> Option<String> {
     v["version"].as_str().map(str::to_string)
 }
 
-/// Copy what can be copied; a plugin that cannot is left to OpenCode's own install (never an
-/// error: the cache is an optimisation, the plugin list is OpenCode's to enforce).
-pub fn warm(state: &StateDir, global_config: &str, opencode_bin: &Path) -> Vec<Warmed> {
+/// Copy what can be copied; a plugin with no trusted copy is left to OpenCode's own install (the
+/// cache is an optimisation, the plugin list is OpenCode's to enforce). A plugin that has one
+/// but cannot be refreshed is an error: OpenCode would load what the agent left there.
+pub fn warm(state: &StateDir, global_config: &str, opencode_bin: &Path) -> crate::error::Result<Vec<Warmed>> {
     let Ok(cfg) = serde_json::from_str::<serde_json::Value>(&jsonc_to_json(global_config)) else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let specs: Vec<&str> =
         cfg["plugin"].as_array().into_iter().flatten().filter_map(|v| v.as_str()).collect();
@@ -127,12 +128,16 @@ pub fn warm(state: &StateDir, global_config: &str, opencode_bin: &Path) -> Vec<W
         if let Ok(fd) = state.dir(&dest) {
             crate::sandbox::tmpclean::clear(fd);
         }
-        match state.copy_tree(&src, &dest) {
-            Ok(()) => out.push(Warmed { spec: spec.to_string(), from: src }),
-            Err(e) => eprintln!("ocsb: warning: could not copy {spec} into OpenCode's plugin cache: {e}"),
+        if let Err(e) = state.copy_tree(&src, &dest) {
+            let at = state.path().join(&dest);
+            return Err(crate::error::Error::failed(
+                format!("could not refresh {spec} in OpenCode's plugin cache: {e}"),
+                format!("inspect and remove it (`rm -rf {}`); the next start copies it again", at.display()),
+            ));
         }
+        out.push(Warmed { spec: spec.to_string(), from: src });
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -177,7 +182,7 @@ mod tests {
         let state = StateDir::open(state_dir.path()).unwrap();
         let cfg = r#"{ "plugin": ["good@2.4.5", "old@2.0.0", "tagged@latest"] }"#;
         let bin = nm.join("opencode-ai/bin/opencode");
-        let w = warm(&state, cfg, &bin);
+        let w = warm(&state, cfg, &bin).unwrap();
         assert_eq!(w, vec![Warmed { spec: "good@2.4.5".into(), from: nm.join("good") }]);
         let copied =
             state_dir.path().join("cache/opencode/packages/good@2.4.5/node_modules/good/dist/index.js");
@@ -188,7 +193,11 @@ mod tests {
         let extra =
             state_dir.path().join("cache/opencode/packages/good@2.4.5/node_modules/good/dist/extra.js");
         std::fs::write(&extra, "evil").unwrap();
-        assert_eq!(warm(&state, cfg, &bin).len(), 1, "refreshed on every start");
+        // A directory made read-only does not keep the edit either.
+        use std::os::unix::fs::PermissionsExt;
+        let dist = state_dir.path().join("cache/opencode/packages/good@2.4.5/node_modules/good/dist");
+        std::fs::set_permissions(&dist, std::fs::Permissions::from_mode(0o555)).unwrap();
+        assert_eq!(warm(&state, cfg, &bin).unwrap().len(), 1, "refreshed on every start");
         assert_eq!(std::fs::read_to_string(&copied).unwrap(), "export {}");
         assert!(!extra.exists());
     }

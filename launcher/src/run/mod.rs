@@ -291,6 +291,12 @@ fn check_port_free(addr: SocketAddr, setting: &str) -> Result<()> {
 /// `ocsb run [opencode args]`.
 pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Result<()> {
     let s = &project.settings;
+    // The checks `prepare` makes, before `run` writes anything into the state directory (the
+    // OpenCode config, a kubeconfig copy): an unaccepted widening or another project's state
+    // must not get even those.
+    project.require_trusted()?;
+    project.check_writable_roots()?;
+    state::claim(project)?;
     let state = s.state_dir();
     let sd = StateDir::open(&state)?;
     let created = state::ensure_private(&sd)?;

@@ -65,7 +65,10 @@ fn create_placeholder(p: &plan::Placeholder) -> std::io::Result<()> {
     let name = rel.file_name().ok_or_else(|| std::io::Error::other("no name"))?;
     let anchor = nix::fcntl::open(
         &p.anchor,
-        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::fcntl::OFlag::O_PATH
+            | nix::fcntl::OFlag::O_DIRECTORY
+            | nix::fcntl::OFlag::O_NOFOLLOW
+            | nix::fcntl::OFlag::O_CLOEXEC,
         nix::sys::stat::Mode::empty(),
     )?;
     let parent_rel = rel.parent().filter(|r| !r.as_os_str().is_empty());
@@ -228,12 +231,13 @@ fn run_checked(spec: &SandboxSpec) -> Result<i32> {
         }
         None => {
             let (out, err) = (child.stdout.take(), child.stderr.take());
+            let filter = std::sync::Mutex::new(termfilter::Filter::default());
             std::thread::scope(|s| {
                 if let Some(o) = out {
-                    s.spawn(move || termfilter::relay(o, std::io::stdout()));
+                    s.spawn(|| termfilter::relay(o, std::io::stdout(), &filter));
                 }
                 if let Some(e) = err {
-                    s.spawn(move || termfilter::relay(e, std::io::stderr()));
+                    s.spawn(|| termfilter::relay(e, std::io::stderr(), &filter));
                 }
                 child.wait()
             })

@@ -37,11 +37,16 @@ pub fn clean(dir: &Path, max_age: Duration, now: SystemTime) -> usize {
 
 /// Remove everything beneath the directory `fd` (opened without following links), never
 /// following a link on the way: a tree the agent could write is emptied in place.
+/// Directories are made writable first (0700: they are the user's own), so a `chmod 555` the
+/// agent left cannot keep entries in place.
 pub fn clear(fd: OwnedFd) -> usize {
     clean_dir(fd, i64::MAX, 0)
 }
 
 fn clean_dir(fd: OwnedFd, cutoff: i64, depth: usize) -> usize {
+    if cutoff == i64::MAX {
+        let _ = nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(0o700));
+    }
     let Ok(mut d) = Dir::from_fd(fd) else { return 0 };
     let names: Vec<CString> = d
         .iter()

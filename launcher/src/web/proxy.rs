@@ -214,9 +214,10 @@ fn access(req: &Request<Incoming>, password: &str, cookie: &str) -> (Access, boo
 ///
 /// `Host` must name this front on loopback (`127.0.0.1`, `localhost` or `[::1]` with its port):
 /// a page on another site that rebinds its own name to 127.0.0.1 sends its own name. `Origin`,
-/// where a browser sends it (every cross-site request that changes state, every WebSocket
-/// handshake), must be this front too; requests without one (curl, scripts) are not from a page.
-pub fn same_front(method: &hyper::Method, headers: &HeaderMap, port: u16) -> Result<(), String> {
+/// where a browser sends it (cross-origin fetches, every request that changes state, every
+/// WebSocket handshake), must be this front too; requests without one (curl, scripts) are not
+/// from a page.
+pub fn same_front(headers: &HeaderMap, port: u16) -> Result<(), String> {
     let ours = |authority: &str| {
         ["127.0.0.1", "localhost", "[::1]"]
             .iter()
@@ -226,20 +227,25 @@ pub fn same_front(method: &hyper::Method, headers: &HeaderMap, port: u16) -> Res
     if !ours(host) {
         return Err(format!("Host {host:?} is not this front (open http://127.0.0.1:{port}/)"));
     }
-    let changes = !matches!(*method, hyper::Method::GET | hyper::Method::HEAD | hyper::Method::OPTIONS);
-    if changes || is_upgrade(headers) {
-        if let Some(origin) = headers.get(header::ORIGIN) {
-            let o = origin.to_str().unwrap_or("");
-            if !o.strip_prefix("http://").is_some_and(ours) {
-                return Err(format!("Origin {o:?} is not this front: a request from another site"));
-            }
+    // Any Origin a browser sends must be this front. A page on another port of 127.0.0.1 is the
+    // same *site* (cookies do not tell ports apart), so `Sec-Fetch-Site` must say same-origin,
+    // or none, except for a top-level navigation (a link the user follows).
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let o = origin.to_str().unwrap_or("");
+        if !o.strip_prefix("http://").is_some_and(ours) {
+            return Err(format!("Origin {o:?} is not this front: a request from another site"));
         }
+    }
+    let fetch = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let site = fetch("sec-fetch-site");
+    if (site == "same-site" || site == "cross-site") && fetch("sec-fetch-mode") != "navigate" {
+        return Err(format!("a {site} request from another page (Sec-Fetch-Site)"));
     }
     Ok(())
 }
 
 async fn handle(req: Request<Incoming>, cfg: Arc<FrontConfig>) -> Result<Response<Body>, Infallible> {
-    if let Err(why) = same_front(req.method(), req.headers(), cfg.listen.port()) {
+    if let Err(why) = same_front(req.headers(), cfg.listen.port()) {
         cfg.log(format!("refused: {why}"));
         return Ok(full(
             StatusCode::FORBIDDEN,
@@ -252,6 +258,10 @@ async fn handle(req: Request<Incoming>, cfg: Arc<FrontConfig>) -> Result<Respons
         return Ok(unauthorized());
     }
     let mut resp = route(req, &cfg, access).await;
+    // Never inside another page's frame (clickjacking of the UI's own buttons).
+    let h = resp.headers_mut();
+    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    h.append(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("frame-ancestors 'none'"));
     if set_cookie {
         let c = format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", cfg.cookie);
         if let Ok(v) = HeaderValue::from_str(&c) {
@@ -482,27 +492,33 @@ mod tests {
             }
             m
         };
-        let get = hyper::Method::GET;
-        let post = hyper::Method::POST;
         for host in ["127.0.0.1:4196", "localhost:4196", "[::1]:4196", "LOCALHOST:4196"] {
-            assert!(same_front(&get, &h(&[("host", host)]), 4196).is_ok(), "{host}");
+            assert!(same_front(&h(&[("host", host)]), 4196).is_ok(), "{host}");
         }
         for host in ["attacker.example:4196", "127.0.0.1:80", "127.0.0.1", ""] {
-            assert!(same_front(&get, &h(&[("host", host)]), 4196).is_err(), "{host}");
+            assert!(same_front(&h(&[("host", host)]), 4196).is_err(), "{host}");
         }
         let ok = h(&[("host", "127.0.0.1:4196"), ("origin", "http://localhost:4196")]);
-        assert!(same_front(&post, &ok, 4196).is_ok());
+        assert!(same_front(&ok, 4196).is_ok());
         let evil = h(&[("host", "127.0.0.1:4196"), ("origin", "http://attacker.example")]);
-        assert!(same_front(&post, &evil, 4196).is_err());
-        assert!(same_front(&get, &evil, 4196).is_ok(), "a GET may come from a link");
+        assert!(same_front(&evil, 4196).is_err());
+        let sibling =
+            h(&[("host", "127.0.0.1:4196"), ("sec-fetch-site", "same-site"), ("sec-fetch-mode", "cors")]);
+        assert!(same_front(&sibling, 4196).is_err(), "a page on another port of 127.0.0.1");
+        let link = h(&[
+            ("host", "127.0.0.1:4196"),
+            ("sec-fetch-site", "cross-site"),
+            ("sec-fetch-mode", "navigate"),
+        ]);
+        assert!(same_front(&link, 4196).is_ok(), "following a link");
         let ws = h(&[
             ("host", "127.0.0.1:4196"),
             ("origin", "http://attacker.example"),
             ("connection", "Upgrade"),
             ("upgrade", "websocket"),
         ]);
-        assert!(same_front(&get, &ws, 4196).is_err(), "a WebSocket from another site");
-        assert!(same_front(&post, &h(&[("host", "127.0.0.1:4196")]), 4196).is_ok(), "no Origin: not a page");
+        assert!(same_front(&ws, 4196).is_err(), "a WebSocket from another site");
+        assert!(same_front(&h(&[("host", "127.0.0.1:4196")]), 4196).is_ok(), "no Origin: not a page");
     }
 
     #[test]

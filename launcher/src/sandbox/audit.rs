@@ -87,7 +87,12 @@ fn walk(root: &Path, out: &mut Walked) {
     while let Some(dir) = stack.pop() {
         let rd = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            // Gone, or a file named in `OCSB_RW`: nothing to walk.
+            Err(e)
+                if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) =>
+            {
+                continue;
+            }
             Err(_) => {
                 out.unreadable.push(dir);
                 continue;

@@ -162,7 +162,9 @@ pub struct ConfigFacts {
     pub sets_worktree: bool,
 }
 
-/// `core.hooksPath` and every config file (with include targets) git reads for `root`.
+/// `core.hooksPath` and every config file (with include targets) git reads for `root`. When git
+/// is missing or cannot read the config, nothing is added: the fixed names of the rule are held
+/// all the same, and a host without a working git has no git to obey a hooks path or include.
 pub fn config_facts(root: &Path, home: &Path) -> ConfigFacts {
     match git(root).args(["config", "--null", "--show-origin", "--list"]).stderr(Stdio::null()).output() {
         Ok(o) if o.status.success() => parse_config_list(&o.stdout, root, home),

@@ -47,6 +47,71 @@ fn other_projects_state_is_hidden() {
     has(&out, "own-state-writable", &err);
 }
 
+/// Hiding holds while the sandbox runs: with the real default `OCSB_HIDE_HOME`, the host logs
+/// in to `gh` (a hidden name missing at start), rewrites `~/.docker/config.json` and
+/// `~/.zsh_history` by rename, and replaces `~/.aws` (remove and recreate) — all after the
+/// sandbox started. None of it is readable inside; files that are not hidden still are.
+#[test]
+fn hidden_paths_stay_hidden_when_the_host_changes_them() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"mkdir -p "$HOME/.docker" "$HOME/.config/nvim"; echo old > "$HOME/.docker/config.json"; echo old > "$HOME/.zsh_history"
+        echo 'set nu' > "$HOME/.config/nvim/init.vim"; echo 'alias ll=ls' > "$HOME/.bashrc"
+        chown -R 1990 "$HOME/.docker" "$HOME/.config" "$HOME/.zsh_history" "$HOME/.bashrc"
+        U "$OCSB" exec -- sh -c "sleep 2; for f in .config/gh/hosts.yml .docker/config.json .zsh_history .aws/credentials; do \
+             printf '%s=%s\n' \$f \"\$(cat $HOME/\$f 2>/dev/null | tr -d '\n')\"; done; \
+           cat $HOME/.config/nvim/init.vim $HOME/.bashrc; touch $HOME/.config/gh 2>/dev/null || echo gh-not-creatable" </dev/null 2>x.err &
+        sleep 1
+        mkdir -p "$HOME/.config/gh"; echo ghtoken > "$HOME/.config/gh/hosts.yml"
+        echo LOGIN > "$HOME/.docker/c.new"; mv "$HOME/.docker/c.new" "$HOME/.docker/config.json"
+        echo PASTED > "$HOME/h.new"; mv "$HOME/h.new" "$HOME/.zsh_history"
+        rm -rf "$HOME/.aws"; mkdir "$HOME/.aws"; echo NEWKEY > "$HOME/.aws/credentials"
+        wait; cat x.err >&2; rm -f x.err
+        echo "host $(cat "$HOME/.docker/config.json") $(cat "$HOME/.config/gh/hosts.yml")""#,
+    );
+    for line in [".config/gh/hosts.yml=", ".docker/config.json=", ".zsh_history=", ".aws/credentials="] {
+        has(&out, line, &err);
+    }
+    for leaked in ["=ghtoken", "=LOGIN", "=PASTED", "=NEWKEY", "=old", "=SECRET"] {
+        assert!(!out.contains(leaked), "{leaked} readable inside:\n{out}\n{err}");
+    }
+    has(&out, "set nu", &err);
+    has(&out, "alias ll=ls", &err);
+    has(&out, "gh-not-creatable", &err);
+    has(&out, "host LOGIN ghtoken", &err);
+}
+
+/// Toolchain caches hold code the host runs later (a crate's build script, a pre-commit hook
+/// repository): the agent gets the project's own copy of each, warm across its sessions, and
+/// the host's stays as it was. Installed programs (`.asdf`) run but cannot be changed; a
+/// directory the user adds to `OCSB_RW_HOME` is writable through, as asked.
+#[test]
+fn toolchain_caches_do_not_carry_code_back_to_the_host() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"B=.cargo/registry/src/idx/foo-1.0/build.rs; H=.cache/pre-commit/repo1/hook.sh
+        mkdir -p "$HOME/${B%/*}" "$HOME/${H%/*}" "$HOME/.asdf/shims" "$HOME/.mytool"
+        echo host > "$HOME/$B"; echo hook > "$HOME/$H"; echo 0 > "$HOME/.mytool/state"
+        printf '#!/bin/sh\necho host-node\n' > "$HOME/.asdf/shims/node"; chmod +x "$HOME/.asdf/shims/node"
+        chown -R 1990 "$HOME/.cargo" "$HOME/.cache" "$HOME/.asdf" "$HOME/.mytool"
+        mkdir -p .opencode-sandbox/local; echo 'OCSB_RW_HOME+=(.mytool)' > .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox/local
+        X "cat ~/$B 2>/dev/null || echo cold; mkdir -p ~/${B%/*} ~/${H%/*} && echo PLANT > ~/$B && echo PLANT > ~/$H && echo cache-writable; \
+           echo PLANT > ~/.asdf/shims/node 2>/dev/null || echo asdf-read-only; ~/.asdf/shims/node; echo 1 > ~/.mytool/state" 2>/dev/null
+        X "echo second \$(cat ~/$B)" 2>/dev/null
+        echo "host $(cat "$HOME/$B") $(cat "$HOME/$H") $(cat "$HOME/.mytool/state") $(grep -c PLANT "$HOME/.asdf/shims/node")"
+        echo "own $(cat "$HOME/.local/share/opencode-sandbox/proj/home-caches/.cargo+registry/src/idx/foo-1.0/build.rs")""#,
+    );
+    has(&out, "cold", &err);
+    has(&out, "cache-writable", &err);
+    has(&out, "asdf-read-only", &err);
+    has(&out, "host-node", &err);
+    has(&out, "second PLANT", &err); // warm across the project's sessions
+    has(&out, "host host hook 1 0", &err);
+    has(&out, "own PLANT", &err);
+}
+
 /// Outside a repository the current directory would become the project: from `~` (or above)
 /// `ocsb exec` refuses and says where to go; nothing is written.
 #[test]

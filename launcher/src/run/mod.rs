@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use ocsb_policy::settings::{NetlockAcquire, Settings};
+use ocsb_policy::settings::{CacheUse, NetlockAcquire, Settings};
 
 use crate::error::{Error, Result};
 use crate::project::Project;
@@ -88,13 +88,22 @@ pub fn spec(
     // writable on top (a deeper mount comes later in the plan).
     hide.push(project.home.join(".local/share/opencode-sandbox"));
     let wt = s.worktrees_dir();
+    let (mut rw_home, mut caches) = (Vec::new(), Vec::new());
+    for (dir, usage) in s.home_dirs() {
+        match usage {
+            CacheUse::Shared => rw_home.push(dir),
+            CacheUse::Private(name) => caches.push((dir, state.join(state::CACHES).join(name))),
+            CacheUse::ReadOnly => {}
+        }
+    }
     SandboxSpec {
         project_dir: project.checkout.clone(),
         state_dir: state,
         home: project.home.clone(),
         worktrees_dir: wt.is_dir().then_some(wt),
         rw: s.rw(),
-        rw_home: s.rw_home(),
+        rw_home,
+        caches,
         hide,
         hide_home: s.hide_home(),
         tmp: if s.tmp_private() { TmpMode::Private } else { TmpMode::Shared },
@@ -151,6 +160,7 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
     let state = s.state_dir();
     let sd = StateDir::open(&state)?;
     state::ensure_private(&sd)?;
+    state::ensure_caches(&sd, s)?;
 
     // 1. The egress filter.
     let inst = crate::egress_cmd::instance(project)?;
@@ -300,6 +310,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     let state = s.state_dir();
     let sd = StateDir::open(&state)?;
     let created = state::ensure_private(&sd)?;
+    state::ensure_caches(&sd, s)?;
     let _lock = state::lock(&sd)?;
     let web_addr = SocketAddr::from(([127, 0, 0, 1], s.web_port()));
     let oc_addr = SocketAddr::from(([127, 0, 0, 1], s.opencode_port()));
@@ -312,7 +323,13 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     let password = state::password(&sd)?;
     // OpenCode's own secret, for a user who opens its port directly (no panel). It changes every
     // run and is not the web password: the agent can read OpenCode's environment.
-    sd.write(Path::new(state::OPENCODE_PASSWORD), format!("{}\n", setup.server_secret).as_bytes(), 0o600)?;
+    // Rewritten in place, not replaced by rename: a sandbox of this project that is already
+    // running masks the file's directory entry, and a rename would detach that mask.
+    state::rewrite_private(
+        &sd,
+        Path::new(state::OPENCODE_PASSWORD),
+        format!("{}\n", setup.server_secret).as_bytes(),
+    )?;
     let panel_log = match sd.append(Path::new(web::panel_log::PATH)) {
         Ok(f) => {
             // One start writes a few lines; a log past 1 MiB is from long ago.

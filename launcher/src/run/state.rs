@@ -46,6 +46,31 @@ pub fn ensure_private(sd: &StateDir) -> Result<bool> {
     })
 }
 
+/// The project's own toolchain caches (`OCSB_CACHES=private`), relative to the state directory.
+pub const CACHES: &str = "home-caches";
+
+/// The project's own copy of each default cache that exists on the host, made (or, where a
+/// sandbox left a link or a file in its place, remade) without following links, so the mount
+/// that puts it over `~/.cache` can only ever be this directory.
+pub fn ensure_caches(sd: &StateDir, settings: &ocsb_policy::settings::Settings) -> Result<()> {
+    for (dir, usage) in settings.home_dirs() {
+        if let ocsb_policy::settings::CacheUse::Private(name) = usage
+            && dir.is_dir()
+        {
+            sd.dir(&Path::new(CACHES).join(name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Replace the contents of the private file `rel` in place (see [`ensure_private`]).
+pub fn rewrite_private(sd: &StateDir, rel: &Path, data: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut f = sd.open_private(rel)?;
+    let path = sd.path().join(rel);
+    f.set_len(0).and_then(|()| f.write_all(data)).map_err(|e| Error::io("write", &path, e))
+}
+
 /// The web password, read without following links (see [`ensure_private`]).
 pub fn password(sd: &StateDir) -> Result<String> {
     let text = sd.read_private(Path::new("password"))?;

@@ -23,6 +23,7 @@ pub mod netlock;
 pub mod plan;
 pub mod pty;
 pub mod seccomp;
+pub mod snapshot;
 pub mod spec;
 pub mod stage2;
 pub mod status;

@@ -21,6 +21,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::error::{Error, Result};
+use super::snapshot;
 use super::spec::{DISABLED_PROGRAMS, DOCKER_SOCKETS, SandboxSpec, TmpMode, ssh_entry_visible};
 use ocsb_policy::guard::{Access as GuardAccess, Protection};
 
@@ -124,7 +125,6 @@ pub enum Op {
     },
 }
 
-#[cfg(test)]
 impl Op {
     pub fn dst(&self) -> &Path {
         match self {
@@ -257,6 +257,69 @@ impl Builder<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// The project's own copy `own` mounted writable over the host cache `dir`, so builds keep a
+    /// warm cache while nothing the agent writes there reaches the host's builds.
+    fn private_cache(&mut self, dir: &Path, own: &Path) -> Result<()> {
+        absolute(dir, "cache directory")?;
+        if self.fs.kind(dir) == Kind::Missing {
+            return Ok(());
+        }
+        let dst = self.canonical(dir)?;
+        if self.fs.kind(&dst) != Kind::Dir || self.fs.kind(own) != Kind::Dir {
+            self.plan.warnings.push(format!(
+                "{} (or its private copy {}) is not a directory; not mounted",
+                dir.display(),
+                own.display()
+            ));
+            return Ok(());
+        }
+        self.plan.writable.push(dst.clone());
+        self.layered.push((
+            depth(&dst),
+            0,
+            Op::Bind { src: own.to_path_buf(), dst, access: Access::Rw, dir: true },
+        ));
+        Ok(())
+    }
+
+    /// Rebuild the home's directories that hold hidden names as sealed tmpfs with the host's
+    /// entries at start bound back (see [`snapshot`]), so the masks cannot be detached by the
+    /// host renaming over them and names created later stay absent.
+    fn snapshots(&mut self, home: &Path, hidden: &[(PathBuf, &str)]) -> Result<()> {
+        let Ok(home) = self.fs.canonicalize(home) else { return Ok(()) };
+        if self.not_in_tree(&home) {
+            return Ok(());
+        }
+        let names: Vec<PathBuf> = hidden.iter().map(|(p, _)| p.clone()).collect();
+        let dirs = snapshot::dirs(self.fs, &home, &names, &self.plan.writable);
+        let mut skip: BTreeSet<PathBuf> =
+            self.layered.iter().map(|(_, _, op)| op.dst().to_path_buf()).collect();
+        skip.extend(names.iter().cloned());
+        skip.extend(names.iter().filter_map(|p| self.fs.canonicalize(p).ok()));
+        for d in &dirs {
+            self.layered.push((
+                depth(d),
+                1,
+                Op::Tmpfs { dst: d.clone(), mode: 0o755, size: Some(1 << 20), seal: true },
+            ));
+            for name in self.fs.read_dir(d).map_err(|e| Error::io("list", d, e))? {
+                let p = d.join(&name);
+                if dirs.contains(&p) || skip.contains(&p) {
+                    continue;
+                }
+                let op = match snapshot::entry(self.fs, &p) {
+                    snapshot::Entry::Bind { dir } => {
+                        Op::Bind { src: p.clone(), dst: p, access: Access::Ro, dir }
+                    }
+                    snapshot::Entry::Link(target) => Op::Symlink { dst: p, target },
+                    snapshot::Entry::Skip => continue,
+                };
+                self.layered.push((depth(op.dst()), 0, op));
+            }
+        }
+        Ok(())
     }
 
     fn under_hidden(&self, p: &Path) -> bool {
@@ -490,6 +553,9 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
             b.writable(p, "OCSB_RW_HOME entry")?;
         }
     }
+    for (dir, own) in &spec.caches {
+        b.private_cache(dir, own)?;
+    }
     let mut hidden: Vec<(PathBuf, &str)> = Vec::new();
     hidden.extend(spec.hide.iter().map(|p| (p.clone(), "OCSB_HIDE entry")));
     hidden.extend(spec.hide_home.iter().map(|p| (p.clone(), "OCSB_HIDE_HOME entry")));
@@ -527,6 +593,7 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
             }
         }
     }
+    b.snapshots(&spec.home, &hidden)?;
     for (p, what) in hidden {
         if b.not_in_tree(&p) {
             continue;
@@ -719,6 +786,7 @@ mod tests {
             worktrees_dir: Some("/home/u/p-worktrees".into()),
             rw: vec![],
             rw_home: vec!["/home/u/.cache".into(), "/home/u/.npm".into()],
+            caches: vec![],
             hide: vec![],
             hide_home: vec!["/home/u/.aws".into(), "/home/u/.kube/config".into()],
             tmp: TmpMode::Private,
@@ -826,6 +894,84 @@ mod tests {
         }
         // hiding happens after the home's read-only bind
         assert!(pos(&plan, "/home") < pos(&plan, "/home/u/.aws"));
+    }
+
+    #[test]
+    fn directories_holding_hidden_names_are_snapshots() {
+        let fs = host()
+            .with("/home/u/.bashrc", Kind::File)
+            .link("/home/u/.vimrc", "dotfiles/vimrc")
+            .with("/home/u/.config", Kind::Dir)
+            .with("/home/u/.config/nvim", Kind::Dir)
+            .with("/home/u/.docker", Kind::Dir)
+            .with("/home/u/.docker/config.json", Kind::File)
+            .with("/home/u/.docker/contexts", Kind::Dir)
+            .with("/home/u/mux.sock", Kind::Special)
+            .with("/home/u/p/.env", Kind::File);
+        let mut s = spec();
+        s.hide_home.extend(["/home/u/.config/gh".into(), "/home/u/.docker/config.json".into()]);
+        s.hide.push("/home/u/p/.env".into());
+        let plan = build(&s, &fs).unwrap();
+        let tmpfs = |p: &str| matches!(plan.ops[pos(&plan, p)], Op::Tmpfs { seal: true, .. });
+        let ro = |p: &str| matches!(plan.ops[pos(&plan, p)], Op::Bind { access: Access::Ro, .. });
+        let absent = |p: &str| !plan.ops.iter().any(|o| o.dst() == Path::new(p));
+        // The home holds .aws and .kube (missing): a fresh tmpfs after the read-only /home.
+        assert!(tmpfs("/home/u") && pos(&plan, "/home") < pos(&plan, "/home/u"));
+        for entry in ["/home/u/.bashrc", "/home/u/.local", "/home/u/.config/nvim", "/home/u/.docker/contexts"]
+        {
+            assert!(ro(entry), "{entry} bound back read-only");
+        }
+        assert!(
+            plan.ops.contains(&Op::Symlink { dst: "/home/u/.vimrc".into(), target: "dotfiles/vimrc".into() })
+        );
+        // A hidden name's directory is a snapshot (the host renaming over the file or creating
+        // the missing name changes nothing inside), the hidden name is masked or absent.
+        assert!(tmpfs("/home/u/.config") && absent("/home/u/.config/gh"));
+        assert!(tmpfs("/home/u/.docker"));
+        let mask = pos(&plan, "/home/u/.docker/config.json");
+        assert!(matches!(plan.ops[mask], Op::Mask { .. }) && mask > pos(&plan, "/home/u/.docker"));
+        assert!(tmpfs("/home/u/.aws") && absent("/home/u/.kube"));
+        assert!(absent("/home/u/mux.sock"), "sockets in the home are not passed");
+        // Writable roots keep their single writable bind; the project is not rebuilt, so a
+        // hidden name inside it is masked in place.
+        let cache: Vec<_> = plan.ops.iter().filter(|o| o.dst() == Path::new("/home/u/.cache")).collect();
+        assert!(matches!(cache[..], [Op::Bind { access: Access::Rw, .. }]), "{cache:?}");
+        assert!(matches!(plan.ops[pos(&plan, "/home/u/p")], Op::Bind { access: Access::Rw, .. }));
+        assert!(matches!(plan.ops[pos(&plan, "/home/u/p/.env")], Op::Mask { .. }));
+        // .ssh keeps its own filtered view; the state dir's parents are rebuilt only above it.
+        assert!(tmpfs("/home/u/.ssh") && ro("/home/u/.ssh/config"));
+        assert!(pos(&plan, "/home/u") < pos(&plan, "/home/u/.local/share/ocsb/p"));
+    }
+
+    #[test]
+    fn private_caches_replace_the_host_directory() {
+        let own = "/home/u/.local/share/ocsb/p/home-caches";
+        let fs = host()
+            .with("/home/u/.m2", Kind::Dir)
+            .with("/home/u/.m2/repository", Kind::Dir)
+            .with("/home/u/.local/share/ocsb/p/home-caches", Kind::Dir)
+            .with("/home/u/.local/share/ocsb/p/home-caches/.m2+repository", Kind::Dir);
+        let mut s = spec();
+        s.rw_home.clear();
+        s.caches = vec![
+            ("/home/u/.m2/repository".into(), format!("{own}/.m2+repository").into()),
+            ("/home/u/go/pkg/mod".into(), format!("{own}/go+pkg+mod").into()),
+        ];
+        let plan = build(&s, &fs).unwrap();
+        let m2: Vec<_> = plan.ops.iter().filter(|o| o.dst() == Path::new("/home/u/.m2/repository")).collect();
+        assert_eq!(
+            m2,
+            [&Op::Bind {
+                src: format!("{own}/.m2+repository").into(),
+                dst: "/home/u/.m2/repository".into(),
+                access: Access::Rw,
+                dir: true
+            }],
+            "the project's own copy, never the host's"
+        );
+        assert!(plan.writable.contains(&PathBuf::from("/home/u/.m2/repository")));
+        assert!(pos(&plan, "/home/u/.m2") < pos(&plan, "/home/u/.m2/repository"));
+        assert!(!plan.ops.iter().any(|o| o.dst().starts_with("/home/u/go")), "missing on the host: skipped");
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub struct SandboxSpec {
     pub rw: Vec<PathBuf>,
     /// `OCSB_RW_HOME`, already joined to `home`: writable when they exist.
     pub rw_home: Vec<PathBuf>,
+    /// The project's own caches: (host directory, its private replacement in the state
+    /// directory). Mounted in place of the host directory when that exists.
+    #[serde(default)]
+    pub caches: Vec<(PathBuf, PathBuf)>,
     /// `OCSB_HIDE`: hidden paths (empty directory or empty file in their place).
     pub hide: Vec<PathBuf>,
     /// `OCSB_HIDE_HOME`, already joined to `home`.

@@ -125,6 +125,18 @@ impl fmt::Display for Layer {
     }
 }
 
+/// How the sandbox sees one `OCSB_RW_HOME` directory ([`Settings::home_dirs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheUse {
+    /// The host's directory, writable: what the agent writes there the host later reads.
+    Shared,
+    /// The project's own directory in its state directory (this name under `home-caches/`),
+    /// mounted in its place: warm across the project's sessions, never seen by the host.
+    Private(String),
+    /// The host's directory, read-only.
+    ReadOnly,
+}
+
 /// A setting's value: one string, or a bash array.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
@@ -341,6 +353,28 @@ impl Settings {
     /// `OCSB_RW_HOME` joined to HOME (the launcher mounts only those that exist).
     pub fn rw_home(&self) -> Vec<PathBuf> {
         self.array("OCSB_RW_HOME").iter().map(|p| self.home.join(p)).collect()
+    }
+
+    /// `OCSB_RW_HOME` joined to HOME, each with what the sandbox does with it (see
+    /// [`schema::RW_HOME`]): with `OCSB_CACHES=private` an entry of the package's default list
+    /// is the project's own copy ([`CacheUse::Private`]) or, for installed programs, read-only;
+    /// an entry a layer adds is writable through, as asked.
+    pub fn home_dirs(&self) -> Vec<(PathBuf, CacheUse)> {
+        let private = self.scalar("OCSB_CACHES") != "shared";
+        self.array("OCSB_RW_HOME")
+            .iter()
+            .map(|rel| {
+                let default = RW_HOME.iter().any(|(d, _)| d == rel);
+                let usage = if !private || !default {
+                    CacheUse::Shared
+                } else if schema::RUN_FROM.contains(&rel.as_str()) {
+                    CacheUse::ReadOnly
+                } else {
+                    CacheUse::Private(rel.replace('/', "+"))
+                };
+                (self.home.join(rel), usage)
+            })
+            .collect()
     }
 
     /// `OCSB_HIDE_HOME` joined to HOME.

@@ -117,6 +117,8 @@ pub static SCHEMA: &[Spec] = &[
     spec("OCSB_HIDE", Array, D::List(&[]), "()", C::NonEmpty, Paths::Project, "extra hidden paths"),
     spec("OCSB_RW_HOME", Array, D::Documented(RW_HOME), ".cache .npm .asdf .bundle .gem …", C::HomeRelative,
         Paths::Home, "writable toolchain directories in ~ (if they exist)"),
+    spec("OCSB_CACHES", Scalar, D::Str("private"), "private", C::OneOf(&["private", "shared"]), Paths::No,
+        "private: the default OCSB_RW_HOME caches are the project's own and .asdf, .gem read-only; shared: the agent writes to yours"),
     spec("OCSB_HIDE_HOME", Array, D::Documented(HIDE_HOME), ".gnupg .aws .kube/config .claude …",
         C::HomeRelative, Paths::Home, "hidden paths in ~"),
     spec("OCSB_SKILLS", Array, D::List(&["opencode-sandbox"]), "(opencode-sandbox)", C::SkillName, Paths::No,
@@ -164,14 +166,17 @@ pub static SCHEMA: &[Spec] = &[
 /// These are download caches and package stores that builds inside the sandbox fill. A writable
 /// directory that the host later *executes from* is a way to plant code outside the sandbox, so
 /// binaries and toolchains the host runs on every call (`.cargo/bin`, `.rustup`, `.local/bin`)
-/// are deliberately absent; `.asdf` and `.gem` are in the seed's list and kept, as a convenience
-/// the seed chose (the security model contains mistakes, not a determined attacker).
+/// are deliberately absent. The caches themselves hold code the host runs later too (a build
+/// script in `.cargo/registry/src`, a hook repository in `.cache/pre-commit`, pnpm's store
+/// hard-linked into every project), so with `OCSB_CACHES=private` (the default) the sandbox gets
+/// the project's own copy of each ([`CacheUse`]); `.asdf` and `.gem`, in the seed's list, hold
+/// installed programs and stay visible read-only.
 pub static RW_HOME: &[(&str, &str)] = &[
     (".cache", "XDG cache: pip, uv, go-build, node-gyp, Playwright browsers, …"),
     (".npm", "npm's download cache"),
-    (".asdf", "asdf installs runtime versions on demand (seed default)"),
+    (".asdf", "asdf installs runtime versions on demand (seed default; read-only unless OCSB_CACHES=shared)"),
     (".bundle", "Bundler cache and config"),
-    (".gem", "RubyGems user installs (seed default)"),
+    (".gem", "RubyGems user installs (seed default; read-only unless OCSB_CACHES=shared)"),
     (".cargo/registry", "crates downloaded by cargo (not .cargo/bin or credentials)"),
     (".cargo/git", "git dependencies checked out by cargo"),
     (".m2/repository", "Maven's local repository (not settings.xml, which holds passwords)"),
@@ -187,6 +192,10 @@ pub static RW_HOME: &[(&str, &str)] = &[
     (".ivy2/cache", "Ivy/sbt dependency cache"),
     (".cabal/packages", "Haskell cabal package downloads"),
 ];
+
+/// Default `OCSB_RW_HOME` entries that hold programs the host runs (runtimes, shims, gems):
+/// with private caches they are read-only, so the agent can use them but change nothing.
+pub const RUN_FROM: &[&str] = &[".asdf", ".gem"];
 
 /// Default hidden paths under HOME: what an agent must not read.
 ///

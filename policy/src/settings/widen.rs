@@ -47,6 +47,11 @@ const WATCHED: &[(&str, Rule, &str)] = &[
     ("OCSB_DOCKER", Rule::Becomes("1"), "the Docker socket can mount any host path"),
     ("OCSB_RW", Rule::Added, "makes a host path writable for the agent"),
     ("OCSB_RW_HOME", Rule::Added, "makes a directory in your home writable for the agent"),
+    (
+        "OCSB_CACHES",
+        Rule::Becomes("shared"),
+        "the agent writes into caches your own builds and tools run code from",
+    ),
     ("OCSB_HIDE", Rule::Removed, "un-hides a path"),
     ("OCSB_HIDE_HOME", Rule::Removed, "un-hides a credential or profile in your home"),
     ("OCSB_STATE_DIR", Rule::Changed, "moves a writable directory, which may be another project's state"),
@@ -167,13 +172,19 @@ mod tests {
             &i,
             "sandbox.conf",
             "OCSB_SANDBOX=0\nOCSB_TMP=shared\nOCSB_RW=(~/notes)\nOCSB_HIDE_HOME=(.gnupg)\n\
-             OCSB_ENV_FILE=~/.aws/credentials\nOCSB_RW_TOOL_FILES=(.envrc)\n",
+             OCSB_ENV_FILE=~/.aws/credentials\nOCSB_RW_TOOL_FILES=(.envrc)\nOCSB_CACHES=shared\n",
         );
         let w = project_widenings(&i).unwrap();
         let names: Vec<&str> = w.iter().map(|w| w.name).collect();
-        for n in
-            ["OCSB_SANDBOX", "OCSB_TMP", "OCSB_RW", "OCSB_HIDE_HOME", "OCSB_ENV_FILE", "OCSB_RW_TOOL_FILES"]
-        {
+        for n in [
+            "OCSB_SANDBOX",
+            "OCSB_TMP",
+            "OCSB_RW",
+            "OCSB_HIDE_HOME",
+            "OCSB_ENV_FILE",
+            "OCSB_RW_TOOL_FILES",
+            "OCSB_CACHES",
+        ] {
             assert!(names.contains(&n), "{n} missing from {w:?}");
         }
         let rw = w.iter().find(|w| w.name == "OCSB_RW").unwrap();

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use super::{Fixture, a, where_};
 use crate::Error;
 use crate::settings::print::{quote, render};
-use crate::settings::{EgressBackend, Layer, NetlockAcquire, SCHEMA, TmpMode};
+use crate::settings::{CacheUse, EgressBackend, Layer, NetlockAcquire, SCHEMA, TmpMode};
 
 #[test]
 fn settings_defaults_without_any_file() {
@@ -46,6 +46,12 @@ fn settings_defaults_without_any_file() {
     {
         assert!(st.hide_home().contains(&f.home().join(seed)), "{seed} in OCSB_HIDE_HOME");
     }
+    // The default caches are the project's own, installed programs read-only.
+    let usage =
+        |rel: &str| st.home_dirs().into_iter().find(|(p, _)| p == &f.home().join(rel)).map(|(_, u)| u);
+    assert_eq!(usage(".cache"), Some(CacheUse::Private(".cache".into())));
+    assert_eq!(usage(".cargo/registry"), Some(CacheUse::Private(".cargo+registry".into())));
+    assert_eq!(usage(".asdf"), Some(CacheUse::ReadOnly));
     // Nothing the host executes from is writable by default.
     for never in [".cargo/bin", ".rustup", ".local/bin", ".ssh", ".config"] {
         assert!(!st.array("OCSB_RW_HOME").iter().any(|p| p == never), "{never} must not be writable");
@@ -235,6 +241,12 @@ fn settings_path_resolution() {
     assert_eq!(st.rw_home(), vec![h.join(".cache"), h.join(".npm")]);
     // The *_HOME lists keep their relative form in the value.
     assert_eq!(st.get("OCSB_RW_HOME").expect("set").value, a(&[".cache", ".npm"]));
+    // An entry a layer adds is shared as asked; `OCSB_CACHES=shared` shares the defaults too.
+    let st = f.load_project("OCSB_RW_HOME+=(.mytool)\n").expect("loads");
+    assert!(st.home_dirs().contains(&(h.join(".mytool"), CacheUse::Shared)));
+    assert!(st.home_dirs().contains(&(h.join(".npm"), CacheUse::Private(".npm".into()))));
+    let st = f.load_project("OCSB_CACHES=shared\n").expect("loads");
+    assert!(st.home_dirs().iter().all(|(_, u)| *u == CacheUse::Shared));
     // Non-path settings are not touched.
     let st = f.load_project("OCSB_WT_PREFIX=rel\nOCSB_SKILLS=(x)").expect("loads");
     assert_eq!(st.wt_prefix(), "rel");

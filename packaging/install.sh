@@ -143,6 +143,18 @@ do_install() {
             *) install -m "$mode" "$f" "$D$dest" ;;
         esac
     done
+    # The set-gid shim grants nothing only while the group owns nothing else (`ocsb doctor`
+    # checks the same trees: netlock-group-files).
+    if [ -z "$D" ]; then
+        owned=$(find /etc /usr /opt /srv /var/lib /boot -xdev -group "$GROUP" \
+            ! -path "$LIBEXECDIR/ocsb/ocsb-netlock-exec" 2>/dev/null | head -n 10)
+        if [ -n "$owned" ]; then
+            echo "install.sh: the group $GROUP owns files besides the shim; every sandbox runs as that" >&2
+            echo "install.sh: group and could use them. Fix: chgrp root each of:" >&2
+            echo "$owned" | sed 's/^/  /' >&2
+            exit 1
+        fi
+    fi
     if systemd_pid1; then
         systemctl daemon-reload
         systemctl enable --now ocsb-netlock.service

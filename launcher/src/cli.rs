@@ -20,7 +20,8 @@ Exit status:
     long_about = "Let OpenCode work on your project with full permissions (no \"allow this path?\" \
                   prompts) while its mistakes stay inside a sandbox: namespaces, landlock and seccomp \
                   for the filesystem, an egress filter for HTTP(S), and an nftables netlock that \
-                  rejects everything that bypasses the filter.",
+                  rejects everything the agent's processes send around the filter (with \
+                  OCSB_DOCKER=1, not what Docker containers send).",
     after_help = EXIT_CODES,
     propagate_version = true
 )]

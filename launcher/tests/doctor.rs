@@ -263,6 +263,34 @@ fn missing_group() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("netlock-group"), "{}", show(&o));
 }
 
+/// The set-gid shim grants nothing only while the group owns nothing: a file of the group in a
+/// system tree (here in a private /srv) is named, with the fix; without it the check passes.
+#[test]
+fn a_file_of_the_netlock_group_in_a_system_tree_fails() {
+    let mut lab = Lab::new();
+    group_gid(GROUP);
+    let o = lab.doctor(&[]);
+    assert!(
+        line(&stdout(&o), "netlock-group-files").starts_with("ok   netlock-group-files: "),
+        "{}",
+        show(&o)
+    );
+    lab.setup = format!(
+        "mount -t tmpfs tmpfs /srv; mkdir /srv/tool; touch /srv/tool/cache; chgrp {GROUP} /srv/tool/cache"
+    );
+    let o = lab.doctor(&[]);
+    assert_eq!(
+        line(&stdout(&o), "netlock-group-files"),
+        format!(
+            "fail netlock-group-files: the group {GROUP} owns /srv/tool/cache: every sandbox runs as that group \
+             and can use them; fix: sudo chgrp root /srv/tool/cache (the group must own nothing but the shim)"
+        ),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(o.status.code(), Some(1));
+}
+
 #[test]
 fn no_helper_status_file() {
     let lab = Lab::new();

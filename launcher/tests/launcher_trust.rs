@@ -82,6 +82,33 @@ fn hidden_paths_stay_hidden_when_the_host_changes_them() {
     has(&out, "host LOGIN ghtoken", &err);
 }
 
+/// The same through the homes people have: a hidden name that is a dotfiles link whose target
+/// the host creates later, a `~/.config` with 1,200 entries and 300 long symlinks, a root-owned
+/// `~/.docker` the user cannot list (left by `sudo docker login`). The sandbox starts, the late
+/// secret is not readable, the entries are all there.
+#[test]
+fn hiding_holds_in_large_and_linked_homes() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"mkdir -p "$HOME/.config" "$HOME/dotfiles/kube" "$HOME/.kube" "$HOME/.docker"; chmod 700 "$HOME/.docker"
+        ln -s ../dotfiles/kube/config "$HOME/.kube/config"
+        L=$(printf 'x%.0s' $(seq 1 200)); i=0; while [ $i -lt 1200 ]; do : > "$HOME/.config/f$i"; i=$((i+1)); done
+        i=0; while [ $i -lt 300 ]; do ln -s "/$L/$i" "$HOME/.config/l$i"; i=$((i+1)); done
+        chown -R 1990 "$HOME/.config" "$HOME/dotfiles" "$HOME/.kube"
+        U "$OCSB" exec -- sh -c "sleep 2; cat $HOME/dotfiles/kube/config 2>/dev/null || echo no-kube; \
+           echo entries \$(ls -A $HOME/.config | wc -l); readlink $HOME/.config/l299 | grep -c 299" </dev/null 2>x.err &
+        sleep 1; echo KUBESECRET > "$HOME/dotfiles/kube/config"
+        wait; cat x.err >&2; rm -f x.err
+        ln -s "$HOME" "$HOME.link"; HOME="$HOME.link" X "touch $HOME.link/.cache/x 2>/dev/null; echo linked-home" 2>&1"#,
+    );
+    has(&out, "linked-home", &err);
+    has(&out, "no-kube", &err);
+    assert!(!out.contains("KUBESECRET"), "{out}\n{err}");
+    has(&out, "entries 1500", &err);
+    has(&out, "1", &err);
+}
+
 /// Toolchain caches hold code the host runs later (a crate's build script, a pre-commit hook
 /// repository): the agent gets the project's own copy of each, warm across its sessions, and
 /// the host's stays as it was. Installed programs (`.asdf`) run but cannot be changed; a

@@ -251,6 +251,14 @@ fn e32_socket_families() {
     assert_eq!(w.probe(&["socket", "0x100000010", "3"]), "ERR EPERM");
     assert_eq!(w.probe(&["socket", "1", "1"]), "OK", "AF_UNIX");
     assert_eq!(w.probe(&["socket", "2", "2"]), "OK", "AF_INET");
+    // INET protocols whose traffic the netlock does not see: MPTCP (the control shows the
+    // kernel has it) and SMC.
+    assert_eq!(w.probe_outside(&["socket", "2", "1", "262"]), "OK", "control: MPTCP outside");
+    for proto in ["262", "256"] {
+        assert_eq!(w.probe(&["socket", "2", "1", proto]), "ERR EPERM", "protocol {proto}");
+        assert_eq!(w.probe(&["socket", "10", "1", proto]), "ERR EPERM", "protocol {proto}, IPv6");
+    }
+    assert_eq!(w.probe(&["socket", "2", "1", "6"]), "OK", "IPPROTO_TCP");
 }
 
 #[test]

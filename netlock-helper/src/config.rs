@@ -32,14 +32,16 @@ pub struct Config {
     pub dns: Dns,
 }
 
-/// Which DNS servers a locked process may reach on port 53 (loopback is always reachable).
+/// Which DNS servers a locked process may reach on port 53.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Dns {
     /// The `nameserver` lines of /etc/resolv.conf, followed when the file changes.
     #[default]
     ResolvConf,
-    /// No DNS server besides loopback: both sets stay empty.
+    /// No DNS at all: both sets stay empty and port 53 is closed on loopback too, so a local
+    /// resolver (systemd-resolved, dnsmasq) is no way out either; names are resolved by the
+    /// egress filter, which runs outside the group.
     None,
     /// A fixed list, written by the admin: `dns = { static = ["192.0.2.53"] }`.
     Static(Vec<IpAddr>),
@@ -120,7 +122,7 @@ impl Config {
             Dns::Static(list) => list.clone(),
             Dns::ResolvConf => resolv::read(RESOLV_PATH)?,
         };
-        Ok(Model::new(gid, &servers))
+        Ok(Model::new(gid, &servers, self.dns == Dns::None))
     }
 }
 

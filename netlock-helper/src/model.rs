@@ -13,10 +13,13 @@ pub struct Model {
     pub gid: u32,
     pub dns4: Vec<Ipv4Addr>,
     pub dns6: Vec<Ipv6Addr>,
+    /// `dns = "none"`: port 53 is closed on loopback too (a local resolver such as
+    /// systemd-resolved or dnsmasq forwards anything, so it is as good as a remote one).
+    pub no_dns: bool,
 }
 
 impl Model {
-    pub fn new(gid: u32, servers: &[IpAddr]) -> Model {
+    pub fn new(gid: u32, servers: &[IpAddr], no_dns: bool) -> Model {
         let mut dns4 = Vec::new();
         let mut dns6 = Vec::new();
         for a in servers {
@@ -29,7 +32,7 @@ impl Model {
         dns4.dedup();
         dns6.sort();
         dns6.dedup();
-        Model { gid, dns4, dns6 }
+        Model { gid, dns4, dns6, no_dns }
     }
 
     /// The text `nft -s list table inet ocsb_netlock` prints for this model. `owned` says whether
@@ -45,6 +48,12 @@ impl Model {
                 "@FLAGS@" => {}
                 "@DNS4@" => push_elements(&mut out, &self.dns4),
                 "@DNS6@" => push_elements(&mut out, &self.dns6),
+                "@NODNS@" if self.no_dns => {
+                    for l4 in ["udp", "tcp"] {
+                        out.push_str(&format!("\t\t{l4} dport 53 reject with icmpx admin-prohibited\n"));
+                    }
+                }
+                "@NODNS@" => {}
                 _ => {
                     out.push_str(&line.replace("@GID@", &self.gid.to_string()));
                     out.push('\n');
@@ -107,15 +116,19 @@ mod tests {
 
     #[test]
     fn render_fills_placeholders() {
-        let m = Model::new(4242, &["192.0.2.53".parse().unwrap(), "2001:db8::53".parse().unwrap()]);
+        let m = Model::new(4242, &["192.0.2.53".parse().unwrap(), "2001:db8::53".parse().unwrap()], false);
         let t = m.render(true);
         assert!(t.starts_with("table inet ocsb_netlock {\n\tflags owner\n\n\tset dns4 {"), "{t}");
         assert!(t.contains("\t\telements = { 192.0.2.53 }\n"));
         assert!(t.contains("\t\telements = { 2001:db8::53 }\n"));
         assert!(t.contains("meta skgid 4242 jump locked"));
         assert!(!t.contains('@') || t.contains("@dns4"), "{t}");
-        let e = Model::new(7, &[]).render(false);
+        assert!(!t.contains("dport 53 reject"), "{t}");
+        let e = Model::new(7, &[], true).render(false);
         assert!(!e.contains("elements") && !e.contains("flags"), "{e}");
+        let locked = e.find("chain locked {").unwrap();
+        let udp = e.find("\t\tudp dport 53 reject with icmpx admin-prohibited\n").unwrap();
+        assert!(locked < udp && udp < e.find("ip daddr 127.0.0.0/8 accept").unwrap(), "{e}");
     }
 
     #[test]

@@ -31,6 +31,8 @@ const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLM_F_ACK: u16 = 4;
 const PROBE_TABLE: &str = "ocsb_netlock_probe";
+/// `NF_IP_PRI_RAW`: before conntrack and the output NAT hook (-100).
+const PRIORITY_RAW: i32 = -300;
 
 /// One netlink socket. With owner flags, the socket that last applied the table owns it.
 pub struct Nl {
@@ -201,22 +203,40 @@ fn build(model: &Model) -> nftnl::FinalizedBatch {
     b.add(&dns6, MsgType::Add);
     b.add_iter(dns6.elems_iter(), MsgType::Add);
 
-    // chain output { type filter hook output priority filter; policy accept; }
+    // chain output { type filter hook output priority filter; ... }: after output NAT;
+    // chain prenat { type filter hook output priority raw; ... }: before it.
     let mut output = Chain::new(c"output", &table);
     output.set_hook(Hook::Out, 0);
-    output.set_type(nftnl::ChainType::Filter);
-    output.set_policy(Policy::Accept);
+    let mut prenat = Chain::new(c"prenat", &table);
+    prenat.set_hook(Hook::Out, PRIORITY_RAW);
+    for chain in [&mut output, &mut prenat] {
+        chain.set_type(nftnl::ChainType::Filter);
+        chain.set_policy(Policy::Accept);
+    }
     b.add(&output, MsgType::Add);
+    b.add(&prenat, MsgType::Add);
     // chain locked (regular chain)
     let locked = Chain::new(c"locked", &table);
     b.add(&locked, MsgType::Add);
 
-    // meta skgid G jump locked
-    let mut r = Rule::new(&output);
-    r.add_expr(&nft_expr!(meta skgid));
-    r.add_expr(&nft_expr!(cmp == model.gid));
-    r.add_expr(&Verdict::Jump { chain: c_name("locked") });
-    b.add(&r, MsgType::Add);
+    // meta skgid G jump locked, in both base chains
+    for chain in [&output, &prenat] {
+        let mut r = Rule::new(chain);
+        r.add_expr(&nft_expr!(meta skgid));
+        r.add_expr(&nft_expr!(cmp == model.gid));
+        r.add_expr(&Verdict::Jump { chain: c_name("locked") });
+        b.add(&r, MsgType::Add);
+    }
+
+    // dns = "none": {udp,tcp} dport 53 reject with icmpx admin-prohibited, before loopback
+    if model.no_dns {
+        for l4 in [libc::IPPROTO_UDP as u8, libc::IPPROTO_TCP as u8] {
+            let mut r = Rule::new(&locked);
+            port_53(&mut r, l4);
+            r.add_expr(&Verdict::Reject(RejectionType::Icmp(IcmpCode::AdminProhibited)));
+            b.add(&r, MsgType::Add);
+        }
+    }
 
     // ip daddr 127.0.0.0/8 accept
     let mut r = Rule::new(&locked);
@@ -251,14 +271,7 @@ fn build(model: &Model) -> nftnl::FinalizedBatch {
                 r.add_expr(&nft_expr!(payload ipv4 daddr));
                 r.add_expr(&nft_expr!(lookup & dns4));
             }
-            r.add_expr(&nft_expr!(meta l4proto));
-            r.add_expr(&nft_expr!(cmp == l4));
-            if l4 == libc::IPPROTO_UDP as u8 {
-                r.add_expr(&nft_expr!(payload udp dport));
-            } else {
-                r.add_expr(&nft_expr!(payload tcp dport));
-            }
-            r.add_expr(&nft_expr!(cmp == 53u16.to_be()));
+            port_53(&mut r, l4);
             r.add_expr(&nft_expr!(verdict accept));
             b.add(&r, MsgType::Add);
         }
@@ -271,6 +284,18 @@ fn build(model: &Model) -> nftnl::FinalizedBatch {
     r.set_comment(c"ocsb-netlock v1").expect("static comment fits");
     b.add(&r, MsgType::Add);
     b.finalize()
+}
+
+/// `udp dport 53` or `tcp dport 53` (`l4` is the protocol number).
+fn port_53(r: &mut Rule, l4: u8) {
+    r.add_expr(&nft_expr!(meta l4proto));
+    r.add_expr(&nft_expr!(cmp == l4));
+    if l4 == libc::IPPROTO_UDP as u8 {
+        r.add_expr(&nft_expr!(payload udp dport));
+    } else {
+        r.add_expr(&nft_expr!(payload tcp dport));
+    }
+    r.add_expr(&nft_expr!(cmp == 53u16.to_be()));
 }
 
 /// NEWTABLE + DELTABLE of one table: adopt-or-create, then delete.

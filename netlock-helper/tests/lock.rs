@@ -121,3 +121,67 @@ fn shim_refuses_a_wrong_installation() {
     assert_eq!(out.status.code(), Some(126));
     assert!(out.stdout.is_empty());
 }
+
+/// A NAT rule in another table (sshuttle, tor and transparent proxies install them) does not
+/// move a locked connect: neither a redirect of a remote address to a local listener nor a dnat
+/// of a loopback address to a remote one gets through, while root (the control) reaches both.
+#[test]
+fn nat_rules_elsewhere_do_not_go_around_the_lock() {
+    let w = World::new();
+    ok(&mut w.helper(&["apply"]));
+    let mut local = w
+        .lock
+        .exec(&["/usr/bin/python3", concat!(env!("CARGO_MANIFEST_DIR"), "/tests/world.py"), "8081"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(local.stdout.as_mut().unwrap()), &mut line)
+        .unwrap();
+    let _local = Proc(local);
+    ok(&mut w.lock.exec(&[
+        "sh",
+        "-ec",
+        "sysctl -qw net.ipv4.conf.all.route_localnet=1
+         printf '%s\\n' 'table ip ocsb_test_nat {' \
+           ' chain out {' '  type nat hook output priority -100; policy accept;' \
+           '  ip daddr 203.0.113.7 tcp dport 80 redirect to :8081' \
+           '  ip daddr 127.0.0.9 tcp dport 8080 dnat to 198.51.100.2:8080' ' }' \
+           ' chain post {' '  type nat hook postrouting priority 100; policy accept;' \
+           '  ip daddr 198.51.100.2 masquerade' ' }' '}' | nft -f -",
+    ]));
+    // Controls: the rules work for everyone else.
+    assert_eq!(w.probe_root(&["tcp", "203.0.113.7", "80"]), "ok", "redirect to the local listener");
+    assert_eq!(w.probe_root(&["tcp", "127.0.0.9", "8080"]), "ok", "loopback dnat to the world");
+    // Locked: judged before NAT (the remote address) and after it (the remote target).
+    assert_eq!(w.probe(&["tcp", "203.0.113.7", "80"]), "EHOSTUNREACH");
+    assert_eq!(w.probe(&["tcp", "127.0.0.9", "8080"]), "EHOSTUNREACH");
+    // Loopback and DNS still pass.
+    assert_eq!(w.probe(&["tcp-self", "127.0.0.1"]), "ok");
+    assert_eq!(w.probe(&["udp", DNS4, "53"]), "ok");
+}
+
+/// An internet socket made outside the lock and handed over on stdin, stdout or stderr would
+/// connect unlocked: the shim refuses to run anything. A unix socket there is fine (the control).
+#[test]
+fn shim_refuses_an_inet_socket_on_stdio() {
+    let w = World::new();
+    let shim = w.shim_path();
+    for fd in 0..=2 {
+        let py = format!(
+            "import socket, os; s = socket.create_connection(('{WORLD4}', 8080)); os.dup2(s.fileno(), {fd}); \
+             os.execv('{shim}', ['{shim}', 'ids'])"
+        );
+        let out = run(&mut w.as_user(&["/usr/bin/python3", "-c", &py]));
+        assert_eq!(out.status.code(), Some(126), "fd {fd}: {out:?}");
+        if fd != 2 {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(&format!("descriptor {fd} is an internet socket")), "{err}");
+        }
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("rgid="), "fd {fd} ran: {out:?}");
+    }
+    let py = format!(
+        "import socket, os; a, b = socket.socketpair(); os.dup2(a.fileno(), 0); os.execv('{shim}', ['{shim}', 'ids'])"
+    );
+    assert!(ok(&mut w.as_user(&["/usr/bin/python3", "-c", &py])).contains("rgid="), "unix socket on stdin");
+}

@@ -7,7 +7,7 @@ use common::*;
 use ocsb_netlock_helper::model::{Model, normalize};
 
 fn model(w: &World) -> Model {
-    Model::new(w.gid, &[DNS4.parse().unwrap(), DNS6.parse().unwrap()])
+    Model::new(w.gid, &[DNS4.parse().unwrap(), DNS6.parse().unwrap()], false)
 }
 
 #[test]
@@ -111,6 +111,37 @@ fn check_config_shows_the_model_and_static_and_none_dns_modes() {
     let w = World::with_config("dns = \"none\"\n");
     ok(&mut w.helper(&["apply"]));
     assert!(!w.nft_list().unwrap().contains("elements"));
+    ok(&mut w.helper(&["verify"]));
+}
+
+/// `dns = "none"` means no DNS, also where the resolver is on loopback (systemd-resolved,
+/// dnsmasq): with a loopback resolver in resolv.conf, `resolv-conf` reaches it and `none` does
+/// not; other loopback ports and the remote resolver's absence hold either way.
+#[test]
+fn dns_none_closes_a_loopback_resolver_too() {
+    for (config, expect) in [("dns = \"resolv-conf\"\n", "ok"), ("dns = \"none\"\n", "EPERM")] {
+        let w = World::with_config(config);
+        w.set_resolv("nameserver 127.0.0.53\n");
+        let mut resolver = w
+            .lock
+            .exec(&["/usr/bin/python3", concat!(env!("CARGO_MANIFEST_DIR"), "/tests/world.py"), "53"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(resolver.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let _resolver = Proc(resolver);
+        ok(&mut w.helper(&["apply"]));
+        assert_eq!(w.probe(&["udp", "127.0.0.53", "53"]), expect, "{config}");
+        assert_eq!(w.probe(&["tcp", "127.0.0.53", "53"]), if expect == "ok" { "ok" } else { "EHOSTUNREACH" });
+        assert_eq!(w.probe(&["tcp-self", "127.0.0.1"]), "ok", "other loopback ports stay open");
+        assert_eq!(w.probe(&["udp", DNS4, "53"]), "EPERM", "the remote resolver is not in resolv.conf");
+        ok(&mut w.helper(&["verify"]));
+    }
 }
 
 #[test]

@@ -71,6 +71,9 @@ pub struct NetlockFacts {
     pub shim: ShimFacts,
     pub helper: HelperFacts,
     pub probe: ProbeFacts,
+    /// Entries of the system trees ([`super::observe::GROUP_SCAN`]) whose group is the netlock
+    /// group, the shim excepted (at most a few); `None` when the group does not exist.
+    pub group_files: Option<Vec<PathBuf>>,
 }
 
 #[derive(Debug, Clone)]

@@ -28,6 +28,7 @@ pub fn judge(f: &Facts) -> Vec<Check> {
     out.push(seccomp(f.kernel.seccomp, f.sandbox_enabled));
     out.push(netlock_group(&f.netlock));
     out.push(netlock_shim(&f.netlock));
+    out.extend(netlock_group_files(&f.netlock));
     out.push(netlock_helper(&f.netlock));
     out.push(netlock_probe(&f.netlock));
     out.push(egress(&f.egress));
@@ -173,6 +174,30 @@ fn install_fix(n: &NetlockFacts) -> String {
         "sudo make install PREFIX={} (in the ocsb source tree), or install the ocsb package",
         n.shim.prefix.display()
     )
+}
+
+/// The set-gid shim is safe only because the group grants nothing: a file of the group in a
+/// system tree is writable (or usable) by every sandbox.
+fn netlock_group_files(n: &NetlockFacts) -> Option<Check> {
+    let files = n.group_files.as_ref()?;
+    let trees = super::observe::GROUP_SCAN.join(" ");
+    Some(if files.is_empty() {
+        Check::ok(
+            "netlock-group-files",
+            format!("the group {} owns nothing in {trees} but the shim", n.group),
+        )
+    } else {
+        let list: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+        Check::fail(
+            "netlock-group-files",
+            format!(
+                "the group {} owns {}: every sandbox runs as that group and can use them",
+                n.group,
+                list.join(", ")
+            ),
+            format!("sudo chgrp root {} (the group must own nothing but the shim)", list.join(" ")),
+        )
+    })
 }
 
 fn netlock_group(n: &NetlockFacts) -> Check {
@@ -354,7 +379,9 @@ fn docker_access(allowed: bool, file: &str) -> Check {
     if allowed {
         Check::warn(
             "docker-access",
-            "OCSB_DOCKER=1: the agent may use the Docker socket, and Docker is a way out of the sandbox (docker run -v /:/host)",
+            "OCSB_DOCKER=1: the agent may use the Docker socket, and Docker is a way out of the sandbox: \
+             `docker run -v /:/host` is root on this machine, and containers' traffic goes around the netlock \
+             and the filter (dockerd makes their sockets as root, on the forward path)",
             Some(format!("echo OCSB_DOCKER=0 >> {file}")),
         )
     } else {
@@ -503,6 +530,7 @@ mod tests {
                     unit_installed: true,
                     prefix: "/usr/local".into(),
                 },
+                group_files: Some(vec![]),
                 helper: HelperFacts::Status {
                     state: "enforcing".into(),
                     pid: Some(42),
@@ -681,5 +709,20 @@ mod tests {
         assert!(
             c.fix.unwrap().ends_with("set another OCSB_WEB_PORT in .opencode-sandbox/local/sandbox.conf")
         );
+    }
+
+    #[test]
+    fn a_file_of_the_netlock_group_fails_with_the_path() {
+        let mut f = healthy();
+        f.netlock.group_files = Some(vec!["/opt/tool/cache".into()]);
+        let c = netlock_group_files(&f.netlock).unwrap();
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.message.contains("owns /opt/tool/cache"), "{c}");
+        assert_eq!(
+            c.fix.as_deref(),
+            Some("sudo chgrp root /opt/tool/cache (the group must own nothing but the shim)")
+        );
+        f.netlock.group_files = None;
+        assert!(netlock_group_files(&f.netlock).is_none(), "no group: nothing to check");
     }
 }

@@ -128,7 +128,46 @@ fn netlock(settings: &Settings) -> NetlockFacts {
     let shim = shim();
     let gid = grp.map(|g| g.gid.as_raw());
     let probe = probe(acquire, &group, gid, member, &shim.path);
-    NetlockFacts { gid, group, user, member, acquire, shim, helper: helper(), probe }
+    let group_files = gid.map(|g| group_files(g, &shim.path));
+    NetlockFacts { gid, group, user, member, acquire, shim, helper: helper(), probe, group_files }
+}
+
+/// The system trees searched for files of the netlock group: where a package, a script or an
+/// admin could leave one that every sandbox (which runs as the group) could then write or run.
+pub const GROUP_SCAN: &[&str] = &["/etc", "/usr", "/opt", "/srv", "/var/lib", "/boot"];
+const GROUP_SCAN_LIMIT: usize = 2_000_000;
+
+/// Entries under [`GROUP_SCAN`] with group `gid`, besides the shim: each tree on its own
+/// filesystem only, unreadable directories skipped, at most 10 reported.
+fn group_files(gid: u32, shim: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = Vec::new();
+    let mut seen = 0;
+    for root in GROUP_SCAN {
+        let Ok(top) = std::fs::symlink_metadata(root) else { continue };
+        let mut stack = vec![PathBuf::from(root)];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for e in entries.flatten() {
+                seen += 1;
+                let Ok(m) = e.metadata() else { continue };
+                let p = e.path();
+                if m.gid() == gid && p != shim {
+                    found.push(p.clone());
+                    if found.len() >= 10 {
+                        return found;
+                    }
+                }
+                if m.is_dir() && m.dev() == top.dev() {
+                    stack.push(p);
+                }
+            }
+            if seen > GROUP_SCAN_LIMIT {
+                return found;
+            }
+        }
+    }
+    found
 }
 
 /// The installation prefix: `ocsb` lives in `<prefix>/bin`.

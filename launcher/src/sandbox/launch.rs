@@ -5,7 +5,6 @@
 //! Call [`run`] from the main thread or from a thread that outlives the sandbox: the kernel's
 //! parent-death signal follows the thread that forked stage 2.
 
-use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -191,7 +190,7 @@ fn run_checked(spec: &SandboxSpec) -> Result<i32> {
         Netlock::Required { acquire, .. } => Some(acquire),
     };
     let mut cmd: Command = netlock::stage2_command(acquire, &exe, stage2::ARG);
-    cmd.env_clear().env(stage2::ENV, OsString::from(String::from_utf8_lossy(&json).into_owned()));
+    cmd.env_clear().envs(stage2::request_env(&json));
     if matches!(acquire, Some(super::spec::Acquire::Sg { .. })) {
         cmd.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
     }

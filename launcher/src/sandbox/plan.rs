@@ -275,12 +275,9 @@ impl Builder<'_> {
             ));
             return Ok(());
         }
+        let src = self.canonical(own)?;
         self.plan.writable.push(dst.clone());
-        self.layered.push((
-            depth(&dst),
-            0,
-            Op::Bind { src: own.to_path_buf(), dst, access: Access::Rw, dir: true },
-        ));
+        self.layered.push((depth(&dst), 0, Op::Bind { src, dst, access: Access::Rw, dir: true }));
         Ok(())
     }
 
@@ -293,18 +290,25 @@ impl Builder<'_> {
             return Ok(());
         }
         let names: Vec<PathBuf> = hidden.iter().map(|(p, _)| p.clone()).collect();
-        let dirs = snapshot::dirs(self.fs, &home, &names, &self.plan.writable);
+        // A directory the user cannot list (a root-owned `~/.docker` left by `sudo docker
+        // login`) is not rebuilt: the sandbox cannot read it either, and its parent's bind keeps it.
+        let mut dirs = snapshot::dirs(self.fs, &home, &names, &self.plan.writable);
+        let listed: Vec<(PathBuf, Vec<String>)> =
+            dirs.iter().filter_map(|d| Some((d.clone(), self.fs.read_dir(d).ok()?))).collect();
+        dirs.retain(|d| listed.iter().any(|(l, _)| l == d));
         let mut skip: BTreeSet<PathBuf> =
             self.layered.iter().map(|(_, _, op)| op.dst().to_path_buf()).collect();
         skip.extend(names.iter().cloned());
         skip.extend(names.iter().filter_map(|p| self.fs.canonicalize(p).ok()));
-        for d in &dirs {
+        for (d, names) in listed {
+            // No size limit: the tmpfs holds only mount points and symlinks (a long target takes
+            // a page), and it is sealed read-only before the command starts.
             self.layered.push((
-                depth(d),
+                depth(&d),
                 1,
-                Op::Tmpfs { dst: d.clone(), mode: 0o755, size: Some(1 << 20), seal: true },
+                Op::Tmpfs { dst: d.clone(), mode: 0o755, size: None, seal: true },
             ));
-            for name in self.fs.read_dir(d).map_err(|e| Error::io("list", d, e))? {
+            for name in names {
                 let p = d.join(&name);
                 if dirs.contains(&p) || skip.contains(&p) {
                     continue;
@@ -526,7 +530,8 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
     // Phase 3: /tmp, writable, hidden.
     match spec.tmp {
         TmpMode::Private => {
-            let src = spec.state_dir.join("tmp");
+            // Canonical: the source is opened without following links (`/home -> var/home`).
+            let src = fs.canonicalize(&spec.state_dir).unwrap_or_else(|_| spec.state_dir.clone()).join("tmp");
             b.layered.push((1, 0, Op::Bind { src, dst: "/tmp".into(), access: Access::Rw, dir: true }));
         }
         TmpMode::Shared => {
@@ -578,7 +583,7 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
     // filter bound back read-only (config, known_hosts, public keys). Hiding entry by entry
     // would be a snapshot: a key or a ControlMaster socket created there while the sandbox
     // runs would be visible, and a file the host replaces by rename would lose its mask.
-    let ssh = spec.home.join(".ssh");
+    let ssh = fs.canonicalize(&spec.home).unwrap_or_else(|_| spec.home.clone()).join(".ssh");
     let ssh = if fs.kind(&ssh) == Kind::Symlink { fs.canonicalize(&ssh).unwrap_or(ssh) } else { ssh };
     if fs.kind(&ssh) == Kind::Dir {
         hidden.push((ssh.clone(), "~/.ssh"));
@@ -654,6 +659,8 @@ mod tests {
     struct FakeFs {
         kinds: BTreeMap<PathBuf, Kind>,
         links: BTreeMap<PathBuf, PathBuf>,
+        /// Directories whose listing fails (`EACCES`).
+        unlistable: BTreeSet<PathBuf>,
     }
 
     impl FakeFs {
@@ -693,6 +700,9 @@ mod tests {
             Ok(out)
         }
         fn read_dir(&self, p: &Path) -> io::Result<Vec<String>> {
+            if self.unlistable.contains(p) {
+                return Err(io::Error::from_raw_os_error(libc::EACCES));
+            }
             Ok(self
                 .kinds
                 .keys()
@@ -931,7 +941,7 @@ mod tests {
         let mask = pos(&plan, "/home/u/.docker/config.json");
         assert!(matches!(plan.ops[mask], Op::Mask { .. }) && mask > pos(&plan, "/home/u/.docker"));
         assert!(tmpfs("/home/u/.aws") && absent("/home/u/.kube"));
-        assert!(absent("/home/u/mux.sock"), "sockets in the home are not passed");
+        assert!(absent("/home/u/mux.sock"), "sockets directly in a rebuilt directory are not passed");
         // Writable roots keep their single writable bind; the project is not rebuilt, so a
         // hidden name inside it is masked in place.
         let cache: Vec<_> = plan.ops.iter().filter(|o| o.dst() == Path::new("/home/u/.cache")).collect();
@@ -941,6 +951,28 @@ mod tests {
         // .ssh keeps its own filtered view; the state dir's parents are rebuilt only above it.
         assert!(tmpfs("/home/u/.ssh") && ro("/home/u/.ssh/config"));
         assert!(pos(&plan, "/home/u") < pos(&plan, "/home/u/.local/share/ocsb/p"));
+    }
+
+    #[test]
+    fn snapshots_follow_dangling_links_and_skip_unlistable_directories() {
+        let mut fs = host()
+            .with("/home/u/dotfiles", Kind::Dir)
+            .with("/home/u/dotfiles/kube", Kind::Dir)
+            .with("/home/u/.kube", Kind::Dir)
+            .link("/home/u/.kube/config", "../dotfiles/kube/config")
+            .with("/home/u/.docker", Kind::Dir)
+            .with("/home/u/.docker/config.json", Kind::File);
+        fs.unlistable.insert("/home/u/.docker".into());
+        let mut s = spec();
+        s.hide_home.push("/home/u/.docker/config.json".into());
+        let plan = build(&s, &fs).unwrap();
+        // The link's target does not exist yet: the directory that will hold it is rebuilt, so
+        // a `config` the host writes there later is not in it.
+        assert!(matches!(plan.ops[pos(&plan, "/home/u/dotfiles/kube")], Op::Tmpfs { seal: true, .. }));
+        assert!(matches!(plan.ops[pos(&plan, "/home/u/.kube")], Op::Tmpfs { seal: true, .. }));
+        assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.kube/config")), "hidden: absent");
+        // A directory the user cannot list (root's, after `sudo docker login`) is bound as it is.
+        assert!(matches!(plan.ops[pos(&plan, "/home/u/.docker")], Op::Bind { access: Access::Ro, .. }));
     }
 
     #[test]

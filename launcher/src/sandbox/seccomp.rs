@@ -98,6 +98,10 @@ const CLONE_NEW_FLAGS: &[u64] = &[
 const PERSONALITY_OK: &[u64] = &[0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff];
 /// Families `socket()`/`socketpair()` may use.
 const SOCKET_FAMILIES_OK: &[u64] = &[libc::AF_UNIX as u64, libc::AF_INET as u64, libc::AF_INET6 as u64];
+/// Protocols of INET sockets whose traffic the netlock cannot see: `IPPROTO_SMC` (256) moves
+/// data over RDMA or shared memory after a TCP handshake, and `IPPROTO_MPTCP` (262) sends it on
+/// subflows the kernel opens itself, whose sockets carry no file credentials for `meta skgid`.
+const PROTOCOLS_DENIED: &[u64] = &[256, 262];
 /// `ioctl` requests denied: terminal input injection and the Linux console's selection paste.
 #[allow(clippy::unnecessary_cast)] // c_ulong is u32 on some targets
 const IOCTL_DENIED: &[u64] = &[libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
@@ -131,7 +135,11 @@ pub fn denylist() -> Result<BpfProgram> {
             .map(|r| SeccompRule::new(vec![cond(1, Cmp::Eq, *r)?]).map_err(sc_err))
             .collect::<Result<_>>()?,
     );
-    rules.insert(libc::SYS_socket, vec![all_ne(0, SOCKET_FAMILIES_OK)?]);
+    let mut socket = vec![all_ne(0, SOCKET_FAMILIES_OK)?];
+    for p in PROTOCOLS_DENIED {
+        socket.push(SeccompRule::new(vec![cond(2, Cmp::Eq, *p)?]).map_err(sc_err)?);
+    }
+    rules.insert(libc::SYS_socket, socket);
     rules.insert(libc::SYS_socketpair, vec![all_ne(0, SOCKET_FAMILIES_OK)?]);
     rules.insert(libc::SYS_personality, vec![all_ne(0, PERSONALITY_OK)?]);
     rules.insert(

@@ -10,8 +10,12 @@
 //! existing directory above it), and every directory between it and the home, is rebuilt as a
 //! sealed tmpfs whose entries are the host's entries at start, bound back one by one. The masks
 //! then sit on mount points that only the sandbox's namespace holds, and names the host creates
-//! later are absent. Sockets and other special files are not bound back: a socket in the home
-//! (an ssh ControlMaster, an agent) is a channel to a host process.
+//! later are absent. Sockets and other special files directly in such a directory are not bound
+//! back: a socket in the home (an ssh ControlMaster, an agent) is a channel to a host process.
+//!
+//! A holder outside the home (a hidden name reached through `~/.config -> /data/config`) is not
+//! rebuilt: the directory above it may be one the user can rename entries in (`/var/tmp`), which
+//! would move the rebuilt directory away with its entry, so it is masked in place as before.
 //!
 //! A directory inside a writable root is left alone (the agent must keep creating files there),
 //! so a hidden name inside the project or an `OCSB_RW_HOME` entry is masked as before.
@@ -25,9 +29,11 @@ use super::plan::{HostFs, Kind};
 /// canonical `home` and the canonical writable roots.
 pub fn dirs(fs: &dyn HostFs, home: &Path, hidden: &[PathBuf], writable: &[PathBuf]) -> BTreeSet<PathBuf> {
     let mut out = BTreeSet::new();
-    // A hidden symlink is masked at its target: hold the target's directory too.
+    // A hidden symlink is masked at its target: hold the target's directory too, also when the
+    // target does not exist yet (a dotfiles link the host fills in later).
     let existing: Vec<PathBuf> = hidden.iter().filter_map(|h| fs.canonicalize(h).ok()).collect();
-    for h in hidden.iter().chain(&existing) {
+    let targets: Vec<PathBuf> = hidden.iter().filter_map(|h| link_target(fs, h)).collect();
+    for h in hidden.iter().chain(&existing).chain(&targets) {
         let Some(dir) = holder(fs, h) else { continue };
         if !dir.starts_with(home) || writable.iter().any(|w| dir.starts_with(w)) {
             continue;
@@ -47,6 +53,36 @@ pub fn dirs(fs: &dyn HostFs, home: &Path, hidden: &[PathBuf], writable: &[PathBu
     // Nothing is bound back inside a hidden directory (a hidden `~/.docker` that also holds a
     // hidden `config.json` stays empty).
     out.retain(|d| !existing.iter().any(|h| d.starts_with(h)));
+    out
+}
+
+/// Where the symlink `p` points (followed up to a few links), resolved against the canonical
+/// directories on the way, whether or not the end exists.
+fn link_target(fs: &dyn HostFs, p: &Path) -> Option<PathBuf> {
+    let mut at = p.to_path_buf();
+    for _ in 0..8 {
+        if fs.kind(&at) != Kind::Symlink {
+            return (at != p).then_some(at);
+        }
+        let t = fs.read_link(&at).ok()?;
+        let dir = fs.canonicalize(at.parent()?).ok()?;
+        at = lexical(&dir.join(t));
+    }
+    None
+}
+
+/// `.` and `..` removed without touching the filesystem (the directories are canonical).
+fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
     out
 }
 

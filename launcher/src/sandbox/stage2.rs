@@ -22,7 +22,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sched::CloneFlags;
-use nix::sys::resource::{Resource, setrlimit};
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid};
@@ -97,10 +97,8 @@ fn helper() -> Result<i32> {
     // set here, after the shim; then check the launcher did not die before it took effect.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| Error::kernel("PR_SET_PDEATHSIG", e.into(), "report this"))?;
-    let raw = std::env::var_os(ENV).ok_or_else(|| {
-        Error::refused(format!("{ARG} is internal: started without {ENV}"), "run `ocsb exec` instead")
-    })?;
-    let req: Request = serde_json::from_slice(raw.as_bytes())
+    let raw = read_request()?;
+    let req: Request = serde_json::from_slice(&raw)
         .map_err(|e| Error::refused(format!("bad sandbox request: {e}"), "report this"))?;
     if nix::unistd::getppid().as_raw() != req.launcher_pid {
         return Ok(EXIT_SETUP); // the launcher is gone
@@ -139,6 +137,37 @@ fn helper() -> Result<i32> {
             Ok(code)
         }
     }
+}
+
+/// The request as environment variables `ENV_0`, `ENV_1`, …: the kernel caps one variable at
+/// 128 KiB, and a large home (a snapshot directory's entries are all in the plan) passes that.
+/// The environment is the one channel that crosses the set-gid shim, which closes every other
+/// descriptor.
+pub fn request_env(json: &[u8]) -> Vec<(String, std::ffi::OsString)> {
+    use std::os::unix::ffi::OsStringExt;
+    json.chunks(REQUEST_CHUNK)
+        .enumerate()
+        .map(|(i, c)| (format!("{ENV}_{i}"), std::ffi::OsString::from_vec(c.to_vec())))
+        .collect()
+}
+
+const REQUEST_CHUNK: usize = 96 * 1024;
+
+fn read_request() -> Result<Vec<u8>> {
+    let mut raw = Vec::new();
+    for i in 0.. {
+        match std::env::var_os(format!("{ENV}_{i}")) {
+            Some(part) => raw.extend_from_slice(part.as_bytes()),
+            None if i == 0 => {
+                return Err(Error::refused(
+                    format!("{ARG} is internal: started without {ENV}_0"),
+                    "run `ocsb exec` instead",
+                ));
+            }
+            None => break,
+        }
+    }
+    Ok(raw)
 }
 
 /// `unshare` the namespaces and map the user and group to themselves.
@@ -239,7 +268,14 @@ fn init(req: &Request, death: OwnedFd) -> Result<std::convert::Infallible> {
         // Nothing in the sandbox may ptrace pid 1 or read its memory.
         sys::prctl(libc::PR_SET_DUMPABLE, 0)
             .map_err(|e| Error::kernel("PR_SET_DUMPABLE", e, "report this"))?;
+        // Every source is cloned before anything is mounted, one descriptor each: a large home
+        // (each entry of a snapshot directory is a source) can pass the usual soft limit of
+        // 1024. The soft limit goes up to the hard one for the build and back for the command.
+        let err = |e: Errno| Error::kernel("setrlimit(RLIMIT_NOFILE)", e.into(), "report this");
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(err)?;
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(err)?;
         mounts::apply(&mut RealMounts::new(), plan)?;
+        setrlimit(Resource::RLIMIT_NOFILE, soft, hard).map_err(err)?;
     }
     enter_cwd(&req.cwd)?;
     if req.plan.is_some() {

@@ -11,12 +11,14 @@
 
 use std::convert::Infallible;
 use std::ffi::{CString, OsString};
+use std::io::Write;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use nix::sys::prctl;
+use nix::sys::socket::{AddressFamily, SockaddrLike, SockaddrStorage, getsockname};
 use nix::sys::stat::{Mode, umask};
 use nix::unistd::{Gid, Group, close, execv, getresgid, setfsgid, setresgid};
 
@@ -31,7 +33,8 @@ fn main() -> ExitCode {
     match run() {
         Ok(never) => match never {},
         Err(msg) => {
-            eprintln!("ocsb-netlock-exec: {msg}");
+            // Not eprintln!: stderr may be a closed socket, and the refusal must still be 126.
+            let _ = writeln!(std::io::stderr(), "ocsb-netlock-exec: {msg}");
             ExitCode::from(126)
         }
     }
@@ -87,7 +90,18 @@ fn run() -> Result<Infallible, String> {
     umask(Mode::from_bits_truncate(tightened));
 
     // Sockets created before the switch keep the caller's gid and bypass the lock: nothing but
-    // stdin/stdout/stderr may cross over.
+    // stdin/stdout/stderr may cross over, and those must not be inet sockets (a caller that put
+    // one there would hand the agent an unlocked connection).
+    for fd in 0..=2 {
+        if let Ok(addr) = getsockname::<SockaddrStorage>(fd)
+            && matches!(addr.family(), Some(AddressFamily::Inet | AddressFamily::Inet6))
+        {
+            return Err(format!(
+                "descriptor {fd} is an internet socket made outside the network lock; refusing \
+                 (run ocsb with a terminal, a pipe or a file on stdin, stdout and stderr)"
+            ));
+        }
+    }
     let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
         .map_err(|e| format!("cannot list /proc/self/fd: {e}"))?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())

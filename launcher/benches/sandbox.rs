@@ -89,12 +89,21 @@ fn main() {
     std::fs::create_dir_all(w.state.join("tmp")).unwrap();
     sandbox_support::run_ok(Command::new("chown").arg(format!("{UID}:{UID}")).arg(w.state.join("tmp")));
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET): run as root");
-    let spec = w.write_spec(&w.spec());
-    let ocsb = |cmd: &[&str]| -> Vec<String> {
+    // As `ocsb exec` builds it: with the loopback rule (the filter, DNS, OpenCode and the
+    // ephemeral range as landlock TCP ports); the same without it shows that rule's cost.
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let range: Vec<u16> = range.split_whitespace().map(|p| p.parse().unwrap()).collect();
+    let mut with_rule = w.spec();
+    with_rule["tcp"] =
+        serde_json::json!({"connect": [53, 3128, 4197], "connect_ranges": [[range[0], range[1]]]});
+    let spec = w.write_spec(&with_rule);
+    let bare = w.write_spec(&w.spec());
+    let run_with = |spec: &std::path::Path, cmd: &[&str]| -> Vec<String> {
         let mut v = vec![w.bin.display().to_string(), "__sandbox-run".into(), spec.display().to_string()];
         v.extend(cmd.iter().map(|s| s.to_string()));
         v
     };
+    let ocsb = |cmd: &[&str]| run_with(&spec, cmd);
     let have_bwrap = Command::new("sh")
         .args(["-c", "command -v bwrap"])
         .output()
@@ -106,6 +115,8 @@ fn main() {
     let plain = time("plain true", n, &mut || as_user(&["true".into()]));
     let ours = time("ocsb sandbox true", n, &mut || as_user(&ocsb(&["true"])));
     println!("ocsb / plain: {:.2}x", ours.as_secs_f64() / plain.as_secs_f64());
+    let no_rule = time("  without the loopback rule", n, &mut || as_user(&run_with(&bare, &["true"])));
+    println!("loopback rule: {:.2}x", ours.as_secs_f64() / no_rule.as_secs_f64());
     if have_bwrap {
         // bwrap needs the state tmp dir to exist (we created it above)
         let bw = time("bwrap true", n, &mut || as_user(&bwrap_words(&w, &["true"])));

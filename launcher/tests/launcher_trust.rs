@@ -109,6 +109,43 @@ fn hiding_holds_in_large_and_linked_homes() {
     has(&out, "1", &err);
 }
 
+/// The host's loopback is not a free-for-all: a service listening there on a port nobody
+/// declared (sshd, a database) is refused with `EACCES`, a port in `OCSB_LOOPBACK_PORTS` and the
+/// filter are reachable, and so is a listener the sandbox made itself on an ephemeral port.
+#[test]
+fn host_loopback_services_need_a_declared_port() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"python3 -c 'import socket, time
+ls = []
+for p in (2222, 2223):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", p)); s.listen(8); ls.append(s)
+time.sleep(20)' ocsb-loopback-marker &
+        mkdir -p .opencode-sandbox/local; echo 'OCSB_LOOPBACK_PORTS=(2223)' > .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox/local
+        sleep 0.5
+        X "python3 -c '
+import socket, errno
+def c(p):
+    s = socket.socket()
+    try: s.connect((\"127.0.0.1\", p)); return \"ok\"
+    except OSError as e: return errno.errorcode[e.errno]
+own = socket.socket(); own.bind((\"127.0.0.1\", 0)); own.listen(1)
+fixed = socket.socket(); fixed.bind((\"127.0.0.1\", 2224)); fixed.listen(1)
+print(\"undeclared\", c(2222)); print(\"declared\", c(2223)); print(\"filter\", c(3128))
+print(\"own-ephemeral\", c(own.getsockname()[1])); print(\"own-fixed\", c(2224))
+'" 2>&1
+        python3 -c 'import socket; s = socket.socket(); s.connect(("127.0.0.1", 2222)); print("host reaches 2222")'
+        pkill -f ocsb-loopback-marker"#,
+    );
+    has(&out, "undeclared EACCES", &err);
+    has(&out, "declared ok", &err);
+    has(&out, "filter ok", &err);
+    has(&out, "own-ephemeral ok", &err);
+    has(&out, "own-fixed EACCES", &err); // the documented limit: declare it
+    has(&out, "host reaches 2222", &err);
+}
+
 /// Toolchain caches hold code the host runs later (a crate's build script, a pre-commit hook
 /// repository): the agent gets the project's own copy of each, warm across its sessions, and
 /// the host's stays as it was. Installed programs (`.asdf`) run but cannot be changed; a

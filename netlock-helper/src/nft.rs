@@ -8,12 +8,18 @@
 use std::ffi::CString;
 use std::io;
 use std::net::Ipv6Addr;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use anyhow::{Context, Result, anyhow};
 use nftnl::expr::{IcmpCode, RejectionType, Verdict};
 use nftnl::nftnl_sys::libc;
 use nftnl::set::Set;
 use nftnl::{Batch, Chain, Hook, MsgType, Policy, ProtoFamily, Rule, Table, nft_expr};
+use nix::sys::socket::{
+    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, sendto, setsockopt,
+    socket, sockopt,
+};
+use nix::sys::time::TimeVal;
 
 use crate::model::{Model, TABLE};
 
@@ -36,9 +42,13 @@ const PRIORITY_RAW: i32 = -300;
 
 /// One netlink socket. With owner flags, the socket that last applied the table owns it.
 pub struct Nl {
-    sock: mnl::Socket,
+    sock: OwnedFd,
     next_seq: u32,
 }
+
+/// How long the kernel may take to answer: a stuck netlink socket must not hang the daemon
+/// (the watchdog would restart it, but an error says why).
+const RECV_TIMEOUT: TimeVal = TimeVal::new(5, 0);
 
 /// A table as the kernel reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +58,15 @@ pub struct TableInfo {
 
 impl Nl {
     pub fn open() -> Result<Nl> {
-        let sock = mnl::Socket::new(mnl::Bus::Netfilter).context("cannot open a netfilter netlink socket")?;
+        let sock = socket(
+            AddressFamily::Netlink,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::NetlinkNetFilter,
+        )
+        .context("cannot open a netfilter netlink socket")?;
+        bind(sock.as_raw_fd(), &NetlinkAddr::new(0, 0)).context("cannot bind the netlink socket")?;
+        setsockopt(&sock, sockopt::ReceiveTimeout, &RECV_TIMEOUT).context("SO_RCVTIMEO")?;
         Ok(Nl { sock, next_seq: 1 })
     }
 
@@ -91,11 +109,11 @@ impl Nl {
     pub fn table(&mut self) -> Result<Option<TableInfo>> {
         let seq = self.bump();
         let req = nftnl::table::get_tables_nlmsg(seq);
-        self.sock.send(&req).context("netlink send")?;
+        self.send_raw(&req).context("netlink send")?;
         let mut buf = vec![0u8; 64 * 1024];
         let mut found = None;
         loop {
-            let n = self.sock.recv_raw(&mut buf).context("netlink recv")?;
+            let n = self.recv_raw(&mut buf).context("netlink recv")?;
             for (ty, hseq, payload) in messages(&buf[..n]) {
                 if hseq != seq {
                     continue;
@@ -121,6 +139,20 @@ impl Nl {
                 }
             }
         }
+    }
+
+    /// One datagram to the kernel (port id 0), sent whole.
+    fn send_raw(&self, data: &[u8]) -> io::Result<()> {
+        let n = sendto(self.sock.as_raw_fd(), data, &NetlinkAddr::new(0, 0), MsgFlags::empty())?;
+        if n < data.len() {
+            return Err(io::Error::other("netlink: short send"));
+        }
+        Ok(())
+    }
+
+    /// One datagram from the kernel; `EAGAIN` after [`RECV_TIMEOUT`].
+    fn recv_raw(&self, buf: &mut [u8]) -> io::Result<usize> {
+        Ok(recv(self.sock.as_raw_fd(), buf, MsgFlags::empty())?)
     }
 
     fn bump(&mut self) -> u32 {
@@ -159,10 +191,12 @@ impl Nl {
                 off += align4(len);
             }
         }
-        self.sock.send_all(pages.iter().map(Vec::as_slice))?;
+        for page in &pages {
+            self.send_raw(page)?;
+        }
         let mut buf = vec![0u8; 64 * 1024];
         while !expected.is_empty() {
-            let n = self.sock.recv_raw(&mut buf)?;
+            let n = self.recv_raw(&mut buf)?;
             for (ty, seq, payload) in messages(&buf[..n]) {
                 // An error may answer any message of this batch (batch begin has no ACK flag on
                 // older kernels); an ACK only the ones that asked for it.

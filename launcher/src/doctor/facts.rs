@@ -14,6 +14,8 @@ pub struct Facts {
     pub kernel: KernelFacts,
     pub netlock: NetlockFacts,
     pub egress: EgressFacts,
+    /// `OCSB_LOOPBACK_PORTS`.
+    pub loopback_ports: Vec<u16>,
     /// `OCSB_DOCKER=1`: the agent gets the Docker socket.
     pub docker_allowed: bool,
     pub opencode: OpencodeFacts,

@@ -31,6 +31,7 @@ pub fn judge(f: &Facts) -> Vec<Check> {
     out.extend(netlock_group_files(&f.netlock));
     out.push(netlock_helper(&f.netlock));
     out.push(netlock_probe(&f.netlock));
+    out.push(loopback(f));
     out.push(egress(&f.egress));
     out.push(docker_access(f.docker_allowed, settings_file(&f.project)));
     out.push(opencode(&f.opencode, settings_file(&f.project)));
@@ -375,6 +376,39 @@ fn egress(e: &EgressFacts) -> Check {
     }
 }
 
+/// What the sandbox can reach on the host's loopback (landlock TCP rules, ABI 4).
+fn loopback(f: &Facts) -> Check {
+    let declared = if f.loopback_ports.is_empty() {
+        "no OCSB_LOOPBACK_PORTS".to_string()
+    } else {
+        let p: Vec<String> = f.loopback_ports.iter().map(u16::to_string).collect();
+        format!("OCSB_LOOPBACK_PORTS {}", p.join(" "))
+    };
+    if !f.sandbox_enabled {
+        Check::warn(
+            "loopback",
+            "OCSB_SANDBOX=0: no landlock, so every TCP service on this machine's loopback (databases, sshd) is reachable",
+            Some(format!("echo OCSB_SANDBOX=1 >> {}", settings_file(&f.project))),
+        )
+    } else if f.kernel.landlock_abi < 4 {
+        Check::warn(
+            "loopback",
+            format!(
+                "landlock ABI {} has no TCP rules: every TCP service on this machine's loopback is reachable",
+                f.kernel.landlock_abi
+            ),
+            Some("upgrade to Linux >= 6.7 (landlock ABI 4)".into()),
+        )
+    } else {
+        Check::ok(
+            "loopback",
+            format!(
+                "the agent connects on loopback only to the filter, DNS, OpenCode, {declared} and the ephemeral range"
+            ),
+        )
+    }
+}
+
 fn docker_access(allowed: bool, file: &str) -> Check {
     if allowed {
         Check::warn(
@@ -541,6 +575,7 @@ mod tests {
                 probe: ProbeFacts::Locked { gid: 995 },
             },
             egress: EgressFacts::Builtin,
+            loopback_ports: vec![],
             docker_allowed: false,
             opencode: OpencodeFacts {
                 setting: "opencode".into(),
@@ -724,5 +759,19 @@ mod tests {
         );
         f.netlock.group_files = None;
         assert!(netlock_group_files(&f.netlock).is_none(), "no group: nothing to check");
+    }
+
+    #[test]
+    fn loopback_says_what_is_reachable() {
+        let mut f = healthy();
+        f.loopback_ports = vec![5432];
+        let c = loopback(&f);
+        assert_eq!(c.status, Status::Ok);
+        assert!(c.message.contains("OCSB_LOOPBACK_PORTS 5432"), "{c}");
+        f.kernel.landlock_abi = 3;
+        assert_eq!(loopback(&f).status, Status::Warn);
+        f.kernel.landlock_abi = 7;
+        f.sandbox_enabled = false;
+        assert!(loopback(&f).message.starts_with("OCSB_SANDBOX=0: no landlock"));
     }
 }

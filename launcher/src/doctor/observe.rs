@@ -60,6 +60,7 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
             EgressBackend::Builtin => EgressFacts::Builtin,
             EgressBackend::Squid => squid(),
         },
+        loopback_ports: settings.loopback_ports(),
         docker_allowed: settings.docker_allowed(),
         opencode: opencode(&settings, untrusted),
         ports,

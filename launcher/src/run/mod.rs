@@ -118,7 +118,14 @@ pub fn spec(
         cwd: None,
         namespaces: s.sandbox_enabled(),
         netlock,
-        tcp: None,
+        tcp: Some(sandbox::spec::TcpPorts::for_sandbox(
+            s.egress_port(),
+            s.opencode_port(),
+            &s.loopback_ports(),
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+                .ok()
+                .and_then(|t| sandbox::spec::parse_port_range(&t)),
+        )),
         limits: Limits::default(),
         tty: TtyMode::Never,
         rw_tool_files: s.rw_tool_files().to_vec(),

@@ -79,7 +79,8 @@ pub fn apply(policy: &LandlockPolicy) -> Result<Enforcement> {
         .scope(Scope::AbstractUnixSocket | Scope::Signal)
         .map_err(ll_err)?;
     if policy.tcp.is_some() {
-        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(ll_err)?;
+        // ABI 4; the floor above is ABI 5, so a kernel that runs the sandbox has it.
+        ruleset = ruleset.handle_access(AccessNet::ConnectTcp).map_err(ll_err)?;
     }
     // Best effort: rights of newer ABIs (pathname UNIX socket resolution in ABI 9).
     let newer: BitFlags<AccessFs> = AccessFs::from_all(ABI::V10) & !AccessFs::from_all(floor);
@@ -103,11 +104,8 @@ pub fn apply(policy: &LandlockPolicy) -> Result<Enforcement> {
             .map_err(ll_err)?;
     }
     if let Some(tcp) = &policy.tcp {
-        for port in &tcp.connect {
-            created = created.add_rule(NetPort::new(*port, AccessNet::ConnectTcp)).map_err(ll_err)?;
-        }
-        for port in &tcp.bind {
-            created = created.add_rule(NetPort::new(*port, AccessNet::BindTcp)).map_err(ll_err)?;
+        for port in tcp.ports() {
+            created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp)).map_err(ll_err)?;
         }
     }
     let status = created.restrict_self().map_err(ll_err)?;

@@ -108,12 +108,70 @@ pub enum Acquire {
     Inherited,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The TCP ports the sandbox may connect to (landlock; binding stays free). The netlock keeps
+/// every remote address out; these rules narrow what is left, the host's loopback, where
+/// databases, sshd (with the user's ssh-agent in the sandbox, a shell on the host) and other
+/// users' dev servers listen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TcpPorts {
-    /// Ports the sandbox may connect to (e.g. the egress proxy and 53).
+    /// Single ports: the filter, DNS, OpenCode's own port, `OCSB_LOOPBACK_PORTS`.
     pub connect: Vec<u16>,
-    /// Ports the sandbox may bind.
-    pub bind: Vec<u16>,
+    /// Inclusive ranges: the kernel's ephemeral range, where a listener of the sandbox's own
+    /// that asked for port 0 ends up (test servers, language tools), so it stays reachable.
+    pub connect_ranges: Vec<(u16, u16)>,
+}
+
+impl TcpPorts {
+    /// The rule: the filter, DNS, OpenCode, the ports the user declared, and the ephemeral range.
+    pub fn for_sandbox(
+        filter: u16,
+        opencode: u16,
+        declared: &[u16],
+        ephemeral: Option<(u16, u16)>,
+    ) -> TcpPorts {
+        let mut connect = vec![filter, 53, opencode];
+        connect.extend_from_slice(declared);
+        connect.sort_unstable();
+        connect.dedup();
+        TcpPorts { connect, connect_ranges: ephemeral.into_iter().filter(|(lo, hi)| lo <= hi).collect() }
+    }
+
+    /// Every port the rule names, once.
+    pub fn ports(&self) -> Vec<u16> {
+        let mut all: Vec<u16> = self.connect.clone();
+        for (lo, hi) in &self.connect_ranges {
+            all.extend(*lo..=*hi);
+        }
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+}
+
+/// `/proc/sys/net/ipv4/ip_local_port_range` ("32768\t60999"), which IPv6 shares.
+pub fn parse_port_range(text: &str) -> Option<(u16, u16)> {
+    let mut it = text.split_whitespace().map(|w| w.parse::<u16>().ok());
+    match (it.next()??, it.next()??) {
+        (lo, hi) if lo <= hi => Some((lo, hi)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_rule_names_the_fixed_ports_and_the_ephemeral_range() {
+        let t = TcpPorts::for_sandbox(3128, 4197, &[5432, 53], parse_port_range("32768\t60999\n"));
+        assert_eq!(t.connect, [53, 3128, 4197, 5432]);
+        assert_eq!(t.connect_ranges, [(32768, 60999)]);
+        let ports = t.ports();
+        assert_eq!(ports.len(), 4 + (60999 - 32768 + 1));
+        assert!(!ports.contains(&22) && !ports.contains(&6379) && !ports.contains(&32767));
+        assert_eq!(parse_port_range("9 8"), None);
+        assert_eq!(parse_port_range("junk"), None);
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -88,6 +88,12 @@ impl fmt::Display for Status {
             ),
         };
         writeln!(f, "landlock: {ll}")?;
+        let tcp = if self.landlock_abi >= 4 {
+            "ok: the sandbox connects on loopback only to the filter, DNS, OpenCode, OCSB_LOOPBACK_PORTS and the ephemeral range (its own port-0 listeners)"
+        } else {
+            "NOT available (landlock ABI < 4): every TCP service on the host's loopback is reachable"
+        };
+        writeln!(f, "loopback: {tcp}")?;
         writeln!(f, "seccomp: {}", if self.seccomp { "ok" } else { "NOT available" })?;
         for (k, v) in &self.sysctls {
             writeln!(f, "sysctl {}: {v}", k.replace('/', "."))?;

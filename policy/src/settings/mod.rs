@@ -342,6 +342,11 @@ impl Settings {
             .collect()
     }
 
+    /// `OCSB_LOOPBACK_PORTS`.
+    pub fn loopback_ports(&self) -> Vec<u16> {
+        self.array("OCSB_LOOPBACK_PORTS").iter().filter_map(|p| schema::port_of(p)).collect()
+    }
+
     pub fn rw(&self) -> Vec<PathBuf> {
         self.paths("OCSB_RW")
     }

@@ -113,6 +113,8 @@ pub static SCHEMA: &[Spec] = &[
     spec("OCSB_KUBECONFIG", Scalar, D::Str(""), "—", C::Any, Paths::Project,
         "kubeconfig for the agent (~/.kube/config stays hidden)"),
     spec("OCSB_ENV", Array, D::List(&[]), "()", C::EnvPair, Paths::No, "extra KEY=VALUE for OpenCode"),
+    spec("OCSB_LOOPBACK_PORTS", Array, D::List(&[]), "()", C::Port, Paths::No,
+        "host loopback TCP ports the agent may connect to (besides the filter, DNS and OpenCode)"),
     spec("OCSB_RW", Array, D::List(&[]), "()", C::NonEmpty, Paths::Project, "extra writable paths"),
     spec("OCSB_HIDE", Array, D::List(&[]), "()", C::NonEmpty, Paths::Project, "extra hidden paths"),
     spec("OCSB_RW_HOME", Array, D::Documented(RW_HOME), ".cache .npm .asdf .bundle .gem …", C::HomeRelative,

@@ -52,6 +52,7 @@ const WATCHED: &[(&str, Rule, &str)] = &[
         Rule::Becomes("shared"),
         "the agent writes into caches your own builds and tools run code from",
     ),
+    ("OCSB_LOOPBACK_PORTS", Rule::Added, "lets the agent connect to a service on your machine's loopback"),
     ("OCSB_HIDE", Rule::Removed, "un-hides a path"),
     ("OCSB_HIDE_HOME", Rule::Removed, "un-hides a credential or profile in your home"),
     ("OCSB_STATE_DIR", Rule::Changed, "moves a writable directory, which may be another project's state"),
@@ -172,7 +173,8 @@ mod tests {
             &i,
             "sandbox.conf",
             "OCSB_SANDBOX=0\nOCSB_TMP=shared\nOCSB_RW=(~/notes)\nOCSB_HIDE_HOME=(.gnupg)\n\
-             OCSB_ENV_FILE=~/.aws/credentials\nOCSB_RW_TOOL_FILES=(.envrc)\nOCSB_CACHES=shared\n",
+             OCSB_ENV_FILE=~/.aws/credentials\nOCSB_RW_TOOL_FILES=(.envrc)\nOCSB_CACHES=shared\n\
+             OCSB_LOOPBACK_PORTS=(5432)\n",
         );
         let w = project_widenings(&i).unwrap();
         let names: Vec<&str> = w.iter().map(|w| w.name).collect();
@@ -184,6 +186,7 @@ mod tests {
             "OCSB_ENV_FILE",
             "OCSB_RW_TOOL_FILES",
             "OCSB_CACHES",
+            "OCSB_LOOPBACK_PORTS",
         ] {
             assert!(names.contains(&n), "{n} missing from {w:?}");
         }

@@ -30,6 +30,13 @@ pub struct Config {
     pub group: String,
     #[serde(default)]
     pub dns: Dns,
+    /// `false`: never use the kernel's `owner|persist` table flags (see [`Model::owner_flags`]).
+    #[serde(default = "yes")]
+    pub owner_flags: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Which DNS servers a locked process may reach on port 53.
@@ -53,7 +60,7 @@ fn default_group() -> String {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { group: default_group(), dns: Dns::default() }
+        Config { group: default_group(), dns: Dns::default(), owner_flags: true }
     }
 }
 
@@ -62,8 +69,8 @@ impl Config {
     pub fn parse(text: &str) -> Result<Config> {
         toml::from_str(text).map_err(|e| {
             anyhow::anyhow!(
-                "{CONFIG_PATH}: {e}\nhint: allowed keys are `group = \"NAME\"` and \
-                 `dns = \"resolv-conf\" | \"none\" | {{ static = [\"ADDR\", ...] }}`"
+                "{CONFIG_PATH}: {e}\nhint: allowed keys are `group = \"NAME\"`, \
+                 `dns = \"resolv-conf\" | \"none\" | {{ static = [\"ADDR\", ...] }}` and `owner_flags = false`"
             )
         })
     }
@@ -122,7 +129,9 @@ impl Config {
             Dns::Static(list) => list.clone(),
             Dns::ResolvConf => resolv::read(RESOLV_PATH)?,
         };
-        Ok(Model::new(gid, &servers, self.dns == Dns::None))
+        let mut model = Model::new(gid, &servers, self.dns == Dns::None);
+        model.owner_flags = self.owner_flags;
+        Ok(model)
     }
 }
 

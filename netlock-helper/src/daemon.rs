@@ -36,8 +36,59 @@ pub enum Request {
     Apply,
     Remove,
 }
-pub type Reply = Sender<Result<String, String>>;
 pub type Call = (Request, Reply);
+
+/// The daemon thread's answer to one D-Bus call, awaited by the handler ([`Answer`]) without
+/// blocking zbus's executor: `send` fills the slot and wakes the handler's task; a reply dropped
+/// unanswered (the loop ended) answers with an error, so no call waits forever.
+pub struct Reply(Arc<Mutex<Slot>>);
+
+#[derive(Default)]
+pub struct Slot {
+    value: Option<Result<String, String>>,
+    waker: Option<std::task::Waker>,
+}
+
+/// The handler's side of a [`Reply`].
+pub struct Answer(Arc<Mutex<Slot>>);
+
+pub fn reply_pair() -> (Reply, Answer) {
+    let slot = Arc::new(Mutex::new(Slot::default()));
+    (Reply(slot.clone()), Answer(slot))
+}
+
+impl Reply {
+    pub fn send(self, value: Result<String, String>) {
+        lock(&self.0).value = Some(value);
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        let mut s = lock(&self.0);
+        s.value.get_or_insert_with(|| Err("the daemon loop ended".into()));
+        if let Some(w) = s.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+impl std::future::Future for Answer {
+    type Output = Result<String, String>;
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let mut s = lock(&self.0);
+        match s.value.take() {
+            Some(v) => std::task::Poll::Ready(v),
+            None => {
+                s.waker = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        }
+    }
+}
 
 /// The daemon thread's state. The netlink socket lives here, on one thread, because with owner
 /// flags only the socket that created the table may change it.
@@ -46,6 +97,8 @@ pub struct Engine {
     flags: u32,
     enabled: bool,
     model: Option<Model>,
+    /// Without owner flags: the ruleset generation right after our last apply.
+    generation: Option<u32>,
     last_refresh: Option<Instant>,
     pub status: Status,
     /// A copy for readers on other threads (D-Bus `Status`).
@@ -55,11 +108,34 @@ pub struct Engine {
 impl Engine {
     pub fn start() -> Result<Engine> {
         let mut nl = Nl::open()?;
-        let owned = nl.supports_owner()?;
+        let owned = nl.use_owner(&config::load_model()?)?;
         let flags = if owned { OWNED } else { 0 };
         let status = Status::new(owned);
         let shared = Arc::new(Mutex::new(status.clone()));
-        Ok(Engine { nl, flags, enabled: true, model: None, last_refresh: None, status, shared })
+        Ok(Engine {
+            nl,
+            flags,
+            enabled: true,
+            model: None,
+            generation: None,
+            last_refresh: None,
+            status,
+            shared,
+        })
+    }
+
+    /// Applies `model`. Without owner flags, the ruleset generation before and after tells
+    /// whether this batch was the only commit in between; only then is the generation kept as
+    /// "ours", otherwise the next check applies again.
+    fn apply(&mut self, model: &Model) -> Result<()> {
+        let before = if self.flags == 0 { Some(self.nl.generation()?) } else { None };
+        self.nl.apply(model, self.flags)?;
+        self.status.last_apply = now();
+        if let Some(b) = before {
+            let after = self.nl.generation()?;
+            self.generation = (after == b.wrapping_add(1)).then_some(after);
+        }
+        Ok(())
     }
 
     /// Re-reads the inputs; applies when they changed, when `force`, or when the table is gone.
@@ -83,8 +159,7 @@ impl Engine {
         let model = config::load_model()?;
         let present = self.nl.table()?.is_some_and(|t| t.flags & self.flags == self.flags);
         if force || !present || self.model.as_ref() != Some(&model) {
-            self.nl.apply(&model, self.flags)?;
-            self.status.last_apply = now();
+            self.apply(&model)?;
             if self.model.as_ref() != Some(&model) {
                 eprintln!(
                     "ocsb-netlock-helper: applied gid {} dns4 {:?} dns6 {:?}",
@@ -100,22 +175,23 @@ impl Engine {
     }
 
     /// The watcher: puts the table back if someone removed it (only possible without owner flags,
-    /// or after `nft` adopted an orphan).
+    /// or after `nft` adopted an orphan), and without owner flags also if anything in the ruleset
+    /// changed since our last apply (a rule added to or flushed from our chains).
     pub fn check(&mut self) -> Result<()> {
         self.status.last_check = now();
         if !self.enabled {
             return Ok(());
         }
         let present = self.nl.table()?.is_some_and(|t| t.flags & self.flags == self.flags);
-        match (&self.model, present) {
-            (Some(m), false) => {
-                eprintln!("ocsb-netlock-helper: table missing, re-applying");
-                let m = m.clone();
-                self.nl.apply(&m, self.flags)?;
-                self.status.last_apply = now();
+        let changed = self.flags == 0 && Some(self.nl.generation()?) != self.generation;
+        match (self.model.clone(), present, changed) {
+            (Some(m), false, _) | (Some(m), _, true) => {
+                let what = if present { "the ruleset changed" } else { "table missing" };
+                eprintln!("ocsb-netlock-helper: {what}, re-applying");
+                self.apply(&m)?;
                 self.publish();
             }
-            (None, _) => self.refresh(true)?,
+            (None, _, _) => self.refresh(true)?,
             _ => {}
         }
         Ok(())
@@ -234,7 +310,7 @@ pub fn run() -> Result<()> {
         let ino_ready = fds[1].revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
         let _ = wake.read(&mut [0u8; 64]);
         while let Ok((req, reply)) = rx.try_recv() {
-            let _ = reply.send(engine.handle(req));
+            reply.send(engine.handle(req));
         }
         if sig_ready {
             while let Ok(Some(info)) = sfd.read_signal() {
@@ -268,6 +344,8 @@ pub fn run() -> Result<()> {
         if let Err(e) = engine.check() {
             eprintln!("ocsb-netlock-helper: check failed: {e:#}");
         }
+        // The loop is alive (WatchdogSec= in the unit restarts a daemon stuck anywhere).
+        notify("WATCHDOG=1");
         bus.connect(&engine);
     }
 }
@@ -328,5 +406,27 @@ trait AsFdRef {
 impl<T: std::os::fd::AsFd> AsFdRef for T {
     fn as_fd_ref(&self) -> std::os::fd::BorrowedFd<'_> {
         self.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    fn poll(a: &mut Answer) -> Poll<Result<String, String>> {
+        std::pin::Pin::new(a).poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn a_reply_answers_once_and_a_dropped_one_answers_with_an_error() {
+        let (reply, mut answer) = reply_pair();
+        assert_eq!(poll(&mut answer), Poll::Pending);
+        reply.send(Ok("enforcing".into()));
+        assert_eq!(poll(&mut answer), Poll::Ready(Ok("enforcing".into())));
+        let (reply, mut answer) = reply_pair();
+        drop(reply);
+        assert_eq!(poll(&mut answer), Poll::Ready(Err("the daemon loop ended".into())));
     }
 }

@@ -6,15 +6,14 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::sync::mpsc::{Sender, channel};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use zbus::message::{Flags, Header};
 use zbus::{Connection, fdo, interface};
 use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
 
-use crate::daemon::{Call, Request, lock};
+use crate::daemon::{Call, Request, lock, reply_pair};
 use crate::status::Status;
 
 pub const BUS_NAME: &str = "dev.ocsb.Netlock1";
@@ -32,15 +31,13 @@ impl Handle {
         Handle { tx: Mutex::new(tx), wake: Mutex::new(wake), status }
     }
 
-    /// Hands the request to the daemon thread and waits for its answer (milliseconds).
-    fn call(&self, req: Request) -> fdo::Result<String> {
-        let (reply, answer) = channel();
+    /// Hands the request to the daemon thread and awaits its answer (milliseconds) without
+    /// blocking the executor that serves the other calls.
+    async fn call(&self, req: Request) -> fdo::Result<String> {
+        let (reply, answer) = reply_pair();
         lock(&self.tx).send((req, reply)).map_err(|_| fdo::Error::Failed("daemon loop gone".into()))?;
         let _ = lock(&self.wake).write(&[1]);
-        match answer.recv_timeout(Duration::from_secs(10)) {
-            Ok(r) => r.map_err(fdo::Error::Failed),
-            Err(_) => Err(fdo::Error::Failed("daemon did not answer".into())),
-        }
+        answer.await.map_err(fdo::Error::Failed)
     }
 }
 
@@ -63,7 +60,7 @@ impl Netlock {
         #[zbus(connection)] conn: &Connection,
     ) -> fdo::Result<String> {
         authorize(conn, &hdr, "dev.ocsb.netlock.refresh").await?;
-        self.h.call(Request::Refresh)
+        self.h.call(Request::Refresh).await
     }
 
     /// Install (or re-enable) the lock.
@@ -73,7 +70,7 @@ impl Netlock {
         #[zbus(connection)] conn: &Connection,
     ) -> fdo::Result<String> {
         authorize(conn, &hdr, "dev.ocsb.netlock.apply").await?;
-        self.h.call(Request::Apply)
+        self.h.call(Request::Apply).await
     }
 
     /// Take the lock away until the next `Apply` or daemon start.
@@ -83,7 +80,7 @@ impl Netlock {
         #[zbus(connection)] conn: &Connection,
     ) -> fdo::Result<String> {
         authorize(conn, &hdr, "dev.ocsb.netlock.remove").await?;
-        self.h.call(Request::Remove)
+        self.h.call(Request::Remove).await
     }
 }
 

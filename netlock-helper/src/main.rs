@@ -22,17 +22,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn flags(nl: &mut Nl) -> Result<u32> {
-    Ok(if nl.supports_owner()? { OWNED } else { 0 })
-}
-
 fn run(cmd: Cmd) -> Result<u8> {
     match cmd {
         Cmd::Daemon => daemon::run().map(|()| 0),
         Cmd::Apply => {
             let model = config::load_model()?;
             let mut nl = Nl::open()?;
-            let f = flags(&mut nl)?;
+            let f = if nl.use_owner(&model)? { OWNED } else { 0 };
             nl.apply(&model, f)?;
             println!(
                 "applied: gid {} dns4 {:?} dns6 {:?} (owner flags: {})",
@@ -45,7 +41,8 @@ fn run(cmd: Cmd) -> Result<u8> {
         }
         Cmd::Remove => {
             let mut nl = Nl::open()?;
-            let f = flags(&mut nl)?;
+            // An orphaned owned table is adopted whatever the config says now.
+            let f = if nl.supports_owner()? { OWNED } else { 0 };
             nl.remove(f)?;
             println!("removed");
             Ok(0)
@@ -53,7 +50,7 @@ fn run(cmd: Cmd) -> Result<u8> {
         Cmd::Verify { json } => {
             let model = config::load_model()?;
             let mut nl = Nl::open()?;
-            let want_owned = nl.supports_owner()?;
+            let want_owned = nl.use_owner(&model)?;
             let report = verify::verify(&mut nl, &model, want_owned)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -78,9 +75,9 @@ fn run(cmd: Cmd) -> Result<u8> {
         Cmd::Print => {
             let model = config::load_model()?;
             // Without CAP_NET_ADMIN the feature probe is impossible; the kernel version decides.
-            let owned = match Nl::open().and_then(|mut nl| nl.supports_owner()) {
+            let owned = match Nl::open().and_then(|mut nl| nl.use_owner(&model)) {
                 Ok(o) => o,
-                Err(_) => kernel_has_owner_flags(),
+                Err(_) => model.owner_flags && kernel_has_owner_flags(),
             };
             print!("{}", model.render(owned));
             Ok(0)

@@ -16,6 +16,9 @@ pub struct Model {
     /// `dns = "none"`: port 53 is closed on loopback too (a local resolver such as
     /// systemd-resolved or dnsmasq forwards anything, so it is as good as a remote one).
     pub no_dns: bool,
+    /// `owner_flags = false` in the config: use no `owner|persist` flags even where the kernel
+    /// has them, and guard the table with the watcher alone (what kernels before 6.9 get).
+    pub owner_flags: bool,
 }
 
 impl Model {
@@ -32,7 +35,7 @@ impl Model {
         dns4.dedup();
         dns6.sort();
         dns6.dedup();
-        Model { gid, dns4, dns6, no_dns }
+        Model { gid, dns4, dns6, no_dns, owner_flags: true }
     }
 
     /// The text `nft -s list table inet ocsb_netlock` prints for this model. `owned` says whether

@@ -32,6 +32,9 @@ pub const PERSIST: u32 = 0x4;
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NEWTABLE: u16 = NFNL_SUBSYS_NFTABLES << 8; // NFT_MSG_NEWTABLE = 0
 const NFTA_TABLE_NAME: u16 = 1;
+const NEWGEN: u16 = NFNL_SUBSYS_NFTABLES << 8 | 15; // NFT_MSG_NEWGEN
+const GETGEN: u16 = NFNL_SUBSYS_NFTABLES << 8 | 16; // NFT_MSG_GETGEN
+const NFTA_GEN_ID: u16 = 1;
 const NFTA_TABLE_FLAGS: u16 = 2;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
@@ -102,6 +105,45 @@ impl Nl {
             Ok(()) => Ok(true),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => Ok(false),
             Err(e) => Err(explain(e, "probe table flags")),
+        }
+    }
+
+    /// Whether the table is made with `owner|persist`: the kernel has them and the config allows.
+    pub fn use_owner(&mut self, model: &Model) -> Result<bool> {
+        Ok(model.owner_flags && self.supports_owner()?)
+    }
+
+    /// The ruleset's generation id (`NFT_MSG_GETGEN`): it changes with every committed change to
+    /// any table, which is how the watcher notices an edit of ours where no owner flag forbids it.
+    pub fn generation(&mut self) -> Result<u32> {
+        let seq = self.bump();
+        let mut req = Vec::with_capacity(20);
+        req.extend_from_slice(&20u32.to_ne_bytes());
+        req.extend_from_slice(&GETGEN.to_ne_bytes());
+        req.extend_from_slice(&1u16.to_ne_bytes()); // NLM_F_REQUEST
+        req.extend_from_slice(&seq.to_ne_bytes());
+        req.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel fills it in
+        req.extend_from_slice(&[0, 0, 0, 0]); // nfgenmsg: AF_UNSPEC, version 0, res_id 0
+        self.send_raw(&req).context("netlink send")?;
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let n = self.recv_raw(&mut buf).context("netlink recv")?;
+            for (ty, hseq, payload) in messages(&buf[..n]) {
+                if hseq != seq {
+                    continue;
+                }
+                if ty == NLMSG_ERROR && error_code(payload) != 0 {
+                    return Err(explain(
+                        io::Error::from_raw_os_error(error_code(payload)),
+                        "read the generation",
+                    ));
+                }
+                if ty == NEWGEN {
+                    let attrs = attributes(payload.get(4..).unwrap_or_default());
+                    let id = attrs.iter().find(|(t, _)| *t == NFTA_GEN_ID).and_then(|a| a.1.try_into().ok());
+                    return id.map(u32::from_be_bytes).context("NEWGEN without a generation id");
+                }
+            }
         }
     }
 

@@ -37,6 +37,30 @@ fn flush_and_delete_from_another_process_leave_the_lock() {
     assert_eq!(st["dns4"][0], DNS4);
 }
 
+/// Without owner flags (kernels before 6.9; forced here with `owner_flags = false`, the same code
+/// path), anyone with CAP_NET_ADMIN can edit the table: the watcher puts back not only a deleted
+/// table but also changed contents — an `accept` inserted at the top of `locked`, a flushed chain.
+#[test]
+fn without_owner_flags_the_watcher_repairs_changed_contents() {
+    let w = World::with_config(&format!("group = \"{GROUP}\"\nowner_flags = false\n"));
+    let _d = w.daemon();
+    assert_eq!(w.status()["owner_flags"], false);
+    let blocked = || w.probe(&["tcp", WORLD4, "8080"]) == "EHOSTUNREACH";
+    assert!(blocked());
+    for edit in [
+        &["insert", "rule", "inet", "ocsb_netlock", "locked", "accept"][..],
+        &["flush", "chain", "inet", "ocsb_netlock", "locked"],
+        &["delete", "table", "inet", "ocsb_netlock"],
+    ] {
+        ok(&mut w.lock.exec(&[&["nft"][..], edit].concat()));
+        assert!(
+            wait_for(Duration::from_secs(3), || run(&mut w.helper(&["verify"])).status.code() == Some(0)),
+            "not repaired after nft {edit:?}"
+        );
+        assert!(blocked(), "open after nft {edit:?}");
+    }
+}
+
 #[test]
 fn sigkill_leaves_it_enforcing_and_a_restarted_daemon_adopts_it() {
     let w = World::new();

@@ -59,10 +59,10 @@ fn hidden_paths_stay_hidden_when_the_host_changes_them() {
         r#"mkdir -p "$HOME/.docker" "$HOME/.config/nvim"; echo old > "$HOME/.docker/config.json"; echo old > "$HOME/.zsh_history"
         echo 'set nu' > "$HOME/.config/nvim/init.vim"; echo 'alias ll=ls' > "$HOME/.bashrc"
         chown -R 1990 "$HOME/.docker" "$HOME/.config" "$HOME/.zsh_history" "$HOME/.bashrc"
-        U "$OCSB" exec -- sh -c "sleep 2; for f in .config/gh/hosts.yml .docker/config.json .zsh_history .aws/credentials; do \
+        U "$OCSB" exec -- sh -c "touch $P/started; sleep 1; for f in .config/gh/hosts.yml .docker/config.json .zsh_history .aws/credentials; do \
              printf '%s=%s\n' \$f \"\$(cat $HOME/\$f 2>/dev/null | tr -d '\n')\"; done; \
            cat $HOME/.config/nvim/init.vim $HOME/.bashrc; touch $HOME/.config/gh 2>/dev/null || echo gh-not-creatable" </dev/null 2>x.err &
-        sleep 1
+        i=0; while [ ! -e "$P/started" ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done
         mkdir -p "$HOME/.config/gh"; echo ghtoken > "$HOME/.config/gh/hosts.yml"
         echo LOGIN > "$HOME/.docker/c.new"; mv "$HOME/.docker/c.new" "$HOME/.docker/config.json"
         echo PASTED > "$HOME/h.new"; mv "$HOME/h.new" "$HOME/.zsh_history"
@@ -96,9 +96,9 @@ fn hiding_holds_in_large_and_linked_homes() {
         L=$(printf 'x%.0s' $(seq 1 200)); i=0; while [ $i -lt 1200 ]; do : > "$HOME/.config/f$i"; i=$((i+1)); done
         i=0; while [ $i -lt 300 ]; do ln -s "/$L/$i" "$HOME/.config/l$i"; i=$((i+1)); done
         chown -R 1990 "$HOME/.config" "$HOME/dotfiles" "$HOME/.kube"
-        U "$OCSB" exec -- sh -c "sleep 2; cat $HOME/dotfiles/kube/config 2>/dev/null || echo no-kube; \
+        U "$OCSB" exec -- sh -c "touch $P/started; sleep 1; cat $HOME/dotfiles/kube/config 2>/dev/null || echo no-kube; \
            echo entries \$(ls -A $HOME/.config | wc -l); readlink $HOME/.config/l299 | grep -c 299" </dev/null 2>x.err &
-        sleep 1; echo KUBESECRET > "$HOME/dotfiles/kube/config"
+        i=0; while [ ! -e "$P/started" ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done; echo KUBESECRET > "$HOME/dotfiles/kube/config"
         wait; cat x.err >&2; rm -f x.err
         ln -s "$HOME" "$HOME.link"; HOME="$HOME.link" X "touch $HOME.link/.cache/x 2>/dev/null; echo linked-home" 2>&1"#,
     );

@@ -288,8 +288,7 @@ pub fn run() -> Result<()> {
     let (tx, rx): (Sender<Call>, Receiver<Call>) = std::sync::mpsc::channel();
     let (mut wake, wake_tx) = UnixStream::pair().context("socketpair")?;
     wake.set_nonblocking(true)?;
-    let mut bus = Bus::new(tx, wake_tx);
-    bus.connect(&engine);
+    serve_bus(tx, wake_tx, engine.shared.clone());
 
     notify(&format!("READY=1\nSTATUS=enforcing (owner flags: {owned})"));
     eprintln!("ocsb-netlock-helper: daemon ready (owner flags: {owned})");
@@ -346,58 +345,47 @@ pub fn run() -> Result<()> {
         }
         // The loop is alive (WatchdogSec= in the unit restarts a daemon stuck anywhere).
         notify("WATCHDOG=1");
-        bus.connect(&engine);
     }
 }
 
-/// The optional system-bus interface. The unit starts before dbus.service (the lock must be in
-/// force before any network comes up), so a missing bus is retried every few seconds; the lock
-/// never depends on it.
-struct Bus {
-    tx: Sender<Call>,
-    wake: UnixStream,
-    #[cfg(feature = "dbus")]
-    conn: Option<zbus::blocking::Connection>,
-    next_try: Instant,
-    warned: bool,
-}
-
-impl Bus {
-    fn new(tx: Sender<Call>, wake: UnixStream) -> Bus {
-        #[cfg(feature = "dbus")]
-        return Bus { tx, wake, conn: None, next_try: Instant::now(), warned: false };
-        #[cfg(not(feature = "dbus"))]
-        Bus { tx, wake, next_try: Instant::now(), warned: true }
-    }
-
-    #[cfg(feature = "dbus")]
-    fn connect(&mut self, engine: &Engine) {
-        if self.conn.is_some() || Instant::now() < self.next_try {
-            return;
-        }
-        self.next_try = Instant::now() + BUS_RETRY;
-        let Ok(wake) = self.wake.try_clone() else { return };
-        match crate::dbus::serve(crate::dbus::Handle::new(self.tx.clone(), wake, engine.shared.clone())) {
-            Ok(c) => {
-                eprintln!("ocsb-netlock-helper: serving {} on the system bus", crate::dbus::BUS_NAME);
-                self.conn = Some(c);
+/// The optional system-bus interface, on a thread of its own. The unit starts before
+/// dbus.service (the lock must be in force before any network comes up), so a missing bus is
+/// retried every few seconds, and a bus that goes away (a restart of dbus.service) is noticed by
+/// a ping and connected to again; the lock never depends on it.
+#[cfg(feature = "dbus")]
+fn serve_bus(tx: Sender<Call>, wake: UnixStream, shared: Arc<Mutex<Status>>) {
+    std::thread::spawn(move || {
+        let mut warned = false;
+        loop {
+            let conn = wake
+                .try_clone()
+                .map_err(zbus::Error::from)
+                .and_then(|w| crate::dbus::serve(crate::dbus::Handle::new(tx.clone(), w, shared.clone())));
+            match conn {
+                Ok(c) => {
+                    eprintln!("ocsb-netlock-helper: serving {} on the system bus", crate::dbus::BUS_NAME);
+                    warned = false;
+                    while crate::dbus::alive(&c) {
+                        std::thread::sleep(BUS_RETRY);
+                    }
+                    eprintln!("ocsb-netlock-helper: lost the system bus; connecting again");
+                }
+                Err(e) if !warned => {
+                    eprintln!(
+                        "ocsb-netlock-helper: D-Bus interface not available yet ({e}); retrying every {}s; the lock itself is in force",
+                        BUS_RETRY.as_secs()
+                    );
+                    warned = true;
+                }
+                Err(_) => {}
             }
-            Err(e) if !self.warned => {
-                eprintln!(
-                    "ocsb-netlock-helper: D-Bus interface not available yet ({e}); retrying every {}s; the lock itself is in force",
-                    BUS_RETRY.as_secs()
-                );
-                self.warned = true;
-            }
-            Err(_) => {}
+            std::thread::sleep(BUS_RETRY);
         }
-    }
-
-    #[cfg(not(feature = "dbus"))]
-    fn connect(&mut self, _engine: &Engine) {
-        let _ = (&self.tx, &self.wake, self.next_try, self.warned);
-    }
+    });
 }
+
+#[cfg(not(feature = "dbus"))]
+fn serve_bus(_tx: Sender<Call>, _wake: UnixStream, _shared: Arc<Mutex<Status>>) {}
 
 /// `AsFd` borrowing for poll without naming the concrete fd types.
 trait AsFdRef {

@@ -106,9 +106,25 @@ async fn authorize(conn: &Connection, hdr: &Header<'_>, action: &str) -> fdo::Re
     }
 }
 
+/// Whether the bus still answers (`GetId` of the bus itself, which every bus policy allows;
+/// `Peer.Ping` is refused by the system bus's): after the bus daemon exits every call fails.
+pub fn alive(conn: &zbus::blocking::Connection) -> bool {
+    conn.call_method(
+        Some("org.freedesktop.DBus"),
+        "/org/freedesktop/DBus",
+        Some("org.freedesktop.DBus"),
+        "GetId",
+        &(),
+    )
+    .is_ok()
+}
+
 /// Claims the bus name and serves the interface on zbus's own thread.
 pub fn serve(h: Handle) -> zbus::Result<zbus::blocking::Connection> {
     zbus::blocking::connection::Builder::system()?
+        // A bus that went away must not leave a call (our own liveness check, polkit's
+        // CheckAuthorization) waiting for ever.
+        .method_timeout(std::time::Duration::from_secs(5))
         .name(BUS_NAME)?
         .serve_at(OBJECT_PATH, Netlock { h })?
         .build()

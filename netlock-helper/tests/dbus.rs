@@ -83,3 +83,27 @@ fn the_daemon_serves_the_bus_once_it_appears() {
     let served = wait_for(Duration::from_secs(12), || netlock(&bus, Some(TEST_USER), "Status").0);
     assert!(served, "the daemon never claimed dev.ocsb.Netlock1 after the bus appeared");
 }
+
+#[test]
+fn the_daemon_serves_the_bus_again_after_the_bus_restarts() {
+    // dbus.service restarted (an upgrade): the old connection is dead; the daemon notices by its
+    // ping and claims the name on the new bus, while the lock stays in force throughout.
+    let w = World::new();
+    let bus = start_bus(&w);
+    // As the real system bus is named: by its path, without the server's guid.
+    let address = format!("unix:path={}", w.path("bus").display());
+    let _d = w.start_daemon(w.helper_as_service(&["daemon"]), &address);
+    assert!(wait_for(Duration::from_secs(12), || netlock(&bus, Some(TEST_USER), "Status").0));
+    drop(bus);
+    let _ = std::fs::remove_file(w.path("bus"));
+    assert_eq!(w.probe(&["udp", "192.0.2.1", "9"]), "EPERM");
+    let bus = start_bus(&w);
+    let served = wait_for(Duration::from_secs(20), || netlock(&bus, Some(TEST_USER), "Status").0);
+    let logs: Vec<String> = std::fs::read_dir(w.path(""))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("daemon-log"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert!(served, "the daemon did not come back to the restarted bus; its log:\n{}", logs.join("\n"));
+}

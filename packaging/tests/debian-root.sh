@@ -11,8 +11,9 @@
 set -eu
 
 # The ocsb package's run-time dependencies (Depends of the .deb; libc is in every root). systemd
-# brings systemd-sysusers, which postinst runs before the shim gets its group.
-INCLUDE=systemd,bubblewrap,libnftnl11,libmnl0
+# brings systemd-sysusers, which postinst runs before the shim gets its group; nftables brings
+# nft(8), which `ocsb-netlock-helper verify` runs (the systemd stage checks the table with it).
+INCLUDE=systemd,bubblewrap,libnftnl11,libmnl0,nftables
 
 CACHE=${OCSB_TEST_CACHE:-/var/cache/ocsb-test}
 HASH=$(printf 'bookworm minbase %s\n' "$INCLUDE" | sha256sum | cut -c1-12)

@@ -20,6 +20,9 @@
 #  6. arch:     PKGBUILD's package() stages exactly files.list; versions agree.
 #  7. source:   packaging/install.sh install/uninstall in a clean root: modes, the set-gid order,
 #               uninstall leaves nothing behind but the accounts.
+#  8. systemd:  the .deb in a Docker container whose PID 1 is systemd (no network): the unit
+#               starts, `systemd-analyze security` <= 1.5, a SIGTERM'd daemon is restarted, the
+#               watchdog restarts a stuck one, the table stays in force throughout.
 #
 # Only debian-root.sh downloads (once; then cached under /var/cache/ocsb-test). Every test root
 # lives in its own network namespace: nothing here touches the machine's nftables or network.
@@ -401,5 +404,55 @@ ok "package() stages exactly files.list ($(wc -l <"$T/arch.files") files); pkgve
 
 step "7. from source: packaging/install.sh in a clean root"
 unshare --mount --net --pid --fork sh "$0" __source
+
+step "8. systemd: the .deb under a real systemd as PID 1 (a Docker container, no network)"
+docker info >/dev/null 2>&1 || fail "no Docker engine (tests/install-deps.sh starts dockerd)"
+IMG=ocsb-pkgtest-systemd:$(basename "$TARBALL" .tar.gz)
+docker image inspect "$IMG" >/dev/null 2>&1 || docker import "$TARBALL" "$IMG" >/dev/null || fail "docker import $TARBALL"
+C=ocsb-pkgtest-sd-$$
+# --network none: the container's own network namespace holds only lo; the helper's table lands
+# there. SYS_ADMIN for systemd's mounts, NET_ADMIN for the helper; no --privileged.
+docker run -d --rm --name "$C" --cap-add SYS_ADMIN --cap-add NET_ADMIN --security-opt seccomp=unconfined \
+    --security-opt apparmor=unconfined --cgroupns=private --tmpfs /run --tmpfs /run/lock --network none \
+    -e container=docker -v "$DEB:/tmp/ocsb.deb:ro" "$IMG" /lib/systemd/systemd >/dev/null || fail "docker run systemd"
+trap 'docker rm -f "$C" >/dev/null 2>&1 || true' EXIT
+in_c() { docker exec "$C" "$@"; }
+until_ok() { # SECONDS COMMAND...: retry every 0.5 s
+    n=$(($1 * 2)); shift
+    while [ "$n" -gt 0 ]; do "$@" >/dev/null 2>&1 && return 0; n=$((n - 1)); sleep 0.5; done
+    return 1
+}
+booted() { s=$(in_c systemctl is-system-running 2>/dev/null); [ "$s" = running ] || [ "$s" = degraded ]; }
+until_ok 60 booted || fail "systemd did not boot in the container ($(in_c systemctl is-system-running 2>&1))"
+in_c dpkg -i /tmp/ocsb.deb >"$T/sd-dpkg.log" 2>&1 || { cat "$T/sd-dpkg.log"; fail "dpkg -i under systemd"; }
+until_ok 20 in_c systemctl is-active --quiet ocsb-netlock.service ||
+    { in_c journalctl -u ocsb-netlock --no-pager | tail -20; fail "ocsb-netlock.service is not active"; }
+in_c /usr/libexec/ocsb/ocsb-netlock-helper verify >/dev/null || fail "verify after the unit started"
+ok "dpkg -i under systemd PID 1: the unit is active and the table matches the contract"
+exposure=$(in_c systemd-analyze security ocsb-netlock.service 2>/dev/null |
+    sed -n 's/.*Overall exposure level for ocsb-netlock.service: \([0-9.]*\).*/\1/p')
+awk -v e="$exposure" 'BEGIN { exit !(e != "" && e <= 1.5) }' || fail "systemd-analyze security: exposure $exposure > 1.5"
+ok "systemd-analyze security ocsb-netlock.service: exposure $exposure (<= 1.5)"
+main_pid() { in_c systemctl show -p MainPID --value ocsb-netlock.service; }
+new_pid() { p=$(main_pid); [ "$p" != 0 ] && [ "$p" != "$1" ] && in_c systemctl is-active --quiet ocsb-netlock.service; }
+p1=$(main_pid)
+in_c sh -c "kill -TERM $p1"
+in_c /usr/libexec/ocsb/ocsb-netlock-helper verify >/dev/null || fail "the table went away with the daemon"
+until_ok 15 new_pid "$p1" || fail "a daemon ended by SIGTERM was not restarted"
+ok "SIGTERM (not systemctl stop): the table stays, systemd restarts the daemon"
+[ "$(in_c systemctl show -p WatchdogUSec --value ocsb-netlock.service)" = 30s ] || fail "WatchdogSec is not 30s"
+in_c mkdir -p /run/systemd/system/ocsb-netlock.service.d
+printf '[Service]\nWatchdogSec=2s\n' | docker exec -i "$C" sh -c 'cat > /run/systemd/system/ocsb-netlock.service.d/w.conf'
+in_c systemctl daemon-reload && in_c systemctl restart ocsb-netlock.service || fail "restart with a short watchdog"
+until_ok 10 in_c systemctl is-active --quiet ocsb-netlock.service || fail "not active with WatchdogSec=2s"
+sleep 4
+p2=$(main_pid)
+[ "$p2" != 0 ] || fail "the daemon did not survive its own watchdog pings"
+in_c sh -c "kill -STOP $p2"
+until_ok 30 new_pid "$p2" || fail "a stuck daemon (SIGSTOP) was not restarted by the watchdog"
+in_c /usr/libexec/ocsb/ocsb-netlock-helper verify >/dev/null || fail "verify after the watchdog restart"
+ok "watchdog: a daemon that answers stays up; a stuck one is restarted, the table in force throughout"
+docker rm -f "$C" >/dev/null 2>&1 || true
+trap - EXIT
 
 printf '\nall packaging tests passed in %ss\n' "$(($(date +%s) - start))"

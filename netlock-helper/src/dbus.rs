@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 
 use zbus::message::{Flags, Header};
 use zbus::{Connection, fdo, interface};
-use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
 
 use crate::daemon::{Call, Request, lock, reply_pair};
 use crate::status::Status;
@@ -84,22 +83,31 @@ impl Netlock {
     }
 }
 
+/// polkit's `CheckAuthorization` for the caller. The subject is the caller's unique bus name from
+/// the message header (`("system-bus-name", {"name": …})`), never a pid; `flags` 1 allows
+/// interaction only when the caller asked for it. The answer is `(is_authorized, is_challenge,
+/// details)`.
 async fn authorize(conn: &Connection, hdr: &Header<'_>, action: &str) -> fdo::Result<()> {
-    let subject = Subject::new_for_message_header(hdr)
-        .map_err(|e| fdo::Error::AccessDenied(format!("no sender: {e}")))?;
-    let interactive = hdr.primary().flags().contains(Flags::AllowInteractiveAuth);
-    let flags =
-        if interactive { CheckAuthorizationFlags::AllowUserInteraction.into() } else { Default::default() };
-    let authority = AuthorityProxy::new(conn)
+    let sender = hdr.sender().ok_or_else(|| fdo::Error::AccessDenied("no sender".into()))?;
+    let name = zbus::zvariant::Value::from(sender.as_str());
+    let subject = ("system-bus-name", HashMap::from([("name", name)]));
+    let flags: u32 = if hdr.primary().flags().contains(Flags::AllowInteractiveAuth) { 1 } else { 0 };
+    let refused = |e: zbus::Error| fdo::Error::AccessDenied(format!("polkit check failed ({e}); refusing"));
+    let reply = conn
+        .call_method(
+            Some("org.freedesktop.PolicyKit1"),
+            "/org/freedesktop/PolicyKit1/Authority",
+            Some("org.freedesktop.PolicyKit1.Authority"),
+            "CheckAuthorization",
+            &(subject, action, HashMap::<&str, &str>::new(), flags, ""),
+        )
         .await
-        .map_err(|e| fdo::Error::AccessDenied(format!("polkit is not reachable ({e}); refusing")))?;
-    let r = authority
-        .check_authorization(&subject, action, &HashMap::new(), flags, "")
-        .await
-        .map_err(|e| fdo::Error::AccessDenied(format!("polkit check failed ({e}); refusing")))?;
-    if r.is_authorized {
+        .map_err(refused)?;
+    let (authorized, challenge, _): (bool, bool, HashMap<String, String>) =
+        reply.body().deserialize().map_err(refused)?;
+    if authorized {
         Ok(())
-    } else if r.is_challenge {
+    } else if challenge {
         Err(fdo::Error::InteractiveAuthorizationRequired(format!("{action} needs authentication")))
     } else {
         Err(fdo::Error::AccessDenied(format!("not authorised for {action}")))

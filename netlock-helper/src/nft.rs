@@ -1,4 +1,4 @@
-//! Enforcement: builds the table of `netlock.nft` with nftnl and sends it through one mnl socket in
+//! Enforcement: builds the table of `netlock.nft` with nftnl and sends it through one netlink socket in
 //! one atomic batch. Every rule carries its nft line as a comment here, in the order of the contract.
 //!
 //! nftnl cannot set table flags, so the finished batch is copied into owned buffers and patched in

@@ -129,16 +129,7 @@ fn shim_refuses_a_wrong_installation() {
 fn nat_rules_elsewhere_do_not_go_around_the_lock() {
     let w = World::new();
     ok(&mut w.helper(&["apply"]));
-    let mut local = w
-        .lock
-        .exec(&["/usr/bin/python3", concat!(env!("CARGO_MANIFEST_DIR"), "/tests/world.py"), "8081"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(local.stdout.as_mut().unwrap()), &mut line)
-        .unwrap();
-    let _local = Proc(local);
+    let _local = w.local_servers("8081");
     ok(&mut w.lock.exec(&[
         "sh",
         "-ec",

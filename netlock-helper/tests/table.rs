@@ -122,19 +122,7 @@ fn dns_none_closes_a_loopback_resolver_too() {
     for (config, expect) in [("dns = \"resolv-conf\"\n", "ok"), ("dns = \"none\"\n", "EPERM")] {
         let w = World::with_config(config);
         w.set_resolv("nameserver 127.0.0.53\n");
-        let mut resolver = w
-            .lock
-            .exec(&["/usr/bin/python3", concat!(env!("CARGO_MANIFEST_DIR"), "/tests/world.py"), "53"])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(resolver.stdout.as_mut().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        let _resolver = Proc(resolver);
+        let _resolver = w.local_servers("53");
         ok(&mut w.helper(&["apply"]));
         assert_eq!(w.probe(&["udp", "127.0.0.53", "53"]), expect, "{config}");
         assert_eq!(w.probe(&["tcp", "127.0.0.53", "53"]), if expect == "ok" { "ok" } else { "EHOSTUNREACH" });

@@ -216,6 +216,21 @@ impl World {
         w
     }
 
+    /// TCP and UDP servers (world.py) on every address of the lock side itself, on `port`:
+    /// a local service for the NAT and loopback-DNS tests.
+    pub fn local_servers(&self, port: &str) -> Proc {
+        let mut child = self
+            .lock
+            .exec(&["/usr/bin/python3", concat!(env!("CARGO_MANIFEST_DIR"), "/tests/world.py"), port])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "local servers did not start");
+        Proc(child)
+    }
+
     pub fn path(&self, p: &str) -> PathBuf {
         self.dir.0.join(p)
     }

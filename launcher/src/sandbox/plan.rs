@@ -7,9 +7,11 @@
 //! 2. a fresh `/run` (the host's holds the session and system bus, docker.sock, systemd's private
 //!    socket: landlock ABI 7 does not mediate `connect()` on them, so they must be absent), a
 //!    minimal `/dev`, a fresh `/proc`;
-//! 3. `/tmp`, the writable binds and the hidden paths, shallowest first (a mount hides what an
-//!    earlier, shallower mount put beneath it), writable before hidden at equal depth, so `/tmp`
-//!    comes before a project or state dir that lives under `/tmp`;
+//! 3. `/tmp`, the writable binds, the project's own caches, the home's rebuilt directories
+//!    ([`super::snapshot`]: a fresh tmpfs with the host's entries bound back) and the hidden paths,
+//!    shallowest first (a mount hides what an earlier, shallower mount put beneath it), writable
+//!    before hidden at equal depth, so `/tmp` comes before a project or state dir that lives under
+//!    `/tmp`;
 //! 4. the checkout rule (`ocsb_policy::guard`: git metadata, tool files, ocsb's own settings in
 //!    every writable checkout), last of all, so no writable bind can re-expose what it protects;
 //! 5. the sockets the policy passes (ssh-agent, docker when allowed).

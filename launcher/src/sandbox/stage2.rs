@@ -37,8 +37,9 @@ use super::{caps, netlock, seccomp, sys};
 
 /// The hidden argument that selects stage 2.
 pub const ARG: &str = "__sandbox-init";
-/// The environment variable that carries the [`Request`] (JSON). The shim passes the
-/// environment through and closes every fd above 2, so an fd cannot carry it.
+/// The prefix of the environment variables that carry the [`Request`] (JSON, in chunks:
+/// [`request_env`]). The shim passes the environment through and closes every fd above 2, so
+/// an fd cannot carry it.
 pub const ENV: &str = "OCSB_SANDBOX_REQUEST";
 /// Exit status when the sandbox could not be built (the message is on stderr).
 pub const EXIT_SETUP: i32 = 125;

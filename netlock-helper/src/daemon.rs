@@ -1,7 +1,7 @@
 //! The daemon: owns the table for as long as it runs (owner|persist), re-reads its inputs on SIGHUP,
-//! on resolv.conf changes and every 60 s, and re-applies within a second if the table disappears
-//! on kernels without the owner flags. SIGTERM leaves the table enforcing (no open window during a
-//! restart or upgrade); only `remove` takes it away.
+//! on resolv.conf changes and every 60 s, and without the owner flags re-applies within a tick
+//! when the table disappears or anything in the ruleset changes. SIGTERM leaves the table
+//! enforcing (no open window during a restart or upgrade); only `remove` takes it away.
 
 use std::io::Read;
 use std::os::unix::net::UnixStream;
@@ -23,7 +23,7 @@ use crate::notify::notify;
 use crate::status::{Status, now};
 
 const REREAD: Duration = Duration::from_secs(60);
-/// How often the table's presence is checked: often where the kernel cannot protect it.
+/// How often the table is checked: often where the kernel cannot protect it.
 const TICK_OWNED: Duration = Duration::from_secs(1);
 const TICK_WATCH: Duration = Duration::from_millis(200);
 const REFRESH_MIN_GAP: Duration = Duration::from_secs(2);

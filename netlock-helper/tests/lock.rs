@@ -155,7 +155,7 @@ fn nat_rules_elsewhere_do_not_go_around_the_lock() {
 /// An internet socket made outside the lock and handed over on stdin, stdout or stderr would
 /// connect unlocked: the shim refuses to run anything. A unix socket there is fine (the control).
 #[test]
-fn shim_refuses_an_inet_socket_on_stdio() {
+fn shim_refuses_network_sockets_on_stdio() {
     let w = World::new();
     let shim = w.shim_path();
     for fd in 0..=2 {
@@ -167,9 +167,19 @@ fn shim_refuses_an_inet_socket_on_stdio() {
         assert_eq!(out.status.code(), Some(126), "fd {fd}: {out:?}");
         if fd != 2 {
             let err = String::from_utf8_lossy(&out.stderr);
-            assert!(err.contains(&format!("descriptor {fd} is an internet socket")), "{err}");
+            assert!(err.contains(&format!("descriptor {fd} is a network socket")), "{err}");
         }
         assert!(!String::from_utf8_lossy(&out.stdout).contains("rgid="), "fd {fd} ran: {out:?}");
+    }
+    // A packet socket (made by root, handed to the user) sends raw frames around the lock too.
+    for family in ["socket.AF_PACKET, socket.SOCK_DGRAM", "socket.AF_NETLINK, socket.SOCK_RAW"] {
+        let py = format!(
+            "import socket, os; s = socket.socket({family}); os.dup2(s.fileno(), 0); \
+             os.execv('/usr/bin/setpriv', ['setpriv', '--reuid', '1990', '--regid', '1990', '--init-groups', '{shim}', 'ids'])"
+        );
+        let out = run(&mut w.lock.exec(&["/usr/bin/python3", "-c", &py]));
+        assert_eq!(out.status.code(), Some(126), "{family}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("descriptor 0 is a network socket"), "{out:?}");
     }
     let py = format!(
         "import socket, os; a, b = socket.socketpair(); os.dup2(a.fileno(), 0); os.execv('{shim}', ['{shim}', 'ids'])"

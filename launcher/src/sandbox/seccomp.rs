@@ -1,8 +1,8 @@
 //! seccomp: the denylist of the research note (§3.3), applied last, right before the command
 //! runs. Three stacked filters, because one seccompiler filter has one match action:
 //! 1. the denylist, `EPERM`;
-//! 2. `clone3` → `ENOSYS`: its flags live in a struct the filter cannot read, and `ENOSYS` makes
-//!    libc fall back to `clone`, whose flags filter 1 checks;
+//! 2. `clone3` and `openat2` → `ENOSYS`: their flags and modes live in structs the filter cannot
+//!    read, and `ENOSYS` makes libc fall back to `clone` and `openat`, which filter 1 checks;
 //! 3. (x86_64) the x32 guard: syscall numbers with bit 30 set are the x32 ABI, which the
 //!    seccompiler filter does not distinguish; they get `ENOSYS`.
 //!
@@ -156,20 +156,42 @@ pub fn denylist() -> Result<BpfProgram> {
         let bit = libc::S_ISGID as u64;
         Ok(vec![SeccompRule::new(vec![cond(arg, Cmp::MaskedEq(bit), bit)?]).map_err(sc_err)?])
     };
+    // The mode of a file being created counts as much as a later chmod (umask never clears the
+    // set-group-id bit); `openat2`, whose mode sits in a struct, gets `ENOSYS` (filter 2).
     #[cfg(target_arch = "x86_64")]
-    rules.insert(libc::SYS_chmod, setgid(1)?);
-    rules.insert(libc::SYS_fchmod, setgid(1)?);
-    rules.insert(libc::SYS_fchmodat, setgid(2)?);
-    rules.insert(libc::SYS_fchmodat2, setgid(2)?);
+    for (nr, arg) in [(libc::SYS_chmod, 1), (libc::SYS_open, 2), (libc::SYS_creat, 1), (libc::SYS_mknod, 1)] {
+        rules.insert(nr, setgid(arg)?);
+    }
+    for (nr, arg) in [
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        (libc::SYS_fchmodat2, 2),
+        (libc::SYS_openat, 3),
+        (libc::SYS_mknodat, 2),
+    ] {
+        rules.insert(nr, setgid(arg)?);
+    }
+    // TCP Fast Open connects inside `sendto`/`sendmsg`/`sendmmsg`, where landlock's TCP connect
+    // rule is not asked: without this the loopback rule would not hold (sshd on 127.0.0.1:22).
+    let fastopen = |arg: u8| -> Result<Vec<SeccompRule>> {
+        let bit = libc::MSG_FASTOPEN as u64;
+        Ok(vec![SeccompRule::new(vec![cond(arg, Cmp::MaskedEq(bit), bit)?]).map_err(sc_err)?])
+    };
+    for (nr, arg) in [(libc::SYS_sendto, 3), (libc::SYS_sendmsg, 2), (libc::SYS_sendmmsg, 3)] {
+        rules.insert(nr, fastopen(arg)?);
+    }
     let f = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), ARCH)
         .map_err(sc_err)?;
     BpfProgram::try_from(f).map_err(sc_err)
 }
 
-/// `clone3` → `ENOSYS`.
+/// `clone3` and `openat2` → `ENOSYS`: their arguments live in structs the filter cannot read
+/// (clone flags, the mode of a created file), and `ENOSYS` makes callers fall back to `clone`
+/// and `openat`, which filter 1 checks.
 pub fn clone3_enosys() -> Result<BpfProgram> {
     let mut rules = BTreeMap::new();
     rules.insert(libc::SYS_clone3, vec![]);
+    rules.insert(libc::SYS_openat2, vec![]);
     let f = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), ARCH)
         .map_err(sc_err)?;
     BpfProgram::try_from(f).map_err(sc_err)

@@ -121,6 +121,9 @@ pub struct TcpPorts {
     pub connect_ranges: Vec<(u16, u16)>,
 }
 
+/// The start of Linux's default ephemeral range (`ip_local_port_range` 32768–60999).
+pub const EPHEMERAL_FLOOR: u16 = 32768;
+
 impl TcpPorts {
     /// The rule: the filter, DNS, OpenCode, the ports the user declared, and the ephemeral range.
     pub fn for_sandbox(
@@ -133,7 +136,10 @@ impl TcpPorts {
         connect.extend_from_slice(declared);
         connect.sort_unstable();
         connect.dedup();
-        TcpPorts { connect, connect_ranges: ephemeral.into_iter().filter(|(lo, hi)| lo <= hi).collect() }
+        // A range an admin widened (`1024 65535`) would open nearly every loopback port: the rule
+        // never reaches below the kernel's default start.
+        let ranges = ephemeral.map(|(lo, hi)| (lo.max(EPHEMERAL_FLOOR), hi)).filter(|(lo, hi)| lo <= hi);
+        TcpPorts { connect, connect_ranges: ranges.into_iter().collect() }
     }
 
     /// Every port the rule names, once.
@@ -169,6 +175,8 @@ mod tests {
         let ports = t.ports();
         assert_eq!(ports.len(), 4 + (60999 - 32768 + 1));
         assert!(!ports.contains(&22) && !ports.contains(&6379) && !ports.contains(&32767));
+        let wide = TcpPorts::for_sandbox(3128, 4197, &[], parse_port_range("1024 65535"));
+        assert_eq!(wide.connect_ranges, [(32768, 65535)], "never below the default start");
         assert_eq!(parse_port_range("9 8"), None);
         assert_eq!(parse_port_range("junk"), None);
     }

@@ -140,6 +140,10 @@ def run(name, a):
     if name == "tcp-connect":  # HOST PORT
         s = socket.create_connection((a[0], int(a[1])), timeout=3)
         ok()
+    if name == "tcp-fastopen":  # HOST PORT: a connect inside sendto (MSG_FASTOPEN)
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.sendto(b"x", socket.MSG_FASTOPEN, (a[0], int(a[1])))
+        ok()
     if name == "udp-send":
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.sendto(b"x", (a[0], int(a[1])))

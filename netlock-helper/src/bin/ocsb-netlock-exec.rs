@@ -90,15 +90,16 @@ fn run() -> Result<Infallible, String> {
     umask(Mode::from_bits_truncate(tightened));
 
     // Sockets created before the switch keep the caller's gid and bypass the lock: nothing but
-    // stdin/stdout/stderr may cross over, and those must not be inet sockets (a caller that put
-    // one there would hand the agent an unlocked connection).
+    // stdin/stdout/stderr may cross over, and those may be sockets only of the unix family (an
+    // internet socket is an unlocked connection, a packet socket sends raw frames). A unix
+    // socket can still carry descriptors its other end chooses to pass: that end is the caller.
     for fd in 0..=2 {
         if let Ok(addr) = getsockname::<SockaddrStorage>(fd)
-            && matches!(addr.family(), Some(AddressFamily::Inet | AddressFamily::Inet6))
+            && addr.family() != Some(AddressFamily::Unix)
         {
             return Err(format!(
-                "descriptor {fd} is an internet socket made outside the network lock; refusing \
-                 (run ocsb with a terminal, a pipe or a file on stdin, stdout and stderr)"
+                "descriptor {fd} is a network socket made outside the network lock; refusing \
+                 (run ocsb with a terminal, a pipe, a file or a unix socket on stdin, stdout and stderr)"
             ));
         }
     }

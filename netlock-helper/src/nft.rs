@@ -124,8 +124,41 @@ impl Nl {
         req.extend_from_slice(&seq.to_ne_bytes());
         req.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel fills it in
         req.extend_from_slice(&[0, 0, 0, 0]); // nfgenmsg: AF_UNSPEC, version 0, res_id 0
-        self.send_raw(&req).context("netlink send")?;
-        let mut buf = vec![0u8; 4096];
+        let id = self.ask(&req, seq, "read the generation", |ty, payload| {
+            (ty == NEWGEN).then(|| attr(payload, NFTA_GEN_ID).and_then(|v| v.try_into().ok()))
+        })?;
+        id.map(u32::from_be_bytes).context("NEWGEN without a generation id")
+    }
+
+    /// Looks the table up (a GETTABLE dump, parsed here).
+    pub fn table(&mut self) -> Result<Option<TableInfo>> {
+        let seq = self.bump();
+        let mut found = None;
+        let name = format!("{TABLE}\0");
+        self.ask(&nftnl::table::get_tables_nlmsg(seq), seq, "list tables", |ty, payload| match ty {
+            NLMSG_DONE => Some(found.take()),
+            NEWTABLE if payload.first() == Some(&(libc::NFPROTO_INET as u8)) => {
+                if attr(payload, NFTA_TABLE_NAME) == Some(name.as_bytes()) {
+                    let flags = attr(payload, NFTA_TABLE_FLAGS).and_then(|f| f.try_into().ok());
+                    found = Some(TableInfo { flags: flags.map(u32::from_be_bytes).unwrap_or(0) });
+                }
+                None
+            }
+            _ => None,
+        })
+    }
+
+    /// Sends the request `req` (sequence number `seq`) and hands each answer to it to `each`
+    /// until `each` has the result; an error answer ends it with `what` failed.
+    fn ask<T>(
+        &mut self,
+        req: &[u8],
+        seq: u32,
+        what: &str,
+        mut each: impl FnMut(u16, &[u8]) -> Option<T>,
+    ) -> Result<T> {
+        self.send_raw(req).context("netlink send")?;
+        let mut buf = vec![0u8; 64 * 1024];
         loop {
             let n = self.recv_raw(&mut buf).context("netlink recv")?;
             for (ty, hseq, payload) in messages(&buf[..n]) {
@@ -133,51 +166,10 @@ impl Nl {
                     continue;
                 }
                 if ty == NLMSG_ERROR && error_code(payload) != 0 {
-                    return Err(explain(
-                        io::Error::from_raw_os_error(error_code(payload)),
-                        "read the generation",
-                    ));
+                    return Err(explain(io::Error::from_raw_os_error(error_code(payload)), what));
                 }
-                if ty == NEWGEN {
-                    let attrs = attributes(payload.get(4..).unwrap_or_default());
-                    let id = attrs.iter().find(|(t, _)| *t == NFTA_GEN_ID).and_then(|a| a.1.try_into().ok());
-                    return id.map(u32::from_be_bytes).context("NEWGEN without a generation id");
-                }
-            }
-        }
-    }
-
-    /// Looks the table up (a GETTABLE dump, parsed here).
-    pub fn table(&mut self) -> Result<Option<TableInfo>> {
-        let seq = self.bump();
-        let req = nftnl::table::get_tables_nlmsg(seq);
-        self.send_raw(&req).context("netlink send")?;
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut found = None;
-        loop {
-            let n = self.recv_raw(&mut buf).context("netlink recv")?;
-            for (ty, hseq, payload) in messages(&buf[..n]) {
-                if hseq != seq {
-                    continue;
-                }
-                match ty {
-                    NLMSG_DONE => return Ok(found),
-                    NLMSG_ERROR => {
-                        let err = error_code(payload);
-                        if err != 0 {
-                            return Err(explain(io::Error::from_raw_os_error(err), "list tables"));
-                        }
-                    }
-                    NEWTABLE if payload.first() == Some(&(libc::NFPROTO_INET as u8)) => {
-                        let attrs = attributes(payload.get(4..).unwrap_or_default());
-                        let name = attrs.iter().find(|(t, _)| *t == NFTA_TABLE_NAME).map(|a| a.1);
-                        if name == Some(format!("{TABLE}\0").as_bytes()) {
-                            let flags = attrs.iter().find(|(t, _)| *t == NFTA_TABLE_FLAGS).map(|a| a.1);
-                            let flags = flags.and_then(|f| f.try_into().ok()).map(u32::from_be_bytes);
-                            found = Some(TableInfo { flags: flags.unwrap_or(0) });
-                        }
-                    }
-                    _ => {}
+                if let Some(v) = each(ty, payload) {
+                    return Ok(v);
                 }
             }
         }
@@ -422,6 +414,11 @@ fn attributes(buf: &[u8]) -> Vec<(u16, &[u8])> {
         off += align4(len);
     }
     out
+}
+
+/// The value of attribute `ty` in a message payload that starts with the 4-byte nfgenmsg.
+fn attr(payload: &[u8], ty: u16) -> Option<&[u8]> {
+    attributes(payload.get(4..).unwrap_or_default()).into_iter().find(|(t, _)| *t == ty).map(|a| a.1)
 }
 
 /// Sets `NFTA_TABLE_FLAGS` (big-endian u32; nftnl always emits it) in a NEWTABLE payload that

@@ -124,7 +124,7 @@ fn front_panel_and_agent_against_real_opencode() {
     assert!(page.header("content-security-policy").unwrap_or_default().contains("script-src 'self'"));
     let cookie = page.header("set-cookie").expect("login cookie");
     let cookie = cookie.split(';').next().unwrap().to_string();
-    assert!(cookie.starts_with("ocsb_auth="));
+    assert!(cookie.starts_with(&format!("ocsb_auth_{}=", s.front.port())), "{cookie}");
     let js = http(s.front, "GET", "/__ocsb/panel.js", &[("Cookie", &cookie)], None, T);
     assert_eq!(js.status, 200);
     assert!(js.body.contains("ocsb-tokens-panel"));

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
@@ -160,17 +161,27 @@ enum Access {
     Denied,
 }
 
+/// The prefix of every front's login cookie; the name is `ocsb_auth_<port>`. Browsers keep cookies
+/// per host, not per port, so two projects' fronts on 127.0.0.1 would otherwise overwrite each
+/// other's login.
 pub const COOKIE: &str = "ocsb_auth";
 
-fn cookie_ok(h: &HeaderMap, value: &str) -> bool {
+/// This front's cookie name.
+pub fn cookie_name(listen: SocketAddr) -> String {
+    format!("{COOKIE}_{}", listen.port())
+}
+
+fn cookie_ok(h: &HeaderMap, name: &str, value: &str) -> bool {
     h.get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .any(|c| c.trim().split_once('=').is_some_and(|(k, v)| k == COOKIE && auth::credentials_eq(v, value)))
+        .any(|c| c.trim().split_once('=').is_some_and(|(k, v)| k == name && auth::credentials_eq(v, value)))
 }
 
-/// Remove this front's login cookie before a request goes to OpenCode (it is not OpenCode's).
+/// Remove every front's login cookie before a request goes to OpenCode: it is not OpenCode's,
+/// and another project's cookie (sent along, since cookies ignore ports) must never reach this
+/// project's sandbox, which could log in to that project's front with it.
 fn strip_cookie(h: &mut HeaderMap) {
     let kept: Vec<String> = h
         .get_all(header::COOKIE)
@@ -178,7 +189,7 @@ fn strip_cookie(h: &mut HeaderMap) {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .map(str::trim)
-        .filter(|c| !c.is_empty() && !c.starts_with(&format!("{COOKIE}=")))
+        .filter(|c| !c.is_empty() && !c.starts_with(COOKIE))
         .map(String::from)
         .collect();
     h.remove(header::COOKIE);
@@ -189,8 +200,8 @@ fn strip_cookie(h: &mut HeaderMap) {
     }
 }
 
-fn access(req: &Request<Incoming>, password: &str, cookie: &str) -> (Access, bool) {
-    if cookie_ok(req.headers(), cookie) {
+fn access(req: &Request<Incoming>, password: &str, name: &str, cookie: &str) -> (Access, bool) {
+    if cookie_ok(req.headers(), name, cookie) {
         return (Access::User, false);
     }
     let header_ok = req
@@ -253,7 +264,8 @@ async fn handle(req: Request<Incoming>, cfg: Arc<FrontConfig>) -> Result<Respons
             format!("403 Forbidden: {why}\n"),
         ));
     }
-    let (access, set_cookie) = access(&req, &cfg.password, &cfg.cookie);
+    let name = cookie_name(cfg.listen);
+    let (access, set_cookie) = access(&req, &cfg.password, &name, &cfg.cookie);
     if access == Access::Denied {
         return Ok(unauthorized());
     }
@@ -263,7 +275,7 @@ async fn handle(req: Request<Incoming>, cfg: Arc<FrontConfig>) -> Result<Respons
     h.insert("x-frame-options", HeaderValue::from_static("DENY"));
     h.append(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("frame-ancestors 'none'"));
     if set_cookie {
-        let c = format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", cfg.cookie);
+        let c = format!("{name}={}; Path=/; HttpOnly; SameSite=Strict", cfg.cookie);
         if let Ok(v) = HeaderValue::from_str(&c) {
             resp.headers_mut().append(header::SET_COOKIE, v);
         }
@@ -478,6 +490,22 @@ async fn tokens_endpoint(req: &Request<Incoming>, cfg: &FrontConfig) -> Response
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_fronts_cookie_is_stripped_and_only_this_ones_logs_in() {
+        let addr: SocketAddr = "127.0.0.1:4196".parse().unwrap();
+        let name = cookie_name(addr);
+        assert_eq!(name, "ocsb_auth_4196");
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("theme=dark; ocsb_auth_4196=s1; ocsb_auth_4198=s2"),
+        );
+        assert!(cookie_ok(&h, &name, "s1"));
+        assert!(!cookie_ok(&h, &name, "s2"), "another project's cookie is not a login here");
+        strip_cookie(&mut h);
+        assert_eq!(h.get(header::COOKIE).unwrap(), "theme=dark", "no front's cookie reaches OpenCode");
+    }
+
     use super::*;
 
     #[test]

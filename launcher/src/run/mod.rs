@@ -255,6 +255,7 @@ fn opencode_get(addr: SocketAddr, authorization: &str, path: &str) -> Option<Str
     // may have bound the port between the launcher's check and OpenCode's start).
     crate::web::listener::check_ours(addr).ok()?;
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    crate::web::listener::check_peer(s.local_addr().ok()?, addr).ok()?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
     let req = format!(

@@ -318,6 +318,8 @@ where
     // The request carries OpenCode's secret: only to a listener of the user's own.
     super::listener::check_ours(cfg.upstream)?;
     let stream = tokio::net::TcpStream::connect(cfg.upstream).await?;
+    let (local, peer) = (stream.local_addr()?, stream.peer_addr()?);
+    tokio::task::spawn_blocking(move || super::listener::check_peer(local, peer)).await??;
     let _ = stream.set_nodelay(true);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(async move {

@@ -130,6 +130,17 @@ impl Drop for Netns {
     }
 }
 
+/// TCP and UDP servers (world.py) in `ns` on every address, on `ports`, once they are ready.
+fn servers(ns: &Netns, ports: &[&str]) -> Proc {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/world.py");
+    let mut child =
+        ns.exec(&[&["/usr/bin/python3", script][..], ports].concat()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "servers on {ports:?} did not start");
+    Proc(child)
+}
+
 /// A running process killed on Drop.
 pub struct Proc(pub Child);
 impl Drop for Proc {
@@ -196,21 +207,8 @@ impl World {
              for a in 2001:db8:1::2 2001:db8:1::53 2001:db8:1::54; do ip -6 addr add $a/64 dev v1 nodad; done
              ip link set v1 up",
         ]));
-        let mut child = world
-            .exec(&[
-                "/usr/bin/python3",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/tests/world.py"),
-                "53",
-                "8080",
-                "9",
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "world servers did not start");
-        let w = World { dir, lock, world, gid, servers: Some(Proc(child)) };
+        let servers = servers(&world, &["53", "8080", "9"]);
+        let w = World { dir, lock, world, gid, servers: Some(servers) };
         // Control: without any lock the world answers (otherwise every "blocked" below is vacuous).
         assert_eq!(w.probe_root(&["tcp", WORLD4, "8080"]), "ok");
         w
@@ -219,16 +217,7 @@ impl World {
     /// TCP and UDP servers (world.py) on every address of the lock side itself, on `port`:
     /// a local service for the NAT and loopback-DNS tests.
     pub fn local_servers(&self, port: &str) -> Proc {
-        let mut child = self
-            .lock
-            .exec(&["/usr/bin/python3", concat!(env!("CARGO_MANIFEST_DIR"), "/tests/world.py"), port])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "local servers did not start");
-        Proc(child)
+        servers(&self.lock, &[port])
     }
 
     pub fn path(&self, p: &str) -> PathBuf {

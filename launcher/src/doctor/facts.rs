@@ -74,8 +74,9 @@ pub struct NetlockFacts {
     pub helper: HelperFacts,
     pub probe: ProbeFacts,
     /// Entries of the system trees ([`super::observe::GROUP_SCAN`]) whose group is the netlock
-    /// group, the shim excepted (at most a few); `None` when the group does not exist.
-    pub group_files: Option<Vec<PathBuf>>,
+    /// group, the shim excepted (at most a few); `None` when the group does not exist, `Err`
+    /// when the walk stopped at its limit before it was through.
+    pub group_files: Option<Result<Vec<PathBuf>, String>>,
 }
 
 #[derive(Debug, Clone)]

@@ -180,12 +180,25 @@ fn install_fix(n: &NetlockFacts) -> String {
 /// The set-gid shim is safe only because the group grants nothing: a file of the group in a
 /// system tree is writable (or usable) by every sandbox.
 fn netlock_group_files(n: &NetlockFacts) -> Option<Check> {
-    let files = n.group_files.as_ref()?;
     let trees = super::observe::GROUP_SCAN.join(" ");
+    let files = match n.group_files.as_ref()? {
+        Ok(f) => f,
+        Err(why) => {
+            return Some(Check::warn(
+                "netlock-group-files",
+                format!("the search for files of the group {} in {trees} is incomplete ({why})", n.group),
+                Some(format!("sudo find {trees} -xdev -group {} (only the shim may be listed)", n.group)),
+            ));
+        }
+    };
     Some(if files.is_empty() {
         Check::ok(
             "netlock-group-files",
-            format!("the group {} owns nothing in {trees} but the shim", n.group),
+            format!(
+                "the group {} owns nothing in {trees} but the shim (directories you cannot read are not \
+                 searched; `make install` searches as root)",
+                n.group
+            ),
         )
     } else {
         let list: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
@@ -564,7 +577,7 @@ mod tests {
                     unit_installed: true,
                     prefix: "/usr/local".into(),
                 },
-                group_files: Some(vec![]),
+                group_files: Some(Ok(vec![])),
                 helper: HelperFacts::Status {
                     state: "enforcing".into(),
                     pid: Some(42),
@@ -749,7 +762,7 @@ mod tests {
     #[test]
     fn a_file_of_the_netlock_group_fails_with_the_path() {
         let mut f = healthy();
-        f.netlock.group_files = Some(vec!["/opt/tool/cache".into()]);
+        f.netlock.group_files = Some(Ok(vec!["/opt/tool/cache".into()]));
         let c = netlock_group_files(&f.netlock).unwrap();
         assert_eq!(c.status, Status::Fail);
         assert!(c.message.contains("owns /opt/tool/cache"), "{c}");
@@ -757,6 +770,9 @@ mod tests {
             c.fix.as_deref(),
             Some("sudo chgrp root /opt/tool/cache (the group must own nothing but the shim)")
         );
+        f.netlock.group_files = Some(Err("stopped after 2000000 entries in /usr/x".into()));
+        let c = netlock_group_files(&f.netlock).unwrap();
+        assert_eq!(c.status, Status::Warn, "an incomplete search claims nothing: {c}");
         f.netlock.group_files = None;
         assert!(netlock_group_files(&f.netlock).is_none(), "no group: nothing to check");
     }

@@ -139,8 +139,9 @@ pub const GROUP_SCAN: &[&str] = &["/etc", "/usr", "/opt", "/srv", "/var/lib", "/
 const GROUP_SCAN_LIMIT: usize = 2_000_000;
 
 /// Entries under [`GROUP_SCAN`] with group `gid`, besides the shim: each tree on its own
-/// filesystem only, unreadable directories skipped, at most 10 reported.
-fn group_files(gid: u32, shim: &Path) -> Vec<PathBuf> {
+/// filesystem only, unreadable directories skipped, at most 10 reported. `Err` when the walk
+/// stopped at its limit before finding any (a clean result would claim too much).
+fn group_files(gid: u32, shim: &Path) -> Result<Vec<PathBuf>, String> {
     use std::os::unix::fs::MetadataExt;
     let mut found = Vec::new();
     let mut seen = 0;
@@ -156,19 +157,21 @@ fn group_files(gid: u32, shim: &Path) -> Vec<PathBuf> {
                 if m.gid() == gid && p != shim {
                     found.push(p.clone());
                     if found.len() >= 10 {
-                        return found;
+                        return Ok(found);
                     }
                 }
                 if m.is_dir() && m.dev() == top.dev() {
                     stack.push(p);
                 }
             }
-            if seen > GROUP_SCAN_LIMIT {
-                return found;
+            if seen > GROUP_SCAN_LIMIT && found.is_empty() {
+                return Err(format!("stopped after {GROUP_SCAN_LIMIT} entries in {}", dir.display()));
+            } else if seen > GROUP_SCAN_LIMIT {
+                return Ok(found);
             }
         }
     }
-    found
+    Ok(found)
 }
 
 /// The installation prefix: `ocsb` lives in `<prefix>/bin`.

@@ -31,7 +31,10 @@ fn open_with(url: &str, has_display: bool, opener: &OsStr) -> String {
             });
             format!("opening {url} in your browser")
         }
-        Err(_) => format!("{} is not installed: open {url} in your browser", opener.to_string_lossy()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            format!("{} is not installed: open {url} in your browser", opener.to_string_lossy())
+        }
+        Err(e) => format!("could not start {}: {e}: open {url} in your browser", opener.to_string_lossy()),
     }
 }
 
@@ -60,7 +63,17 @@ mod tests {
             "{line}"
         );
 
-        let line = open_with("http://127.0.0.1:4196/", true, opener.as_os_str());
+        // Another test thread may fork while the script's write descriptor is still open, and
+        // its child holds that descriptor until it execs: exec then fails with "Text file busy"
+        // for a moment. That is the test's race, not the opener's.
+        let mut line = String::new();
+        for _ in 0..100 {
+            line = open_with("http://127.0.0.1:4196/", true, opener.as_os_str());
+            if !line.contains("busy") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         assert_eq!(line, "opening http://127.0.0.1:4196/ in your browser");
         let deadline = Instant::now() + Duration::from_secs(5);
         while !out.exists() && Instant::now() < deadline {

@@ -27,8 +27,6 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Print the exact nft text of the table the current inputs produce.
+    /// Print the exact nft text of the table the current inputs produce; changes nothing.
     Print,
-    /// Parse the config and resolv.conf and show the model; changes nothing.
-    CheckConfig,
 }

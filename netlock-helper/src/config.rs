@@ -22,21 +22,15 @@ pub const RESOLV_PATH: &str = "/etc/resolv.conf";
 pub const SYS_GID_MAX: u32 = 999;
 const MAX_CONFIG: u64 = 64 * 1024;
 
+/// Missing keys take the values of [`Config::default`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Name of the group whose sockets are locked (the shim's group).
-    #[serde(default = "default_group")]
     pub group: String,
-    #[serde(default)]
     pub dns: Dns,
     /// `false`: never use the kernel's `owner|persist` table flags (see [`Model::owner_flags`]).
-    #[serde(default = "yes")]
     pub owner_flags: bool,
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// Which DNS servers a locked process may reach on port 53.
@@ -54,13 +48,9 @@ pub enum Dns {
     Static(Vec<IpAddr>),
 }
 
-fn default_group() -> String {
-    "opencode-sandbox".into()
-}
-
 impl Default for Config {
     fn default() -> Self {
-        Config { group: default_group(), dns: Dns::default(), owner_flags: true }
+        Config { group: "opencode-sandbox".into(), dns: Dns::ResolvConf, owner_flags: true }
     }
 }
 

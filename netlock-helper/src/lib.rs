@@ -4,13 +4,12 @@
 //!
 //! Module map: `config` + `resolv` (inputs, root-owned files only) → `model` (pure) → `nft`
 //! (netlink, the only place that changes the kernel) ; `verify`, `status`, `daemon`, `notify`,
-//! `dbus` (feature) around it. No module takes input from an unprivileged caller.
+//! `dbus` around it. No module takes input from an unprivileged caller.
 #![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod config;
 pub mod daemon;
-#[cfg(feature = "dbus")]
 pub mod dbus;
 pub mod model;
 pub mod nft;

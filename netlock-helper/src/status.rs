@@ -2,8 +2,7 @@
 //! `ocsb netlock status` and for admins. Written atomically (temp file + rename).
 
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
@@ -16,15 +15,16 @@ pub const STATUS_FILE: &str = "/run/ocsb-netlock/status.json";
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
-    /// enforcing | removed | error | stopped
+    /// starting | enforcing | removed | error | stopped
     pub state: String,
     pub gid: Option<u32>,
     pub dns4: Vec<String>,
     pub dns6: Vec<String>,
-    /// The kernel took `owner|persist` (>= 6.9); otherwise a watcher re-applies.
+    /// The table has `owner|persist` (kernel >= 6.9 and not turned off in the config);
+    /// otherwise the watcher guards it.
     pub owner_flags: bool,
+    /// Seconds since the epoch of the last apply.
     pub last_apply: u64,
-    pub last_check: u64,
     pub error: Option<String>,
     pub pid: u32,
     pub version: &'static str,
@@ -32,17 +32,17 @@ pub struct Status {
 
 impl Status {
     pub fn new(owner_flags: bool) -> Status {
+        let (state, pid, version) = ("starting".into(), std::process::id(), env!("CARGO_PKG_VERSION"));
         Status {
-            state: "starting".into(),
+            state,
             gid: None,
             dns4: vec![],
             dns6: vec![],
             owner_flags,
             last_apply: 0,
-            last_check: 0,
             error: None,
-            pid: std::process::id(),
-            version: env!("CARGO_PKG_VERSION"),
+            pid,
+            version,
         }
     }
 
@@ -52,19 +52,13 @@ impl Status {
         self.dns6 = m.dns6.iter().map(ToString::to_string).collect();
     }
 
+    /// Written to a temporary name and renamed, so a reader never sees half a file.
     pub fn write(&self) -> Result<()> {
-        fs::create_dir_all(STATUS_DIR).with_context(|| format!("cannot create {STATUS_DIR}"))?;
         let tmp = format!("{STATUS_FILE}.tmp");
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)
+        fs::create_dir_all(STATUS_DIR).with_context(|| format!("cannot create {STATUS_DIR}"))?;
+        fs::write(&tmp, serde_json::to_string_pretty(self)? + "\n")
             .with_context(|| format!("cannot write {tmp}"))?;
-        f.set_permissions(fs::Permissions::from_mode(0o644))?;
-        f.write_all(serde_json::to_string_pretty(self)?.as_bytes())?;
-        f.write_all(b"\n")?;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644))?;
         fs::rename(&tmp, STATUS_FILE).with_context(|| format!("cannot write {STATUS_FILE}"))
     }
 }

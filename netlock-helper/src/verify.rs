@@ -12,25 +12,14 @@ use serde::Serialize;
 use crate::model::{Model, TABLE, normalize};
 use crate::nft::{Nl, PERSIST};
 
+/// The outcome; its value is the exit code of `verify` (1 = could not check).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
-    Ok,
-    Missing,
-    Drift,
-    StaleDns,
-}
-
-impl Outcome {
-    /// Exit codes of `verify`: 0 ok, 2 missing, 3 drift, 4 stale-dns (1 = could not check).
-    pub fn exit_code(self) -> i32 {
-        match self {
-            Outcome::Ok => 0,
-            Outcome::Missing => 2,
-            Outcome::Drift => 3,
-            Outcome::StaleDns => 4,
-        }
-    }
+    Ok = 0,
+    Missing = 2,
+    Drift = 3,
+    StaleDns = 4,
 }
 
 #[derive(Debug, Serialize)]
@@ -41,18 +30,15 @@ pub struct Report {
     pub actual: Option<String>,
 }
 
-const NFT_PATHS: [&str; 3] = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"];
-
 /// `nft -s list table inet ocsb_netlock` (absolute path, no PATH lookup).
 pub fn list_table() -> Result<String> {
-    let Some(nft) = NFT_PATHS.iter().find(|p| Path::new(p).exists()) else {
+    let Some(nft) =
+        ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"].into_iter().find(|p| Path::new(p).exists())
+    else {
         bail!("nft(8) not found in /usr/sbin or /sbin; install the `nftables` package to verify");
     };
-    let out = Command::new(nft)
-        .args(["-s", "list", "table", "inet", TABLE])
-        .env_clear()
-        .output()
-        .with_context(|| format!("cannot run {nft}"))?;
+    let out = Command::new(nft).args(["-s", "list", "table", "inet", TABLE]).env_clear().output();
+    let out = out.with_context(|| format!("cannot run {nft}"))?;
     if !out.status.success() {
         bail!("{nft} -s list table inet {TABLE} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
@@ -62,43 +48,47 @@ pub fn list_table() -> Result<String> {
 /// `want_owned`: the kernel supports owner|persist, so the table must carry PERSIST (without it
 /// `nft flush ruleset` would remove the lock).
 pub fn verify(nl: &mut Nl, model: &Model, want_owned: bool) -> Result<Report> {
-    let Some(info) = nl.table()? else {
-        return Ok(Report {
-            outcome: Outcome::Missing,
-            table_flags: None,
-            expected: model.render(want_owned),
-            actual: None,
-        });
+    let Some(flags) = nl.table()? else {
+        let expected = model.render(want_owned);
+        return Ok(Report { outcome: Outcome::Missing, table_flags: None, expected, actual: None });
     };
-    let owned = info.flags & PERSIST != 0;
-    let expected = model.render(owned);
-    let actual = list_table()?;
+    let owned = flags & PERSIST != 0;
+    let (expected, actual) = (model.render(owned || want_owned), list_table()?);
     let (want, got) = (normalize(&expected), normalize(&actual));
-    let outcome = if want_owned && !owned {
-        Outcome::Drift
-    } else if want == got {
-        Outcome::Ok
-    } else if strip_elements(&want) == strip_elements(&got) {
-        Outcome::StaleDns
-    } else {
-        Outcome::Drift
+    let outcome = match () {
+        _ if want_owned && !owned => Outcome::Drift,
+        _ if want == got => Outcome::Ok,
+        _ if strip_elements(&want) == strip_elements(&got) => Outcome::StaleDns,
+        _ => Outcome::Drift,
     };
-    Ok(Report { outcome, table_flags: Some(info.flags), expected, actual: Some(actual) })
+    Ok(Report { outcome, table_flags: Some(flags), expected, actual: Some(actual) })
+}
+
+impl Report {
+    /// What `verify` prints for a human.
+    pub fn text(&self) -> String {
+        let label = match self.outcome {
+            Outcome::Ok => return "ok: table inet ocsb_netlock matches the contract\n".into(),
+            Outcome::Missing => return "missing: table inet ocsb_netlock is not installed\n".into(),
+            Outcome::Drift
+                if self.table_flags.unwrap_or(0) & PERSIST == 0
+                    && self.expected.contains("\tflags owner") =>
+            {
+                return "drift: the table lacks the owner/persist flags (`nft flush ruleset` would remove it); \
+                        run `ocsb-netlock-helper apply` or restart the daemon\n"
+                    .into();
+            }
+            Outcome::Drift => "drift",
+            Outcome::StaleDns => "stale-dns",
+        };
+        let (e, a) = (normalize(&self.expected), normalize(self.actual.as_deref().unwrap_or("")));
+        let mut out = format!("{label}: table differs from the contract (- expected, + found):\n");
+        e.lines().filter(|l| !a.lines().any(|x| x == *l)).for_each(|l| out += &format!("-{l}\n"));
+        a.lines().filter(|l| !e.lines().any(|x| x == *l)).for_each(|l| out += &format!("+{l}\n"));
+        out
+    }
 }
 
 fn strip_elements(text: &str) -> String {
     text.lines().filter(|l| !l.trim_start().starts_with("elements = {")).collect::<Vec<_>>().join("\n")
-}
-
-/// A minimal line diff for humans (`-` expected, `+` found).
-pub fn diff(expected: &str, actual: &str) -> String {
-    let (e, a) = (normalize(expected), normalize(actual));
-    let mut out = String::new();
-    for l in e.lines().filter(|l| !a.lines().any(|x| x == *l)) {
-        out.push_str(&format!("-{l}\n"));
-    }
-    for l in a.lines().filter(|l| !e.lines().any(|x| x == *l)) {
-        out.push_str(&format!("+{l}\n"));
-    }
-    out
 }

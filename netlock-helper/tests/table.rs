@@ -99,15 +99,15 @@ fn bad_config_is_refused_with_file_and_line_and_nothing_is_applied() {
         "{err}"
     );
     assert!(w.nft_list().is_none());
-    let out = run(&mut w.helper(&["check-config"]));
-    assert_eq!(out.status.code(), Some(1));
+    let out = run(&mut w.helper(&["print"]));
+    assert_eq!(out.status.code(), Some(1), "print reads the same config");
 }
 
 #[test]
-fn check_config_shows_the_model_and_static_and_none_dns_modes() {
+fn print_shows_the_model_and_static_and_none_dns_modes() {
     let w = World::with_config("dns = { static = [\"203.0.113.53\"] }\n");
-    let out = ok(&mut w.helper(&["check-config"]));
-    assert!(out.contains("203.0.113.53") && out.contains(&format!("\"gid\": {}", w.gid)), "{out}");
+    let out = ok(&mut w.helper(&["print"]));
+    assert!(out.contains("elements = { 203.0.113.53 }") && out.contains(&format!("skgid {} jump", w.gid)), "{out}");
     let w = World::with_config("dns = \"none\"\n");
     ok(&mut w.helper(&["apply"]));
     assert!(!w.nft_list().unwrap().contains("elements"));

@@ -74,12 +74,11 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
             Err(e) => return Err(e).with_context(|| format!("cannot read {CONFIG_PATH}")),
         };
-        if meta.uid() != 0 || meta.mode() & 0o022 != 0 {
+        let (uid, mode) = (meta.uid(), meta.mode() & 0o7777);
+        if uid != 0 || mode & 0o022 != 0 {
             bail!(
-                "{CONFIG_PATH} must be owned by root and not writable by group or others \
-                 (found uid {} mode {:o}); fix with: chown root: {CONFIG_PATH} && chmod 0644 {CONFIG_PATH}",
-                meta.uid(),
-                meta.mode() & 0o7777
+                "{CONFIG_PATH} must be owned by root and not writable by group or others (found uid {uid} \
+                 mode {mode:o}); fix with: chown root: {CONFIG_PATH} && chmod 0644 {CONFIG_PATH}"
             );
         }
         if meta.len() > MAX_CONFIG {
@@ -91,21 +90,18 @@ impl Config {
 
     /// Resolves the group to a gid and refuses gids that would lock someone by accident.
     pub fn gid(&self) -> Result<u32> {
-        let group = Group::from_name(&self.group)
-            .with_context(|| format!("cannot look up group {:?}", self.group))?
-            .with_context(|| {
-                format!(
-                    "group {:?} (from {CONFIG_PATH}) does not exist; create it with \
-                     `systemd-sysusers` (packaging/sysusers.d/ocsb.conf) or `groupadd --system {}`",
-                    self.group, self.group
-                )
-            })?;
-        let gid = group.gid.as_raw();
+        let name = &self.group;
+        let group = Group::from_name(name).with_context(|| format!("cannot look up group {name:?}"))?;
+        let gid = group.map(|g| g.gid.as_raw()).with_context(|| {
+            format!(
+                "group {name:?} (from {CONFIG_PATH}) does not exist; create it with `systemd-sysusers` \
+                 (packaging/sysusers.d/ocsb.conf) or `groupadd --system {name}`"
+            )
+        })?;
         if gid == 0 || gid > SYS_GID_MAX {
             bail!(
-                "group {:?} has gid {gid}; the netlock group must be a system group (1..={SYS_GID_MAX}) \
-                 so that no login user's primary group is locked by accident",
-                self.group
+                "group {name:?} has gid {gid}; the netlock group must be a system group (1..={SYS_GID_MAX}) \
+                 so that no login user's primary group is locked by accident"
             );
         }
         Ok(gid)
@@ -119,9 +115,7 @@ impl Config {
             Dns::Static(list) => list.clone(),
             Dns::ResolvConf => resolv::read(RESOLV_PATH)?,
         };
-        let mut model = Model::new(gid, &servers, self.dns == Dns::None);
-        model.owner_flags = self.owner_flags;
-        Ok(model)
+        Ok(Model { owner_flags: self.owner_flags, ..Model::new(gid, &servers, self.dns == Dns::None) })
     }
 }
 

@@ -75,7 +75,7 @@ impl Engine {
         let r = self.look(force);
         let was = (self.status.state.clone(), self.status.error.clone());
         match &r {
-            Ok(()) if !self.enabled => self.status.state = "removed".into(),
+            Ok(()) if !self.enabled => (self.status.state, self.status.error) = ("removed".into(), None),
             Ok(()) => (self.status.state, self.status.error) = ("enforcing".into(), None),
             Err(e) => (self.status.state, self.status.error) = ("error".into(), Some(format!("{e:#}"))),
         }
@@ -94,7 +94,8 @@ impl Engine {
         }
         let model = config::load_model()?;
         let present = self.nl.table()?.is_some_and(|f| f & self.flags == self.flags);
-        let moved = self.flags == 0 && Some(self.nl.generation()?) != self.generation;
+        let generation = if self.flags == 0 { Some(self.nl.generation()?) } else { None };
+        let moved = generation.is_some() && generation != self.generation;
         let reasons = [
             (self.model.as_ref() != Some(&model), "inputs changed"),
             (!present, "table missing"),
@@ -102,11 +103,10 @@ impl Engine {
             (force, "asked to"),
         ];
         let Some((_, why)) = reasons.into_iter().find(|r| r.0) else { return Ok(()) };
+        self.nl.apply(&model, self.flags)?;
         // The generation before and after tells whether this batch was the only commit in
         // between; only then is the new one kept as ours, otherwise the next tick applies again.
-        let before = if self.flags == 0 { Some(self.nl.generation()?) } else { None };
-        self.nl.apply(&model, self.flags)?;
-        if let Some(b) = before {
+        if let Some(b) = generation {
             let after = self.nl.generation()?;
             self.generation = (after == b.wrapping_add(1)).then_some(after);
         }
@@ -151,10 +151,7 @@ impl Engine {
 }
 
 pub fn run() -> Result<()> {
-    let mut signals = SigSet::empty();
-    for s in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT] {
-        signals.add(s);
-    }
+    let signals: SigSet = [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT].into_iter().collect();
     // Blocked before any thread exists, so every thread inherits the mask and only the waiting
     // thread below takes them.
     signals.thread_block().context("sigprocmask")?;

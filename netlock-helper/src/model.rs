@@ -1,5 +1,6 @@
 //! The pure model of the table: `(gid, dns4, dns6)` and its rendering from `netlock.nft`.
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
@@ -22,19 +23,14 @@ pub struct Model {
 }
 
 impl Model {
+    /// Servers are sorted and deduplicated, so equal inputs give equal models (and tables).
     pub fn new(gid: u32, servers: &[IpAddr], no_dns: bool) -> Model {
-        let mut dns4 = Vec::new();
-        let mut dns6 = Vec::new();
-        for a in servers {
-            match a.to_canonical() {
-                IpAddr::V4(a) => dns4.push(a),
-                IpAddr::V6(a) => dns6.push(a),
-            }
-        }
-        dns4.sort();
-        dns4.dedup();
-        dns6.sort();
-        dns6.dedup();
+        let canonical: BTreeSet<IpAddr> = servers.iter().map(IpAddr::to_canonical).collect();
+        let (mut dns4, mut dns6) = (Vec::new(), Vec::new());
+        canonical.into_iter().for_each(|a| match a {
+            IpAddr::V4(a) => dns4.push(a),
+            IpAddr::V6(a) => dns6.push(a),
+        });
         Model { gid, dns4, dns6, no_dns, owner_flags: true }
     }
 
@@ -44,34 +40,25 @@ impl Model {
     /// [`normalize`] folds those version-dependent spellings, the netlink flags are checked apart.
     pub fn render(&self, owned: bool) -> String {
         let mut out = String::new();
-        let body = CONTRACT.lines().skip_while(|l| l.starts_with('#'));
-        for line in body {
-            match line {
-                "@FLAGS@" if owned => out.push_str("\tflags owner\n\n"),
-                "@FLAGS@" => {}
-                "@DNS4@" => push_elements(&mut out, &self.dns4),
-                "@DNS6@" => push_elements(&mut out, &self.dns6),
-                "@NODNS@" if self.no_dns => {
-                    for l4 in ["udp", "tcp"] {
-                        out.push_str(&format!("\t\t{l4} dport 53 reject with icmpx admin-prohibited\n"));
-                    }
-                }
-                "@NODNS@" => {}
-                _ => {
-                    out.push_str(&line.replace("@GID@", &self.gid.to_string()));
-                    out.push('\n');
-                }
-            }
+        for line in CONTRACT.lines().skip_while(|l| l.starts_with('#')) {
+            out += &match line {
+                "@FLAGS@" => if owned { "\tflags owner\n\n" } else { "" }.to_string(),
+                "@DNS4@" => elements(&self.dns4),
+                "@DNS6@" => elements(&self.dns6),
+                "@NODNS@" if self.no_dns => ["udp", "tcp"]
+                    .map(|l4| format!("\t\t{l4} dport 53 reject with icmpx admin-prohibited\n"))
+                    .concat(),
+                "@NODNS@" => String::new(),
+                _ => line.replace("@GID@", &self.gid.to_string()) + "\n",
+            };
         }
         out
     }
 }
 
-fn push_elements<T: ToString>(out: &mut String, set: &[T]) {
-    if !set.is_empty() {
-        let list: Vec<String> = set.iter().map(T::to_string).collect();
-        out.push_str(&format!("\t\telements = {{ {} }}\n", list.join(", ")));
-    }
+fn elements<T: ToString>(set: &[T]) -> String {
+    let list: Vec<String> = set.iter().map(T::to_string).collect();
+    if list.is_empty() { String::new() } else { format!("\t\telements = {{ {} }}\n", list.join(", ")) }
 }
 
 /// Normalises `nft` output for comparison: element lists may be wrapped over several lines and
@@ -79,36 +66,29 @@ fn push_elements<T: ToString>(out: &mut String, set: &[T]) {
 /// names on the `flags` line depend on the nft version and on whether the owner still runs, so
 /// they are dropped (the flags are checked over netlink); everything else must match exactly.
 pub fn normalize(text: &str) -> String {
-    let mut out = String::new();
-    let mut pending: Option<String> = None;
+    let (mut out, mut pending) = (String::new(), None::<String>);
     for line in text.lines() {
-        if line.starts_with("table ") {
-            out.push_str(line.split(" # ").next().unwrap_or(line).trim_end());
-            out.push('\n');
+        let line = match pending.take() {
+            Some(acc) => acc + " " + line.trim(),
+            None => line.trim_end().to_string(),
+        };
+        let set = line.trim().strip_prefix("elements = {");
+        if set.is_some_and(|l| !l.ends_with('}')) {
+            pending = Some(line);
             continue;
         }
-        if line.trim_start().starts_with("flags") && !line.starts_with("\t\t") {
-            out.push_str("\tflags\n");
-            continue;
-        }
-        if let Some(acc) = pending.as_mut() {
-            acc.push(' ');
-            acc.push_str(line.trim());
-        } else if line.trim_start().starts_with("elements = {") {
-            pending = Some(line.trim().to_string());
-        } else {
-            out.push_str(line.trim_end());
-            out.push('\n');
-            continue;
-        }
-        let acc = pending.as_deref().unwrap_or_default();
-        if acc.ends_with('}') {
-            let inner = acc.trim_start_matches("elements = {").trim_end_matches('}');
-            let mut items: Vec<&str> = inner.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        if let Some(items) = set.and_then(|l| l.strip_suffix('}')) {
+            let mut items: Vec<&str> = items.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
             items.sort();
-            out.push_str(&format!("\t\telements = {{ {} }}\n", items.join(", ")));
-            pending = None;
+            out += &format!("\t\telements = {{ {} }}", items.join(", "));
+        } else if line.starts_with("table ") {
+            out += line.split(" # ").next().unwrap_or_default().trim_end();
+        } else if line.trim_start().starts_with("flags") && !line.starts_with("\t\t") {
+            out += "\tflags";
+        } else {
+            out += &line;
         }
+        out.push('\n');
     }
     out
 }

@@ -23,6 +23,10 @@ fn polkit_decides_who_may_apply_and_remove() {
     // Status is open to everyone.
     let (okk, out) = netlock(&bus, Some(TEST_USER), "Status");
     assert!(okk && out.contains("\"enforcing\""), "{out}");
+    // Any other call is answered at once, with an error, not left to time out.
+    let t = std::time::Instant::now();
+    let (okk, out) = netlock(&bus, Some(TEST_USER), "Bogus");
+    assert!(!okk && out.contains("UnknownMethod") && t.elapsed() < Duration::from_secs(5), "{out}");
 
     // An ordinary user may neither remove nor apply (no agent, not interactive).
     let (okk, out) = netlock(&bus, Some(TEST_USER), "Remove");

@@ -107,7 +107,10 @@ fn bad_config_is_refused_with_file_and_line_and_nothing_is_applied() {
 fn print_shows_the_model_and_static_and_none_dns_modes() {
     let w = World::with_config("dns = { static = [\"203.0.113.53\"] }\n");
     let out = ok(&mut w.helper(&["print"]));
-    assert!(out.contains("elements = { 203.0.113.53 }") && out.contains(&format!("skgid {} jump", w.gid)), "{out}");
+    assert!(
+        out.contains("elements = { 203.0.113.53 }") && out.contains(&format!("skgid {} jump", w.gid)),
+        "{out}"
+    );
     let w = World::with_config("dns = \"none\"\n");
     ok(&mut w.helper(&["apply"]));
     assert!(!w.nft_list().unwrap().contains("elements"));

@@ -38,6 +38,22 @@ impl From<ocsb_policy::Error> for Error {
     }
 }
 
+/// The sandbox's errors keep their wording; the launcher's exit codes apply.
+impl From<ocsb_sandbox::Error> for Error {
+    fn from(e: ocsb_sandbox::Error) -> Self {
+        use ocsb_sandbox::Error as S;
+        match e {
+            S::Io { action, path, source } => Error::io(action, path, source),
+            S::Kernel { step, source, fix } => {
+                Error::failed(format!("sandbox: {step} failed: {source}"), fix)
+            }
+            S::Refused { what, fix } => Error::failed(format!("sandbox: {what}"), fix),
+            S::Netlock { what, fix } => Error::failed(format!("netlock: {what}"), fix),
+            S::Failed { what, fix } => Error::failed(what, fix),
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

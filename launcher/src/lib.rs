@@ -10,8 +10,8 @@ mod netlock;
 mod opencode;
 mod project;
 mod run;
-mod sandbox;
-mod statefs;
+mod sandbox_spec;
+mod signals;
 mod web;
 mod worktree;
 
@@ -30,7 +30,7 @@ pub use crate::run::notify::PROXY_ARGS as NOTIFY_PROXY_ARGS;
 /// The whole program: what `ocsb`'s `main` runs.
 pub fn main() -> ExitCode {
     // Stage 2 of the sandbox (`ocsb __sandbox-init`) must run before anything else.
-    if let Some(code) = sandbox::stage2_dispatch() {
+    if let Some(code) = ocsb_sandbox::stage2_dispatch() {
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
     // The netlock probe (`ocsb __netlock-probe`), run as the locked gid through the shim.
@@ -81,15 +81,15 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Prepare => run::prepare(&Project::load(explicit)?).map(drop),
         Command::Run(args) => run::run(&Project::load(explicit)?, &args.opencode_args, args.no_browser),
         Command::Exec(args) => {
-            let code = sandbox::commands::exec(&Project::load(explicit)?, args.command)?;
+            let code = commands::sandbox::exec(&Project::load(explicit)?, args.command)?;
             std::process::exit(code)
         }
         Command::Shell => {
-            let code = sandbox::commands::shell(&Project::load(explicit)?)?;
+            let code = commands::sandbox::shell(&Project::load(explicit)?)?;
             std::process::exit(code)
         }
-        Command::Sandbox(SandboxCommand::Status) => sandbox::commands::status(),
-        Command::Audit(args) => sandbox::commands::audit(&Project::load(explicit)?, args.accept),
+        Command::Sandbox(SandboxCommand::Status) => commands::sandbox::status(),
+        Command::Audit(args) => commands::sandbox::audit(&Project::load(explicit)?, args.accept),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ocsb", &mut std::io::stdout());
             Ok(())

@@ -63,7 +63,7 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
 /// `sandbox::checkouts::linked_main`), never from `git worktree list`.
 pub fn main_of_worktree(dir: &Path) -> Result<Option<PathBuf>> {
     let Some(top) = git_toplevel(dir) else { return Ok(None) };
-    let main = crate::sandbox::checkouts::linked_main(&top).map_err(|why| {
+    let main = ocsb_sandbox::checkouts::linked_main(&top).map_err(|why| {
         Error::failed(
             format!("refusing to use {} as a worktree: {why}", top.display()),
             "a sandbox may have rewritten its git pointers: run `ocsb audit` in the main checkout, \

@@ -3,3 +3,4 @@
 pub mod config;
 pub mod egress;
 pub mod init;
+pub mod sandbox;

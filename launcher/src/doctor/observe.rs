@@ -34,7 +34,7 @@ const HOST_ONLY_NAME: &str = "host";
 
 pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
     let (project, settings, untrusted) = project_and_settings(explicit)?;
-    let status = crate::sandbox::status();
+    let status = ocsb_sandbox::status();
     let sysctl = |k: &str| status.sysctls.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
     let kernel = KernelFacts {
         userns: status.namespaces.clone(),

@@ -1,7 +1,7 @@
 //! The probe as the locked group, run the way the sandbox runs: through the setgid shim
 //! (`OCSB_NETLOCK_ACQUIRE=exec`, default) or through `sg` (`=sg`, for admins who refuse a set-id
 //! file; needs group membership). The shim execs `<prefix>/bin/ocsb __netlock-probe`, which
-//! sends one UDP datagram bound to `lo` to a documentation address ([`crate::sandbox::netlock`]):
+//! sends one UDP datagram bound to `lo` to a documentation address ([`ocsb_sandbox::netlock`]):
 //! EPERM means locked, and with the lock missing the datagram still cannot leave the machine.
 
 use std::path::PathBuf;
@@ -10,8 +10,8 @@ use std::process::Command;
 use nix::unistd::{Group, getresgid};
 
 use crate::error::{Error, Result};
-use crate::sandbox::netlock::{PROBE_TARGET, Probe, probe};
 use ocsb_policy::settings::NetlockAcquire;
+use ocsb_sandbox::netlock::{PROBE_TARGET, Probe, probe};
 
 pub const ARG: &str = "__netlock-probe";
 pub const TARGET: std::net::SocketAddrV4 = PROBE_TARGET;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use ocsb_policy::settings::Settings;
 
 use crate::error::{Error, Result};
-use crate::statefs::StateDir;
+use ocsb_sandbox::statefs::StateDir;
 
 /// The package's files, built into the binary so an installed `ocsb` needs no data directory.
 pub const PACKAGE_CONFIG: &str = include_str!("../../../opencode/opencode.jsonc");

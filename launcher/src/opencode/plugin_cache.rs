@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::statefs::StateDir;
+use ocsb_sandbox::statefs::StateDir;
 
 /// One plugin copied into the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,10 +83,10 @@ fn exact_spec(spec: &str) -> Option<(&str, &str)> {
 /// into (`npm i -g opencode-ai` puts both there), `$NPM_CONFIG_PREFIX`, then the usual prefixes.
 pub fn global_roots(opencode_bin: &Path) -> Vec<PathBuf> {
     let mut roots = Vec::new();
-    if let Ok(real) = std::fs::canonicalize(opencode_bin) {
-        if let Some(nm) = real.ancestors().find(|a| a.file_name().is_some_and(|n| n == "node_modules")) {
-            roots.push(nm.to_path_buf());
-        }
+    if let Ok(real) = std::fs::canonicalize(opencode_bin)
+        && let Some(nm) = real.ancestors().find(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+    {
+        roots.push(nm.to_path_buf());
     }
     for var in ["NPM_CONFIG_PREFIX", "npm_config_prefix"] {
         if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
@@ -126,7 +126,7 @@ pub fn warm(state: &StateDir, global_config: &str, opencode_bin: &Path) -> crate
         // The cache is the agent's to write between runs: a guard plugin there (cc-safety-net)
         // could have been neutered. With the trusted copy at hand, it is replaced on every start.
         if let Ok(fd) = state.dir(&dest) {
-            crate::sandbox::tmpclean::clear(fd);
+            ocsb_sandbox::tmpclean::clear(fd);
         }
         if let Err(e) = state.copy_tree(&src, &dest) {
             let at = state.path().join(&dest);

@@ -10,129 +10,22 @@
 
 mod browser;
 pub(crate) mod notify;
-pub mod signals;
 pub mod state;
 
-use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use ocsb_policy::settings::{CacheUse, NetlockAcquire, Settings};
-
 use crate::error::{Error, Result};
 use crate::project::Project;
-use crate::sandbox::{self, Acquire, Limits, Netlock, SandboxSpec, TmpMode, TtyMode};
-use crate::statefs::StateDir;
-use crate::{opencode, web};
+use crate::{opencode, sandbox_spec, signals, web};
+use ocsb_sandbox::statefs::StateDir;
+use ocsb_sandbox::{self as sandbox, Netlock};
 
 /// How long OpenCode may take to answer `/global/health` after it started.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// The netlock part of the sandbox spec: the group's gid and how the sandbox gets it.
-pub fn netlock(settings: &Settings) -> Result<Netlock> {
-    let group = settings.netlock_group();
-    let gid = match nix::unistd::Group::from_name(group) {
-        Ok(Some(g)) => g.gid.as_raw(),
-        _ => {
-            return Err(Error::failed(
-                format!("netlock: the group {group} does not exist, so the netlock is not installed"),
-                "install the netlock helper (`sudo make install`), then `ocsb netlock setup`",
-            ));
-        }
-    };
-    let ids =
-        nix::unistd::getresgid().map_err(|e| Error::failed(format!("getresgid: {e}"), "report this"))?;
-    let acquire = if [ids.real, ids.effective, ids.saved].iter().all(|g| g.as_raw() == gid) {
-        // Already the group (e.g. started through `sg`): nothing to acquire.
-        Acquire::Inherited
-    } else {
-        match settings.netlock_acquire() {
-            NetlockAcquire::Exec => {
-                let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
-                let prefix = exe.parent().and_then(Path::parent).unwrap_or(Path::new("/"));
-                Acquire::Shim { path: prefix.join("libexec/ocsb/ocsb-netlock-exec") }
-            }
-            NetlockAcquire::Sg => Acquire::Sg { group: group.to_string() },
-        }
-    };
-    Ok(Netlock::Required { gid, acquire, probe_interval: Duration::from_secs(5) })
-}
-
-/// The sandbox for this project, from its settings (the seed's policy).
-pub fn spec(
-    project: &Project,
-    netlock: Netlock,
-    extra_env: &[(String, String)],
-    argv: Vec<String>,
-) -> SandboxSpec {
-    let s = &project.settings;
-    let state = s.state_dir();
-    let ssh_agent =
-        std::env::var_os("SSH_AUTH_SOCK").map(PathBuf::from).filter(|p| p.is_absolute() && p.exists());
-    let host: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let env = sandbox::env::build(&sandbox::env::EnvInputs {
-        host: &host,
-        home: &project.home,
-        state_dir: &state,
-        proxy_port: s.egress_port(),
-        ssh_agent: ssh_agent.as_deref(),
-        extra: extra_env,
-    });
-    let mut hide = s.hide();
-    hide.extend(state::hidden_from_sandbox(&state));
-    // Other projects' state (their web passwords, sessions, /tmp) and the trust and audit
-    // records beside each state directory; this project's own state directory is mounted
-    // writable on top (a deeper mount comes later in the plan).
-    hide.push(project.home.join(".local/share/opencode-sandbox"));
-    let wt = s.worktrees_dir();
-    let (mut rw_home, mut caches) = (Vec::new(), Vec::new());
-    for (dir, usage) in s.home_dirs() {
-        match usage {
-            CacheUse::Shared => rw_home.push(dir),
-            CacheUse::Private(name) => caches.push((dir, state.join(state::CACHES).join(name))),
-            CacheUse::ReadOnly => {}
-        }
-    }
-    SandboxSpec {
-        project_dir: project.checkout.clone(),
-        state_dir: state,
-        home: project.home.clone(),
-        worktrees_dir: wt.is_dir().then_some(wt),
-        rw: s.rw(),
-        rw_home,
-        caches,
-        hide,
-        hide_home: s.hide_home(),
-        tmp: if s.tmp_private() { TmpMode::Private } else { TmpMode::Shared },
-        docker_socket: if s.docker_allowed() {
-            sandbox::spec::DOCKER_SOCKETS.iter().map(PathBuf::from).find(|p| p.exists())
-        } else {
-            None
-        },
-        ssh_agent,
-        env,
-        argv,
-        cwd: None,
-        namespaces: s.sandbox_enabled(),
-        netlock,
-        tcp: Some(sandbox::spec::TcpPorts::for_sandbox(
-            s.egress_port(),
-            s.opencode_port(),
-            &s.loopback_ports(),
-            std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-                .ok()
-                .and_then(|t| sandbox::spec::parse_port_range(&t)),
-        )),
-        limits: Limits::default(),
-        tty: TtyMode::Never,
-        rw_tool_files: s.rw_tool_files().to_vec(),
-        nested_repos: Vec::new(),
-        protect: Vec::new(),
-    }
-}
 
 fn egress_err(step: &str, e: ocsb_egress::Error) -> Error {
     match e {
@@ -162,7 +55,7 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
     project.require_trusted()?;
     project.check_writable_roots()?;
     state::claim(project)?;
-    crate::sandbox::commands::refuse_planted(project, "start a sandbox")?;
+    crate::commands::sandbox::refuse_planted(project, "start a sandbox")?;
     let s = &project.settings;
     let state = s.state_dir();
     let sd = StateDir::open(&state)?;
@@ -187,8 +80,8 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
     state::write_docker_config(&sd, gw, s.egress_port())?;
 
     // 2. The netlock, checked the way the sandbox will use it.
-    let lock = netlock(s)?;
-    let check = spec(project, lock.clone(), &[], vec!["true".into()]);
+    let lock = sandbox_spec::netlock(s)?;
+    let check = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()]);
     match sandbox::run(&check) {
         Ok(0) => {}
         Ok(code) => {
@@ -217,7 +110,7 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
     // 3. Self-tests, with curl run inside the sandbox.
     let policy = inst.load_policy().map_err(|e| egress_err("self-tests", e))?;
     let spec_path = state.join("egress/selftest-spec.json");
-    let st_spec = spec(project, lock.clone(), &[], vec!["true".into()]);
+    let st_spec = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()]);
     std::fs::write(&spec_path, serde_json::to_vec(&st_spec).unwrap_or_default())
         .map_err(|e| Error::io("write", &spec_path, e))?;
     let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
@@ -378,7 +271,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     } else {
         None
     };
-    let spec = spec(project, prepared.netlock, &env, setup.argv.clone());
+    let spec = sandbox_spec::spec(project, prepared.netlock, &env, setup.argv.clone());
     let (tx, rx) = mpsc::channel();
     let sandbox_thread = std::thread::Builder::new()
         .name("ocsb-sandbox".into())

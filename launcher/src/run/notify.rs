@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::statefs::StateDir;
+use ocsb_sandbox::statefs::StateDir;
 
 /// A running filtered bus proxy; stopped when dropped.
 pub struct BusProxy {

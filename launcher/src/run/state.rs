@@ -10,11 +10,10 @@
 //! [`StateDir`]: the sandbox can write there too.
 
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::statefs::StateDir;
+use ocsb_sandbox::statefs::StateDir;
 
 pub fn password_file(state: &Path) -> PathBuf {
     state.join("password")
@@ -39,8 +38,8 @@ pub fn hidden_from_sandbox(state: &Path) -> Vec<PathBuf> {
 /// choosing). Returns whether the web password was created now (`run` prints it once).
 pub fn ensure_private(sd: &StateDir) -> Result<bool> {
     sd.dir(Path::new("egress"))?;
-    sd.private_file(Path::new(OPENCODE_PASSWORD), || Ok(Vec::new()))?;
-    sd.private_file(Path::new("run.lock"), || Ok(Vec::new()))?;
+    sd.private_file(Path::new(OPENCODE_PASSWORD), || Ok::<_, Error>(Vec::new()))?;
+    sd.private_file(Path::new("run.lock"), || Ok::<_, Error>(Vec::new()))?;
     sd.private_file(Path::new("password"), || {
         Ok(format!("{}\n", crate::web::auth::random_secret()?).into_bytes())
     })
@@ -147,11 +146,9 @@ pub fn lock(sd: &StateDir) -> Result<InstanceLock> {
     let state = sd.path();
     let path = lock_file(state);
     let mut f = sd.open_private(Path::new("run.lock"))?;
-    // SAFETY: flock on a descriptor this function owns; no memory is passed.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r != 0 {
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+    // flock(2), exclusive and non-blocking.
+    if let Err(e) = f.try_lock() {
+        if let std::fs::TryLockError::WouldBlock = e {
             let pid = std::fs::read_to_string(&path).unwrap_or_default();
             return Err(Error::failed(
                 format!(
@@ -162,7 +159,7 @@ pub fn lock(sd: &StateDir) -> Result<InstanceLock> {
                 "use the running instance (its web UI), or stop it with Ctrl-C in its terminal; to run a second copy of the project, give it another OCSB_NAME and ports",
             ));
         }
-        return Err(Error::io("lock", &path, err));
+        return Err(Error::io("lock", &path, e.into()));
     }
     f.set_len(0).map_err(|e| Error::io("write", &path, e))?;
     writeln!(f, "{}", std::process::id()).map_err(|e| Error::io("write", &path, e))?;
@@ -191,7 +188,7 @@ pub fn write_docker_config(state: &StateDir, gateway: Option<std::net::IpAddr>, 
             }
         }
     }
-    state.write(path, &serde_json::to_vec_pretty(&v).unwrap_or_default(), 0o600)
+    Ok(state.write(path, &serde_json::to_vec_pretty(&v).unwrap_or_default(), 0o600)?)
 }
 
 #[cfg(test)]

@@ -166,10 +166,10 @@ pub fn dispatch() -> Option<u8> {
             cookie: auth::random_secret()?,
             log: None,
         };
-        crate::run::signals::install();
+        crate::signals::install();
         let front = start(cfg)?;
         println!("listening");
-        while crate::run::signals::received().is_none() {
+        while crate::signals::received().is_none() {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
         front.stop();

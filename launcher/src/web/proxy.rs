@@ -193,10 +193,10 @@ fn strip_cookie(h: &mut HeaderMap) {
         .map(String::from)
         .collect();
     h.remove(header::COOKIE);
-    if !kept.is_empty() {
-        if let Ok(v) = HeaderValue::from_str(&kept.join("; ")) {
-            h.insert(header::COOKIE, v);
-        }
+    if !kept.is_empty()
+        && let Ok(v) = HeaderValue::from_str(&kept.join("; "))
+    {
+        h.insert(header::COOKIE, v);
     }
 }
 

@@ -139,12 +139,12 @@ pub fn summarize(session: &Value, messages: &Value, providers: &Value, tools: u6
             s.busy = true;
         }
         let out = u(&t["output"]) + u(&t["reasoning"]);
-        if out > 0 {
-            if let Some(secs) = generation_seconds(m) {
-                out_sum += out;
-                secs_sum += secs;
-                s.speed.last = Some(out as f64 / secs);
-            }
+        if out > 0
+            && let Some(secs) = generation_seconds(m)
+        {
+            out_sum += out;
+            secs_sum += secs;
+            s.speed.last = Some(out as f64 / secs);
         }
         if u(&t["input"]) + u(&t["cache"]["read"]) + u(&t["cache"]["write"]) > 0 {
             last_assistant = Some(i);

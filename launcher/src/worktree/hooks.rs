@@ -17,7 +17,7 @@ use std::process::Command;
 use crate::error::{Error, Result};
 use crate::project::PROJECT_CONF_DIR;
 
-use crate::sandbox::checkouts::GIT_REPO_ENV as REPO_ENV;
+use ocsb_sandbox::checkouts::GIT_REPO_ENV as REPO_ENV;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hook {

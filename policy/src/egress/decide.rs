@@ -174,10 +174,10 @@ fn rule_matches(rule: &Rule, host: &Host, acl_string: &str) -> bool {
 impl Policy {
     /// Phase one: everything that needs no DNS.
     pub fn evaluate(&self, t: &Target) -> Step {
-        if t.method == Method::Connect {
-            if let Some(c) = self.connects.iter().find(|c| c.port == t.port && c.host.matches(&t.host)) {
-                return Step::Decided(Decision::rule(RuleKind::Connect, &c.source));
-            }
+        if t.method == Method::Connect
+            && let Some(c) = self.connects.iter().find(|c| c.port == t.port && c.host.matches(&t.host))
+        {
+            return Step::Decided(Decision::rule(RuleKind::Connect, &c.source));
         }
         if t.port != 80 && t.port != 443 {
             return Step::Decided(Decision::step(RuleKind::Port));

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 use nix::sys::termios::{self, SetArg, Termios};
 
 use super::error::{Error, Result};
@@ -33,12 +32,6 @@ pub fn open() -> Result<Pty> {
             .map_err(|e| Error::kernel("opening a pty", e.into(), "report this"))?;
     }
     Ok(Pty { master: r.master, slave: r.slave })
-}
-
-static WINCH: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_winch(_: libc::c_int) {
-    WINCH.store(true, Ordering::Relaxed);
 }
 
 /// Puts the host terminal into raw mode; restores it on drop.
@@ -81,16 +74,14 @@ fn write_all(fd: BorrowedFd<'_>, mut buf: &[u8]) -> io::Result<()> {
 /// Relay until the pty master reports hang-up (every slave closed, i.e. the sandbox is gone).
 /// `done` is polled so the loop also ends when the child is reaped elsewhere.
 pub fn relay(master: &OwnedFd, done: &AtomicBool) {
-    let handler = SigAction::new(SigHandler::Handler(on_winch), SaFlags::SA_RESTART, SigSet::empty());
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    let _ = unsafe { sigaction(Signal::SIGWINCH, &handler) };
+    let _ = sys::watch_winch();
     let stdin = io::stdin();
     let mut stdin_open = true;
     let mut buf = [0u8; 8192];
     let mut filter = super::termfilter::Filter::default();
     let mut filtered = Vec::with_capacity(buf.len());
     loop {
-        if WINCH.swap(false, Ordering::Relaxed)
+        if sys::winch_pending()
             && let Ok(ws) = sys::get_winsize(0)
         {
             let _ = sys::set_winsize(master.as_raw_fd(), &ws);

@@ -15,6 +15,8 @@ pub enum Error {
     Refused { what: String, fix: String },
     /// The netlock is missing or the gid could not be obtained.
     Netlock { what: String, fix: String },
+    /// Anything else, said as it is (the state directory's refusals).
+    Failed { what: String, fix: String },
 }
 
 impl Error {
@@ -30,6 +32,9 @@ impl Error {
     pub fn netlock(what: impl Into<String>, fix: impl Into<String>) -> Self {
         Error::Netlock { what: what.into(), fix: fix.into() }
     }
+    pub fn failed(what: impl Into<String>, fix: impl Into<String>) -> Self {
+        Error::Failed { what: what.into(), fix: fix.into() }
+    }
 }
 
 impl fmt::Display for Error {
@@ -43,24 +48,12 @@ impl fmt::Display for Error {
             }
             Error::Refused { what, fix } => write!(f, "sandbox: {what}\n  fix: {fix}"),
             Error::Netlock { what, fix } => write!(f, "netlock: {what}\n  fix: {fix}"),
+            Error::Failed { what, fix } => write!(f, "{what}\n  fix: {fix}"),
         }
     }
 }
 
 impl std::error::Error for Error {}
-
-impl From<Error> for crate::error::Error {
-    fn from(e: Error) -> Self {
-        match e {
-            Error::Io { action, path, source } => crate::error::Error::io(action, path, source),
-            Error::Kernel { step, source, fix } => {
-                crate::error::Error::failed(format!("sandbox: {step} failed: {source}"), fix)
-            }
-            Error::Refused { what, fix } => crate::error::Error::failed(format!("sandbox: {what}"), fix),
-            Error::Netlock { what, fix } => crate::error::Error::failed(format!("netlock: {what}"), fix),
-        }
-    }
-}
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

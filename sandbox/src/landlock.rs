@@ -34,17 +34,7 @@ pub enum Enforcement {
 
 /// The Landlock ABI of the running kernel (0 when absent or disabled).
 pub fn kernel_abi() -> i64 {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // SAFETY: with a NULL attr and size 0, this flag only queries the ABI version.
-    unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    }
-    .max(0)
+    super::sys::landlock_abi()
 }
 
 fn ll_err(e: impl std::fmt::Display) -> Error {

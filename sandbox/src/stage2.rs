@@ -25,7 +25,7 @@ use nix::sched::CloneFlags;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid};
+use nix::unistd::{ForkResult, Pid, getegid, geteuid};
 use serde::{Deserialize, Serialize};
 
 use super::error::{Error, Result, USERNS_FIX};
@@ -117,9 +117,8 @@ fn helper() -> Result<i32> {
     if req.plan.is_some() {
         enter_namespaces()?;
     }
-    // SAFETY: stage 2 is single-threaded (a fresh exec; nothing here spawns threads), so the
-    // child may run arbitrary code after fork.
-    match unsafe { fork() }.map_err(|e| Error::kernel("fork", e.into(), "check RLIMIT_NPROC"))? {
+    // Stage 2 is a fresh exec that starts no thread, so the child may run any code.
+    match sys::fork_single_threaded().map_err(|e| Error::kernel("fork", e, "check RLIMIT_NPROC"))? {
         ForkResult::Child => {
             drop(death_w);
             let code = match init(&req, death_r) {
@@ -237,22 +236,12 @@ fn supervise(req: &Request, child: Pid, mask: &SigSet) -> i32 {
         }
         let wait =
             next_probe.saturating_duration_since(std::time::Instant::now()).min(Duration::from_millis(500));
-        if let Some(sig) = sigtimedwait(mask, wait)
+        if let Some(sig) = sys::sigtimedwait(mask, wait)
             && sig != Signal::SIGCHLD
         {
             let _ = signal::kill(child, sig);
         }
     }
-}
-
-fn sigtimedwait(mask: &SigSet, wait: Duration) -> Option<Signal> {
-    let ts = libc::timespec {
-        tv_sec: wait.as_secs() as libc::time_t,
-        tv_nsec: wait.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: `mask` is a valid sigset; info may be NULL; `ts` outlives the call.
-    let r = unsafe { libc::sigtimedwait(mask.as_ref(), std::ptr::null_mut(), &ts) };
-    if r > 0 { Signal::try_from(r).ok() } else { None }
 }
 
 /// pid 1 of the sandbox (or, without namespaces, the confined parent of the command).
@@ -303,8 +292,8 @@ fn init(req: &Request, death: OwnedFd) -> Result<std::convert::Infallible> {
         .iter()
         .map(|(k, v)| cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
         .collect::<Result<_>>()?;
-    // SAFETY: single-threaded; the child only resets signals and execs.
-    match unsafe { fork() }.map_err(|e| Error::kernel("fork", e.into(), "check RLIMIT_NPROC"))? {
+    // pid 1 starts no thread either; the child only resets signals and execs.
+    match sys::fork_single_threaded().map_err(|e| Error::kernel("fork", e, "check RLIMIT_NPROC"))? {
         ForkResult::Child => {
             let _ = signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
             let e = nix::unistd::execve(&program, &argv, &env).unwrap_err();
@@ -372,7 +361,7 @@ fn reap(child: Pid) -> ! {
                 }
             }
         }
-        if let Some(sig) = sigtimedwait(&mask, Duration::from_secs(1))
+        if let Some(sig) = sys::sigtimedwait(&mask, Duration::from_secs(1))
             && sig != Signal::SIGCHLD
         {
             let _ = signal::kill(child, sig);

@@ -76,6 +76,16 @@ pub enum TmpMode {
     Shared,
 }
 
+/// `OCSB_TMP` says the same thing in the settings.
+impl From<ocsb_policy::settings::TmpMode> for TmpMode {
+    fn from(t: ocsb_policy::settings::TmpMode) -> Self {
+        match t {
+            ocsb_policy::settings::TmpMode::Private => TmpMode::Private,
+            ocsb_policy::settings::TmpMode::Shared => TmpMode::Shared,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TtyMode {
     /// A launcher-owned pty when stdin is a terminal (`exec`, `shell`).

@@ -653,7 +653,7 @@ impl Ord for Op {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::spec::{Limits, Netlock, TtyMode};
+    use crate::spec::{Limits, Netlock, TtyMode};
     use std::collections::BTreeMap;
 
     /// A host filesystem as a map of path -> kind (+ link targets).

@@ -1,19 +1,24 @@
-//! The namespace sandbox, built in-process (no bwrap binary).
+//! `ocsb-sandbox`: the namespace sandbox, built in-process (no bwrap binary). The launcher maps
+//! its settings to a [`SandboxSpec`] and calls [`run`]; nothing here knows about the command line,
+//! the settings files or OpenCode.
 //!
 //! Policy and enforcement are apart: [`spec`] says what the sandbox is, [`plan`] and [`env`]
 //! turn that into an ordered mount plan and an environment without touching the system, and the
 //! remaining modules enforce: [`launch`] (launcher side), [`stage2`] (namespaces, pid 1,
 //! supervision), [`mounts`], [`caps`], [`landlock`], [`seccomp`], [`netlock`], [`pty`].
 //!
-//! Entry points for the CLI:
+//! Entry points:
 //! - [`run`] with a [`SandboxSpec`] (`ocsb exec`, `ocsb shell`, `ocsb run`);
 //! - [`stage2::main`] when `argv[1] == stage2::ARG` — dispatch it before parsing the command line.
 //! - [`status`] for `ocsb sandbox status`.
 
+// `unsafe` only in `sys` (thin syscall wrappers, each block with a SAFETY comment).
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod audit;
 pub mod caps;
 pub mod checkouts;
-pub mod commands;
 pub mod env;
 pub mod error;
 pub mod landlock;
@@ -26,6 +31,7 @@ pub mod seccomp;
 pub mod snapshot;
 pub mod spec;
 pub mod stage2;
+pub mod statefs;
 pub mod status;
 pub mod sys;
 pub mod termfilter;

@@ -186,7 +186,12 @@ impl StateDir {
     /// `init()` when missing, otherwise checked by [`Self::check_private`]. Returns whether it
     /// was created now. Called before any sandbox starts, so the sandbox (which cannot see these
     /// files once they exist) never gets to create one first.
-    pub fn private_file(&self, rel: &Path, init: impl FnOnce() -> Result<Vec<u8>>) -> Result<bool> {
+    /// `init` may fail with the caller's error type.
+    pub fn private_file<E: From<Error>>(
+        &self,
+        rel: &Path,
+        init: impl FnOnce() -> Result<Vec<u8>, E>,
+    ) -> Result<bool, E> {
         let (dir, name) = self.parent(rel)?;
         let full = self.path.join(rel);
         match openat(
@@ -202,8 +207,8 @@ impl StateDir {
                     .map_err(|e| Error::io("write", &full, e))?;
                 Ok(true)
             }
-            Err(Errno::EEXIST) => self.check_private(&dir, name, &full).map(|_| false),
-            Err(e) => Err(io("create", &full, e)),
+            Err(Errno::EEXIST) => Ok(self.check_private(&dir, name, &full).map(|_| false)?),
+            Err(e) => Err(io("create", &full, e).into()),
         }
     }
 

@@ -1,12 +1,22 @@
 //! Thin wrappers around the syscalls `nix` does not cover (the new mount API, `openat2`,
-//! `close_range`, `keyctl`, capabilities). Each wrapper only converts arguments and errors; the
-//! decisions live in the callers.
+//! `close_range`, `keyctl`, capabilities, Landlock's ABI query) and around the calls whose
+//! soundness needs an argument (`fork`, signal handlers). Each wrapper only converts arguments
+//! and errors; the decisions live in the callers. This is the crate's only file with `unsafe`:
+//! every block says why it is sound.
+#![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use nix::sched::CloneFlags;
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::ForkResult;
 
 // Constants from <linux/mount.h>, <linux/openat2.h>, <linux/fcntl.h>. Defined here because
 // libc does not export all of them on every target.
@@ -260,4 +270,98 @@ pub fn get_winsize(fd: RawFd) -> io::Result<libc::winsize> {
     // SAFETY: TIOCGWINSZ writes one winsize struct into `ws`.
     let ret = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws as *mut libc::winsize) };
     if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ws) }
+}
+
+/// The Landlock ABI of the running kernel (0 when absent or disabled).
+pub fn landlock_abi() -> i64 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a NULL attr and size 0, this flag only queries the ABI version.
+    unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    }
+    .max(0)
+}
+
+/// `fork()` for a process with one thread (stage 2 and pid 1 of the sandbox: a fresh exec that
+/// starts none). After a fork of a multi-threaded process the child may only call
+/// async-signal-safe functions, because another thread may have held a lock (the allocator's)
+/// at that moment; with one thread there is no such lock, so the child may run any code. The
+/// count is read from `/proc/self/task`; more than one thread, or no count, is an error.
+pub fn fork_single_threaded() -> io::Result<ForkResult> {
+    let threads = std::fs::read_dir("/proc/self/task")?.count();
+    if threads != 1 {
+        return Err(io::Error::other(format!("refusing to fork a process with {threads} threads")));
+    }
+    // SAFETY: one thread (checked above, and only this thread could start another).
+    Ok(unsafe { nix::unistd::fork() }?)
+}
+
+/// Whether `unshare(flags)` succeeds here, tried in a child that exits at once, so the caller
+/// (which may have threads) is left as it was.
+pub fn try_unshare(flags: CloneFlags) -> io::Result<()> {
+    // SAFETY: the child calls only unshare(2) and _exit(2), both async-signal-safe, so forking
+    // a multi-threaded process is sound.
+    match unsafe { nix::unistd::fork() }? {
+        ForkResult::Child => {
+            let code = match nix::sched::unshare(flags) {
+                Ok(()) => 0,
+                Err(e) => e as i32,
+            };
+            // SAFETY: _exit is async-signal-safe and runs no atexit handlers.
+            unsafe { libc::_exit(code) }
+        }
+        ForkResult::Parent { child } => match waitpid(child, None)? {
+            WaitStatus::Exited(_, 0) => Ok(()),
+            WaitStatus::Exited(_, errno) => Err(io::Error::from_raw_os_error(errno)),
+            other => Err(io::Error::other(format!("probe child: {other:?}"))),
+        },
+    }
+}
+
+/// `sigtimedwait(mask, wait)`: the next of the blocked signals in `mask`, or `None` after
+/// `wait` (or on EINTR).
+pub fn sigtimedwait(mask: &SigSet, wait: Duration) -> Option<Signal> {
+    let ts = libc::timespec {
+        tv_sec: wait.as_secs() as libc::time_t,
+        tv_nsec: wait.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `mask` is a valid sigset; info may be NULL; `ts` outlives the call.
+    let r = unsafe { libc::sigtimedwait(mask.as_ref(), std::ptr::null_mut(), &ts) };
+    if r > 0 { Signal::try_from(r).ok() } else { None }
+}
+
+static WINCH: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_winch(_: libc::c_int) {
+    WINCH.store(true, Ordering::Relaxed);
+}
+
+/// Notes SIGWINCH (the host terminal was resized) for [`winch_pending`].
+pub fn watch_winch() -> io::Result<()> {
+    let handler = SigAction::new(SigHandler::Handler(on_winch), SaFlags::SA_RESTART, SigSet::empty());
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe { sigaction(Signal::SIGWINCH, &handler) }?;
+    Ok(())
+}
+
+/// Whether SIGWINCH arrived since the last call.
+pub fn winch_pending() -> bool {
+    WINCH.swap(false, Ordering::Relaxed)
+}
+
+/// `st_rdev` of the open descriptor `fd`, which the caller holds (a descriptor that is not open
+/// is `EBADF`, never another file's).
+pub fn rdev_of(fd: RawFd) -> io::Result<u64> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes one stat struct into `st` and reads nothing else.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstat succeeded, so it initialised `st`.
+    Ok(unsafe { st.assume_init() }.st_rdev)
 }

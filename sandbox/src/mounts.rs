@@ -213,11 +213,6 @@ impl Default for RealMounts {
     }
 }
 
-fn borrow_stdio(fd: i32) -> BorrowedFd<'static> {
-    // SAFETY: only used for stdin, which stays open for the life of the process.
-    unsafe { BorrowedFd::borrow_raw(fd) }
-}
-
 fn access_attrs(access: Access) -> u64 {
     match access {
         Access::Ro => sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
@@ -299,7 +294,7 @@ impl MountSys for RealMounts {
             return Err(io::Error::other(format!("stdin is {}, not a pty", path.display())));
         }
         let tree = self.clone_tree(&path, Access::Device)?;
-        let want = nix::sys::stat::fstat(borrow_stdio(fd))?.st_rdev;
+        let want = sys::rdev_of(fd)?;
         let got = nix::sys::stat::fstat(tree.as_fd())?.st_rdev;
         if want != got {
             return Err(io::Error::other(format!("{} is not the terminal on stdin", path.display())));
@@ -366,7 +361,7 @@ impl MountSys for RealMounts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::plan::Plan;
+    use crate::plan::Plan;
 
     /// Records every call; handles are indices into `made`.
     #[derive(Default)]

@@ -3,8 +3,6 @@
 use std::fmt;
 
 use nix::sched::CloneFlags;
-use nix::sys::wait::{WaitStatus, waitpid};
-use nix::unistd::{ForkResult, fork};
 
 use super::landlock::kernel_abi;
 
@@ -26,32 +24,13 @@ const SYSCTLS: &[&str] = &[
 ];
 
 fn try_namespaces() -> Result<(), String> {
-    // SAFETY: the child only calls unshare and _exit, both async-signal-safe, so forking a
-    // multi-threaded launcher is fine.
-    match unsafe { fork() } {
-        Err(e) => Err(format!("fork: {e}")),
-        Ok(ForkResult::Child) => {
-            let flags = CloneFlags::CLONE_NEWUSER
-                | CloneFlags::CLONE_NEWNS
-                | CloneFlags::CLONE_NEWPID
-                | CloneFlags::CLONE_NEWIPC
-                | CloneFlags::CLONE_NEWUTS
-                | CloneFlags::CLONE_NEWCGROUP;
-            let code = match nix::sched::unshare(flags) {
-                Ok(()) => 0,
-                Err(e) => e as i32,
-            };
-            // SAFETY: _exit is async-signal-safe and does not run atexit handlers.
-            unsafe { libc::_exit(code) }
-        }
-        Ok(ForkResult::Parent { child }) => match waitpid(child, None) {
-            Ok(WaitStatus::Exited(_, 0)) => Ok(()),
-            Ok(WaitStatus::Exited(_, errno)) => {
-                Err(format!("unshare: {}", nix::errno::Errno::from_raw(errno)))
-            }
-            other => Err(format!("probe child: {other:?}")),
-        },
-    }
+    let flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWCGROUP;
+    super::sys::try_unshare(flags).map_err(|e| format!("unshare: {e}"))
 }
 
 pub fn status() -> Status {

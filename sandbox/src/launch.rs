@@ -22,8 +22,7 @@ use super::{audit, checkouts, netlock, pty, termfilter, tmpclean};
 pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
     // The state directory is the agent's to write: its subdirectories are made through
     // descriptors that never follow a symlink it may have left (see `statefs`).
-    let state_err =
-        |e: crate::error::Error| Error::refused(e.to_string(), "fix the state directory named above");
+    let state_err = |e: Error| Error::refused(e.to_string(), "fix the state directory named above");
     let state = crate::statefs::StateDir::open(&spec.state_dir).map_err(state_err)?;
     let mut tmp_fd = None;
     for d in super::env::STATE_SUBDIRS {

@@ -1,11 +1,11 @@
 //! `ocsb exec`, `ocsb shell`, `ocsb sandbox status`: the sandbox as a command. `exec` and
-//! `shell` use the same policy as `run` (settings mapped by `run::spec`), with the filter started
+//! `shell` use the same policy as `run` (settings mapped by `sandbox_spec`), with the filter started
 //! and the lock checked by `run::prepare`.
 
 use crate::error::{Error, Result};
 use crate::project::Project;
 
-use super::spec::TtyMode;
+use ocsb_sandbox::{Netlock, TtyMode, audit};
 
 /// Environment for a command the user runs by hand: `OCSB_ENV_FILE`, then `OCSB_ENV`.
 fn extra_env(project: &Project) -> Result<Vec<(String, String)>> {
@@ -26,19 +26,18 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
     // `prepare` reports progress on stdout; for `exec` stdout belongs to the command, so the
     // progress lines go to stderr.
     let prepared = with_stdout_on_stderr(|| crate::run::prepare(project))?;
-    let mut spec = crate::run::spec(project, prepared.netlock, &extra_env(project)?, argv);
+    let mut spec = crate::sandbox_spec::spec(project, prepared.netlock, &extra_env(project)?, argv);
     spec.tty = TtyMode::Auto;
-    Ok(super::run(&spec)?)
+    Ok(ocsb_sandbox::run(&spec)?)
 }
 
 fn with_stdout_on_stderr<T>(f: impl FnOnce() -> T) -> T {
     use std::io::Write;
-    use std::os::fd::{FromRawFd, OwnedFd};
-    // The saved copy is close-on-exec: the filter that `prepare` may start outlives this
-    // command, and must not hold the caller's stdout open (`ocsb exec … | tail` would hang).
-    let saved = nix::fcntl::fcntl(std::io::stdout(), nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3))
-        // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor that nothing else owns.
-        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+    use std::os::fd::AsFd;
+    // The saved copy is close-on-exec (`try_clone_to_owned` is F_DUPFD_CLOEXEC): the filter
+    // that `prepare` may start outlives this command, and must not hold the caller's stdout
+    // open (`ocsb exec … | tail` would hang).
+    let saved = std::io::stdout().as_fd().try_clone_to_owned();
     let _ = std::io::stdout().flush();
     let redirected = saved.is_ok() && nix::unistd::dup2_stdout(std::io::stderr()).is_ok();
     let r = f();
@@ -57,7 +56,7 @@ pub fn shell(project: &Project) -> Result<i32> {
 
 /// Print what this host can enforce; exit status 1 when the sandbox cannot be built here.
 pub fn status() -> Result<()> {
-    let st = super::status();
+    let st = ocsb_sandbox::status();
     println!("{st}");
     if st.ok() {
         Ok(())
@@ -69,10 +68,10 @@ pub fn status() -> Result<()> {
     }
 }
 
-/// `ocsb audit [--accept]`: what a sandbox start would refuse over (see [`super::audit`]).
+/// `ocsb audit [--accept]`: what a sandbox start would refuse over (see [`ocsb_sandbox::audit`]).
 pub fn audit(project: &Project, accept: bool) -> Result<()> {
-    let spec = crate::run::spec(project, super::Netlock::Off, &[], vec![]);
-    let findings = super::audit::report(&spec, accept)?;
+    let spec = crate::sandbox_spec::spec(project, Netlock::Off, &[], vec![]);
+    let findings = audit::report(&spec, accept)?;
     if findings.is_empty() {
         println!("audit: nothing planted in {} and its worktrees", spec.project_dir.display());
         return Ok(());
@@ -81,12 +80,12 @@ pub fn audit(project: &Project, accept: bool) -> Result<()> {
         format!(
             "{} cannot be accepted, or was not accepted:{}",
             if findings.len() == 1 { "this path" } else { "these paths" },
-            super::audit::render(&findings)
+            audit::render(&findings)
         ),
         if accept {
             "git never makes these: inspect and remove them (`rm PATH`), then run `ocsb audit`"
         } else {
-            super::audit::FIX
+            audit::FIX
         },
     ))
 }
@@ -95,16 +94,16 @@ pub fn audit(project: &Project, accept: bool) -> Result<()> {
 /// (`prepare`, so the refusal is the first thing said), while anything planted stands: the
 /// same check every sandbox start makes. `doing` completes "refusing to …".
 pub fn refuse_planted(project: &Project, doing: &str) -> Result<()> {
-    let spec = crate::run::spec(project, super::Netlock::Off, &[], vec![]);
-    let findings = super::audit::report(&spec, false)?;
+    let spec = crate::sandbox_spec::spec(project, Netlock::Off, &[], vec![]);
+    let findings = audit::report(&spec, false)?;
     if findings.is_empty() {
         return Ok(());
     }
     Err(Error::failed(
         format!(
             "refusing to {doing}: git or host tools would run what was planted{}",
-            super::audit::render(&findings)
+            audit::render(&findings)
         ),
-        super::audit::FIX,
+        audit::FIX,
     ))
 }

@@ -59,10 +59,10 @@ fn clean_dir(fd: OwnedFd, cutoff: i64, depth: usize) -> usize {
         let Ok(st) = fstatat(d.as_fd(), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else { continue };
         let old = st.st_mtime < cutoff;
         if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR {
-            if depth < MAX_DEPTH {
-                if let Ok(sub) = openat(d.as_fd(), name.as_c_str(), DIR_FLAGS, Mode::empty()) {
-                    removed += clean_dir(sub, cutoff, depth + 1);
-                }
+            if depth < MAX_DEPTH
+                && let Ok(sub) = openat(d.as_fd(), name.as_c_str(), DIR_FLAGS, Mode::empty())
+            {
+                removed += clean_dir(sub, cutoff, depth + 1);
             }
             if old && unlinkat(d.as_fd(), name.as_c_str(), UnlinkatFlags::RemoveDir).is_ok() {
                 removed += 1;

@@ -1,0 +1,118 @@
+//! Settings → [`SandboxSpec`]: the one place where the launcher's settings become the sandbox's
+//! policy. `ocsb run`, `exec`, `shell`, `audit` and the checks before `ocsb wt` all take their
+//! spec from here, so they cannot disagree about what the agent may reach.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ocsb_policy::settings::{CacheUse, NetlockAcquire, Settings};
+use ocsb_sandbox::spec::{DOCKER_SOCKETS, TcpPorts, parse_port_range};
+use ocsb_sandbox::{Acquire, Limits, Netlock, SandboxSpec, TtyMode};
+
+use crate::error::{Error, Result};
+use crate::project::Project;
+use crate::run::state;
+
+/// The netlock part of the sandbox spec: the group's gid and how the sandbox gets it.
+pub fn netlock(settings: &Settings) -> Result<Netlock> {
+    let group = settings.netlock_group();
+    let gid = match nix::unistd::Group::from_name(group) {
+        Ok(Some(g)) => g.gid.as_raw(),
+        _ => {
+            return Err(Error::failed(
+                format!("netlock: the group {group} does not exist, so the netlock is not installed"),
+                "install the netlock helper (`sudo make install`), then `ocsb netlock setup`",
+            ));
+        }
+    };
+    let ids =
+        nix::unistd::getresgid().map_err(|e| Error::failed(format!("getresgid: {e}"), "report this"))?;
+    let acquire = if [ids.real, ids.effective, ids.saved].iter().all(|g| g.as_raw() == gid) {
+        // Already the group (e.g. started through `sg`): nothing to acquire.
+        Acquire::Inherited
+    } else {
+        match settings.netlock_acquire() {
+            NetlockAcquire::Exec => {
+                let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
+                let prefix = exe.parent().and_then(Path::parent).unwrap_or(Path::new("/"));
+                Acquire::Shim { path: prefix.join("libexec/ocsb/ocsb-netlock-exec") }
+            }
+            NetlockAcquire::Sg => Acquire::Sg { group: group.to_string() },
+        }
+    };
+    Ok(Netlock::Required { gid, acquire, probe_interval: Duration::from_secs(5) })
+}
+
+/// The sandbox for this project, from its settings (the seed's policy).
+pub fn spec(
+    project: &Project,
+    netlock: Netlock,
+    extra_env: &[(String, String)],
+    argv: Vec<String>,
+) -> SandboxSpec {
+    let s = &project.settings;
+    let state = s.state_dir();
+    let ssh_agent =
+        std::env::var_os("SSH_AUTH_SOCK").map(PathBuf::from).filter(|p| p.is_absolute() && p.exists());
+    let host: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let env = ocsb_sandbox::env::build(&ocsb_sandbox::env::EnvInputs {
+        host: &host,
+        home: &project.home,
+        state_dir: &state,
+        proxy_port: s.egress_port(),
+        ssh_agent: ssh_agent.as_deref(),
+        extra: extra_env,
+    });
+    let mut hide = s.hide();
+    hide.extend(state::hidden_from_sandbox(&state));
+    // Other projects' state (their web passwords, sessions, /tmp) and the trust and audit
+    // records beside each state directory; this project's own state directory is mounted
+    // writable on top (a deeper mount comes later in the plan).
+    hide.push(project.home.join(".local/share/opencode-sandbox"));
+    let wt = s.worktrees_dir();
+    let (mut rw_home, mut caches) = (Vec::new(), Vec::new());
+    for (dir, usage) in s.home_dirs() {
+        match usage {
+            CacheUse::Shared => rw_home.push(dir),
+            CacheUse::Private(name) => caches.push((dir, state.join(state::CACHES).join(name))),
+            CacheUse::ReadOnly => {}
+        }
+    }
+    SandboxSpec {
+        project_dir: project.checkout.clone(),
+        state_dir: state,
+        home: project.home.clone(),
+        worktrees_dir: wt.is_dir().then_some(wt),
+        rw: s.rw(),
+        rw_home,
+        caches,
+        hide,
+        hide_home: s.hide_home(),
+        tmp: s.tmp().into(),
+        docker_socket: if s.docker_allowed() {
+            DOCKER_SOCKETS.iter().map(PathBuf::from).find(|p| p.exists())
+        } else {
+            None
+        },
+        ssh_agent,
+        env,
+        argv,
+        cwd: None,
+        namespaces: s.sandbox_enabled(),
+        netlock,
+        tcp: Some(TcpPorts::for_sandbox(
+            s.egress_port(),
+            s.opencode_port(),
+            &s.loopback_ports(),
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+                .ok()
+                .and_then(|t| parse_port_range(&t)),
+        )),
+        limits: Limits::default(),
+        tty: TtyMode::Never,
+        rw_tool_files: s.rw_tool_files().to_vec(),
+        nested_repos: Vec::new(),
+        protect: Vec::new(),
+    }
+}

@@ -1,5 +1,12 @@
-//! The command line: clap definitions only. Each subcommand's work lives in `commands/`.
+//! The command line: every clap definition of `ocsb`, and nothing else. Each subcommand has one
+//! thin handler in `commands/`, which calls the module that does the work.
+//!
+//! The hidden subcommands (`__…`) are entry points for the launcher itself and for tests; they
+//! grant nothing that `exec` or `run` do not. Only `__sandbox-init` (stage 2 of the sandbox) is
+//! not here: it is dispatched before the command line is parsed (see `lib.rs`).
 
+use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -57,7 +64,7 @@ pub enum Command {
 
     /// The network lock (nftables table `inet ocsb_netlock`, owned by ocsb-netlock-helper).
     #[command(subcommand)]
-    Netlock(crate::netlock::NetlockCommand),
+    Netlock(NetlockCommand),
 
     /// Check dependencies and host setup: one line per check (ok, warn, fail), each failure with
     /// the command that fixes it.
@@ -103,6 +110,54 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+
+    /// (internal) Run a command under an explicit sandbox spec (JSON), bypassing the settings:
+    /// how `run` wraps the commands OpenCode starts, and what the escape tests and the start-up
+    /// benchmark use.
+    #[command(name = SANDBOX_RUN, hide = true)]
+    SandboxRun {
+        spec: PathBuf,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+
+    /// (internal) The netlock probe, run as the locked group through the shim: prints
+    /// `gids R E S locked|open|error MESSAGE`.
+    #[command(name = NETLOCK_PROBE, hide = true)]
+    NetlockProbe,
+
+    /// (internal) Write the guard plugin into DIR and print the `OPENCODE_CONFIG_CONTENT` that
+    /// `run` would use (no skills), so tests start a real OpenCode with the launcher's permissions.
+    #[command(name = "__opencode-config", hide = true)]
+    OpencodeConfig { dir: PathBuf },
+
+    /// (internal) The web front alone, in front of an OpenCode started by someone else (tests,
+    /// debugging). Runs until SIGINT/SIGTERM.
+    #[command(name = "__web-front", hide = true)]
+    WebFront(WebFrontArgs),
+}
+
+/// `ocsb __sandbox-run SPEC.json [CMD ARGS…]`.
+pub const SANDBOX_RUN: &str = "__sandbox-run";
+/// `ocsb __netlock-probe`.
+pub const NETLOCK_PROBE: &str = "__netlock-probe";
+
+#[derive(Debug, Args)]
+pub struct WebFrontArgs {
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// OpenCode's address.
+    #[arg(long)]
+    pub upstream: SocketAddr,
+    /// The front's login password.
+    #[arg(long)]
+    pub password_file: PathBuf,
+    /// OpenCode's own password.
+    #[arg(long)]
+    pub upstream_password_file: PathBuf,
+    /// Serve without the Tokens panel.
+    #[arg(long)]
+    pub no_panel: bool,
 }
 
 #[derive(Debug, Args)]
@@ -164,8 +219,68 @@ pub enum EgressCommand {
     Explain(ExplainArgs),
 
     #[command(flatten)]
-    Lifecycle(crate::egress_cmd::LifecycleCommand),
+    Lifecycle(LifecycleCommand),
 }
+
+/// The lifecycle subcommands of `ocsb egress` (flattened into the lead's `EgressCommand`).
+#[derive(Debug, Subcommand)]
+pub enum LifecycleCommand {
+    /// Start the filter (builtin proxy or squid container), or reload its rules without a restart.
+    ///
+    /// Invalid rules are refused with file and line; a running filter keeps its old rules.
+    #[command(after_help = EXIT_CODES)]
+    Up,
+    /// Stop and remove the filter.
+    #[command(after_help = EXIT_CODES)]
+    Down,
+    /// Running or not, backend, listen addresses, and whether the rules are current or stale.
+    #[command(after_help = EXIT_CODES)]
+    Status(JsonArg),
+    /// Follow every request and refusal; denials are highlighted.
+    #[command(after_help = EXIT_CODES)]
+    Logs(LogsArgs),
+    /// Run every expect-pass / expect-block through the filter as the sandbox would, plus a
+    /// check that a direct connection bypassing the filter is blocked.
+    #[command(after_help = EXIT_CODES)]
+    Verify(VerifyArgs),
+    /// (internal) The builtin filter process that `egress up` starts.
+    #[command(hide = true)]
+    Serve {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// One JSON object per request.
+    #[arg(long)]
+    pub json: bool,
+    /// Print what is there and exit instead of following.
+    #[arg(long)]
+    pub no_follow: bool,
+    /// Start with the last N lines.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Skip the direct-connection (bypass) check.
+    #[arg(long)]
+    pub no_direct: bool,
+}
+
 
 #[derive(Debug, Args)]
 pub struct RenderArgs {
@@ -244,4 +359,26 @@ pub struct RunArgs {
     /// Extra arguments for `opencode serve`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "OPENCODE ARGS")]
     pub opencode_args: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NetlockCommand {
+    /// Install the lock: ask the helper daemon to apply it (polkit may ask for an admin
+    /// password), then verify it.
+    Setup,
+    /// Remove the lock (admin authentication); sandboxes refuse to start until `setup`.
+    Teardown,
+    /// The helper's status (table, gid, DNS servers) and the probe result.
+    Status {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check that the lock works: a datagram sent as the netlock group must be rejected with
+    /// EPERM. Exit status 0 when it works, 1 when it does not.
+    Verify {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }

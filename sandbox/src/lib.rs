@@ -9,7 +9,8 @@
 //!
 //! Entry points:
 //! - [`run`] with a [`SandboxSpec`] (`ocsb exec`, `ocsb shell`, `ocsb run`);
-//! - [`stage2::main`] when `argv[1] == stage2::ARG` — dispatch it before parsing the command line.
+//! - [`run_spec_file`]: the same with a spec read from a JSON file;
+//! - [`stage2_dispatch`] first thing in `main`: stage 2 runs in a fresh exec of the same binary.
 //! - [`status`] for `ocsb sandbox status`.
 
 // `unsafe` only in `sys` (thin syscall wrappers, each block with a SAFETY comment).
@@ -42,46 +43,20 @@ pub use launch::run;
 pub use spec::{Acquire, Limits, Netlock, SandboxSpec, TmpMode, TtyMode};
 pub use status::status;
 
-/// The hidden `ocsb __sandbox-run SPEC.json [CMD ARGS…]`: run a command under an explicit [`SandboxSpec`]
-/// (JSON), bypassing the settings. Used by the escape tests and the start-up benchmark; it grants
-/// nothing the caller could not do with `ocsb exec`.
-pub const RUN_SPEC_ARG: &str = "__sandbox-run";
-
-/// If this process is stage 2 (`ocsb __sandbox-init`) or `ocsb __sandbox-run`, run it and return
-/// its exit status. Call first thing in `main`, before anything starts a thread.
+/// If this process is stage 2 of a sandbox (`argv[1] == stage2::ARG`), run it and return its
+/// exit status. Call first thing in `main`, before anything starts a thread or parses the
+/// command line: stage 2 forks, which is sound only while it has one thread.
 pub fn stage2_dispatch() -> Option<i32> {
-    let mut args = std::env::args_os().skip(1);
-    let arg = args.next()?;
-    if arg == stage2::ARG {
-        return Some(stage2::main());
+    (std::env::args_os().nth(1)? == stage2::ARG).then(stage2::main)
+}
+
+/// Run `argv` (or the spec's own command when empty) under the spec in the JSON file `path`.
+pub fn run_spec_file(path: &std::path::Path, argv: Vec<String>) -> Result<i32> {
+    let text = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
+    let mut spec: SandboxSpec = serde_json::from_slice(&text)
+        .map_err(|e| Error::refused(format!("{}: {e}", path.display()), "fix the spec"))?;
+    if !argv.is_empty() {
+        spec.argv = argv;
     }
-    if arg != RUN_SPEC_ARG {
-        return None;
-    }
-    let code = (|| -> Result<i32> {
-        let path = args
-            .next()
-            .ok_or_else(|| Error::refused("usage: ocsb __sandbox-run SPEC.json", "pass a spec file"))?;
-        let text = std::fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
-        let mut spec: SandboxSpec = serde_json::from_slice(&text).map_err(|e| {
-            Error::refused(format!("{}: {e}", std::path::Path::new(&path).display()), "fix the spec")
-        })?;
-        let argv: Vec<String> = args
-            .map(|a| {
-                a.into_string()
-                    .map_err(|_| Error::refused("an argument is not UTF-8", "pass UTF-8 arguments"))
-            })
-            .collect::<Result<_>>()?;
-        if !argv.is_empty() {
-            spec.argv = argv;
-        }
-        run(&spec)
-    })();
-    Some(match code {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("ocsb: {e}");
-            stage2::EXIT_SETUP
-        }
-    })
+    run(&spec)
 }

@@ -1,6 +1,53 @@
-//! One module per subcommand.
+//! One thin handler per subcommand: load the project when the command needs one, call the module
+//! that does the work, print its result. The work itself never lives here.
 
 pub mod config;
 pub mod egress;
 pub mod init;
 pub mod sandbox;
+
+use clap::CommandFactory;
+
+use crate::cli::{Cli, Command, EgressCommand, SandboxCommand, WtCommand};
+use crate::error::Result;
+use crate::project::{self, Project};
+use crate::{doctor, egress_cmd, netlock, opencode, run, web, worktree};
+
+pub fn dispatch(cli: Cli) -> Result<()> {
+    let explicit = cli.project.as_deref();
+    let project = || Project::load(explicit);
+    match cli.command {
+        Command::Init => {
+            let start = project::locate(explicit)?;
+            let outcomes = init::run(&start)?;
+            init::report(&outcomes, &project::git_toplevel(&start).unwrap_or(start));
+            Ok(())
+        }
+        Command::Config(args) => config::run(&project()?, args.origin, args.trust),
+        Command::Egress(EgressCommand::Render(args)) => egress::render(&project()?, args.format),
+        Command::Egress(EgressCommand::Explain(args)) => egress::explain(&project()?, &args),
+        Command::Egress(EgressCommand::Lifecycle(cmd)) => egress_cmd::run(explicit, cmd),
+        Command::Wt(WtCommand::Add { branch, args }) => worktree::add(explicit, &branch, &args),
+        Command::Wt(WtCommand::Rm { name, force }) => worktree::rm(explicit, &name, force),
+        Command::Wt(WtCommand::List) => worktree::list(explicit),
+        Command::Netlock(cmd) => netlock::run(cmd, &project()?.settings),
+        Command::Doctor(args) => doctor::run(explicit, args.json),
+        Command::Prepare => run::prepare(&project()?).map(drop),
+        Command::Run(args) => run::run(&project()?, &args.opencode_args, args.no_browser),
+        Command::Exec(args) => std::process::exit(sandbox::exec(&project()?, args.command)?),
+        Command::Shell => std::process::exit(sandbox::shell(&project()?)?),
+        Command::Sandbox(SandboxCommand::Status) => sandbox::status(),
+        Command::Audit(args) => sandbox::audit(&project()?, args.accept),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "ocsb", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::SandboxRun { spec, command } => std::process::exit(sandbox::run_spec(&spec, command)),
+        Command::NetlockProbe => std::process::exit(netlock::probe::main().into()),
+        Command::OpencodeConfig { dir } => {
+            println!("{}", opencode::config_for_tests(&dir)?);
+            Ok(())
+        }
+        Command::WebFront(args) => web::serve_alone(&args),
+    }
+}

@@ -1,4 +1,5 @@
-//! `ocsb exec`, `ocsb shell`, `ocsb sandbox status`: the sandbox as a command. `exec` and
+//! `ocsb exec`, `ocsb shell`, `ocsb sandbox status`, `ocsb audit`, `ocsb __sandbox-run`: the
+//! sandbox as a command. `exec` and
 //! `shell` use the same policy as `run` (settings mapped by `sandbox_spec`), with the filter started
 //! and the lock checked by `run::prepare`.
 
@@ -46,6 +47,15 @@ fn with_stdout_on_stderr<T>(f: impl FnOnce() -> T) -> T {
         let _ = nix::unistd::dup2_stdout(&fd);
     }
     r
+}
+
+/// `ocsb __sandbox-run SPEC.json [CMD ARGS…]`: the exit status is the command's, or the
+/// sandbox's set-up status when it could not start (what stage 2 reports for the same failure).
+pub fn run_spec(spec: &std::path::Path, argv: Vec<String>) -> i32 {
+    ocsb_sandbox::run_spec_file(spec, argv).unwrap_or_else(|e| {
+        eprintln!("ocsb: {e}");
+        ocsb_sandbox::stage2::EXIT_SETUP
+    })
 }
 
 /// An interactive login shell (`$SHELL`, else bash) in the project's sandbox.

@@ -2,77 +2,16 @@
 //! `ocsb-egress` lifecycle. All filter logic lives in that crate; this module only maps settings
 //! to an [`ocsb_egress::Instance`], prints results, and maps errors to exit codes.
 
-use std::ffi::OsString;
 use std::io::IsTerminal;
 
-use clap::{Args, Subcommand};
 use ocsb_egress::lifecycle::{Backend, Instance, SquidOverrides};
 use ocsb_egress::squid::ImageSource;
 use ocsb_egress::{GatewaySetting, LogsOptions, UpAction};
 use ocsb_policy::settings::EgressBackend;
 
-use crate::cli::EXIT_CODES;
+use crate::cli::LifecycleCommand;
 use crate::error::{Error, Result};
 use crate::project::Project;
-
-/// The lifecycle subcommands of `ocsb egress` (flattened into the lead's `EgressCommand`).
-#[derive(Debug, Subcommand)]
-pub enum LifecycleCommand {
-    /// Start the filter (builtin proxy or squid container), or reload its rules without a restart.
-    ///
-    /// Invalid rules are refused with file and line; a running filter keeps its old rules.
-    #[command(after_help = EXIT_CODES)]
-    Up,
-    /// Stop and remove the filter.
-    #[command(after_help = EXIT_CODES)]
-    Down,
-    /// Running or not, backend, listen addresses, and whether the rules are current or stale.
-    #[command(after_help = EXIT_CODES)]
-    Status(JsonArg),
-    /// Follow every request and refusal; denials are highlighted.
-    #[command(after_help = EXIT_CODES)]
-    Logs(LogsArgs),
-    /// Run every expect-pass / expect-block through the filter as the sandbox would, plus a
-    /// check that a direct connection bypassing the filter is blocked.
-    #[command(after_help = EXIT_CODES)]
-    Verify(VerifyArgs),
-    /// (internal) The builtin filter process that `egress up` starts.
-    #[command(hide = true)]
-    Serve {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<OsString>,
-    },
-}
-
-#[derive(Debug, Args)]
-pub struct JsonArg {
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct LogsArgs {
-    /// One JSON object per request.
-    #[arg(long)]
-    pub json: bool,
-    /// Print what is there and exit instead of following.
-    #[arg(long)]
-    pub no_follow: bool,
-    /// Start with the last N lines.
-    #[arg(long, value_name = "N")]
-    pub tail: Option<usize>,
-}
-
-#[derive(Debug, Args)]
-pub struct VerifyArgs {
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
-    /// Skip the direct-connection (bypass) check.
-    #[arg(long)]
-    pub no_direct: bool,
-}
 
 pub fn map_err(e: ocsb_egress::Error) -> Error {
     match e {

@@ -9,36 +9,13 @@
 mod client;
 pub mod probe;
 
-use clap::Subcommand;
 use ocsb_policy::settings::{NetlockAcquire, Settings};
 
+use crate::cli::NetlockCommand;
 use crate::error::{Error, Result};
 use client::Helper;
 use probe::Outcome;
 
-pub use probe::dispatch as probe_dispatch;
-
-#[derive(Debug, Subcommand)]
-pub enum NetlockCommand {
-    /// Install the lock: ask the helper daemon to apply it (polkit may ask for an admin
-    /// password), then verify it.
-    Setup,
-    /// Remove the lock (admin authentication); sandboxes refuse to start until `setup`.
-    Teardown,
-    /// The helper's status (table, gid, DNS servers) and the probe result.
-    Status {
-        /// Print one JSON object.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Check that the lock works: a datagram sent as the netlock group must be rejected with
-    /// EPERM. Exit status 0 when it works, 1 when it does not.
-    Verify {
-        /// Print one JSON object.
-        #[arg(long)]
-        json: bool,
-    },
-}
 
 pub fn run(cmd: NetlockCommand, settings: &Settings) -> Result<()> {
     let group = settings.netlock_group();

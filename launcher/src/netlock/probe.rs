@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use ocsb_policy::settings::NetlockAcquire;
 use ocsb_sandbox::netlock::{PROBE_TARGET, Probe, probe};
 
-pub const ARG: &str = "__netlock-probe";
+use crate::cli::NETLOCK_PROBE as ARG;
 pub const TARGET: std::net::SocketAddrV4 = PROBE_TARGET;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,20 +29,17 @@ pub struct Report {
     pub outcome: Outcome,
 }
 
-/// Hidden entry point `ocsb __netlock-probe` (call it first thing in `main`): prints
-/// `gids R E S locked|open|error MESSAGE` and exits 0.
-pub fn dispatch() -> Option<u8> {
-    if std::env::args_os().nth(1)? != ARG {
-        return None;
-    }
-    let Ok(r) = getresgid() else { return Some(1) };
+/// `ocsb __netlock-probe`, run as the locked group: prints `gids R E S locked|open|error
+/// MESSAGE`; the exit status is 1 only when the gids cannot be read.
+pub fn main() -> u8 {
+    let Ok(r) = getresgid() else { return 1 };
     let outcome = match probe() {
         Ok(Probe::Locked) => "locked".to_string(),
         Ok(Probe::Open) => "open".to_string(),
         Err(e) => format!("error {}", e.to_string().replace('\n', " ")),
     };
     println!("gids {} {} {} {outcome}", r.real, r.effective, r.saved);
-    Some(0)
+    0
 }
 
 /// The shim of this installation: `<prefix>/libexec/ocsb/ocsb-netlock-exec` beside

@@ -250,27 +250,15 @@ pub fn models_fetch_blocked(policy: &ocsb_policy::egress::Policy) -> bool {
     matches!(policy.evaluate(&t), Step::Decided(d) if d.verdict == Verdict::Deny)
 }
 
-/// The hidden `ocsb __opencode-config DIR`: write the guard plugin into DIR and print the
+/// `ocsb __opencode-config DIR`: write the guard plugin into DIR and return the
 /// `OPENCODE_CONFIG_CONTENT` that `run` would use (no skills), so tests can start a real
 /// OpenCode with exactly the launcher's permissions.
-pub const CONFIG_ARG: &str = "__opencode-config";
-
-pub fn dispatch() -> Option<u8> {
-    let mut args = std::env::args_os().skip(1);
-    if args.next()? != CONFIG_ARG {
-        return None;
-    }
-    let Some(dir) = args.next().map(PathBuf::from) else {
-        eprintln!("usage: ocsb {CONFIG_ARG} DIR");
-        return Some(2);
-    };
+pub fn config_for_tests(dir: &Path) -> Result<String> {
     let guard = dir.join("ocsb-guard.js");
-    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&guard, GUARD_PLUGIN)) {
-        eprintln!("ocsb: {}: {e}", guard.display());
-        return Some(1);
-    }
-    println!("{}", config::content(&[], &[guard]));
-    Some(0)
+    std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&guard, GUARD_PLUGIN))
+        .map_err(|e| Error::io("write", &guard, e))?;
+    Ok(config::content(&[], &[guard]).to_string())
 }
 
 #[cfg(test)]

@@ -116,7 +116,7 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
     let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
     let mut opts =
         ocsb_egress::verify::VerifyOptions::new(SocketAddr::from(([127, 0, 0, 1], s.egress_port())));
-    opts.wrap = vec![exe.into(), sandbox::RUN_SPEC_ARG.into(), spec_path.into()];
+    opts.wrap = vec![exe.into(), crate::cli::SANDBOX_RUN.into(), spec_path.into()];
     opts.max_time = 10;
     let report = ocsb_egress::verify::run(&policy, &opts).map_err(|e| egress_err("self-tests", e))?;
     let n = report.checks.len();

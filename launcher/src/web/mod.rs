@@ -13,6 +13,7 @@ mod proxy;
 pub mod tokens;
 
 use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
 use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
@@ -122,64 +123,27 @@ pub fn start(cfg: FrontConfig) -> Result<Front> {
     Ok(Front { stop: Some(tx), thread: Some(thread) })
 }
 
-/// The hidden `ocsb __web-front --listen ADDR --upstream ADDR --password-file F
-/// --upstream-password-file F [--no-panel]`: the front alone, in front of an OpenCode started by
-/// someone else (tests, debugging). Runs until SIGINT/SIGTERM.
-pub const FRONT_ARG: &str = "__web-front";
-
-pub fn dispatch() -> Option<u8> {
-    let mut args = std::env::args().skip(1);
-    if args.next()? != FRONT_ARG {
-        return None;
+/// `ocsb __web-front`: the front alone, in front of an OpenCode started by someone else (tests,
+/// debugging). Runs until SIGINT/SIGTERM.
+pub fn serve_alone(args: &crate::cli::WebFrontArgs) -> Result<()> {
+    let read = |p: &Path| -> Result<String> {
+        Ok(std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?.trim().to_string())
+    };
+    let cfg = FrontConfig {
+        listen: args.listen,
+        upstream: args.upstream,
+        password: read(&args.password_file)?,
+        upstream_authorization: auth::basic_header(auth::USER, &read(&args.upstream_password_file)?),
+        panel: !args.no_panel,
+        cookie: auth::random_secret()?,
+        log: None,
+    };
+    crate::signals::install();
+    let front = start(cfg)?;
+    println!("listening");
+    while crate::signals::received().is_none() {
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let r = (|| -> Result<()> {
-        let (mut listen, mut upstream, mut pw, mut up_pw, mut panel) = (None, None, None, None, true);
-        let bad = |what: &str| {
-            Error::failed(
-                format!("{FRONT_ARG}: {what}"),
-                "usage: ocsb __web-front --listen ADDR --upstream ADDR --password-file F --upstream-password-file F [--no-panel]",
-            )
-        };
-        while let Some(a) = args.next() {
-            let mut val = || args.next().ok_or_else(|| bad(&format!("{a} needs a value")));
-            match a.as_str() {
-                "--listen" => listen = Some(val()?.parse::<SocketAddr>().map_err(|e| bad(&e.to_string()))?),
-                "--upstream" => {
-                    upstream = Some(val()?.parse::<SocketAddr>().map_err(|e| bad(&e.to_string()))?)
-                }
-                "--password-file" => pw = Some(val()?),
-                "--upstream-password-file" => up_pw = Some(val()?),
-                "--no-panel" => panel = false,
-                other => return Err(bad(&format!("unknown argument {other}"))),
-            }
-        }
-        let read = |p: Option<String>, what: &str| -> Result<String> {
-            let p = p.ok_or_else(|| bad(&format!("{what} is required")))?;
-            Ok(std::fs::read_to_string(&p).map_err(|e| Error::io("read", &p, e))?.trim().to_string())
-        };
-        let cfg = FrontConfig {
-            listen: listen.ok_or_else(|| bad("--listen is required"))?,
-            upstream: upstream.ok_or_else(|| bad("--upstream is required"))?,
-            password: read(pw, "--password-file")?,
-            upstream_authorization: auth::basic_header(auth::USER, &read(up_pw, "--upstream-password-file")?),
-            panel,
-            cookie: auth::random_secret()?,
-            log: None,
-        };
-        crate::signals::install();
-        let front = start(cfg)?;
-        println!("listening");
-        while crate::signals::received().is_none() {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        front.stop();
-        Ok(())
-    })();
-    Some(match r {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("ocsb: {e}");
-            e.exit_code()
-        }
-    })
+    front.stop();
+    Ok(())
 }

@@ -281,7 +281,6 @@ pub struct VerifyArgs {
     pub no_direct: bool,
 }
 
-
 #[derive(Debug, Args)]
 pub struct RenderArgs {
     /// `squid`: the squid.conf; `rules`: the normalised rules the builtin proxy runs. Default:

@@ -50,6 +50,8 @@ struct Engine {
     enabled: bool,
     /// The model last applied.
     model: Option<Model>,
+    /// Changed inputs read once, applied when the next read agrees.
+    pending: Option<Model>,
     /// Without owner flags: the ruleset generation right after our last apply.
     generation: Option<u32>,
     status: Status,
@@ -64,7 +66,7 @@ impl Engine {
         let status = Status::new(owned);
         let shared = Arc::new(Mutex::new(status.clone()));
         let flags = if owned { OWNED } else { 0 };
-        Ok(Engine { nl, flags, enabled: true, model: None, generation: None, status, shared })
+        Ok(Engine { nl, flags, enabled: true, model: None, pending: None, generation: None, status, shared })
     }
 
     /// Re-reads the inputs and looks at the table; applies when `force`, when the inputs changed,
@@ -92,17 +94,30 @@ impl Engine {
         if !self.enabled {
             return Ok(());
         }
-        let model = config::load_model()?;
+        let read = config::load_model();
+        // Changed inputs are applied once two reads a tick apart agree (at once when asked to or
+        // at start): a resolv.conf being rewritten in place is never taken half-written.
+        let fresh = match &read {
+            Ok(m) if force || self.model.is_none() => Some(m.clone()),
+            Ok(m) if self.model.as_ref() == Some(m) => None,
+            Ok(m) if self.pending.as_ref() == Some(m) => Some(m.clone()),
+            Ok(m) => {
+                self.pending = Some(m.clone());
+                None
+            }
+            Err(_) => None,
+        };
         let present = self.nl.table()?.is_some_and(|f| f & self.flags == self.flags);
         let generation = if self.flags == 0 { Some(self.nl.generation()?) } else { None };
         let moved = generation.is_some() && generation != self.generation;
-        let reasons = [
-            (self.model.as_ref() != Some(&model), "inputs changed"),
-            (!present, "table missing"),
-            (moved, "the ruleset changed"),
-            (force, "asked to"),
-        ];
-        let Some((_, why)) = reasons.into_iter().find(|r| r.0) else { return Ok(()) };
+        // Repairs use the last model applied, also while the inputs cannot be read: a broken
+        // config must not leave a deleted or edited table as it is.
+        let (model, why) = match (fresh, self.model.clone()) {
+            (Some(m), _) => (m, if force { "asked to" } else { "inputs changed" }),
+            (None, Some(m)) if !present => (m, "table missing"),
+            (None, Some(m)) if moved => (m, "the ruleset changed"),
+            _ => return read.map(drop),
+        };
         self.nl.apply(&model, self.flags)?;
         // The generation before and after tells whether this batch was the only commit in
         // between; only then is the new one kept as ours, otherwise the next tick applies again.
@@ -116,9 +131,9 @@ impl Engine {
         );
         self.status.last_apply = now();
         self.status.set_model(&model);
-        self.model = Some(model);
+        (self.model, self.pending) = (Some(model), None);
         self.publish();
-        Ok(())
+        read.map(drop)
     }
 
     fn enable(&mut self) -> Result<()> {

@@ -3,11 +3,13 @@
 //! caller's unique bus name from the message header as subject (never the daemon's own pid:
 //! polkit treats uid 0 as always authorised). Interaction only when the caller asked for it.
 //!
-//! Calls are read one at a time on the bus thread: `Status` is answered there, the others are
-//! authorised there and then handed to the daemon thread, which answers them itself. So a slow
-//! polkit delays only other callers, never the lock.
+//! Calls are read on the bus thread, which only dispatches: `Status` is answered there; for the
+//! others a thread of its own asks polkit and hands an authorised call to the daemon thread,
+//! which answers it. So neither a slow polkit nor an admin typing a password holds up other
+//! callers, and the lock never waits for the bus. At most one check per caller and
+//! [`MAX_CHECKS`] in all wait for polkit; more is refused at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,6 +24,11 @@ use crate::status::Status;
 pub const BUS_NAME: &str = "dev.ocsb.Netlock1";
 pub const OBJECT_PATH: &str = "/dev/ocsb/Netlock1";
 const ERROR: &str = "org.freedesktop.DBus.Error.";
+/// polkit checks waiting at one time (each on its own thread).
+const MAX_CHECKS: usize = 32;
+/// How long a polkit check may take: long enough for an admin to type a password when the
+/// caller allowed interaction, short enough that a bus gone away frees the thread.
+const POLKIT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A call waiting for the daemon thread's answer.
 pub struct Reply {
@@ -45,9 +52,8 @@ fn refuse(conn: &Connection, hdr: &Header<'_>, name: &str, text: String) -> zbus
 /// Connects to the system bus, claims the name and serves calls until the bus goes away (the
 /// message stream ends when the connection breaks, e.g. on a restart of dbus.service).
 pub fn serve(tx: &Sender<Event>, status: &Arc<Mutex<Status>>) -> zbus::Result<()> {
-    // A bus that went away must not leave a call (polkit's CheckAuthorization) waiting for ever.
-    let conn =
-        zbus::blocking::connection::Builder::system()?.method_timeout(Duration::from_secs(5)).build()?;
+    let conn = zbus::blocking::connection::Builder::system()?.method_timeout(POLKIT_TIMEOUT).build()?;
+    let waiting: Arc<Mutex<HashSet<String>>> = Arc::default();
     // Listening before the name is ours, so no call that arrives at once is missed.
     let calls = MessageIterator::from(&conn);
     conn.request_name(BUS_NAME)?;
@@ -74,16 +80,30 @@ pub fn serve(tx: &Sender<Event>, status: &Arc<Mutex<Status>>) -> zbus::Result<()
                 continue;
             }
         };
-        match authorize(&conn, &hdr, action) {
-            Ok(()) => {
-                let reply = Reply { conn: conn.clone(), call: msg.clone() };
-                tx.send(Event::Call(req, reply))
-                    .map_err(|_| zbus::Error::Failure("daemon loop gone".into()))?;
-            }
-            Err((name, text)) => {
-                let _ = refuse(&conn, &hdr, name, text);
-            }
+        let caller = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
+        let admitted = {
+            let mut w = lock(&waiting);
+            w.len() < MAX_CHECKS && w.insert(caller.clone())
+        };
+        if !admitted {
+            let _ =
+                refuse(&conn, &hdr, "LimitsExceeded", "a call of yours is still waiting for polkit".into());
+            continue;
         }
+        let (conn, tx, waiting) = (conn.clone(), tx.clone(), waiting.clone());
+        std::thread::spawn(move || {
+            let hdr = msg.header();
+            match authorize(&conn, &hdr, action) {
+                Ok(()) => {
+                    let reply = Reply { conn: conn.clone(), call: msg.clone() };
+                    let _ = tx.send(Event::Call(req, reply));
+                }
+                Err((name, text)) => {
+                    let _ = refuse(&conn, &hdr, name, text);
+                }
+            }
+            lock(&waiting).remove(&caller);
+        });
     }
     Ok(())
 }

@@ -16,8 +16,8 @@ use nftnl::nftnl_sys::libc;
 use nftnl::set::Set;
 use nftnl::{Batch, Chain, FinalizedBatch, Hook, MsgType, Policy, ProtoFamily, Rule, Table, nft_expr};
 use nix::sys::socket::{
-    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, sendto, setsockopt,
-    socket, sockopt,
+    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recvfrom, sendto,
+    setsockopt, socket, sockopt,
 };
 use nix::sys::time::TimeVal;
 
@@ -153,8 +153,12 @@ impl Nl {
     ) -> io::Result<T> {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
-            // `EAGAIN` after RECV_TIMEOUT.
-            let n = recv(self.sock.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+            // `EAGAIN` after RECV_TIMEOUT. Only the kernel (port id 0) answers; a datagram from
+            // another netlink socket of this namespace is not an answer.
+            let (n, from) = recvfrom::<NetlinkAddr>(self.sock.as_raw_fd(), &mut buf)?;
+            if from.is_none_or(|a| a.pid() != 0) {
+                continue;
+            }
             for (off, ty, len) in records(&buf[..n], 16) {
                 let (seq, payload) = (u32_at(&buf, off + 8), &buf[off + 16..off + len]);
                 if !seqs.contains(&seq) {
@@ -382,7 +386,7 @@ fn patch_table_flags(payload: &mut [u8], flags: u32) {
 }
 
 fn error_code(payload: &[u8]) -> i32 {
-    -(u32_at(payload, 0) as i32)
+    (u32_at(payload, 0) as i32).wrapping_neg()
 }
 
 fn explain(e: io::Error, what: &str) -> anyhow::Error {

@@ -2,7 +2,8 @@
 //! `ocsb netlock status` and for admins. Written atomically (temp file + rename).
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
@@ -52,13 +53,16 @@ impl Status {
         self.dns6 = m.dns6.iter().map(ToString::to_string).collect();
     }
 
-    /// Written to a temporary name and renamed, so a reader never sees half a file.
+    /// Written to a temporary name and renamed, so a reader never sees half a file; the
+    /// temporary file is never a symlink followed (`O_NOFOLLOW`, its mode set on the descriptor).
     pub fn write(&self) -> Result<()> {
         let tmp = format!("{STATUS_FILE}.tmp");
         fs::create_dir_all(STATUS_DIR).with_context(|| format!("cannot create {STATUS_DIR}"))?;
-        fs::write(&tmp, serde_json::to_string_pretty(self)? + "\n")
-            .with_context(|| format!("cannot write {tmp}"))?;
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644))?;
+        let mut open = fs::OpenOptions::new();
+        open.write(true).create(true).truncate(true).custom_flags(nix::libc::O_NOFOLLOW);
+        let mut f = open.open(&tmp).with_context(|| format!("cannot write {tmp}"))?;
+        f.set_permissions(fs::Permissions::from_mode(0o644))?;
+        f.write_all((serde_json::to_string_pretty(self)? + "\n").as_bytes())?;
         fs::rename(&tmp, STATUS_FILE).with_context(|| format!("cannot write {STATUS_FILE}"))
     }
 }

@@ -61,6 +61,48 @@ fn without_owner_flags_the_watcher_repairs_changed_contents() {
     }
 }
 
+/// Inputs that cannot be read (a typo in the config, a group lookup failing) leave the table as
+/// it was, and do not stop the watcher: a flushed ruleset is put back with the last good model.
+#[test]
+fn a_broken_config_does_not_stop_repairs() {
+    let w = World::with_config(&format!("group = \"{GROUP}\"\nowner_flags = false\n"));
+    let _d = w.daemon();
+    let blocked = || w.probe(&["tcp", WORLD4, "8080"]) == "EHOSTUNREACH";
+    assert!(blocked());
+    std::fs::write(w.path("etc/ocsb/netlock.toml"), "group = \"opencode-sandbox\"\nbogus = 1\n").unwrap();
+    assert!(wait_for(Duration::from_secs(3), || w.status()["state"] == "error"), "{}", w.status());
+    ok(&mut w.lock.exec(&["nft", "flush", "ruleset"]));
+    assert!(wait_for(Duration::from_secs(3), || w.nft_list().is_some()), "not repaired after flush ruleset");
+    assert!(blocked(), "open after flush ruleset with a broken config");
+    assert!(w.status()["error"].as_str().is_some_and(|e| e.contains("bogus")), "{}", w.status());
+}
+
+/// A resolv.conf rewritten in place is read between two writes at times: changed inputs are
+/// applied only when two reads a tick apart agree, so the half-written file is never applied.
+#[test]
+fn a_half_written_resolv_conf_is_not_applied() {
+    use std::io::Write;
+    let w = World::new();
+    let _d = w.daemon();
+    // With owner flags the daemon reads every second, so a 600 ms pause is seen at most once.
+    assert_eq!(w.status()["owner_flags"], true, "this test needs a kernel with owner flags (6.9+)");
+    let mut f =
+        std::fs::OpenOptions::new().write(true).truncate(true).open(w.path("dns/resolv.conf")).unwrap();
+    f.write_all(b"nameserver 198.51.100.5").unwrap();
+    let (start, mut seen) = (std::time::Instant::now(), Vec::new());
+    while start.elapsed() < Duration::from_millis(600) {
+        seen.extend(w.nft_list());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f.write_all(format!("4\nnameserver {OTHER53_6}\n").as_bytes()).unwrap();
+    drop(f);
+    let moved = wait_for(Duration::from_secs(5), || {
+        w.nft_list().is_some_and(|t| t.contains(&format!("elements = {{ {OTHER53_4} }}")))
+    });
+    assert!(moved, "the finished file was not applied: {:?}", w.nft_list());
+    assert!(!seen.iter().any(|t| t.contains("198.51.100.5 ")), "the half-written file was applied");
+}
+
 #[test]
 fn sigkill_leaves_it_enforcing_and_a_restarted_daemon_adopts_it() {
     let w = World::new();

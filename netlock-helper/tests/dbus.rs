@@ -90,8 +90,8 @@ fn the_daemon_serves_the_bus_once_it_appears() {
 
 #[test]
 fn the_daemon_serves_the_bus_again_after_the_bus_restarts() {
-    // dbus.service restarted (an upgrade): the old connection is dead; the daemon notices by its
-    // ping and claims the name on the new bus, while the lock stays in force throughout.
+    // dbus.service restarted (an upgrade): the old connection is dead; its message stream ends,
+    // and the daemon claims the name on the new bus, while the lock stays in force throughout.
     let w = World::new();
     let bus = start_bus(&w);
     // As the real system bus is named: by its path, without the server's guid.
@@ -110,4 +110,41 @@ fn the_daemon_serves_the_bus_again_after_the_bus_restarts() {
         .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
         .collect();
     assert!(served, "the daemon did not come back to the restarted bus; its log:\n{}", logs.join("\n"));
+}
+
+/// A caller who floods the interface from one connection (calls nobody waits for, one needing
+/// polkit in each burst) must not make it unusable for others: the bus thread only dispatches,
+/// so its queue never fills while a polkit check waits.
+#[test]
+fn a_flood_from_one_caller_leaves_the_interface_usable() {
+    let w = World::new();
+    let bus = start_bus(&w);
+    let _polkitd = start_polkitd(&w, &bus, "");
+    let _d = w.start_daemon(w.helper_as_service(&["daemon"]), &bus.address);
+    assert!(wait_for(Duration::from_secs(12), || netlock(&bus, None, "Refresh").0), "baseline Refresh");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dbus_flood.py");
+    let socket = w.path("bus").display().to_string();
+    let mut flood = std::process::Command::new("setpriv")
+        .args([&format!("--reuid={TEST_USER}"), &format!("--regid={TEST_USER}"), "--init-groups"])
+        .args(["/usr/bin/python3", script, &socket, "6", "100"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let (okk, out) = netlock(&bus, None, "Refresh");
+        assert!(
+            okk && t.elapsed() < Duration::from_secs(3),
+            "Refresh under a flood: {out} after {:?}",
+            t.elapsed()
+        );
+        let (okk, out) = netlock(&bus, Some(TEST_USER), "Status");
+        assert!(okk, "Status under a flood: {out}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(flood.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(flood.wait().unwrap().success(), "the flood script failed: {err}");
+    assert_eq!(w.probe(&["udp", "192.0.2.1", "9"]), "EPERM");
 }

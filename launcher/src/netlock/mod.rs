@@ -16,7 +16,6 @@ use crate::error::{Error, Result};
 use client::Helper;
 use probe::Outcome;
 
-
 pub fn run(cmd: NetlockCommand, settings: &Settings) -> Result<()> {
     let group = settings.netlock_group();
     let acquire = settings.netlock_acquire();

@@ -1,25 +1,32 @@
 //! `ocsb-egress`: the egress filter's two backends and their one lifecycle.
 //!
-//! * [`builtin`]: a tokio + hyper forward proxy (the default; needs nothing but the kernel).
+//! * [`Filter`] ([`lifecycle`]): `up`, `down`, `status`, `logs`, `render` for either backend,
+//!   chosen once from [`Instance::backend`]; [`verify`]: `egress verify`.
+//! * [`builtin`]: a tokio + hyper forward proxy (the default; needs nothing but the kernel),
+//!   run as a detached process and driven through its typed [`builtin::control`] socket.
 //! * [`squid`]: squid in Docker through the Engine API.
-//! * [`lifecycle`]: `up`, `down`, `status`, `logs`, `render` for either backend; [`verify`]:
-//!   `egress verify`.
+//! * [`instance`] says what one project's filter is, [`render`] what each backend is given,
+//!   [`report`] what the lifecycle answers, [`error`] what went wrong and how to fix it.
 //!
-//! What is allowed is decided by `ocsb_policy::egress` only; this crate enforces it.
+//! What is allowed is decided by `ocsb_policy::egress` only; this crate enforces it. The caller
+//! compiles the rules ([`Instance::load_policy`]) and hands the result to [`up`].
 
+mod backend;
 pub mod builtin;
 pub mod error;
+pub mod instance;
 pub mod lifecycle;
 pub mod listen;
 pub mod logline;
 pub mod paths;
 pub mod render;
+pub mod report;
 pub mod squid;
 pub mod verify;
 
 pub use error::{Error, Result};
-pub use lifecycle::{
-    Backend, Instance, LogsOptions, SquidOverrides, Status, UpAction, UpReport, down, logs, render, status,
-    up,
-};
+pub use instance::{Backend, Instance, SquidOverrides};
+pub use lifecycle::{Filter, down, logs, render, status, up};
 pub use listen::GatewaySetting;
+pub use logline::LogsOptions;
+pub use report::{Status, UpAction, UpReport};

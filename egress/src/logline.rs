@@ -1,11 +1,25 @@
-//! Presentation of the one-line access log for `egress logs`.
+//! Presentation of the one-line access log for `egress logs`, the same for both backends (each
+//! backend only knows where its lines come from).
 //!
 //! The format itself belongs to the policy crate ([`ocsb_policy::egress::LogLine`],
 //! [`ocsb_policy::egress::SQUID_LOGFORMAT`]): squid writes it through its `logformat`, the
 //! builtin proxy prints the same fields, so one parser serves both backends.
 
+use std::io::Write;
+
 pub use ocsb_policy::egress::LogLine;
 use ocsb_policy::egress::Verdict;
+
+/// How `egress logs` prints.
+#[derive(Debug, Clone, Default)]
+pub struct LogsOptions {
+    pub follow: bool,
+    pub json: bool,
+    /// Colour denials (a terminal).
+    pub color: bool,
+    /// Print only the last N lines before following (`None` = all).
+    pub tail: Option<usize>,
+}
 
 /// JSON for `egress logs --json`: the fields plus `verdict`.
 pub fn to_json(l: &LogLine) -> serde_json::Value {
@@ -31,6 +45,20 @@ pub fn pretty(l: &LogLine, color: bool) -> String {
         l.status, l.method, l.target, l.rule
     );
     if is_denied(l) && color { format!("\x1b[1;31m{body}\x1b[0m") } else { body }
+}
+
+/// Print one raw line of either backend's log: an access-log line parsed and shown as `opts`
+/// asks, anything else (squid's own messages) indented, or dropped from JSON output.
+pub fn emit(line: &str, opts: &LogsOptions, out: &mut dyn Write) -> std::io::Result<()> {
+    match LogLine::parse(line) {
+        Some(l) if opts.json => writeln!(out, "{}", to_json(&l)),
+        Some(l) => writeln!(out, "{}", pretty(&l, opts.color)),
+        None if opts.json => Ok(()),
+        None => {
+            let t = line.trim_end();
+            if t.is_empty() { Ok(()) } else { writeln!(out, "  {t}") }
+        }
+    }
 }
 
 #[cfg(test)]

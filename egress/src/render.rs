@@ -1,11 +1,12 @@
-//! What `egress render` prints and what squid is given.
+//! What `egress render` prints and what squid is given: pure functions from a compiled policy
+//! and a listen plan to text. Nothing here starts, stops or asks a filter anything.
 
 use std::net::IpAddr;
 
 use ocsb_policy::egress::{IpNet, Policy, SquidOptions};
 
 use crate::error::Result;
-use crate::lifecycle::{Instance, SquidOverrides};
+use crate::instance::SquidOverrides;
 use crate::listen::{Gateway, ListenPlan};
 
 /// The normalised policy the builtin proxy enforces.
@@ -34,9 +35,9 @@ fn apply_overrides(o: &mut SquidOptions, ov: &SquidOverrides) {
 }
 
 /// squid.conf for the container (paths inside the image; logs to stdout/stderr).
-pub fn squid_conf(inst: &Instance, policy: &Policy, plan: &ListenPlan) -> Result<String> {
+pub fn squid_conf(policy: &Policy, plan: &ListenPlan, ov: &SquidOverrides) -> Result<String> {
     let mut o = SquidOptions::container(plan.addrs.clone(), client_networks(plan));
-    apply_overrides(&mut o, &inst.squid_overrides);
+    apply_overrides(&mut o, ov);
     Ok(policy.render_squid(&o)?)
 }
 

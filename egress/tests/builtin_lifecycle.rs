@@ -79,7 +79,8 @@ fn reload_applies_fast_keeps_old_rules_on_error_and_keeps_tunnels() {
     let st = ocsb_egress::status(&inst).unwrap();
     assert_eq!(st.config, "stale", "{st:?}");
     let t0 = Instant::now();
-    let r = ocsb_egress::up(&inst, ocsb_egress::lifecycle::stderr_progress()).unwrap();
+    let r = ocsb_egress::up(&inst, &inst.load_policy().unwrap(), ocsb_egress::lifecycle::stderr_progress())
+        .unwrap();
     assert_eq!(r.action, ocsb_egress::UpAction::Reloaded);
     let mut applied = None;
     while t0.elapsed() < Duration::from_secs(1) {
@@ -102,9 +103,10 @@ fn reload_applies_fast_keeps_old_rules_on_error_and_keeps_tunnels() {
     let (first, second) = done_rx.recv_timeout(Duration::from_secs(15)).unwrap();
     assert_eq!((first, second), (200, 200), "the tunnel opened before the reload was cut");
 
-    // An invalid file: `up` fails naming file and line; the old (new) rules stay in force.
+    // An invalid file: compiling for `up` fails naming file and line; the old (new) rules stay
+    // in force.
     lab.write_rules(&format!("{RULES}block pub.test.net\nallow-regex ^[a-\n"));
-    let err = ocsb_egress::up(&inst, ocsb_egress::lifecycle::stderr_progress()).unwrap_err();
+    let err = inst.load_policy().unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("egress.conf:7"), "error does not name file:line: {msg}");
     assert!(err.is_input(), "{err:?}");
@@ -112,14 +114,10 @@ fn reload_applies_fast_keeps_old_rules_on_error_and_keeps_tunnels() {
     assert_eq!(reply.status, 403, "old rules not kept after an invalid reload");
     assert_eq!(lab.client(move || client::get(p, "http://jira.example.com/", "x")).unwrap().status, 200);
     // The same through the control socket directly (a SIGHUP-style reload by the process).
-    let r = ocsb_egress::builtin::control::request(
-        &inst.paths().control_socket(),
-        "reload",
-        Duration::from_secs(5),
-    )
-    .unwrap();
-    assert_eq!(r["ok"], false);
-    assert!(r["error"].as_str().unwrap().contains("egress.conf:7"), "{r}");
+    let r = ocsb_egress::builtin::control::reload(&inst.paths().control_socket(), Duration::from_secs(5))
+        .unwrap();
+    assert!(!r.ok);
+    assert!(r.error.as_deref().unwrap().contains("egress.conf:7"), "{r:?}");
     let st = ocsb_egress::status(&inst).unwrap();
     assert!(st.running && st.rules_error.is_some(), "{st:?}");
 

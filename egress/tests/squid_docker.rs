@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::client;
-use ocsb_egress::lifecycle::{Backend, Instance, SquidOverrides};
 use ocsb_egress::squid::ImageSource;
+use ocsb_egress::{Backend, Instance, SquidOverrides};
 use ocsb_egress::{GatewaySetting, UpAction};
 
 fn require_docker() {
@@ -99,7 +99,8 @@ fn squid_container_lifecycle() {
     let progress: ocsb_egress::squid::Progress =
         Arc::new(move |s: &str| m.lock().unwrap().push(s.to_string()));
     let t0 = Instant::now();
-    let r = ocsb_egress::up(&inst, progress.clone()).unwrap_or_else(|e| panic!("egress up (squid): {e}"));
+    let r = ocsb_egress::up(&inst, &inst.load_policy().unwrap(), progress.clone())
+        .unwrap_or_else(|e| panic!("egress up (squid): {e}"));
     eprintln!("squid up took {:?}", t0.elapsed());
     assert_eq!(r.action, UpAction::Started);
     let msgs = messages.lock().unwrap().join("\n");
@@ -127,7 +128,7 @@ fn squid_container_lifecycle() {
         .unwrap();
     assert_eq!(ocsb_egress::status(&inst).unwrap().config, "stale");
     let id_before = ocsb_egress::status(&inst).unwrap().process;
-    let r = ocsb_egress::up(&inst, progress.clone()).unwrap();
+    let r = ocsb_egress::up(&inst, &inst.load_policy().unwrap(), progress.clone()).unwrap();
     assert_eq!(r.action, UpAction::Reloaded);
     let t = Instant::now();
     loop {

@@ -52,7 +52,7 @@ fn verify_catches_a_broken_rule_and_a_bypass() {
     // Fix the rule, and lock uid 1990 to loopback in the filter namespace (what the netlock does
     // for its group on a real host). curl then runs as that uid.
     lab.write_rules(&BROKEN.replace("^prdo-", "^prod-"));
-    ocsb_egress::up(&inst, ocsb_egress::lifecycle::stderr_progress()).unwrap();
+    ocsb_egress::up(&inst, &inst.load_policy().unwrap(), ocsb_egress::lifecycle::stderr_progress()).unwrap();
     let ns = &lab.topo.filter.name;
     // One ruleset, loaded atomically in the filter namespace only.
     let table = "table inet lock { chain out { type filter hook output priority 0; policy accept; \

@@ -54,6 +54,20 @@ impl From<ocsb_sandbox::Error> for Error {
     }
 }
 
+/// Rule errors keep their file and line (exit code 3); every other egress error becomes
+/// `Failed`, its fix carried over as it is.
+impl From<ocsb_egress::Error> for Error {
+    fn from(e: ocsb_egress::Error) -> Self {
+        match e {
+            ocsb_egress::Error::Policy(p) => Error::Policy(p),
+            other => Error::Failed {
+                what: other.what(),
+                fix: other.fix().unwrap_or("see the message above").to_string(),
+            },
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -76,3 +90,18 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn egress_errors_keep_what_and_fix_apart() {
+        let e = Error::from(ocsb_egress::Error::state("the filter is gone", "run `ocsb egress up`"));
+        assert_eq!(e.to_string(), "the filter is gone\n  fix: run `ocsb egress up`");
+        let e = Error::from(ocsb_egress::Error::Verify { failures: vec!["expect-pass x".into()] });
+        assert!(matches!(&e, Error::Failed { fix, .. } if fix == "see the message above"), "{e}");
+        let input = ocsb_policy::Error::input(ocsb_policy::Location::new("egress.conf", 3, 0), "bad rule");
+        assert_eq!(Error::from(ocsb_egress::Error::Policy(input)).exit_code(), 3);
+    }
+}

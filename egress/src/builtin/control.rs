@@ -1,24 +1,124 @@
-//! The control socket of the `serve` process: one JSON line in each direction.
+//! The control socket of the `serve` process: its protocol, and the client the lifecycle uses.
 //!
-//! Commands: `status`, `reload`, `stop`. *Why a socket and not only signals*: a reload must tell
-//! the caller whether the new rules were taken or refused (and why), which a signal cannot.
+//! One line in each direction: the request as its bare name (`status\n`, `reload\n`, `stop\n`),
+//! the answer as one JSON object. The server ([`super::serve`]) and the client below share the
+//! types here, so a field is named, typed and parsed in one place only.
+//!
+//! *Why a socket and not only signals*: a reload must tell the caller whether the new rules were
+//! taken or refused (and why), which a signal cannot. *Why bare names on the wire and the
+//! answers' field names kept as they are*: a filter started by an older `ocsb` keeps running
+//! across an upgrade, and the newer `ocsb egress up|down|status` must still understand it.
 
 use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde::de::{DeserializeOwned, IntoDeserializer};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// Send one command and read the one-line JSON answer (sync; used by `up`, `down`, `status`).
-pub fn request(socket: &Path, command: &str, timeout: Duration) -> Result<Value> {
+/// What a client may ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Request {
+    /// Who is running, where, with which rules: [`StatusAnswer`].
+    Status,
+    /// Re-read and compile the rule layers; swap only if they compile: [`ReloadAnswer`].
+    Reload,
+    /// Stop serving and exit: [`Ack`].
+    Stop,
+}
+
+impl Request {
+    /// The request's line on the wire (its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Request::Status => "status",
+            Request::Reload => "reload",
+            Request::Stop => "stop",
+        }
+    }
+
+    /// Read one request line. The error is the answer's text for an unknown request.
+    pub fn parse(line: &str) -> std::result::Result<Self, String> {
+        let word = line.trim();
+        let de: serde::de::value::StrDeserializer<'_, serde::de::value::Error> = word.into_deserializer();
+        Request::deserialize(de).map_err(|_| format!("unknown command {word:?}"))
+    }
+}
+
+/// The answer to [`Request::Status`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusAnswer {
+    pub ok: bool,
+    /// Always `builtin`: squid has no control socket.
+    pub backend: String,
+    pub pid: u32,
+    /// The addresses the proxy accepts on.
+    pub listen: Vec<SocketAddr>,
+    /// [`ocsb_policy::egress::Policy::hash`] of the rules in force.
+    pub policy_hash: String,
+    /// Unix time (seconds) the process started.
+    pub started: u64,
+    pub open_connections: usize,
+}
+
+/// The answer to [`Request::Reload`]: `ok` with the new hash, or refused with the reason (the
+/// old rules stay in force).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadAnswer {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The refusal comes from the rule files (file and line in `error`), not from I/O.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_error: Option<bool>,
+}
+
+impl ReloadAnswer {
+    pub fn taken(hash: String) -> Self {
+        Self { ok: true, hash: Some(hash), error: None, input_error: None }
+    }
+    pub fn refused(error: String, input_error: bool) -> Self {
+        Self { ok: false, hash: None, error: Some(error), input_error: Some(input_error) }
+    }
+}
+
+/// The answer to [`Request::Stop`], and to a request the server does not know.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Ask the filter who it is (sync; used by `up` and `status`).
+pub fn status(socket: &Path, timeout: Duration) -> Result<StatusAnswer> {
+    call(socket, Request::Status, timeout)
+}
+
+/// Ask the filter to re-read its rules (sync; used by `up`).
+pub fn reload(socket: &Path, timeout: Duration) -> Result<ReloadAnswer> {
+    call(socket, Request::Reload, timeout)
+}
+
+/// Ask the filter to exit (sync; used by `down`).
+pub fn stop(socket: &Path, timeout: Duration) -> Result<Ack> {
+    call(socket, Request::Stop, timeout)
+}
+
+/// Send one request and read its one-line answer as `A`.
+fn call<A: DeserializeOwned>(socket: &Path, request: Request, timeout: Duration) -> Result<A> {
     let mut s = UnixStream::connect(socket)
         .map_err(|e| Error::io("cannot connect to the filter's control socket", socket, e))?;
     s.set_read_timeout(Some(timeout)).ok();
     s.set_write_timeout(Some(timeout)).ok();
-    s.write_all(format!("{command}\n").as_bytes())
+    s.write_all(format!("{}\n", request.as_str()).as_bytes())
         .map_err(|e| Error::io("cannot write to the control socket", socket, e))?;
     let mut line = String::new();
     BufReader::new(&s)
@@ -30,4 +130,36 @@ pub fn request(socket: &Path, command: &str, timeout: Duration) -> Result<Value>
             "run `ocsb egress down` and `ocsb egress up`",
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_travel_as_their_serde_names() {
+        for r in [Request::Status, Request::Reload, Request::Stop] {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+            assert_eq!(Request::parse(&format!("{}\n", r.as_str())), Ok(r));
+        }
+        assert_eq!(Request::parse("restart\n"), Err("unknown command \"restart\"".to_string()));
+    }
+
+    #[test]
+    fn answers_keep_the_wire_format_of_earlier_filters() {
+        let st: StatusAnswer = serde_json::from_str(
+            r#"{"ok":true,"backend":"builtin","pid":7,"listen":["127.0.0.1:3128"],"policy_hash":"h","started":1,"open_connections":0}"#,
+        )
+        .unwrap();
+        assert_eq!(st.listen, vec!["127.0.0.1:3128".parse::<SocketAddr>().unwrap()]);
+        assert_eq!(
+            serde_json::to_string(&ReloadAnswer::taken("h".into())).unwrap(),
+            r#"{"ok":true,"hash":"h"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&ReloadAnswer::refused("bad".into(), true)).unwrap(),
+            r#"{"ok":false,"error":"bad","input_error":true}"#
+        );
+        assert_eq!(serde_json::to_string(&Ack { ok: true, error: None }).unwrap(), r#"{"ok":true}"#);
+    }
 }

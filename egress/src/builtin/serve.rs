@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ocsb_policy::egress::{Policy, load_layers};
-use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Notify;
 
+use super::control::{Ack, ReloadAnswer, Request, StatusAnswer};
 use super::logger::Logger;
 use super::proxy::{self, Limits, PolicyCell};
 use crate::error::{Error, Result};
@@ -167,11 +167,12 @@ async fn run(args: ServeArgs) -> Result<()> {
     let hash = policy.hash();
     let cell = PolicyCell::new(policy);
     let running = proxy::start(listeners, cell.clone(), logger.clone(), Limits::default());
-    let listen: Vec<String> = running.addrs.iter().map(|a| a.to_string()).collect();
+    let listen = running.addrs.clone();
+    let shown: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
     logger.note(&format!(
         "started pid {} listening on {} policy {hash}",
         std::process::id(),
-        listen.join(" ")
+        shown.join(" ")
     ));
     crate::paths::write_atomic(&paths.pid_file(), format!("{}\n", std::process::id()).as_bytes())
         .map_err(|e| Error::io("cannot write the pid file", paths.pid_file(), e))?;
@@ -226,7 +227,7 @@ struct ServeState {
     cell: PolicyCell,
     logger: Logger,
     hash: std::sync::Mutex<String>,
-    listen: Vec<String>,
+    listen: Vec<SocketAddr>,
     started: u64,
     stop: Notify,
 }
@@ -235,7 +236,7 @@ impl ServeState {
     /// Re-read and compile the layers; swap only if they compile. *Why*: a typo in a rule file
     /// must not open (or close) the network; the old policy stays in force and the caller is
     /// told what is wrong, with file and line.
-    fn reload(&self) -> serde_json::Value {
+    fn reload(&self) -> ReloadAnswer {
         match self.args.load_policy() {
             Ok(p) => {
                 let h = p.hash();
@@ -244,26 +245,26 @@ impl ServeState {
                     *g = h.clone();
                 }
                 self.logger.note(&format!("reloaded policy {h}"));
-                json!({"ok": true, "hash": h})
+                ReloadAnswer::taken(h)
             }
             Err(e) => {
                 self.logger
                     .note(&format!("reload refused, old policy kept: {}", e.to_string().replace('\n', " ")));
-                json!({"ok": false, "error": e.to_string(), "input_error": e.is_input()})
+                ReloadAnswer::refused(e.to_string(), e.is_input())
             }
         }
     }
 
-    fn status(&self, open: usize) -> serde_json::Value {
-        json!({
-            "ok": true,
-            "backend": "builtin",
-            "pid": std::process::id(),
-            "listen": self.listen,
-            "policy_hash": *self.hash.lock().unwrap_or_else(|e| e.into_inner()),
-            "started": self.started,
-            "open_connections": open,
-        })
+    fn status(&self, open: usize) -> StatusAnswer {
+        StatusAnswer {
+            ok: true,
+            backend: "builtin".into(),
+            pid: std::process::id(),
+            listen: self.listen.clone(),
+            policy_hash: self.hash.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            started: self.started,
+            open_connections: open,
+        }
     }
 }
 
@@ -279,13 +280,19 @@ async fn control_conn(
     if tokio::time::timeout(Duration::from_secs(5), r.read_line(&mut line)).await.is_err() {
         return;
     }
-    let (answer, stop) = match line.trim() {
-        "status" => (state.status(open), false),
-        "reload" => (state.reload(), false),
-        "stop" => (json!({"ok": true}), true),
-        other => (json!({"ok": false, "error": format!("unknown command {other:?}")}), false),
+    let request = Request::parse(&line);
+    let stop = request == Ok(Request::Stop);
+    let answer = match request {
+        Ok(Request::Status) => serde_json::to_string(&state.status(open)),
+        Ok(Request::Reload) => serde_json::to_string(&state.reload()),
+        Ok(Request::Stop) => serde_json::to_string(&Ack { ok: true, error: None }),
+        Err(error) => serde_json::to_string(&Ack { ok: false, error: Some(error) }),
     };
-    let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
+    // The answers are plain structs of strings and numbers: serialising them cannot fail, and
+    // if it ever did the client's read ends with no line, which it reports.
+    if let Ok(answer) = answer {
+        let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
+    }
     let _ = w.flush().await;
     if stop {
         state.stop.notify_one();

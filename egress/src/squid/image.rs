@@ -306,12 +306,16 @@ async fn import_host_squid(docker: &Docker, progress: &Progress) -> Result<Strin
     Ok(recipe)
 }
 
+/// The label with the hash of the squid.conf a container was created with (`status` reads it
+/// when the state directory's record is missing).
+pub const CONFIG_HASH_LABEL: &str = "dev.opencode-sandbox.config-hash";
+
 /// Labels of every object this crate creates, so `down` and cleanup touch nothing else.
 pub fn labels(instance: &str, project_hash: &str, config_hash: &str) -> HashMap<String, String> {
     HashMap::from([
         ("dev.opencode-sandbox.component".to_string(), "egress".to_string()),
         ("dev.opencode-sandbox.instance".to_string(), instance.to_string()),
         ("dev.opencode-sandbox.project".to_string(), project_hash.to_string()),
-        ("dev.opencode-sandbox.config-hash".to_string(), config_hash.to_string()),
+        (CONFIG_HASH_LABEL.to_string(), config_hash.to_string()),
     ])
 }

@@ -2,6 +2,7 @@
 
 pub mod container;
 pub mod image;
+pub(crate) mod lifecycle;
 
 pub use container::{connect, container_name};
 pub use image::{ImageSource, Progress};

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ocsb_egress::GatewaySetting;
-use ocsb_egress::lifecycle::{Backend, Instance, SquidOverrides};
 use ocsb_egress::squid::ImageSource;
+use ocsb_egress::{Backend, Instance, SquidOverrides};
 
 use super::dns::{self, Answer, SharedZone, Zone};
 use super::netns::{DNS_ADDR, Topology, ip};
@@ -146,7 +146,9 @@ impl Lab {
     }
 
     pub fn start_builtin(&mut self) {
-        let r = ocsb_egress::up(&self.instance(), ocsb_egress::lifecycle::stderr_progress())
+        let inst = self.instance();
+        let policy = inst.load_policy().expect("the lab's rules compile");
+        let r = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress())
             .expect("egress up (builtin)");
         assert_eq!(r.action, ocsb_egress::UpAction::Started);
         self.builtin_started = true;

@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use ocsb_policy::egress::{Decision, Policy, Target};
 
-use ocsb_egress::lifecycle::Backend;
+use ocsb_egress::Backend;
 
 use crate::cli::{ExplainArgs, RenderFormat};
 use crate::error::{Error, Result};
@@ -19,7 +19,7 @@ pub fn render(project: &Project, format: Option<RenderFormat>) -> Result<()> {
         Some(RenderFormat::Rules) => inst.backend = Backend::Builtin,
         None => {}
     }
-    print!("{}", ocsb_egress::render(&inst).map_err(crate::egress_cmd::map_err)?);
+    print!("{}", ocsb_egress::render(&inst)?);
     Ok(())
 }
 

@@ -4,27 +4,13 @@
 
 use std::io::IsTerminal;
 
-use ocsb_egress::lifecycle::{Backend, Instance, SquidOverrides};
 use ocsb_egress::squid::ImageSource;
-use ocsb_egress::{GatewaySetting, LogsOptions, UpAction};
+use ocsb_egress::{Backend, GatewaySetting, Instance, LogsOptions, SquidOverrides, UpAction};
 use ocsb_policy::settings::EgressBackend;
 
 use crate::cli::LifecycleCommand;
 use crate::error::{Error, Result};
 use crate::project::Project;
-
-pub fn map_err(e: ocsb_egress::Error) -> Error {
-    match e {
-        ocsb_egress::Error::Policy(p) => Error::Policy(p),
-        other => {
-            let text = other.to_string();
-            match text.split_once("\n  hint: ") {
-                Some((what, fix)) => Error::failed(what, fix),
-                None => Error::failed(text, "see the message above"),
-            }
-        }
-    }
-}
 
 /// The filter instance of this project, from the settings.
 pub fn instance(project: &Project) -> Result<Instance> {
@@ -60,7 +46,8 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
     let inst = instance(&project)?;
     match cmd {
         LifecycleCommand::Up => {
-            let r = ocsb_egress::up(&inst, ocsb_egress::lifecycle::stderr_progress()).map_err(map_err)?;
+            let policy = inst.load_policy()?;
+            let r = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress())?;
             let verb = match r.action {
                 UpAction::Started => "started",
                 UpAction::Reloaded => "reloaded (no restart)",
@@ -70,12 +57,12 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
             Ok(())
         }
         LifecycleCommand::Down => {
-            let was = ocsb_egress::down(&inst).map_err(map_err)?;
+            let was = ocsb_egress::down(&inst)?;
             println!("{}", if was { "egress filter stopped" } else { "egress filter was not running" });
             Ok(())
         }
         LifecycleCommand::Status(a) => {
-            let st = ocsb_egress::status(&inst).map_err(map_err)?;
+            let st = ocsb_egress::status(&inst)?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&st).unwrap_or_default());
             } else {
@@ -108,10 +95,10 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
                 color: std::io::stdout().is_terminal(),
                 tail: a.tail,
             };
-            ocsb_egress::logs(&inst, &opts, &mut std::io::stdout().lock()).map_err(map_err)
+            ocsb_egress::logs(&inst, &opts, &mut std::io::stdout().lock()).map_err(Error::from)
         }
         LifecycleCommand::Verify(a) => {
-            let policy = inst.load_policy().map_err(map_err)?;
+            let policy = inst.load_policy()?;
             let mut opts = ocsb_egress::verify::VerifyOptions::new(std::net::SocketAddr::from((
                 [127, 0, 0, 1],
                 inst.port,
@@ -119,7 +106,7 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
             opts.direct_check = !a.no_direct;
             // TODO(lead): run curl the way the sandbox runs (under the netlock group), e.g.
             // opts.wrap = netlock wrapper argv; until then the direct check runs as the caller.
-            let report = ocsb_egress::verify::run(&policy, &opts).map_err(map_err)?;
+            let report = ocsb_egress::verify::run(&policy, &opts)?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
             } else {
@@ -132,7 +119,7 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
                     }
                 }
             }
-            report.into_result().map(|_| ()).map_err(map_err)
+            report.into_result().map(|_| ()).map_err(Error::from)
         }
         LifecycleCommand::Serve { .. } => unreachable!("handled above"),
     }

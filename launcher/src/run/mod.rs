@@ -28,18 +28,15 @@ use ocsb_sandbox::{self as sandbox, Netlock};
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 
 fn egress_err(step: &str, e: ocsb_egress::Error) -> Error {
-    match e {
-        ocsb_egress::Error::Policy(p) => Error::Policy(p),
-        e @ ocsb_egress::Error::Verify { .. } => Error::failed(
-            format!("{step}: {e}"),
+    let verify = matches!(e, ocsb_egress::Error::Verify { .. });
+    match Error::from(e) {
+        Error::Failed { what, .. } if verify => Error::failed(
+            format!("{step}: {what}"),
             "each line names the expectation and the rule that decided it: change that rule or the \
              expect-* line, then run `ocsb prepare` again",
         ),
-        other => {
-            let text = other.to_string();
-            let (what, fix) = text.split_once("\n  hint: ").unwrap_or((&text, "see the message above"));
-            Error::failed(format!("{step}: {what}"), fix)
-        }
+        Error::Failed { what, fix } => Error::failed(format!("{step}: {what}"), fix),
+        other => other,
     }
 }
 
@@ -64,7 +61,8 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
 
     // 1. The egress filter.
     let inst = crate::egress_cmd::instance(project)?;
-    let up = ocsb_egress::up(&inst, ocsb_egress::lifecycle::stderr_progress())
+    let policy = inst.load_policy().map_err(|e| egress_err("egress", e))?;
+    let up = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress())
         .map_err(|e| egress_err("egress", e))?;
     let verb = match up.action {
         ocsb_egress::UpAction::Started => "started",
@@ -108,7 +106,7 @@ pub fn prepare(project: &Project) -> Result<Prepared> {
     );
 
     // 3. Self-tests, with curl run inside the sandbox.
-    let policy = inst.load_policy().map_err(|e| egress_err("self-tests", e))?;
+    // The rules the filter was given above: the self-tests check what runs.
     let spec_path = state.join("egress/selftest-spec.json");
     let st_spec = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()]);
     std::fs::write(&spec_path, serde_json::to_vec(&st_spec).unwrap_or_default())

@@ -41,6 +41,8 @@ pub(crate) struct Up {
     /// Where the filter accepts now.
     pub listen: Vec<SocketAddr>,
     pub config_hash: String,
+    /// `pid@start-time` of the filter process, where there is one.
+    pub process: Option<String>,
 }
 
 /// A filter found running (or a container found stopped).

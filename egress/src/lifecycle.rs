@@ -50,6 +50,7 @@ impl<'a> Filter<'a> {
             listen: up.listen.iter().map(|a| a.to_string()).collect(),
             listen_note: plan.note(),
             config_hash: up.config_hash,
+            process: up.process,
         })
     }
 

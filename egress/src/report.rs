@@ -10,6 +10,8 @@ use crate::instance::Backend;
 pub enum UpAction {
     Started,
     Reloaded,
+    /// Running with exactly these rules already: nothing was sent to it.
+    Current,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -19,6 +21,9 @@ pub struct UpReport {
     pub listen: Vec<String>,
     pub listen_note: String,
     pub config_hash: String,
+    /// The process that filters now, `pid@start-time` (builtin), when the backend can say:
+    /// with the hash, what names this filter for the self-test record.
+    pub process: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -3,7 +3,10 @@
 //! - start-up: `ocsb __sandbox-run SPEC true` vs `bwrap` with an equivalent policy vs plain
 //!   `true` (target: within 1.5x of bwrap);
 //! - workload: `git status` on a 50k-file tree, and reading every file of it, inside vs outside
-//!   (target: <= 1.05x).
+//!   (target: <= 1.05x);
+//! - end to end: `ocsb exec -- true` as the user types it (settings, checkout audit, filter
+//!   check, netlock, self-tests when their inputs changed, the sandbox) with the filter up and
+//!   the rules unchanged, vs the same `bwrap` and plain `true` (target: <= 2x bwrap).
 //!
 //! Every command runs as the user ocsb-test inside a network namespace this process creates.
 //! `bwrap` comes from the Debian package bubblewrap; without it that column is reported missing.
@@ -81,10 +84,44 @@ fn bwrap_words(w: &World, cmd: &[&str]) -> Vec<String> {
     v
 }
 
+/// Median of the `label NANOS` lines in `out`, in milliseconds.
+fn median_ms(out: &str, label: &str) -> f64 {
+    let mut v: Vec<u64> = out.lines().filter_map(|l| l.strip_prefix(label)?.trim().parse().ok()).collect();
+    v.sort_unstable();
+    v.get(v.len() / 2).map_or(f64::NAN, |n| *n as f64 / 1e6)
+}
+
+/// `ocsb exec -- true` end to end, in a project of its own with the lock loaded and the filter
+/// started by a first run, against `bwrap` and plain `true` started the same way.
+fn end_to_end() {
+    let w = World::new();
+    std::fs::create_dir_all(w.state.join("tmp")).unwrap();
+    let bwrap = sandbox_support::shell_join(&bwrap_words(&w, &["true"]));
+    let n = 21;
+    let body = format!(
+        "chown 1990 {tmp}; X true >/dev/null 2>&1 || {{ echo 'first exec failed'; X true; }}
+         t() {{ s=$(date +%s%N); \"$@\" >/dev/null 2>&1 </dev/null; e=$(date +%s%N); echo \"$((e-s))\"; }}
+         for i in $(seq {n}); do echo \"e2e $(t X true)\"; echo \"bwrap $(t U {bwrap})\"; echo \"plain $(t U true)\"; done",
+        tmp = w.state.join("tmp").display()
+    );
+    let (out, err) = sandbox_support::scenario(&w, &body);
+    let (e2e, bw, plain) = (median_ms(&out, "e2e"), median_ms(&out, "bwrap"), median_ms(&out, "plain"));
+    println!("ocsb exec -- true            median {e2e:>8.2} ms  (n={n}, end to end)");
+    println!("bwrap true                   median {bw:>8.2} ms");
+    println!("plain true                   median {plain:>8.2} ms");
+    println!("end to end ocsb / bwrap: {:.2}x (target <= 2x)", e2e / bw);
+    if e2e.is_nan() {
+        println!("end to end not measured:\n{out}\n{err}");
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` asks for a list; nothing to list
     }
+    // First, in namespaces of its own (the scenario makes them): the whole command.
+    println!("== end to end ==");
+    end_to_end();
     let w = World::new();
     std::fs::create_dir_all(w.state.join("tmp")).unwrap();
     sandbox_support::run_ok(Command::new("chown").arg(format!("{UID}:{UID}")).arg(w.state.join("tmp")));

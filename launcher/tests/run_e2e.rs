@@ -601,16 +601,33 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
         "the filter still runs"
     );
 
-    // `prepare` alone: the running filter is reloaded, netlock and self-tests pass again.
-    let out = ns.cmd().args(as_user()).args(ocsb_as(&w, &w.proj)).arg("prepare").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    // `prepare` alone: the filter runs these rules already and the self-tests passed with them,
+    // this filter and this netlock, so neither is repeated, and it says so.
+    let prepare = |w: &World| {
+        let out = ns.cmd().args(as_user()).args(ocsb_as(w, &w.proj)).arg("prepare").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    let text = prepare(&w);
+    assert!(
+        text.contains("rules current")
+            && text.contains("self-tests: passed before with these rules")
+            && !text.contains("netlock:    ok"),
+        "{text}"
+    );
+    // A rule changed: the filter is reloaded, and the netlock check and the self-tests run again.
+    let conf = w.proj.join(".opencode-sandbox/egress.conf");
+    let rules = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, format!("{rules}block 192.0.2.3\n")).unwrap();
+    let text = prepare(&w);
     assert!(
         text.contains("rules reloaded")
             && text.contains("netlock:    ok")
             && text.contains("self-tests: 3 checks passed"),
         "{text}"
     );
+    std::fs::write(&conf, rules).unwrap();
 
     // A failing step stops `prepare` there and names the step, why and the fix: a self-test
     // that contradicts the rules, and (in a namespace without the lock) the netlock.

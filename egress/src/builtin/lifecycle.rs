@@ -57,6 +57,12 @@ impl<'a> Builtin<'a> {
                 "run `ocsb egress down` and `ocsb egress up` to restart it on the new addresses",
             ));
         }
+        let process = Some(format!("{}@{}", running.pid, running.started));
+        if running.policy_hash == policy.hash() {
+            // The filter reads its rule files on reload; the same rules need no round trip.
+            let (action, listen, config_hash) = (UpAction::Current, running.listen, policy.hash());
+            return Ok(Up { action, listen, config_hash, process });
+        }
         let r = control::reload(&self.paths.control_socket(), Duration::from_secs(10))?;
         if !r.ok {
             let msg = r.error.unwrap_or_else(|| "unknown error".into());
@@ -65,7 +71,7 @@ impl<'a> Builtin<'a> {
                 "fix the rule named above and run `ocsb egress up` again",
             ));
         }
-        Ok(Up { action: UpAction::Reloaded, listen: running.listen, config_hash: policy.hash() })
+        Ok(Up { action: UpAction::Reloaded, listen: running.listen, config_hash: policy.hash(), process })
     }
 
     /// No filter answers: start `serve` in a session of its own and wait until it answers.
@@ -99,7 +105,13 @@ impl<'a> Builtin<'a> {
                 std::thread::spawn(move || {
                     let _ = child.wait();
                 });
-                return Ok(Up { action: UpAction::Started, listen: st.listen, config_hash: policy.hash() });
+                let process = Some(format!("{}@{}", st.pid, st.started));
+                return Ok(Up {
+                    action: UpAction::Started,
+                    listen: st.listen,
+                    config_hash: policy.hash(),
+                    process,
+                });
             }
             if let Ok(Some(status)) = child.try_wait() {
                 let err = std::fs::read_to_string(paths.serve_err()).unwrap_or_default();

@@ -80,7 +80,7 @@ impl<'a> Squid<'a> {
                 UpAction::Started
             }
         };
-        Ok(Up { action, listen: plan.addrs.clone(), config_hash: hash })
+        Ok(Up { action, listen: plan.addrs.clone(), config_hash: hash, process: None })
     }
 
     /// A running squid: validate the exact new file first; only then make it live and

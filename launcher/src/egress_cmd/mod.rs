@@ -46,11 +46,12 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
     let inst = instance(&project)?;
     match cmd {
         LifecycleCommand::Up => {
-            let policy = inst.load_policy()?;
+            let policy = project.egress_policy()?;
             let r = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress())?;
             let verb = match r.action {
                 UpAction::Started => "started",
                 UpAction::Reloaded => "reloaded (no restart)",
+                UpAction::Current => "running, rules current",
             };
             println!("egress filter ({}) {verb}: {}", r.backend.as_str(), r.listen.join(" "));
             println!("  {}", r.listen_note);
@@ -98,7 +99,7 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
             ocsb_egress::logs(&inst, &opts, &mut std::io::stdout().lock()).map_err(Error::from)
         }
         LifecycleCommand::Verify(a) => {
-            let policy = inst.load_policy()?;
+            let policy = project.egress_policy()?;
             let mut opts = ocsb_egress::verify::VerifyOptions::new(std::net::SocketAddr::from((
                 [127, 0, 0, 1],
                 inst.port,

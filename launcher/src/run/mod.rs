@@ -10,7 +10,10 @@
 
 mod browser;
 pub(crate) mod notify;
+mod prepare;
 pub mod state;
+
+pub use prepare::prepare;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -21,111 +24,10 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::project::Project;
 use crate::{opencode, sandbox_spec, signals, web};
-use ocsb_sandbox::statefs::StateDir;
-use ocsb_sandbox::{self as sandbox, Netlock};
+use ocsb_sandbox as sandbox;
 
 /// How long OpenCode may take to answer `/global/health` after it started.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
-
-fn egress_err(step: &str, e: ocsb_egress::Error) -> Error {
-    let verify = matches!(e, ocsb_egress::Error::Verify { .. });
-    match Error::from(e) {
-        Error::Failed { what, .. } if verify => Error::failed(
-            format!("{step}: {what}"),
-            "each line names the expectation and the rule that decided it: change that rule or the \
-             expect-* line, then run `ocsb prepare` again",
-        ),
-        Error::Failed { what, fix } => Error::failed(format!("{step}: {what}"), fix),
-        other => other,
-    }
-}
-
-/// What `prepare` established, for `run`.
-pub struct Prepared {
-    pub netlock: Netlock,
-}
-
-/// `ocsb prepare`.
-pub fn prepare(project: &Project) -> Result<Prepared> {
-    // Before anything starts: a committed settings file must not widen the sandbox unseen, and
-    // nothing a sandbox planted for host git may stand.
-    project.require_trusted()?;
-    project.check_writable_roots()?;
-    state::claim(project)?;
-    crate::commands::sandbox::refuse_planted(project, "start a sandbox")?;
-    let s = &project.settings;
-    let state = s.state_dir();
-    let sd = StateDir::open(&state)?;
-    state::ensure_private(&sd)?;
-    state::ensure_caches(&sd, s)?;
-
-    // 1. The egress filter.
-    let inst = crate::egress_cmd::instance(project)?;
-    let policy = inst.load_policy().map_err(|e| egress_err("egress", e))?;
-    let up = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress())
-        .map_err(|e| egress_err("egress", e))?;
-    let verb = match up.action {
-        ocsb_egress::UpAction::Started => "started",
-        ocsb_egress::UpAction::Reloaded => "running, rules reloaded",
-    };
-    println!("egress:     {} filter {verb} on {}", up.backend.as_str(), up.listen.join(" "));
-    let gw = up
-        .listen
-        .iter()
-        .filter_map(|a| a.parse::<SocketAddr>().ok())
-        .map(|a| a.ip())
-        .find(|ip| !ip.is_loopback());
-    state::write_docker_config(&sd, gw, s.egress_port())?;
-
-    // 2. The netlock, checked the way the sandbox will use it.
-    let lock = sandbox_spec::netlock(s)?;
-    let check = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()]);
-    match sandbox::run(&check) {
-        Ok(0) => {}
-        Ok(code) => {
-            return Err(Error::failed(
-                format!("netlock: a sandboxed `true` exited with status {code}"),
-                "run `ocsb netlock verify` and `ocsb doctor`",
-            ));
-        }
-        Err(e) => {
-            let e: Error = e.into();
-            return Err(Error::failed(
-                format!("netlock/sandbox check failed: {e}"),
-                "run `ocsb netlock verify`; see the fix above",
-            ));
-        }
-    }
-    let gid = match &lock {
-        Netlock::Required { gid, .. } => *gid,
-        Netlock::Off => 0,
-    };
-    println!(
-        "netlock:    ok: the sandbox starts as group {} (gid {gid}) and the lock rejects its probe",
-        s.netlock_group()
-    );
-
-    // 3. Self-tests, with curl run inside the sandbox.
-    // The rules the filter was given above: the self-tests check what runs.
-    let spec_path = state.join("egress/selftest-spec.json");
-    let st_spec = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()]);
-    std::fs::write(&spec_path, serde_json::to_vec(&st_spec).unwrap_or_default())
-        .map_err(|e| Error::io("write", &spec_path, e))?;
-    let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
-    let mut opts =
-        ocsb_egress::verify::VerifyOptions::new(SocketAddr::from(([127, 0, 0, 1], s.egress_port())));
-    opts.wrap = vec![exe.into(), crate::cli::SANDBOX_RUN.into(), spec_path.into()];
-    opts.max_time = 10;
-    let report = ocsb_egress::verify::run(&policy, &opts).map_err(|e| egress_err("self-tests", e))?;
-    let n = report.checks.len();
-    match report.into_result() {
-        Ok(_) => println!(
-            "self-tests: {n} checks passed (expect-pass/expect-block rules, direct connection blocked)"
-        ),
-        Err(e) => return Err(egress_err("self-tests", e)),
-    }
-    Ok(Prepared { netlock: lock })
-}
 
 /// The web UI's page of this project — its latest session, or a new one — not OpenCode's home,
 /// which lists only the projects this browser opened before and shows a new user an empty
@@ -200,16 +102,11 @@ fn check_port_free(addr: SocketAddr, setting: &str) -> Result<()> {
 /// `ocsb run [opencode args]`.
 pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Result<()> {
     let s = &project.settings;
-    // The checks `prepare` makes, before `run` writes anything into the state directory (the
-    // OpenCode config, a kubeconfig copy): an unaccepted widening or another project's state
-    // must not get even those.
-    project.require_trusted()?;
-    project.check_writable_roots()?;
-    state::claim(project)?;
+    // The checks `prepare` makes come first, before `run` writes anything into the state
+    // directory (the OpenCode config, a kubeconfig copy): an unaccepted widening or another
+    // project's state must not get even those.
+    let (sd, created) = prepare::open_state(project)?;
     let state = s.state_dir();
-    let sd = StateDir::open(&state)?;
-    let created = state::ensure_private(&sd)?;
-    state::ensure_caches(&sd, s)?;
     let _lock = state::lock(&sd)?;
     let web_addr = SocketAddr::from(([127, 0, 0, 1], s.web_port()));
     let oc_addr = SocketAddr::from(([127, 0, 0, 1], s.opencode_port()));
@@ -218,14 +115,15 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
 
     // Bad inputs (env file, skills, plugins) fail before anything starts.
     let setup = opencode::setup(s, &project.user_config_dir, &sd, opencode_args)?;
-    let prepared = prepare(project)?;
-    let password = state::password(&sd)?;
+    let prepared = prepare::bring_up(project, sd)?;
+    let sd = &prepared.state;
+    let password = state::password(sd)?;
     // OpenCode's own secret, for a user who opens its port directly (no panel). It changes every
     // run and is not the web password: the agent can read OpenCode's environment.
     // Rewritten in place, not replaced by rename: a sandbox of this project that is already
     // running masks the file's directory entry, and a rename would detach that mask.
     state::rewrite_private(
-        &sd,
+        sd,
         Path::new(state::OPENCODE_PASSWORD),
         format!("{}\n", setup.server_secret).as_bytes(),
     )?;
@@ -246,7 +144,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     signals::install();
     let mut env = setup.env.clone();
     if !env.iter().any(|(k, _)| k == "OPENCODE_DISABLE_MODELS_FETCH")
-        && opencode::models_fetch_blocked(&project.egress_policy()?)
+        && opencode::models_fetch_blocked(&prepared.policy)
     {
         env.push(("OPENCODE_DISABLE_MODELS_FETCH".into(), "1".into()));
         println!(
@@ -255,7 +153,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         );
     }
     let _bus = if s.notifications() {
-        match notify::start(&sd) {
+        match notify::start(sd) {
             Ok(p) => {
                 println!("notify:     session bus limited to org.freedesktop.Notifications");
                 env.push(("DBUS_SESSION_BUS_ADDRESS".into(), p.address()));

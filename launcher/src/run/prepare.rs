@@ -1,0 +1,171 @@
+//! `ocsb prepare`, and the first half of `run`, `exec` and `shell`: the checks before anything
+//! is written, then the filter, the netlock and the self-tests. Each step prints one line; a
+//! failing step says which, why, and the fix, and nothing after it starts. What it made is
+//! handed on in [`Prepared`], so the command after it loads nothing twice.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use ocsb_egress::{UpAction, UpReport};
+use ocsb_policy::egress::Policy;
+use ocsb_sandbox::statefs::StateDir;
+use ocsb_sandbox::{self as sandbox, Netlock};
+
+use crate::error::{Error, Result};
+use crate::project::Project;
+use crate::run::state;
+use crate::sandbox_spec;
+
+/// What `prepare` established, for the command that runs next.
+pub struct Prepared {
+    /// The project's state directory, opened once (no symlink followed).
+    pub state: StateDir,
+    /// The egress rules as compiled once: the filter runs them, the self-tests checked them.
+    pub policy: Policy,
+    pub netlock: Netlock,
+}
+
+/// `ocsb prepare`.
+pub fn prepare(project: &Project) -> Result<Prepared> {
+    let (sd, _) = open_state(project)?;
+    bring_up(project, sd)
+}
+
+/// The checks before anything is written into the state directory, then the directory itself
+/// and the launcher's private files in it. Returns whether the web password was made now.
+pub fn open_state(project: &Project) -> Result<(StateDir, bool)> {
+    // A committed settings file must not widen the sandbox unseen, and nothing a sandbox
+    // planted for host git may stand.
+    project.require_trusted()?;
+    project.check_writable_roots()?;
+    state::claim(project)?;
+    crate::commands::sandbox::refuse_planted(project, "start a sandbox")?;
+    let sd = StateDir::open(&project.settings.state_dir())?;
+    let created = state::ensure_private(&sd)?;
+    state::ensure_caches(&sd, &project.settings)?;
+    Ok((sd, created))
+}
+
+/// The filter up, the netlock checked, the self-tests passed.
+pub fn bring_up(project: &Project, sd: StateDir) -> Result<Prepared> {
+    let s = &project.settings;
+    // 1. The egress filter, given the rules compiled once.
+    let inst = crate::egress_cmd::instance(project)?;
+    let policy = project.egress_policy()?;
+    let up = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress())
+        .map_err(|e| egress_err("egress", e))?;
+    let verb = match up.action {
+        UpAction::Started => "started",
+        UpAction::Reloaded => "running, rules reloaded",
+        UpAction::Current => "running, rules current",
+    };
+    println!("egress:     {} filter {verb} on {}", up.backend.as_str(), up.listen.join(" "));
+    let gw = up
+        .listen
+        .iter()
+        .filter_map(|a| a.parse::<SocketAddr>().ok())
+        .map(|a| a.ip())
+        .find(|ip| !ip.is_loopback());
+    state::write_docker_config(&sd, gw, s.egress_port())?;
+
+    let lock = sandbox_spec::netlock(s)?;
+    let record = selftest_record(&up, &lock, s.egress_port());
+    if record.as_deref().is_some_and(|r| sd.read(Path::new(SELFTESTS)).as_deref() == Some(r.as_bytes())) {
+        // Every sandbox start probes the lock itself and refuses without it, so the separate
+        // check below adds only its earlier message; the self-tests would give what they gave.
+        println!(
+            "self-tests: passed before with these rules, this filter and this netlock; not run again \
+             (`ocsb egress verify` runs them now)"
+        );
+        return Ok(Prepared { state: sd, policy, netlock: lock });
+    }
+    let _ = sd.remove(Path::new(SELFTESTS));
+
+    // 2. The netlock, checked the way the sandbox will use it.
+    check_netlock(project, &lock)?;
+    // 3. Self-tests, with curl run inside the sandbox, against the rules the filter was given.
+    self_tests(project, &sd, &policy, &lock)?;
+    if let Some(r) = record {
+        sd.write(Path::new(SELFTESTS), r.as_bytes(), 0o600)?;
+    }
+    Ok(Prepared { state: sd, policy, netlock: lock })
+}
+
+/// Where the last passing self-tests are recorded: `egress/` is hidden from every sandbox, so
+/// the agent can neither read nor forge the record.
+const SELFTESTS: &str = "egress/selftests-passed";
+
+/// What the self-tests depend on, as one line: the rules the filter runs (their hash), the filter
+/// process itself, the netlock (gid and how the sandbox joins it), the proxy port and this
+/// `ocsb`. `None` when the filter cannot name its process (squid): then they always run.
+fn selftest_record(up: &UpReport, lock: &Netlock, port: u16) -> Option<String> {
+    let process = up.process.as_deref()?;
+    let lock = serde_json::to_string(lock).ok()?;
+    let exe = std::env::current_exe().ok().and_then(|e| e.metadata().ok()).and_then(|m| m.modified().ok());
+    Some(format!(
+        "v1 rules={} backend={} filter={process} port={port} netlock={lock} ocsb={}@{exe:?}\n",
+        up.config_hash,
+        up.backend.as_str(),
+        env!("CARGO_PKG_VERSION"),
+    ))
+}
+
+fn check_netlock(project: &Project, lock: &Netlock) -> Result<()> {
+    let check = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()]);
+    match sandbox::run(&check) {
+        Ok(0) => {}
+        Ok(code) => {
+            return Err(Error::failed(
+                format!("netlock: a sandboxed `true` exited with status {code}"),
+                "run `ocsb netlock verify` and `ocsb doctor`",
+            ));
+        }
+        Err(e) => {
+            let e: Error = e.into();
+            return Err(Error::failed(
+                format!("netlock/sandbox check failed: {e}"),
+                "run `ocsb netlock verify`; see the fix above",
+            ));
+        }
+    }
+    let gid = match lock {
+        Netlock::Required { gid, .. } => *gid,
+        Netlock::Off => 0,
+    };
+    println!(
+        "netlock:    ok: the sandbox starts as group {} (gid {gid}) and the lock rejects its probe",
+        project.settings.netlock_group()
+    );
+    Ok(())
+}
+
+fn self_tests(project: &Project, sd: &StateDir, policy: &Policy, lock: &Netlock) -> Result<()> {
+    let s = &project.settings;
+    let spec_rel = Path::new("egress/selftest-spec.json");
+    let spec = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()]);
+    sd.write(spec_rel, &serde_json::to_vec(&spec).unwrap_or_default(), 0o600)?;
+    let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
+    let mut opts =
+        ocsb_egress::verify::VerifyOptions::new(SocketAddr::from(([127, 0, 0, 1], s.egress_port())));
+    opts.wrap = vec![exe.into(), crate::cli::SANDBOX_RUN.into(), sd.path().join(spec_rel).into()];
+    opts.max_time = 10;
+    let report = ocsb_egress::verify::run(policy, &opts).map_err(|e| egress_err("self-tests", e))?;
+    let n = report.checks.len();
+    report.into_result().map_err(|e| egress_err("self-tests", e))?;
+    println!("self-tests: {n} checks passed (expect-pass/expect-block rules, direct connection blocked)");
+    Ok(())
+}
+
+/// An egress error of one `prepare` step, its message prefixed with the step's name.
+fn egress_err(step: &str, e: ocsb_egress::Error) -> Error {
+    let verify = matches!(e, ocsb_egress::Error::Verify { .. });
+    match Error::from(e) {
+        Error::Failed { what, .. } if verify => Error::failed(
+            format!("{step}: {what}"),
+            "each line names the expectation and the rule that decided it: change that rule or the \
+             expect-* line, then run `ocsb prepare` again",
+        ),
+        Error::Failed { what, fix } => Error::failed(format!("{step}: {what}"), fix),
+        other => other,
+    }
+}

@@ -6,6 +6,8 @@
 //! literal: the builtin proxy resolves every request afresh, squid caches DNS), added latency per
 //! request with a new client connection each time (p50/p99), CONNECT tunnel throughput (median
 //! of 3 × 256 MiB), and idle memory (RSS) of each backend.
+// A benchmark is a test harness: a failed unwrap is a failed run with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/common/mod.rs"]
 mod common;

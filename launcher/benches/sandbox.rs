@@ -10,6 +10,8 @@
 //!
 //! Every command runs as the user ocsb-test inside a network namespace this process creates.
 //! `bwrap` comes from the Debian package bubblewrap; without it that column is reported missing.
+// A benchmark is a test harness: a failed unwrap is a failed run with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/sandbox_support/mod.rs"]
 mod sandbox_support;

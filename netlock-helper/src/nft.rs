@@ -220,6 +220,7 @@ impl Nl {
 /// Builds: NEWTABLE, DELTABLE, NEWTABLE, sets, elements, chains, rules. The first NEWTABLE
 /// creates the table if absent (or adopts an orphaned one), so the DELTABLE cannot fail; the
 /// whole replacement is one transaction.
+#[allow(clippy::expect_used, reason = "a static comment shorter than the kernel limit")]
 fn build(model: &Model) -> FinalizedBatch {
     let table = Table::new(c_name(TABLE), ProtoFamily::Inet);
     let mut b = Batch::new();
@@ -340,6 +341,7 @@ fn add_del(name: &str) -> FinalizedBatch {
     b.finalize()
 }
 
+#[allow(clippy::expect_used, reason = "static names without NUL")]
 fn c_name(s: &str) -> CString {
     CString::new(s).expect("static name without NUL")
 }

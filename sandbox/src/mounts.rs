@@ -91,14 +91,17 @@ pub fn apply<S: MountSys>(sys: &mut S, plan: &Plan) -> Result<()> {
     for (op, src) in plan.ops.iter().zip(sources) {
         match op {
             Op::Bind { dst, dir, .. } => {
+                #[allow(clippy::expect_used, reason = "phase A clones a source for every bind")]
                 let h = src.expect("cloned in phase A");
                 sys.attach(&h, dst, *dir).map_err(|e| step_err("bind mount", dst, e))?;
             }
             Op::Mask { dst } => {
+                #[allow(clippy::expect_used, reason = "phase A clones a source for every bind")]
                 let h = src.expect("cloned in phase A");
                 sys.attach(&h, dst, false).map_err(|e| step_err("hiding a file", dst, e))?;
             }
             Op::Console { dst } => {
+                #[allow(clippy::expect_used, reason = "phase A clones a source for every bind")]
                 let h = src.expect("cloned in phase A");
                 sys.attach(&h, dst, false).map_err(|e| step_err("binding the terminal", dst, e))?;
             }
@@ -167,6 +170,7 @@ impl RealMounts {
 
     /// Open (creating as needed) the mount point `dst` inside the new root, refusing symlinks
     /// on every component.
+    #[allow(clippy::expect_used, reason = "a path with at least one component, checked by the caller")]
     fn mount_point(&self, dst: &Path, dir: bool) -> io::Result<OwnedFd> {
         let root = self.root()?;
         let parts = Self::rel(dst);
@@ -264,6 +268,7 @@ impl MountSys for RealMounts {
             sys::mount_setattr(fs.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0)?;
             self.empty = Some(fs);
         }
+        #[allow(clippy::expect_used, reason = "made just above when missing")]
         let fs = self.empty.as_ref().expect("just created");
         let tree = sys::open_tree(
             Some(fs.as_fd()),

@@ -71,7 +71,7 @@ impl Table {
     }
 
     pub fn admit(self: &Arc<Self>) -> Admit {
-        let mut slots = self.slots.lock().expect("slot table lock");
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         let mut evicted = false;
         if self.open.load(Ordering::SeqCst) >= self.cap {
             slots.retain(|w| w.strong_count() > 0);

@@ -87,6 +87,7 @@ pub async fn dial_checked(
             }
         }
     }
+    #[allow(clippy::expect_used, reason = "the loop above ran at least once: addrs is not empty")]
     let (ip, e) = last.expect("addrs is not empty");
     Err(DialError::Failed(ip, e))
 }

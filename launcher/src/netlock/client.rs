@@ -38,6 +38,7 @@ pub fn connect() -> Helper {
         Ok(p) => p,
         Err(e) => return Helper::Absent(format!("system bus unusable ({e})")),
     };
+    #[allow(clippy::expect_used, reason = "a constant that is a valid bus name")]
     let name = zbus::names::BusName::try_from(BUS_NAME).expect("static bus name");
     let owned = dbus.name_has_owner(name.clone()).unwrap_or(false);
     let activatable =

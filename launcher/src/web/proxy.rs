@@ -68,6 +68,7 @@ pub async fn serve(
     conns.abort_all();
 }
 
+#[allow(clippy::expect_used, reason = "static content types")]
 fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
     let mut r = Response::new(Full::new(body.into()).map_err(|e| match e {}).boxed());
     *r.status_mut() = status;

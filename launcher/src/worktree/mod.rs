@@ -278,6 +278,7 @@ pub fn add(explicit: Option<&Path>, branch: &str, args: &[String]) -> Result<()>
 
 /// Find the worktree `arg` names: a path (anything with a `/`), else a slug or a directory name
 /// under the worktrees directory. The main checkout is never a match.
+#[allow(clippy::expect_used, reason = "the match was made among these entries")]
 fn find(cx: &Context, arg: &str) -> Result<Entry> {
     let cwd = std::env::current_dir().map_err(|e| Error::io("read the current directory", ".", e))?;
     let not_found = |what: String| {

@@ -202,6 +202,7 @@ fn add_hosts(
 }
 
 /// Keeps the regexes of one line that are not repeated (in this line or an earlier one).
+#[allow(clippy::expect_used, reason = "the parser compiled every pattern already")]
 fn add_regexes(
     group: &mut Vec<Rule>,
     dropped: &mut Vec<Dropped>,

@@ -84,6 +84,7 @@ impl Policy {
     }
 
     /// The normalised policy as JSON (`connects`, `allows`, `blocks`, `expects`, `dropped`).
+    #[allow(clippy::expect_used, reason = "plain data: serialising it cannot fail")]
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("the policy serialises")
     }

@@ -321,7 +321,9 @@ impl State {
 
     /// Derived defaults, validation, cross-checks, path resolution.
     fn finish(mut self, input: &LoadInput) -> Result<Settings> {
+        #[allow(clippy::expect_used, reason = "names of the schema table, which a unit test lists")]
         let (name_i, _) = schema::find("OCSB_NAME").expect("in the table");
+        #[allow(clippy::expect_used, reason = "names of the schema table, which a unit test lists")]
         let (state_i, _) = schema::find("OCSB_STATE_DIR").expect("in the table");
         if !self.slots[state_i].explicit {
             let name = match &self.slots[name_i].value {
@@ -357,6 +359,7 @@ impl State {
 
     fn cross_check(&self) -> Result<()> {
         let port = |name| {
+            #[allow(clippy::expect_used, reason = "names of the schema table, which a unit test lists")]
             let (i, _) = schema::find(name).expect("in the table");
             let s = &self.slots[i];
             match &s.value {

@@ -440,6 +440,7 @@ impl Settings {
     }
 
     /// The slug regex (exactly one capture group, checked when loading); `None` if unset.
+    #[allow(clippy::expect_used, reason = "validated when the settings were loaded")]
     pub fn wt_slug_regex(&self) -> Option<regex::Regex> {
         let r = self.scalar("OCSB_WT_SLUG_REGEX");
         (!r.is_empty()).then(|| regex::Regex::new(r).expect("checked when loading"))
@@ -460,6 +461,7 @@ impl Settings {
     }
 
     /// Where containers reach the filter; `None` = the address of docker0.
+    #[allow(clippy::expect_used, reason = "validated when the settings were loaded")]
     pub fn docker_gw(&self) -> Option<IpAddr> {
         let v = self.scalar("OCSB_DOCKER_GW");
         (!v.is_empty()).then(|| v.parse().expect("checked when loading"))
@@ -482,6 +484,7 @@ impl Settings {
         if self.scalar("OCSB_NETLOCK_ACQUIRE") == "sg" { NetlockAcquire::Sg } else { NetlockAcquire::Exec }
     }
 
+    #[allow(clippy::expect_used, reason = "validated when the settings were loaded")]
     fn port(&self, name: &str) -> u16 {
         schema::port_of(self.scalar(name)).expect("checked when loading")
     }

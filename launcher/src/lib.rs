@@ -1,5 +1,8 @@
 //! `ocsb`: the unprivileged launcher. The binary is `main.rs` calling [`main`]; the library exists
 //! so that packaging renders man pages and completions from the very clap definitions in [`cli`].
+// `unsafe` only to install signal handlers (`signals`, `worktree::hooks`); each block says why it
+// is sound. Everything else the launcher needs from the kernel is in `ocsb-sandbox`.
+#![deny(unsafe_code)]
 
 pub mod cli;
 mod commands;

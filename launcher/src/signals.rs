@@ -2,6 +2,7 @@
 //! the web front and asks the sandbox to end (SIGTERM to the launcher's own children in its
 //! session, which leaves out the egress filter: it runs in a session of its own and outlives
 //! `run`, as in the seed).
+#![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicI32, Ordering};
 

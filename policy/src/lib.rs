@@ -10,6 +10,7 @@
 //!   another host tool later reads or runs it.
 //!
 //! This crate spawns no process and opens no socket; it only reads the layer files it is pointed at.
+#![forbid(unsafe_code)]
 
 pub mod egress;
 pub mod error;

@@ -93,6 +93,7 @@ impl<'a> Builtin<'a> {
             .stderr(err_file);
         // Detach: own session, so the filter outlives the command (and the terminal) that started it.
         // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        #[allow(unsafe_code)]
         unsafe {
             use std::os::unix::process::CommandExt;
             cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));

@@ -3,6 +3,7 @@
 //! *Why*: a tunnel copies every byte twice through user space with `copy_bidirectional`; on a
 //! small machine the proxy then competes with the agent for CPU. splice moves pages between the
 //! sockets inside the kernel (measured in `benches/proxy.rs`).
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

@@ -8,6 +8,7 @@
 //! cannot plant or change a hook: `.opencode-sandbox/` is mounted read-only inside the sandbox,
 //! and hooks are always read from the main checkout's project directory, never from a worktree
 //! (a worktree is writable by the agent, and its copy could have been edited there).
+#![allow(unsafe_code)]
 
 use std::io::ErrorKind;
 use std::os::unix::fs::PermissionsExt;

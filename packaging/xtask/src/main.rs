@@ -5,6 +5,7 @@
 //! * `sync` / `check`: the .deb/.rpm asset lists in packaging/xtask/Cargo.toml from files.list;
 //! * `files LAYOUT`: files.list expanded for `deb`, `rpm` or `arch` (`SOURCE DEST MODE [FLAG]`),
 //!   which the package tests compare with what each package really contains.
+#![forbid(unsafe_code)]
 
 mod clis;
 mod error;

@@ -30,6 +30,21 @@ pub struct VerifyOptions {
     pub max_time: u32,
 }
 
+/// curl from the system: root-owned and writable by nobody else, in a root-owned directory that
+/// only root may write. A curl looked up in `PATH` may be one the agent planted (a writable
+/// cache directory early in `PATH`), and then it reports whatever the agent wants.
+pub fn system_curl() -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let root_only =
+        |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0);
+    ["/usr/bin/curl", "/bin/curl", "/usr/local/bin/curl"]
+        .iter()
+        .map(std::path::Path::new)
+        .find(|p| root_only(p) && p.parent().is_some_and(root_only))
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
+        .filter(|p| root_only(p))
+}
+
 impl VerifyOptions {
     pub fn new(proxy: SocketAddr) -> Self {
         Self {
@@ -104,8 +119,10 @@ struct Outcome {
 fn curl(opts: &VerifyOptions, url: &str, extra: &[String], via_proxy: bool) -> Result<Outcome> {
     let mut argv: Vec<OsString> = opts.wrap.clone();
     argv.push(opts.curl.clone());
+    // `-q` first: no `.curlrc` (in the sandbox, `$XDG_CONFIG_HOME` is the agent's to write).
     argv.extend(
-        ["-sS", "-o", "/dev/null", "-D", "-", "-w", "\n%{http_code} %{http_connect}\n"].map(OsString::from),
+        ["-q", "-sS", "-o", "/dev/null", "-D", "-", "-w", "\n%{http_code} %{http_connect}\n"]
+            .map(OsString::from),
     );
     argv.push("--max-time".into());
     argv.push(opts.max_time.to_string().into());

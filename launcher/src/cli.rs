@@ -81,8 +81,11 @@ pub enum Command {
     Run(RunArgs),
 
     /// Egress filter up, netlock verified, self-tests: what `run` does before OpenCode.
+    ///
+    /// The self-tests are not repeated while the rules, the filter, the netlock and ocsb are
+    /// those they last passed with; `--retest` runs them anyway.
     #[command(after_help = EXIT_CODES)]
-    Prepare,
+    Prepare(PrepareArgs),
 
     /// Run a command in the project's sandbox: the same policy as `run`, the filter started and
     /// the netlock checked first. The exit status is the command's.
@@ -158,6 +161,13 @@ pub struct WebFrontArgs {
     /// Serve without the Tokens panel.
     #[arg(long)]
     pub no_panel: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PrepareArgs {
+    /// Run the self-tests even when they passed before with the same inputs.
+    #[arg(long)]
+    pub retest: bool,
 }
 
 #[derive(Debug, Args)]

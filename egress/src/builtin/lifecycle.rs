@@ -71,6 +71,11 @@ impl<'a> Builtin<'a> {
                 "fix the rule named above and run `ocsb egress up` again",
             ));
         }
+        // The filter reads the rule files of the directories it was started with; another
+        // config directory here (or a state directory shared by two projects) gives other rules.
+        if let Some(running) = r.hash.as_deref() {
+            same_rules(running, policy)?;
+        }
         Ok(Up { action: UpAction::Reloaded, listen: running.listen, config_hash: policy.hash(), process })
     }
 
@@ -106,6 +111,7 @@ impl<'a> Builtin<'a> {
                 std::thread::spawn(move || {
                     let _ = child.wait();
                 });
+                same_rules(&st.policy_hash, policy)?;
                 let process = Some(format!("{}@{}", st.pid, st.started));
                 return Ok(Up {
                     action: UpAction::Started,
@@ -242,4 +248,16 @@ impl Lifecycle for Builtin<'_> {
             out.flush().map_err(werr)?;
         }
     }
+}
+
+/// The running filter's rules must be the ones this command compiled.
+fn same_rules(running: &str, policy: &Policy) -> Result<()> {
+    if running == policy.hash() {
+        return Ok(());
+    }
+    Err(Error::state(
+        "the running filter loads its rules from other files than this command (another user config \
+         directory, or a state directory shared with another project)",
+        "restart it from here: `ocsb egress down && ocsb egress up`",
+    ))
 }

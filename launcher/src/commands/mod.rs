@@ -32,7 +32,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Wt(WtCommand::List) => worktree::list(explicit),
         Command::Netlock(cmd) => netlock::run(cmd, &project()?.settings),
         Command::Doctor(args) => doctor::run(explicit, args.json),
-        Command::Prepare => run::prepare(&project()?).map(drop),
+        Command::Prepare(args) => run::prepare(&project()?, args.retest).map(drop),
         Command::Run(args) => run::run(&project()?, &args.opencode_args, args.no_browser),
         Command::Exec(args) => std::process::exit(sandbox::exec(&project()?, args.command)?),
         Command::Shell => std::process::exit(sandbox::shell(&project()?)?),

@@ -26,7 +26,7 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
     }
     // `prepare` reports progress on stdout; for `exec` stdout belongs to the command, so the
     // progress lines go to stderr.
-    let prepared = with_stdout_on_stderr(|| crate::run::prepare(project))?;
+    let prepared = with_stdout_on_stderr(|| crate::run::prepare(project, false))?;
     let mut spec = crate::sandbox_spec::spec(project, prepared.netlock, &extra_env(project)?, argv);
     spec.tty = TtyMode::Auto;
     Ok(ocsb_sandbox::run(&spec)?)

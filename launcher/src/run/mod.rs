@@ -115,7 +115,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
 
     // Bad inputs (env file, skills, plugins) fail before anything starts.
     let setup = opencode::setup(s, &project.user_config_dir, &sd, opencode_args)?;
-    let prepared = prepare::bring_up(project, sd)?;
+    let prepared = prepare::bring_up(project, sd, false)?;
     let sd = &prepared.state;
     let password = state::password(sd)?;
     // OpenCode's own secret, for a user who opens its port directly (no panel). It changes every

@@ -25,10 +25,10 @@ pub struct Prepared {
     pub netlock: Netlock,
 }
 
-/// `ocsb prepare`.
-pub fn prepare(project: &Project) -> Result<Prepared> {
+/// `ocsb prepare [--retest]`.
+pub fn prepare(project: &Project, retest: bool) -> Result<Prepared> {
     let (sd, _) = open_state(project)?;
-    bring_up(project, sd)
+    bring_up(project, sd, retest)
 }
 
 /// The checks before anything is written into the state directory, then the directory itself
@@ -46,8 +46,9 @@ pub fn open_state(project: &Project) -> Result<(StateDir, bool)> {
     Ok((sd, created))
 }
 
-/// The filter up, the netlock checked, the self-tests passed.
-pub fn bring_up(project: &Project, sd: StateDir) -> Result<Prepared> {
+/// The filter up, the netlock checked, the self-tests passed (`retest`: even when they passed
+/// before with the same inputs).
+pub fn bring_up(project: &Project, sd: StateDir, retest: bool) -> Result<Prepared> {
     let s = &project.settings;
     // 1. The egress filter, given the rules compiled once.
     let inst = crate::egress_cmd::instance(project)?;
@@ -69,13 +70,21 @@ pub fn bring_up(project: &Project, sd: StateDir) -> Result<Prepared> {
     state::write_docker_config(&sd, gw, s.egress_port())?;
 
     let lock = sandbox_spec::netlock(s)?;
-    let record = selftest_record(&up, &lock, s.egress_port());
-    if record.as_deref().is_some_and(|r| sd.read(Path::new(SELFTESTS)).as_deref() == Some(r.as_bytes())) {
+    let curl = ocsb_egress::verify::system_curl().ok_or_else(|| {
+        Error::failed(
+            "self-tests: no curl owned by root in /usr/bin, /bin or /usr/local/bin",
+            "install curl (apt-get install curl); a curl from PATH could be one the agent planted",
+        )
+    })?;
+    let record = selftest_record(&up, &lock, s.egress_port(), &curl);
+    if !retest
+        && record.as_deref().is_some_and(|r| sd.read(Path::new(SELFTESTS)).as_deref() == Some(r.as_bytes()))
+    {
         // Every sandbox start probes the lock itself and refuses without it, so the separate
         // check below adds only its earlier message; the self-tests would give what they gave.
         println!(
             "self-tests: passed before with these rules, this filter and this netlock; not run again \
-             (`ocsb egress verify` runs them now)"
+             (`ocsb prepare --retest` runs them now)"
         );
         return Ok(Prepared { state: sd, policy, netlock: lock });
     }
@@ -84,7 +93,7 @@ pub fn bring_up(project: &Project, sd: StateDir) -> Result<Prepared> {
     // 2. The netlock, checked the way the sandbox will use it.
     check_netlock(project, &lock)?;
     // 3. Self-tests, with curl run inside the sandbox, against the rules the filter was given.
-    self_tests(project, &sd, &policy, &lock)?;
+    self_tests(project, &sd, &policy, &lock, &curl)?;
     if let Some(r) = record {
         sd.write(Path::new(SELFTESTS), r.as_bytes(), 0o600)?;
     }
@@ -95,17 +104,19 @@ pub fn bring_up(project: &Project, sd: StateDir) -> Result<Prepared> {
 /// the agent can neither read nor forge the record.
 const SELFTESTS: &str = "egress/selftests-passed";
 
-/// What the self-tests depend on, as one line: the rules the filter runs (their hash), the filter
-/// process itself, the netlock (gid and how the sandbox joins it), the proxy port and this
-/// `ocsb`. `None` when the filter cannot name its process (squid): then they always run.
-fn selftest_record(up: &UpReport, lock: &Netlock, port: u16) -> Option<String> {
+/// What the self-tests depend on, as one line: the rules the filter runs (their hash, as the
+/// filter reported it), the filter process itself, the netlock (gid and how the sandbox joins
+/// it), the proxy port, the curl that ran them and this `ocsb`. `None` when the filter cannot
+/// name its process (squid): then they always run.
+fn selftest_record(up: &UpReport, lock: &Netlock, port: u16, curl: &Path) -> Option<String> {
     let process = up.process.as_deref()?;
     let lock = serde_json::to_string(lock).ok()?;
     let exe = std::env::current_exe().ok().and_then(|e| e.metadata().ok()).and_then(|m| m.modified().ok());
     Some(format!(
-        "v1 rules={} backend={} filter={process} port={port} netlock={lock} ocsb={}@{exe:?}\n",
+        "v1 rules={} backend={} filter={process} port={port} netlock={lock} curl={} ocsb={}@{exe:?}\n",
         up.config_hash,
         up.backend.as_str(),
+        curl.display(),
         env!("CARGO_PKG_VERSION"),
     ))
 }
@@ -139,7 +150,9 @@ fn check_netlock(project: &Project, lock: &Netlock) -> Result<()> {
     Ok(())
 }
 
-fn self_tests(project: &Project, sd: &StateDir, policy: &Policy, lock: &Netlock) -> Result<()> {
+/// The rules' `expect-*` lines and the bypass check, by the system's curl (never one from `PATH`)
+/// run inside the sandbox as the agent's commands are.
+fn self_tests(project: &Project, sd: &StateDir, policy: &Policy, lock: &Netlock, curl: &Path) -> Result<()> {
     let s = &project.settings;
     let spec_rel = Path::new("egress/selftest-spec.json");
     let spec = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()]);
@@ -149,6 +162,7 @@ fn self_tests(project: &Project, sd: &StateDir, policy: &Policy, lock: &Netlock)
         ocsb_egress::verify::VerifyOptions::new(SocketAddr::from(([127, 0, 0, 1], s.egress_port())));
     opts.wrap = vec![exe.into(), crate::cli::SANDBOX_RUN.into(), sd.path().join(spec_rel).into()];
     opts.max_time = 10;
+    opts.curl = curl.into();
     let report = ocsb_egress::verify::run(policy, &opts).map_err(|e| egress_err("self-tests", e))?;
     let n = report.checks.len();
     report.into_result().map_err(|e| egress_err("self-tests", e))?;

@@ -7,15 +7,17 @@
 //! request with a new client connection each time (p50/p99), CONNECT tunnel throughput (median
 //! of 3 × 256 MiB), and idle memory (RSS) of each backend.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+// The lab of the integration tests; the benchmark uses part of it.
+#[allow(dead_code)]
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::client::read_reply;
-use common::lab::{BUILTIN_PORT, Lab, SQUID_PORT};
+use support::client::read_reply;
+use support::lab::{BUILTIN_PORT, Lab, SQUID_PORT};
 
 const ORIGIN: &str = "198.51.100.7";
 

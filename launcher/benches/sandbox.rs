@@ -8,7 +8,9 @@
 //! Every command runs as the user ocsb-test inside a network namespace this process creates.
 //! `bwrap` comes from the Debian package bubblewrap; without it that column is reported missing.
 
-#[path = "../tests/sandbox_support/mod.rs"]
+// The sandbox harness of the integration tests; the benchmark uses part of it.
+#[allow(dead_code)]
+#[path = "../tests/support/sandbox.rs"]
 mod sandbox_support;
 
 use std::process::{Command, Stdio};

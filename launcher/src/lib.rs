@@ -23,9 +23,9 @@ use crate::cli::{Cli, Command, EgressCommand, SandboxCommand, WtCommand};
 
 use crate::error::Result;
 use crate::project::Project;
-/// The notification bus proxy's filter, for the test that runs it against a real bus.
+/// The notification bus proxy's command, for the tests that run it against a real bus.
 #[doc(hidden)]
-pub use crate::run::notify::PROXY_ARGS as NOTIFY_PROXY_ARGS;
+pub use crate::run::notify::proxy_command as notify_proxy_command;
 
 /// The whole program: what `ocsb`'s `main` runs.
 pub fn main() -> ExitCode {

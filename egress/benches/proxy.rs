@@ -9,15 +9,17 @@
 // A benchmark is a test harness: a failed unwrap is a failed run with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+// The lab of the integration tests; the benchmark uses part of it.
+#[allow(dead_code)]
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::client::read_reply;
-use common::lab::{BUILTIN_PORT, Lab, SQUID_PORT};
+use support::client::read_reply;
+use support::lab::{BUILTIN_PORT, Lab, SQUID_PORT};
 
 const ORIGIN: &str = "198.51.100.7";
 

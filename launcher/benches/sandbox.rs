@@ -13,7 +13,9 @@
 // A benchmark is a test harness: a failed unwrap is a failed run with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/sandbox_support/mod.rs"]
+// The sandbox harness of the integration tests; the benchmark uses part of it.
+#[allow(dead_code)]
+#[path = "../tests/support/sandbox.rs"]
 mod sandbox_support;
 
 use std::process::{Command, Stdio};

@@ -24,9 +24,9 @@ use clap::Parser;
 
 use crate::cli::Cli;
 
-/// The notification bus proxy's filter, for the test that runs it against a real bus.
+/// The notification bus proxy's command, for the tests that run it against a real bus.
 #[doc(hidden)]
-pub use crate::run::notify::PROXY_ARGS as NOTIFY_PROXY_ARGS;
+pub use crate::run::notify::proxy_command as notify_proxy_command;
 
 /// The whole program: what `ocsb`'s `main` runs.
 pub fn main() -> ExitCode {

@@ -63,6 +63,14 @@ pub const PROXY_ARGS: &[&str] = &[
     "--broadcast=org.freedesktop.Notifications=org.freedesktop.Notifications.*@/org/freedesktop/Notifications",
 ];
 
+/// The command line of the bus proxy: `xdg-dbus-proxy BUS SOCKET` and [`PROXY_ARGS`], no
+/// standard streams. `run` starts it so; the notification tests start the same command.
+pub fn proxy_command(exe: &Path, bus: &str, socket: &Path) -> Command {
+    let mut c = Command::new(exe);
+    c.arg(bus).arg(socket).args(PROXY_ARGS).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    c
+}
+
 fn start_with(bus: Option<String>, exe: Option<PathBuf>, state: &StateDir) -> Result<BusProxy, String> {
     let Some(bus) = bus else {
         return Err("notifications: no session bus (DBUS_SESSION_BUS_ADDRESS is not set); skipped".into());
@@ -75,13 +83,7 @@ fn start_with(bus: Option<String>, exe: Option<PathBuf>, state: &StateDir) -> Re
     let run_dir = state.dir(Path::new("run")).map_err(|e| format!("notifications: {e}; skipped"))?;
     state.remove(Path::new("run/bus")).map_err(|e| format!("notifications: {e}; skipped"))?;
     let socket = state.path().join("run/bus");
-    let child = Command::new(exe)
-        .arg(&bus)
-        .arg(&socket)
-        .args(PROXY_ARGS)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    let child = proxy_command(&exe, &bus, &socket)
         .spawn()
         .map_err(|e| format!("notifications: cannot start xdg-dbus-proxy ({e}); skipped"))?;
     let mut proxy = BusProxy { child, socket, run_dir };

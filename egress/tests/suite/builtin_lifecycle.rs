@@ -1,0 +1,211 @@
+//! The builtin backend's lifecycle in the lab namespaces: reload under load, invalid rules keep
+//! the old policy, in-flight tunnels survive a reload, status reports stale/current, logs.
+
+use std::io::{BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::support::client::{self, read_reply};
+use crate::support::lab::{BUILTIN_PORT, Lab, RULES};
+
+fn proxy() -> SocketAddr {
+    format!("127.0.0.1:{BUILTIN_PORT}").parse().unwrap()
+}
+
+#[test]
+fn reload_applies_fast_keeps_old_rules_on_error_and_keeps_tunnels() {
+    let mut lab = Lab::new(RULES);
+    lab.start_builtin();
+    let inst = lab.instance();
+    let p = proxy();
+
+    let st = ocsb_egress::status(&inst).unwrap();
+    assert!(st.running, "{st:?}");
+    assert_eq!(st.config, "current");
+    assert_eq!(st.listen, vec![format!("127.0.0.1:{BUILTIN_PORT}")]);
+
+    assert_eq!(lab.client(move || client::get(p, "http://pub.test.net/", "x")).unwrap().status, 200);
+    // A request body is streamed to the origin; hop-by-hop and proxy credentials are not.
+    let post = "POST http://pub.test.net/post HTTP/1.1\r\nHost: pub.test.net\r\nProxy-Authorization: Basic c2VjcmV0\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello";
+    assert_eq!(lab.client(move || client::raw(p, post)).unwrap().status, 200);
+    // Keep-alive: two requests on one client connection, each decided on its own.
+    let two = lab.client(move || {
+        let mut s = TcpStream::connect(p).unwrap();
+        s.write_all(b"GET http://pub.test.net/a HTTP/1.1\r\nHost: pub.test.net\r\n\r\n").unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let a = read_reply(&mut r, false).unwrap().status;
+        s.write_all(b"GET http://www.example.com/b HTTP/1.1\r\nHost: www.example.com\r\n\r\n").unwrap();
+        let b = read_reply(&mut r, false).unwrap().status;
+        (a, b)
+    });
+    assert_eq!(two, (200, 403));
+
+    // An open tunnel, kept across the reload (the stream lives in the filter namespace thread).
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<(u16, u16)>();
+    let (opened_tx, opened_rx) = std::sync::mpsc::channel::<()>();
+    lab.topo.filter.spawn(move || {
+        let mut s = TcpStream::connect(p).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"CONNECT pub.test.net:443 HTTP/1.1\r\nHost: pub.test.net:443\r\n\r\n").unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let first = read_reply(&mut r, true).unwrap().status;
+        opened_tx.send(()).unwrap();
+        rx.recv().unwrap(); // wait for the reload
+        s.write_all(b"GET /after-reload HTTP/1.1\r\nHost: pub.test.net\r\n\r\n").unwrap();
+        let second = read_reply(&mut r, false).map(|r| r.status).unwrap_or(0);
+        done_tx.send((first, second)).unwrap();
+    });
+
+    opened_rx.recv_timeout(Duration::from_secs(10)).expect("tunnel did not open");
+
+    // Background load during the reload.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let load = lab.topo.filter.spawn(move || {
+        let mut n = 0;
+        while n < 20 || !stop2.load(std::sync::atomic::Ordering::SeqCst) {
+            let r = client::get(p, "http://jira.example.com/", "x").map(|r| r.status);
+            assert_eq!(r, Some(200), "request {n} under load failed");
+            n += 1;
+        }
+        n
+    });
+
+    // Change a rule: pub.test.net becomes blocked.
+    lab.write_rules(&format!("{RULES}block pub.test.net\n"));
+    let st = ocsb_egress::status(&inst).unwrap();
+    assert_eq!(st.config, "stale", "{st:?}");
+    let t0 = Instant::now();
+    let r = ocsb_egress::up(&inst, &inst.load_policy().unwrap(), ocsb_egress::lifecycle::stderr_progress())
+        .unwrap();
+    assert_eq!(r.action, ocsb_egress::UpAction::Reloaded);
+    let mut applied = None;
+    while t0.elapsed() < Duration::from_secs(1) {
+        let reply = lab.client(move || client::get(p, "http://pub.test.net/", "x")).unwrap();
+        if reply.status == 403 {
+            assert_eq!(
+                reply.header("x-egress-decision").map(|h| h.starts_with("block ")),
+                Some(true),
+                "{reply:?}"
+            );
+            applied = Some(t0.elapsed());
+            break;
+        }
+    }
+    let applied = applied.expect("the new rule did not apply within 1 s");
+    eprintln!("reload applied after {applied:?}");
+    assert_eq!(ocsb_egress::status(&inst).unwrap().config, "current");
+
+    tx.send(()).unwrap();
+    let (first, second) = done_rx.recv_timeout(Duration::from_secs(15)).unwrap();
+    assert_eq!((first, second), (200, 200), "the tunnel opened before the reload was cut");
+
+    // An invalid file: compiling for `up` fails naming file and line; the old (new) rules stay
+    // in force.
+    lab.write_rules(&format!("{RULES}block pub.test.net\nallow-regex ^[a-\n"));
+    let err = inst.load_policy().unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("egress.conf:7"), "error does not name file:line: {msg}");
+    assert!(err.is_input(), "{err:?}");
+    let reply = lab.client(move || client::get(p, "http://pub.test.net/", "x")).unwrap();
+    assert_eq!(reply.status, 403, "old rules not kept after an invalid reload");
+    assert_eq!(lab.client(move || client::get(p, "http://jira.example.com/", "x")).unwrap().status, 200);
+    // The same through the control socket directly (a SIGHUP-style reload by the process).
+    let r = ocsb_egress::builtin::control::reload(&inst.paths().control_socket(), Duration::from_secs(5))
+        .unwrap();
+    assert!(!r.ok);
+    assert!(r.error.as_deref().unwrap().contains("egress.conf:7"), "{r:?}");
+    let st = ocsb_egress::status(&inst).unwrap();
+    assert!(st.running && st.rules_error.is_some(), "{st:?}");
+
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let n = load.join().unwrap();
+    assert!(n >= 20, "only {n} requests under load");
+
+    // Logs: denials highlighted, JSON lines parse.
+    let mut out = Vec::new();
+    ocsb_egress::logs(&inst, &ocsb_egress::LogsOptions { json: true, ..Default::default() }, &mut out)
+        .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let denied = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["verdict"] == "deny")
+        .count();
+    assert!(denied >= 1, "{text}");
+    let mut out = Vec::new();
+    ocsb_egress::logs(&inst, &ocsb_egress::LogsOptions { color: true, ..Default::default() }, &mut out)
+        .unwrap();
+    assert!(String::from_utf8(out).unwrap().contains("\x1b[1;31m"), "denials are not highlighted");
+
+    // Down stops it; status says so; a second down is a no-op.
+    assert!(ocsb_egress::down(&inst).unwrap());
+    assert!(!ocsb_egress::status(&inst).unwrap().running);
+    assert!(!ocsb_egress::down(&inst).unwrap());
+    lab.builtin_started = false;
+}
+
+#[test]
+fn bad_input_is_refused_logged_and_others_keep_being_served() {
+    let mut lab = Lab::new(RULES);
+    lab.start_builtin();
+    let p = proxy();
+    let malformed: &[(&str, u16)] = &[
+        ("GARBAGE\r\n\r\n", 400),
+        ("GET /plain HTTP/1.1\r\nHost: pub.test.net\r\n\r\n", 400),
+        ("CONNECT pub.test.net:99999 HTTP/1.1\r\nHost: pub.test.net\r\n\r\n", 400),
+        ("GET http://pub.test.net/ HTTP/1.1\r\nHost: x\r\nX-Big: BIG\r\n\r\n", 431),
+        ("GET http://exa mple.com/ HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    ];
+    for (req, want) in malformed {
+        let req = req.replace("BIG", &"a".repeat(128 * 1024));
+        let sent = req.clone();
+        let r = lab.client(move || client::raw(p, &sent));
+        let status = r.map(|r| r.status).unwrap_or(0);
+        assert_eq!(status, *want, "request {:?}", &req[..req.len().min(60)]);
+    }
+    // Parse errors are logged when hyper gives the connection back, just after the reply.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let log = std::fs::read_to_string(lab.builtin_log()).unwrap();
+        let refusals =
+            log.lines().filter(|l| l.contains("NONE_NONE/400") || l.contains("NONE_NONE/431")).count();
+        if refusals >= malformed.len() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "each refusal must be logged:\n{log}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // 10k idle connections: the proxy keeps serving other clients, and logs each eviction/refusal.
+    let served = lab.client(move || {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+        let mut idle = Vec::new();
+        let t0 = Instant::now();
+        for _ in 0..10_000 {
+            match TcpStream::connect(p) {
+                Ok(s) => idle.push(s),
+                Err(e) => panic!("connect #{}: {e}", idle.len()),
+            }
+        }
+        eprintln!("10k connects took {:?}", t0.elapsed());
+        std::thread::sleep(Duration::from_millis(300));
+        let t1 = Instant::now();
+        let mut ok = 0;
+        for _ in 0..20 {
+            if client::get(p, "http://pub.test.net/", "x").map(|r| r.status) == Some(200) {
+                ok += 1;
+            }
+        }
+        eprintln!("20 requests took {:?}", t1.elapsed());
+        drop(idle);
+        ok
+    });
+    assert_eq!(served, 20, "requests failed while 10k idle connections were open");
+    let log = std::fs::read_to_string(lab.builtin_log()).unwrap();
+    let limit_lines = log.lines().filter(|l| l.contains("EVICT_IDLE") || l.contains("CONN_LIMIT")).count();
+    assert!(limit_lines >= 10_000 - 1024, "evictions were not logged: {limit_lines}");
+}

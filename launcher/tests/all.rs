@@ -1,0 +1,56 @@
+//! The integration tests of `ocsb`, one test binary (one link of the launcher, one harness).
+//!
+//! Modules marked `host` need root, the test user, network namespaces or the tools that
+//! tests/install-deps.sh installs; they are built only with `--features host-tests` (as
+//! `make test` does). Without it, `cargo test` as an ordinary user runs the rest.
+//! Shared helpers are in the `testkit` crate; `support` holds what only these suites use.
+
+#[cfg(feature = "host-tests")]
+mod support {
+    // The sandbox harness: a world owned by ocsb-test, `__sandbox-run`, the probe, scenarios.
+    pub mod sandbox;
+}
+
+mod suite {
+    // init, config, egress render/explain, completions, exit codes, against temp repositories.
+    mod cli;
+    // `ocsb wt add | rm | list` against real git repositories.
+    mod worktree;
+
+    // host: `ocsb doctor` on real machine states, each check made to fail in turn.
+    #[cfg(feature = "host-tests")]
+    mod doctor;
+    // host: the checkout rule: agent-planted code never runs in host git or host tools.
+    #[cfg(feature = "host-tests")]
+    mod git_guard;
+    // host: the launcher trusts nothing the agent can write (state, project choice, settings).
+    #[cfg(feature = "host-tests")]
+    mod launcher_trust;
+    // host: the desktop notification plugin through xdg-dbus-proxy on a private session bus.
+    #[cfg(feature = "host-tests")]
+    mod notify_plugin;
+    // host: the skill-compact-resurrect plugin against a real `opencode serve`.
+    #[cfg(feature = "host-tests")]
+    mod plugins;
+    // host: `ocsb run` end to end as ocsb-test, with the netlock, the filter and OpenCode.
+    #[cfg(feature = "host-tests")]
+    mod run_e2e;
+    // host: the web front against real OpenCode: auth, SSE, agent turns, PTY, Tokens panel.
+    #[cfg(feature = "host-tests")]
+    mod run_web;
+    // host: the numbered escape attempts of docs/escape-tests.md, each with a control.
+    #[cfg(feature = "host-tests")]
+    mod sandbox_escape;
+    // host: `ocsb exec` end to end: settings mapped, filter started, lock probed, exit status.
+    #[cfg(feature = "host-tests")]
+    mod sandbox_exec;
+    // host: escape test e39: no background or double-forked daemon outlives the launcher.
+    #[cfg(feature = "host-tests")]
+    mod sandbox_lifecycle;
+    // host: the netlock gid: the sandbox runs locked, probed before and while the command runs.
+    #[cfg(feature = "host-tests")]
+    mod sandbox_netlock;
+    // host: packaging/uninstall.sh removes exactly what `make install` put.
+    #[cfg(feature = "host-tests")]
+    mod uninstall;
+}

@@ -1,0 +1,219 @@
+//! The checkout rule end to end: an agent inside `ocsb exec` tries every way we know
+//! to make host git (or a host tool) run its code, and the user then runs plain `git status`,
+//! `git commit`, `git log` and `ocsb wt …` on the host. Each attack either fails with the
+//! errno it names, or the launcher refuses with its message; in no case does a marker appear.
+//! The positive controls show the agent still commits, branches, stashes, rebases, merges and
+//! runs `git gc --auto`, in the main checkout and in a session started from a worktree.
+//!
+//! As the ordinary user `ocsb-test`, with the netlock table in a network namespace the test
+//! creates (only `lo`), like `sandbox_exec.rs`.
+
+use crate::support::sandbox::{World, has, no_markers, scenario, shell_quote};
+
+/// Every name of the rule that a mount can hold, created or changed from inside: EROFS; then
+/// host git with hooks, fsmonitor and includes in play runs nothing of the agent's.
+#[test]
+fn git_config_names_cannot_be_created_or_changed_from_inside() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"mkdir -p scripts; printf '#!/bin/sh\n' > scripts/pre-commit; chmod +x scripts/pre-commit; chown -R 1990 scripts
+        U ln -s ../../scripts/pre-commit .git/hooks/pre-commit
+        X "python3 $PROBE write $P/scripts/pre-commit" | tail -1 | sed 's/^/linked-hook /'
+        U git config core.hooksPath .husky/_; U git config include.path ../tools/git.inc; mkdir -p tools; chown 1990 tools;
+        for f in .git/commondir .git/config .git/config.worktree .git/hooks/pre-commit .git/info/attributes \
+                 .git/modules/x .git/worktrees/evil .husky/_/pre-commit .husky/pre-commit tools/git.inc \
+                 .opencode-sandbox/local/sandbox.conf .cc-safety-net/policy.json; do
+          echo "$f $(X "python3 $PROBE write $P/$f" | tail -1)"; done
+        U git status --short >/dev/null; U git commit -q --allow-empty -m host; U git log --oneline >/dev/null
+        U "$OCSB" wt add feat-a >/dev/null 2>&1; U "$OCSB" wt list >/dev/null 2>&1; U "$OCSB" wt rm a >/dev/null 2>&1
+        echo "commondir $(cat .git/commondir)""#,
+    );
+    for name in [
+        ".git/commondir",
+        ".git/config",
+        ".git/config.worktree",
+        ".git/hooks/pre-commit",
+        ".git/info/attributes",
+        ".git/modules/x",
+        ".git/worktrees/evil",
+        ".husky/_/pre-commit",
+        ".husky/pre-commit",
+        "tools/git.inc",
+        ".opencode-sandbox/local/sandbox.conf",
+        ".cc-safety-net/policy.json",
+    ] {
+        has(&out, &format!("{name} ERR EROFS"), &err);
+    }
+    has(&out, "commondir .", &err);
+    has(&out, "linked-hook ERR EROFS", &err);
+    no_markers(&w, &out, &err);
+}
+
+/// What no mount can stop: a nested repository (with a gitlink so the superproject's `git
+/// status` would enter it), legacy remotes, a new `.envrc`. The launcher moves the nested
+/// `.git` aside when the sandbox exits, so plain `git status` after it runs nothing; the next
+/// `ocsb exec` and `ocsb wt list` refuse, naming each path; `ocsb audit --accept` (for what the
+/// user vouches) lets them start again.
+#[test]
+fn planted_repositories_and_tool_files_are_caught_and_refused() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"X 'mkdir -p sub && cd sub && git init -q . && git commit -q --allow-empty -m n &&
+             git config core.fsmonitor "touch $HOME/PWNED_nested; false" && cd .. &&
+             git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub &&
+             mkdir -p .git/remotes && echo "URL: /tmp/x" > .git/remotes/origin && echo "echo hi" > .envrc' 2>exec1.err
+        echo "exec1 $?"; grep -c 'WARNING: the sandbox left' exec1.err
+        U git status >/dev/null 2>&1; U git -C sub status >/dev/null 2>&1
+        X true 2>exec2.err; echo "exec2 $?"; cat exec2.err >&2
+        grep -q 'refusing to start a sandbox' exec2.err && echo refused-start
+        grep -q "$P/.envrc" exec2.err && echo names-envrc
+        grep -q "$P/.git/remotes" exec2.err && echo names-remotes
+        grep -q "sub/.git.ocsb-planted-" exec2.err && echo names-nested
+        U "$OCSB" wt list >/dev/null 2>wt.err; echo "wt $?"; grep -q 'refusing to run git here' wt.err && echo refused-wt
+        U "$OCSB" audit >/dev/null 2>&1; echo "audit $?"
+        rm -rf sub/.git.ocsb-planted-* .git/remotes; U git rm -q --cached sub
+        U "$OCSB" audit --accept >/dev/null 2>&1; echo "accept $?"
+        X 'echo started' 2>/dev/null"#,
+    );
+    has(&out, "exec1 0", &err);
+    has(&out, "1", &err);
+    has(&out, "exec2 1", &err);
+    for l in
+        ["refused-start", "names-envrc", "names-remotes", "names-nested", "wt 1", "refused-wt", "audit 1"]
+    {
+        has(&out, l, &err);
+    }
+    has(&out, "accept 0", &err);
+    has(&out, "started", &err);
+    no_markers(&w, &out, &err);
+}
+
+/// The agent works with git: in the main checkout, and in a session started from a worktree
+/// (whose settings and trust come from the main checkout: its own `.opencode-sandbox/local`
+/// is read-only and ignored).
+#[test]
+fn the_agent_commits_in_the_main_checkout_and_in_a_worktree_session() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"X 'set -e; echo a > a; git add a; git commit -q -m a; git branch b1; git switch -q -c topic;
+             echo t > t; git add t; git commit -q -m t; git switch -q main; echo s > s; git add s; git stash -q;
+             git stash pop -q; git commit -q -m s; git tag v1; git cherry-pick topic >/dev/null; git switch -q topic;
+             git rebase -q main; git switch -q main; git merge -q --no-edit topic; git worktree list >/dev/null;
+             git gc --auto -q; echo main-ok' 2>x1.err; tail -3 x1.err >&2
+        echo "log $(U git log --format=%s main | tr '\n' ' ')"
+        echo "branches $(U git branch --format='%(refname:short)' | tr '\n' ' ')"
+        WT=$(U "$OCSB" wt add feat-b 2>/dev/null); echo "wt $?"
+        cd "$WT"
+        U "$OCSB" exec -- sh -c 'set -e; echo w > w; git add w; git commit -q -m in-worktree; git switch -q -c feat-c;
+             git switch -q feat-b; echo wt-ok' </dev/null 2>x2.err; tail -3 x2.err >&2
+        U "$OCSB" exec -- python3 "$PROBE" write "$WT/.opencode-sandbox/sandbox.conf" </dev/null 2>/dev/null
+        U "$OCSB" exec -- python3 "$PROBE" write "$WT/.git" </dev/null 2>/dev/null
+        U "$OCSB" exec -- python3 "$PROBE" write "$P/.git/hooks/post-checkout" </dev/null 2>/dev/null
+        U "$OCSB" exec -- python3 "$PROBE" write "$P/README-main" </dev/null 2>/dev/null
+        U "$OCSB" exec -- python3 "$PROBE" write "$P/.git/worktrees/feat-b/gitdir" </dev/null 2>/dev/null
+        U "$OCSB" exec -- python3 "$PROBE" write "$P/.git/worktrees/feat-b/commondir" </dev/null 2>/dev/null
+        U "$OCSB" exec -- python3 "$PROBE" write "$P/.git/commondir" </dev/null 2>/dev/null
+        # The worktree's own rules and local settings are not layers: a host-side edit (as if the
+        # agent had committed it on the branch) changes nothing.
+        echo 'connect 10.1.2.3:22' >> .opencode-sandbox/egress.conf; mkdir -p .opencode-sandbox/local
+        echo 'OCSB_SANDBOX=0' > .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox
+        echo "explain $(U "$OCSB" egress explain --connect 10.1.2.3:22 2>/dev/null | head -1 | cut -d' ' -f1)"
+        echo "sandbox $(U "$OCSB" config 2>/dev/null | grep '^OCSB_SANDBOX=')"
+        echo "wtlog $(U git log --format=%s -1 feat-b)"
+        echo "seccomp $(U "$OCSB" exec -- grep -c '^Seccomp:.*2' /proc/self/status </dev/null 2>/dev/null)"
+        U "$OCSB" config 2>/dev/null | grep -q "^OCSB_NAME=proj" && echo name-from-main"#,
+    );
+    has(&out, "main-ok", &err);
+    has(&out, "log t s a ocsb init", &err);
+    has(&out, "branches b1 main topic", &err);
+    has(&out, "wt 0", &err);
+    has(&out, "wt-ok", &err);
+    assert_eq!(out.lines().filter(|l| *l == "ERR EROFS").count(), 7, "{out}\n{err}");
+    has(&out, "explain deny", &err);
+    has(&out, "sandbox OCSB_SANDBOX=1", &err);
+    has(&out, "wtlog in-worktree", &err);
+    has(&out, "seccomp 1", &err);
+    has(&out, "name-from-main", &err);
+    no_markers(&w, &out, &err);
+}
+
+/// `git fetch` and `git push` from inside go through the filter (a smart-HTTP server on a
+/// documentation address in the test's namespace), and not around it.
+#[test]
+fn fetch_and_push_go_through_the_filter() {
+    let w = World::new();
+    let srv = w.root.join("srv");
+    let (out, err) = scenario(
+        &w,
+        &format!(
+            r#"S={srv}; ip addr add 192.0.2.1/32 dev lo; mkdir -p "$S/cgi-bin"; chown 1990 "$S"
+        U git clone -q --bare "$P" "$S/repo.git"; U git -C "$S/repo.git" config http.receivepack true
+        printf '#!/bin/sh\nexport GIT_PROJECT_ROOT=%s GIT_HTTP_EXPORT_ALL=1 HOME=/tmp\nexec git -c safe.directory="*" http-backend\n' "$S" > "$S/cgi-bin/git"
+        chmod -R a+rwX "$S"; chmod 755 "$S/cgi-bin/git"
+        (cd "$S" && exec python3 -m http.server --cgi --bind 192.0.2.1 80 >/dev/null 2>&1) & SRV=$!
+        trap 'kill $SRV; U "$OCSB" egress down >/dev/null 2>&1 </dev/null || true' EXIT
+        for i in $(seq 50); do curl -s -o /dev/null http://192.0.2.1/ && break; sleep 0.1; done
+        U git remote add origin http://192.0.2.1/cgi-bin/git/repo.git
+        # The filter runs as the user's own group, as it does when the shim gives only the sandbox
+        # the netlock group (here every `U` command has it, so start the filter first without).
+        env -i PATH=/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" egress up >/dev/null 2>&1 </dev/null
+        X 'set -e; echo p > pushed; git add pushed; git commit -q -m pushed; git fetch -q origin;
+           git push -q origin HEAD:refs/heads/from-agent; echo push-ok' 2>x.err; tail -3 x.err >&2
+        X 'env -u http_proxy -u HTTP_PROXY -u https_proxy -u HTTPS_PROXY git push -q origin HEAD:refs/heads/direct 2>&1 || echo direct-failed' 2>/dev/null
+        echo "server $(git -c safe.directory='*' --git-dir "$S/repo.git" log --format=%s -1 from-agent 2>&1)"
+        echo "direct $(git -c safe.directory='*' --git-dir "$S/repo.git" rev-parse -q --verify refs/heads/direct || echo none)""#,
+            srv = shell_quote(&srv.display().to_string())
+        ),
+    );
+    has(&out, "push-ok", &err);
+    has(&out, "direct-failed", &err);
+    has(&out, "server pushed", &err);
+    has(&out, "direct none", &err);
+}
+
+/// The second round of attacks: an `.opencode-sandbox/` in a subdirectory (which would have become
+/// a project with the agent's own trusted `local/` layer), a symlink in `.git` that host git
+/// writes through (`COMMIT_EDITMSG -> ~/victim`), an index entry inside `.git` (which `git
+/// checkout -- .` would write into `.git/hooks`), a directory laid out as a bare repository, and
+/// a worktree renamed away to be replaced by the agent's own repository.
+#[test]
+fn subdirectory_settings_git_symlinks_index_paths_and_worktree_swaps_are_stopped() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"echo precious > "$HOME/victim"; chown 1990 "$HOME/victim"
+        WT=$(U "$OCSB" wt add feat-s 2>/dev/null)
+        X "mkdir -p src/deep/.x src/.opencode-sandbox/local && echo OCSB_SANDBOX=0 > src/.opencode-sandbox/local/sandbox.conf;
+           ln -s $HOME/victim .git/COMMIT_EDITMSG;
+           mkdir -p lib/fake/objects lib/fake/refs && echo 'ref: refs/heads/main' > lib/fake/HEAD;
+           mkdir -p .gia/hooks && printf '#!/bin/sh\ntouch $HOME/PWNED_index\n' > .gia/hooks/post-commit && chmod +x .gia/hooks/post-commit;
+           git add .gia && rm -r .gia && python3 -c \"
+import hashlib; b=open('.git/index','rb').read()[:-20].replace(b'.gia/',b'.git/'); open('.git/index','wb').write(b+hashlib.sha1(b).digest())\";
+           mv $WT $WT.moved 2>/dev/null || echo rename-refused" 2>x.err
+        cd src/deep; echo "subdir $(U "$OCSB" config 2>/dev/null | grep '^OCSB_SANDBOX=')"; cd "$P"
+        grep -q "COMMIT_EDITMSG" x.err && echo names-symlink
+        grep -q "index" x.err && echo names-index
+        grep -q "lib/fake" x.err && echo names-bare
+        grep -q "src/.opencode-sandbox" x.err && echo names-subdir-settings
+        U git checkout -q -- . 2>/dev/null; U git commit -q --allow-empty -m host 2>/dev/null
+        echo "victim $(cat "$HOME/victim")"; test -e .git/hooks/post-commit || echo no-hook
+        X true 2>/dev/null; echo "exec $?""#,
+    );
+    for l in [
+        "rename-refused",
+        "subdir OCSB_SANDBOX=1",
+        "names-symlink",
+        "names-index",
+        "names-bare",
+        "names-subdir-settings",
+        "victim precious",
+        "no-hook",
+        "exec 1",
+    ] {
+        has(&out, l, &err);
+    }
+    no_markers(&w, &out, &err);
+}

@@ -1,0 +1,680 @@
+//! `ocsb run --no-browser` end to end, as the ordinary user `ocsb-test`, inside a network
+//! namespace this test creates (`ip netns add`): origins on documentation addresses on that
+//! namespace's loopback (192.0.2.1 allowed, 192.0.2.2 blocked by the project's egress.conf), the
+//! netlock table installed in that namespace only, the builtin egress filter, the real sandbox,
+//! a real `opencode serve` and the scripted model provider. The test thread joins the namespace
+//! (`setns`, this thread only) to talk to the web front. Through OpenCode's API the agent's own
+//! shell must: write the project; fail to write `$HOME` and `.opencode-sandbox/`; see no private
+//! ssh key and no web password; reach the allowed origin through the filter; get a 403 with the
+//! deciding rule for the blocked one; fail to connect around the filter; fail `sudo`. Then a
+//! second `run` is refused, and after a restart the session is still listed.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use testkit::browser::Browser;
+use testkit::dbus::{FAKE_NOTIFICATIONS, FakeNotifications, dbus_python};
+use testkit::host::{as_test_user as as_user, netlock_gid, require_all, sh};
+use testkit::http::{b64, b64url, basic, http};
+use testkit::opencode::{
+    agent_runs, opencode_bin, provider_config, read_panel, session_url, shell_runs, spawn_fake_provider,
+};
+use testkit::proc::wait_for_path;
+use testkit::{Netns, Proc};
+
+const UID: u32 = testkit::host::TEST_UID;
+const T: Duration = Duration::from_secs(30);
+
+fn require_host() {
+    testkit::host::require_root("this test creates a network namespace and switches to ocsb-test");
+    testkit::host::test_user();
+    require_all(&[
+        ("ip", "iproute2"),
+        ("nft", "nftables"),
+        ("setpriv", "util-linux"),
+        ("curl", "curl"),
+        ("git", "git"),
+        ("python3", "python3"),
+    ]);
+}
+
+/// The test's namespace: only loopback, with the two origins' documentation addresses on it.
+fn world_netns() -> Netns {
+    let ns = Netns::new("run");
+    ns.sh("ip addr add 192.0.2.1/32 dev lo && ip addr add 192.0.2.2/32 dev lo");
+    ns
+}
+
+struct World {
+    root: PathBuf,
+    home: PathBuf,
+    proj: PathBuf,
+    state: PathBuf,
+    bin: PathBuf,
+    web: SocketAddr,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        // Stop the filters this test started (they outlive `run` by design); their control
+        // sockets are unix sockets, reachable from any network namespace.
+        let projects = std::fs::read_dir(&self.home).into_iter().flatten().flatten().map(|e| e.path());
+        for dir in projects.filter(|d| d.join(".opencode-sandbox").is_dir()) {
+            let _ = Command::new("setpriv")
+                .args(&as_user()[1..])
+                .args(ocsb_as(self, &dir))
+                .args(["egress", "down"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn world(provider_port: u16) -> World {
+    let root = PathBuf::from(format!("/var/tmp/ocsb-run-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let home = root.join("home");
+    let proj = home.join("proj");
+    let state = home.join(".local/share/opencode-sandbox/proj");
+    for d in [
+        &proj.join(".opencode-sandbox/local"),
+        &home.join(".ssh"),
+        &root.join("bin"),
+        &root.join("www1"),
+        &home.join(".cache"),
+        &home.join("victim"),
+    ] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    sh(&format!("git init -q {}", proj.display()));
+    std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE KEY\n").unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519.pub"), "ssh-ed25519 AAAA\n").unwrap();
+    std::fs::create_dir_all(home.join(".kube")).unwrap();
+    std::fs::write(home.join(".kube/config"), "REAL-CLUSTER-TOKEN\n").unwrap();
+    std::fs::write(home.join("kube-dev.yaml"), "kind: Config (dev-cluster)\n").unwrap();
+    std::fs::write(root.join("www1/index.html"), "origin-one-ok\n").unwrap();
+    let oc = opencode_bin();
+    let web = 18000 + (std::process::id() % 1000) as u16 * 2;
+    std::fs::write(
+        proj.join(".opencode-sandbox/local/sandbox.conf"),
+        format!(
+            "OCSB_WEB_PORT={web}\nOCSB_EGRESS_PORT={}\nOCSB_OPENCODE_BIN={}\nOCSB_DOCKER=0\n\
+             OCSB_ENV=(\"SHOP_ENV=dev\")\nOCSB_NOTIFICATIONS=1\n\
+             OCSB_HIDE=({})\nOCSB_ENV_FILE={}\nOCSB_SKILLS=(opencode-sandbox extra-skill)\nOCSB_SKILL_DIRS=({})\n\
+             OCSB_KUBECONFIG={}\n",
+            web + 1000,
+            oc.display(),
+            root.join("bus").display(),
+            home.join("agent.env").display(),
+            home.join("my-skills").display(),
+            home.join("kube-dev.yaml").display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        proj.join(".opencode-sandbox/egress.conf"),
+        // No registry in this namespace and none blocked: OpenCode's background plugin install
+        // would stall the first request for about 70 s if the launcher did not seed its config dir.
+        "block 192.0.2.2 models.opencode.ai\nexpect-pass http://192.0.2.1/\nexpect-block http://192.0.2.2/\n",
+    )
+    .unwrap();
+    std::fs::write(proj.join("opencode.json"), provider_config(provider_port)).unwrap();
+    // cc-safety-net (the package's global config loads it) with a project policy that adds a path.
+    std::fs::create_dir_all(proj.join(".cc-safety-net")).unwrap();
+    std::fs::write(
+        proj.join(".cc-safety-net/policy.json"),
+        "{\"version\": 1, \"secret_protection\": {\"deny_paths\": [\"notes.txt\"]}}\n",
+    )
+    .unwrap();
+    std::fs::write(proj.join("notes.txt"), "denied-by-project-policy\n").unwrap();
+    std::fs::write(proj.join("other.txt"), "readable-by-agent\n").unwrap();
+    // `xdg-open` for the run that opens the browser: records the URL.
+    std::fs::write(
+        root.join("bin/xdg-open"),
+        format!("#!/bin/sh\necho \"$@\" >> {}\n", home.join("opened").display()),
+    )
+    .unwrap();
+    std::fs::write(home.join("agent.env"), "# tokens\nMCP_TOKEN='tok-$(not-run)'\n").unwrap();
+    std::fs::create_dir_all(home.join("my-skills/extra-skill")).unwrap();
+    std::fs::write(
+        home.join("my-skills/extra-skill/SKILL.md"),
+        "---\nname: extra-skill\ndescription: a test skill\n---\nbody\n",
+    )
+    .unwrap();
+    // An installation as `make install` lays it out: <prefix>/bin/ocsb and the setgid shim
+    // <prefix>/libexec/ocsb/ocsb-netlock-exec (2755 root:opencode-sandbox), which `run` uses to
+    // give the sandbox the netlock gid (OCSB_NETLOCK_ACQUIRE=exec, the default).
+    let bin = root.join("prefix/bin/ocsb");
+    let shim = root.join("prefix/libexec/ocsb/ocsb-netlock-exec");
+    std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(shim.parent().unwrap()).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_ocsb"), &bin).unwrap();
+    std::fs::copy(shim_binary(), &shim).unwrap();
+    std::fs::create_dir_all(root.join("bus")).unwrap();
+    sh(&format!("chmod 755 {}", root.join("bin/xdg-open").display()));
+    sh(&format!("chown -R {UID}:{UID} {} && chmod -R a+rX {}", home.display(), root.display()));
+    sh(&format!("chown {UID}:{UID} {0} && chmod 700 {0}", root.join("bus").display()));
+    sh(&format!("chown root:opencode-sandbox {0} && chmod 2755 {0}", shim.display()));
+    World { root, home, proj, state, bin, web: SocketAddr::from(([127, 0, 0, 1], web)) }
+}
+
+/// The shim built beside the ocsb binary (`cargo build -p ocsb-netlock-helper` builds it).
+fn shim_binary() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_ocsb")).parent().unwrap().to_path_buf();
+    let shim = dir.join("ocsb-netlock-exec");
+    if !shim.exists() {
+        let target = dir.parent().unwrap();
+        // The same profile as this test's binaries (target/<profile>/).
+        let release = dir.file_name().is_some_and(|n| n == "release");
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-p", "ocsb-netlock-helper", "--bin", "ocsb-netlock-exec"])
+            .args(release.then_some("--release"))
+            .env("CARGO_TARGET_DIR", target)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap();
+        assert!(st.success(), "could not build ocsb-netlock-exec (crate ocsb-netlock-helper)");
+    }
+    shim
+}
+
+/// `env -i HOME=… PATH=… <ocsb> -C <project>`: the installed ocsb with a clean environment.
+fn ocsb_as(w: &World, project: &Path) -> Vec<std::ffi::OsString> {
+    vec![
+        "env".into(),
+        "-i".into(),
+        format!("HOME={}", w.home.display()).into(),
+        "PATH=/usr/local/bin:/usr/bin:/bin".into(),
+        w.bin.clone().into(),
+        "-C".into(),
+        project.into(),
+    ]
+}
+
+/// Another project of the same user, made the way the README says (`git init`, `ocsb init`),
+/// with its own ports in its personal settings.
+fn other_project(w: &World, name: &str, web: u16, egress: u16) -> PathBuf {
+    let dir = w.home.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    sh(&format!("git init -q {0} && chown -R {UID}:{UID} {0}", dir.display()));
+    let out =
+        Command::new("setpriv").args(&as_user()[1..]).args(ocsb_as(w, &dir)).arg("init").output().unwrap();
+    assert!(out.status.success(), "ocsb init: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(dir.join(".cc-safety-net/policy.json").is_file() && dir.join(".opencode-sandbox/local").is_dir());
+    std::fs::write(
+        dir.join(".opencode-sandbox/local/sandbox.conf"),
+        format!(
+            "OCSB_WEB_PORT={web}\nOCSB_EGRESS_PORT={egress}\nOCSB_OPENCODE_BIN={}\nOCSB_DOCKER=0\n\
+             OCSB_NOTIFICATIONS=0\nOCSB_ENV=(OPENCODE_DISABLE_MODELS_FETCH=1)\n",
+            opencode_bin().display()
+        ),
+    )
+    .unwrap();
+    sh(&format!("chown -R {UID}:{UID} {}", dir.display()));
+    dir
+}
+
+/// `ocsb run` as ocsb-test (its own gid: the filter must not be locked; the sandbox gets the
+/// netlock gid through the shim), output to `log`. `browser`: with a display and the recording
+/// `xdg-open` first in `PATH`; otherwise `--no-browser`.
+fn start_run(ns: &Netns, w: &World, project: &Path, log: &Path, browser: bool) -> Proc {
+    let out = std::fs::File::create(log).unwrap();
+    let mut cmd = ns.cmd();
+    cmd.args(as_user())
+        .args(["env", "-i"])
+        .arg(format!("HOME={}", w.home.display()))
+        .arg("USER=ocsb-test")
+        .arg(format!("DBUS_SESSION_BUS_ADDRESS=unix:path={}", w.root.join("bus/real").display()));
+    if browser {
+        cmd.arg(format!("PATH={}:/usr/local/bin:/usr/bin:/bin", w.root.join("bin").display()))
+            .arg("DISPLAY=:99");
+    } else {
+        cmd.arg("PATH=/usr/local/bin:/usr/bin:/bin");
+    }
+    cmd.arg(&w.bin).arg("-C").arg(project).arg("run");
+    if !browser {
+        cmd.arg("--no-browser");
+    }
+    let child = cmd
+        .current_dir(project)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    Proc(child)
+}
+
+/// Ctrl-C: SIGINT to `ocsb run`, which must exit within 20 s.
+fn interrupt(run: &mut Proc) {
+    use nix::sys::signal::{Signal, kill};
+    kill(nix::unistd::Pid::from_raw(run.0.id() as i32), Signal::SIGINT).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while run.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "ocsb run did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn wait_ready(log: &Path, run: &mut Proc) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains("\nready;") {
+            return;
+        }
+        if let Ok(Some(st)) = run.0.try_wait() {
+            panic!("ocsb run exited ({st}) before it was ready:\n{text}");
+        }
+        assert!(Instant::now() < deadline, "ocsb run not ready within 180 s:\n{text}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn shell(w: &World, auth: &str, id: &str, cmd: &str) -> String {
+    shell_runs(w.web, auth, id, cmd)
+}
+
+#[test]
+fn run_puts_the_agents_shell_in_the_sandbox() {
+    require_host();
+    let gid = netlock_gid();
+    let ns = world_netns();
+    let tmp = tempfile::tempdir().unwrap();
+    // The model provider listens on the namespace's loopback (the lock allows 127.0.0.0/8).
+    let (_provider, provider_port) = spawn_fake_provider(ns.exec(&["python3"]), tmp.path());
+    let w = world(provider_port);
+    let _origin = Proc(
+        ns.cmd()
+            .args(["python3", "-m", "http.server", "--bind", "192.0.2.1", "80", "--directory"])
+            .arg(w.root.join("www1"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let _blocked = Proc(
+        ns.cmd()
+            .args(["python3", "-m", "http.server", "--bind", "192.0.2.2", "80"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    ns.sh("for i in $(seq 100); do curl -s -m 1 -o /dev/null http://192.0.2.1/ && curl -s -m 1 -o /dev/null http://192.0.2.2/ && exit 0; sleep 0.1; done; exit 1");
+    let table = format!(
+        "table inet ocsb_netlock {{\n chain output {{\n  type filter hook output priority filter; policy accept;\n  meta skgid {gid} jump locked\n }}\n \
+         chain locked {{\n  ip daddr 127.0.0.0/8 accept\n  ip6 daddr ::1 accept\n  reject with icmpx admin-prohibited\n }}\n}}\n"
+    );
+    let nft = w.root.join("netlock.nft");
+    std::fs::write(&nft, table).unwrap();
+    ns.sh(&format!("nft -f {}", nft.display()));
+
+    // The user's session bus (a real dbus-daemon owned by ocsb-test). Activating a service on it
+    // is what `systemd-run --user` and D-Bus activation use to leave a sandbox.
+    let _bus = Proc(
+        Command::new("setpriv")
+            .args(&as_user()[1..])
+            .args(["dbus-daemon", "--session", "--nofork"])
+            .arg(format!("--address=unix:path={}", w.root.join("bus/real").display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-daemon (Debian package dbus)"),
+    );
+    wait_for_path(&w.root.join("bus/real"), "dbus-daemon", Duration::from_secs(5));
+    const ACTIVATE: &str = "dbus-send --session --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus \
+        org.freedesktop.DBus.StartServiceByName string:org.freedesktop.systemd1 uint32:0 2>&1";
+    let control = Command::new("setpriv")
+        .args(&as_user()[1..])
+        .args(["sh", "-c", ACTIVATE])
+        .env("DBUS_SESSION_BUS_ADDRESS", format!("unix:path={}", w.root.join("bus/real").display()))
+        .output()
+        .unwrap();
+    let control = String::from_utf8_lossy(&control.stdout).into_owned();
+    assert!(control.contains("Spawn"), "control: the real bus attempts the activation: {control}");
+    // A notification daemon on that bus, recording every Notify call.
+    let mut daemon = Command::new("setpriv");
+    daemon
+        .args(&as_user()[1..])
+        .arg(dbus_python())
+        .args(["-c", FAKE_NOTIFICATIONS])
+        .env("DBUS_SESSION_BUS_ADDRESS", format!("unix:path={}", w.root.join("bus/real").display()));
+    let notifications = FakeNotifications::spawn(daemon);
+
+    let log = w.root.join("run.log");
+    let mut run = start_run(&ns, &w, &w.proj, &log, false);
+    wait_ready(&log, &mut run);
+    let text = std::fs::read_to_string(&log).unwrap();
+    for step in [
+        "egress:",
+        "netlock:    ok",
+        "self-tests: 3 checks passed",
+        "plugins:    cc-safety-net@2.4.5 copied into OpenCode's cache",
+        "models:     models.opencode.ai is blocked by the egress rules",
+        "web:",
+        "first start: the password is",
+    ] {
+        assert!(text.contains(step), "missing `{step}` in:\n{text}");
+    }
+    assert!(!text.contains("browser:"), "--no-browser: {text}");
+    let pw_file = w.state.join("password");
+    let password = std::fs::read_to_string(&pw_file).unwrap().trim().to_string();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&pw_file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(text.contains(&password));
+
+    ns.enter();
+    let auth = basic("opencode", &password);
+    assert_eq!(http(w.web, "GET", "/", &[], None, T).status, 401);
+    let page = http(w.web, "GET", "/", &[("Authorization", &auth)], None, T);
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("/__ocsb/panel.js"));
+    // DNS rebinding and cross-site requests: only this front's own Host, and its own Origin on
+    // requests that change state; refused before the credentials are looked at.
+    let foreign = format!("attacker.example:{}", w.web.port());
+    let rebound = http(w.web, "GET", "/", &[("Host", &foreign), ("Authorization", &auth)], None, T);
+    assert_eq!(rebound.status, 403, "{}", rebound.body);
+    assert!(rebound.body.contains("is not this front"), "{}", rebound.body);
+    let cross = [("Authorization", auth.as_str()), ("Origin", "http://attacker.example")];
+    assert_eq!(http(w.web, "POST", "/session", &cross, Some("{}"), T).status, 403);
+    let local = format!("localhost:{}", w.web.port());
+    assert_eq!(http(w.web, "GET", "/", &[("Host", &local), ("Authorization", &auth)], None, T).status, 200);
+    let panel_log = std::fs::read_to_string(w.state.join("data/opencode/log/context-panel.log")).unwrap();
+    assert!(
+        panel_log.contains(&format!("front on http://{}/", w.web))
+            && panel_log.contains("/: panel script added to the page"),
+        "{panel_log}"
+    );
+    // OpenCode's own port: no panel, its per-run secret (not the web password).
+    let oc = SocketAddr::from(([127, 0, 0, 1], w.web.port() + 1));
+    let secret_file = w.state.join("opencode-password");
+    assert_eq!(std::fs::metadata(&secret_file).unwrap().permissions().mode() & 0o777, 0o600);
+    let secret = std::fs::read_to_string(&secret_file).unwrap().trim().to_string();
+    assert!(text.contains(&format!("OpenCode without the panel: http://{oc}/")), "{text}");
+    assert_eq!(http(oc, "GET", "/", &[("Authorization", &auth)], None, T).status, 401);
+    let raw = http(oc, "GET", "/", &[("Authorization", &basic("opencode", &secret))], None, T);
+    assert!(raw.status == 200 && !raw.body.contains("/__ocsb/panel.js"), "{}", raw.status);
+
+    let ses = http(w.web, "POST", "/session", &[("Authorization", &auth)], Some("{}"), T).json();
+    let id = ses["id"].as_str().unwrap_or_else(|| panic!("{ses}")).to_string();
+    let out = shell(&w, &auth, &id, "echo agent > written-by-agent.txt && cat written-by-agent.txt && id -g");
+    assert!(out.contains("agent"), "{out}");
+    assert_eq!(std::fs::read_to_string(w.proj.join("written-by-agent.txt")).unwrap(), "agent\n");
+    assert!(out.contains(&gid.to_string()), "the agent runs as the netlock group: {out}");
+    let out = shell(
+        &w,
+        &auth,
+        &id,
+        "echo shop=[$SHOP_ENV] token=[$MCP_TOKEN] models=[$OPENCODE_DISABLE_MODELS_FETCH] proxy=[$HTTPS_PROXY]",
+    );
+    assert!(
+        out.contains("shop=[dev] token=[] models=[1] proxy=[http://127.0.0.1:"),
+        "OCSB_ENV passed, env-file tokens blanked in the agent's shell: {out}"
+    );
+    let skills = http(w.web, "GET", "/skill", &[("Authorization", &auth)], None, T).json();
+    let names: Vec<&str> = skills.as_array().unwrap().iter().filter_map(|s| s["name"].as_str()).collect();
+    assert!(
+        names.contains(&"opencode-sandbox") && names.contains(&"extra-skill"),
+        "OCSB_SKILLS mounted: {names:?}"
+    );
+    let out = shell(&w, &auth, &id, &format!("echo bus=[$DBUS_SESSION_BUS_ADDRESS]; {ACTIVATE}"));
+    assert!(
+        out.contains(&format!("bus=[unix:path={}/run/bus]", w.state.display()))
+            && out.contains("ServiceUnknown")
+            && !out.contains("Spawn"),
+        "the agent's bus is the filtered proxy, which refuses activation: {out}"
+    );
+    let real = w.root.join("bus/real");
+    let out = shell(
+        &w,
+        &auth,
+        &id,
+        &format!(
+            "dbus-send --bus=unix:path={} --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus.ListNames 2>&1 || echo real-bus-unreachable",
+            real.display()
+        ),
+    );
+    assert!(out.contains("real-bus-unreachable"), "the user's real bus is hidden: {out}");
+    assert!(text.contains("notify:     session bus limited to org.freedesktop.Notifications"), "{text}");
+    let cfg = http(w.web, "GET", "/config", &[("Authorization", &auth)], None, T).json();
+    let plugins = cfg["plugin"].to_string();
+    assert!(
+        plugins.contains("skill-compact-resurrect.js") && plugins.contains("ocsb-guard.js"),
+        "OCSB_PLUGINS: {plugins}"
+    );
+    assert!(cfg["permission"]["bash"]["sudo *"] == "deny", "{}", cfg["permission"]);
+    let out = shell(&w, &auth, &id, "touch $HOME/outside 2>&1");
+    assert!(out.contains("Read-only file system") && !w.home.join("outside").exists(), "{out}");
+    let out = shell(&w, &auth, &id, "touch .opencode-sandbox/x 2>&1");
+    assert!(out.contains("Read-only file system") && !w.proj.join(".opencode-sandbox/x").exists(), "{out}");
+    // OCSB_KUBECONFIG is the agent's kubeconfig (a 0600 copy); ~/.kube/config stays hidden.
+    let out =
+        shell(&w, &auth, &id, "echo kc=[$KUBECONFIG] $(cat $KUBECONFIG) real=[$(cat ~/.kube/config 2>&1)]");
+    assert!(
+        out.contains(&format!("kc=[{}/kube/config] kind: Config (dev-cluster)", w.state.display()))
+            && !out.contains("REAL-CLUSTER-TOKEN"),
+        "{out}"
+    );
+    assert_eq!(std::fs::metadata(w.state.join("kube/config")).unwrap().permissions().mode() & 0o777, 0o600);
+    let out =
+        shell(&w, &auth, &id, "echo key=[$(cat ~/.ssh/id_ed25519 2>&1)] pub=[$(cat ~/.ssh/id_ed25519.pub)]");
+    assert!(out.contains("pub=[ssh-ed25519 AAAA]") && !out.contains("PRIVATE KEY"), "{out}");
+    let out = shell(&w, &auth, &id, &format!("echo pw=[$(cat {} 2>&1)]", pw_file.display()));
+    assert!(!out.contains(&password), "the web password is hidden from the agent: {out}");
+    let out = shell(&w, &auth, &id, "curl -sS -m 10 http://192.0.2.1/");
+    assert!(out.contains("origin-one-ok"), "allowed origin through the filter: {out}");
+    let out = shell(&w, &auth, &id, "curl -sS -m 10 -i http://192.0.2.2/");
+    assert!(
+        out.contains(" 403") && out.to_ascii_lowercase().contains("x-egress-decision: block"),
+        "blocked with the rule: {out}"
+    );
+    let out =
+        shell(&w, &auth, &id, "curl -sS -m 5 --noproxy '*' http://192.0.2.1/ 2>&1 || echo direct-failed");
+    assert!(
+        !out.contains("origin-one-ok") && out.contains("direct-failed"),
+        "a direct connection is rejected: {out}"
+    );
+    let out = shell(&w, &auth, &id, "sudo -n true 2>&1 || echo sudo-failed");
+    assert!(out.contains("sudo-failed"), "sudo is refused: {out}");
+    let out = shell(&w, &auth, &id, &format!("echo secret=[$(cat {} 2>&1)]", secret_file.display()));
+    assert!(!out.contains(&secret), "the copy of OpenCode's secret is hidden: {out}");
+
+    // Real agent turns (the scripted model calls the bash tool). cc-safety-net runs inside
+    // OpenCode in the sandbox, from the cache `run` warmed, and honours the project's
+    // .cc-safety-net/policy.json: notes.txt is denied by that file only.
+    let p = agent_runs(w.web, &auth, &id, "cat other.txt");
+    assert_eq!(p["state"]["status"], "completed", "{p:#}");
+    assert!(p["state"]["output"].as_str().unwrap_or_default().contains("readable-by-agent"), "{p:#}");
+    for cmd in ["cat notes.txt", "git reset --hard"] {
+        let p = agent_runs(w.web, &auth, &id, cmd);
+        assert_eq!(p["state"]["status"], "error", "{p:#}");
+        assert!(
+            p["state"]["error"].as_str().unwrap_or_default().contains("BLOCKED by CC Safety Net"),
+            "{p:#}"
+        );
+    }
+    // A finished turn is announced on the desktop, through the filtered bus.
+    let note = notifications.next(Duration::from_secs(15)).expect("no desktop notification");
+    assert!(
+        note["app_name"] == "OpenCode"
+            && note["summary"] == "OpenCode: proj"
+            && note["body"].as_str().is_some_and(|b| b.ends_with(": done")),
+        "{note}"
+    );
+
+    // The Tokens panel of that session, in headless Chromium (started from this thread, so in
+    // the test's network namespace), through the front `run` started.
+    let mut browser = Browser::open(&session_url(w.web, &w.proj.display().to_string(), &id, &password));
+    let panel = read_panel(&mut browser, &|v| v["model"] == "fake/m1" && v["context"] == "1,002 / 100,000");
+    assert_eq!(panel["cache_read"], "200", "{panel}");
+    drop(browser);
+    let panel_log = std::fs::read_to_string(w.state.join("data/opencode/log/context-panel.log")).unwrap();
+    assert!(panel_log.contains("the browser loaded the panel script"), "{panel_log}");
+
+    // The agent plants a symlink where the launcher writes on the next start.
+    let out = shell(
+        &w,
+        &auth,
+        &id,
+        &format!(
+            "rm -rf {0}/package && ln -s {1} {0}/package && echo planted",
+            w.state.display(),
+            w.home.join("victim").display()
+        ),
+    );
+    assert!(out.contains("planted"), "{out}");
+
+    // Several projects at once: another project with its own ports runs beside this one; one
+    // that reuses this one's web or egress port is refused with the fix.
+    let (web2, egress2) = (w.web.port() + 4000, w.web.port() + 5000);
+    let proj2 = other_project(&w, "proj2", web2, egress2);
+    let log_b = w.root.join("run-b.log");
+    let mut beside = start_run(&ns, &w, &proj2, &log_b, false);
+    wait_ready(&log_b, &mut beside);
+    let pw2 = std::fs::read_to_string(w.home.join(".local/share/opencode-sandbox/proj2/password")).unwrap();
+    let front2 = SocketAddr::from(([127, 0, 0, 1], web2));
+    assert_eq!(
+        http(front2, "GET", "/", &[("Authorization", &basic("opencode", pw2.trim()))], None, T).status,
+        200
+    );
+    assert_eq!(
+        http(w.web, "GET", "/", &[("Authorization", &auth)], None, T).status,
+        200,
+        "the first still runs"
+    );
+    interrupt(&mut beside);
+    for (name, web, egress, setting) in [
+        ("proj3", w.web.port(), egress2 + 2, "OCSB_WEB_PORT"),
+        ("proj4", web2 + 2, w.web.port() + 1000, "OCSB_EGRESS_PORT"),
+    ] {
+        let dir = other_project(&w, name, web, egress);
+        let log = w.root.join(format!("run-{name}.log"));
+        let st = start_run(&ns, &w, &dir, &log, false).0.wait().unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(!st.success() && text.contains("is busy") && text.contains(setting), "{name}: {text}");
+    }
+
+    // A second `run` in the same project is refused while the first runs.
+    let log2 = w.root.join("run2.log");
+    let mut second = start_run(&ns, &w, &w.proj, &log2, false);
+    let st = second.0.wait().unwrap();
+    let text2 = std::fs::read_to_string(&log2).unwrap();
+    assert!(!st.success() && text2.contains("already running"), "{text2}");
+
+    // Ctrl-C (SIGINT) stops OpenCode, the front and the bus proxy; the filter keeps running.
+    interrupt(&mut run);
+    assert!(!w.state.join("run/bus").exists(), "the bus proxy's socket is gone");
+    assert!(std::net::TcpStream::connect(w.web).is_err(), "the front is gone");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", w.web.port() + 1000)).is_ok(),
+        "the filter still runs"
+    );
+
+    // `prepare` alone: the filter runs these rules already and the self-tests passed with them,
+    // this filter and this netlock, so neither is repeated, and it says so.
+    let prepare = |w: &World| {
+        let out = ns.cmd().args(as_user()).args(ocsb_as(w, &w.proj)).arg("prepare").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    let text = prepare(&w);
+    assert!(
+        text.contains("rules current")
+            && text.contains("self-tests: passed before with these rules")
+            && !text.contains("netlock:    ok"),
+        "{text}"
+    );
+    // A rule changed: the filter is reloaded, and the netlock check and the self-tests run again.
+    let conf = w.proj.join(".opencode-sandbox/egress.conf");
+    let rules = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, format!("{rules}block 192.0.2.3\n")).unwrap();
+    let text = prepare(&w);
+    assert!(
+        text.contains("rules reloaded")
+            && text.contains("netlock:    ok")
+            && text.contains("self-tests: 3 checks passed"),
+        "{text}"
+    );
+    std::fs::write(&conf, rules).unwrap();
+
+    // A failing step stops `prepare` there and names the step, why and the fix: a self-test
+    // that contradicts the rules, and (in a namespace without the lock) the netlock.
+    let proj5 = other_project(&w, "proj5", web2 + 4, egress2 + 4);
+    std::fs::write(
+        proj5.join(".opencode-sandbox/egress.conf"),
+        "block 192.0.2.2\nexpect-pass http://192.0.2.2/\n",
+    )
+    .unwrap();
+    let out = ns.cmd().args(as_user()).args(ocsb_as(&w, &proj5)).arg("prepare").output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && text.contains("netlock:    ok"), "{text}");
+    assert!(
+        text.contains("self-tests")
+            && text.contains("egress.conf:2")
+            && text.contains("fix: each line names"),
+        "{text}"
+    );
+    let bare = Netns::new("run-bare");
+    let proj6 = other_project(&w, "proj6", web2 + 6, egress2 + 6);
+    let out = bare.cmd().args(as_user()).args(ocsb_as(&w, &proj6)).arg("prepare").output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && text.contains("egress:") && !text.contains("self-tests"), "{text}");
+    assert!(text.contains("netlock") && text.contains("NOT working") && text.contains("fix:"), "{text}");
+    let _ = Command::new("setpriv")
+        .args(&as_user()[1..])
+        .args(ocsb_as(&w, &proj6))
+        .args(["egress", "down"])
+        .output();
+    drop(bare);
+
+    // Restart: the session is still there.
+    let log3 = w.root.join("run3.log");
+    let mut again = start_run(&ns, &w, &w.proj, &log3, true);
+    wait_ready(&log3, &mut again);
+    let text3 = std::fs::read_to_string(&log3).unwrap();
+    assert!(!text3.contains("first start"), "the password is printed only once");
+    // The planted link was replaced, not followed.
+    assert!(text3.contains("package was not a directory"), "{text3}");
+    assert!(std::fs::symlink_metadata(w.state.join("package")).unwrap().is_dir());
+    assert_eq!(
+        std::fs::read_dir(w.home.join("victim")).unwrap().count(),
+        0,
+        "nothing written through the link"
+    );
+    // The browser is opened from outside the sandbox with the front's URL.
+    assert!(text3.contains(&format!("browser:    opening http://{}/", w.web)), "{text3}");
+    // It is the project's latest session, not OpenCode's home (which a new browser shows as an
+    // empty "Add project" view); a screenshot of what the user sees is kept in the world.
+    let opened = std::fs::read_to_string(w.home.join("opened")).unwrap_or_default();
+    let dir = b64url(&w.proj.display().to_string());
+    assert_eq!(opened.trim(), format!("http://{}/{dir}/session/{id}", w.web), "the session's page");
+    let mut browser =
+        Browser::open(&format!("{}?auth_token={}", opened.trim(), b64(&format!("opencode:{password}"))));
+    let mut body = String::new();
+    for _ in 0..100 {
+        body = browser.eval("document.body ? document.body.innerText : ''");
+        if body.contains("RUN: cat other.txt") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let shot = w.root.join("project-page.png");
+    browser.screenshot(&shot);
+    if let Some(dir) = std::env::var_os("OCSB_SCREENSHOT_DIR") {
+        let _ = std::fs::copy(&shot, std::path::Path::new(&dir).join("run-e2e-project-page.png"));
+    }
+    drop(browser);
+    assert!(body.contains("RUN: cat other.txt") && !body.contains("Nothing here yet"), "{body}");
+    let list = http(w.web, "GET", "/session", &[("Authorization", &auth)], None, T).json();
+    assert!(
+        list.as_array().unwrap().iter().any(|s| s["id"] == id.as_str()),
+        "session kept across restarts: {list}"
+    );
+    drop(again);
+}

@@ -127,8 +127,8 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        // Kill what still runs there (children not reaped by their handles stay zombies, which
-        // `ip netns pids` no longer lists once their namespace is released).
+        // Kill what still runs there, until nothing is listed: a killed child that its handle
+        // has not reaped yet is a zombie, which has left the namespace and is not listed.
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let pids = self.pids();

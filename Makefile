@@ -45,6 +45,7 @@ test-deps:
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --locked
 
 # One release build serves the tests and the packaging checks (a second, debug build would
 # double CI's compile time on two cores). --all-features turns on each crate's `host-tests`: the

@@ -5,7 +5,7 @@
 //! * [`builtin`]: a tokio + hyper forward proxy (the default; needs nothing but the kernel),
 //!   run as a detached process and driven through its typed [`builtin::control`] socket.
 //! * [`squid`]: squid in Docker through the Engine API.
-//! * [`instance`] says what one project's filter is, [`render`] what each backend is given,
+//! * [`instance`] says what one project's filter is, [`render`](mod@render) what each backend is given,
 //!   [`report`] what the lifecycle answers, [`error`] what went wrong and how to fix it.
 //!
 //! What is allowed is decided by `ocsb_policy::egress` only; this crate enforces it. The caller

@@ -3,6 +3,8 @@
 //! Every suite here needs root and network namespaces (the lab), or a Docker engine; they are
 //! built only with `--features host-tests` (as `make test` does). Without it this binary is
 //! empty and `cargo test` runs the unit tests only.
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[cfg(feature = "host-tests")]
 mod support;

@@ -327,7 +327,7 @@ pub struct ExplainArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum WtCommand {
-    /// Create <OCSB_WORKTREES_DIR>/<OCSB_WT_PREFIX><slug> on a new branch, then run
+    /// Create `<OCSB_WORKTREES_DIR>/<OCSB_WT_PREFIX><slug>` on a new branch, then run
     /// `.opencode-sandbox/hooks/wt-post-add` in it.
     ///
     /// The branch starts from OCSB_WT_BASE (default: the current HEAD). The slug is the one

@@ -4,6 +4,8 @@
 //! tests/install-deps.sh installs; they are built only with `--features host-tests` (as
 //! `make test` does). Without it, `cargo test` as an ordinary user runs the rest.
 //! Shared helpers are in the `testkit` crate; `support` holds what only these suites use.
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[cfg(feature = "host-tests")]
 mod support {

@@ -2,7 +2,7 @@
 //!
 //! The paths are compile-time constants on purpose: the helper takes no path, address, gid or table
 //! name from its command line, its environment or a D-Bus caller. Tests never need an override: they
-//! run the helper inside a private mount namespace that overlays its own `/etc` (see tests/common).
+//! run the helper inside a private mount namespace that overlays its own `/etc` (see tests/support).
 
 use std::fs;
 use std::net::IpAddr;

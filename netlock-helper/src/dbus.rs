@@ -7,7 +7,7 @@
 //! others a thread of its own asks polkit and hands an authorised call to the daemon thread,
 //! which answers it. So neither a slow polkit nor an admin typing a password holds up other
 //! callers, and the lock never waits for the bus. At most one check per caller and
-//! [`MAX_CHECKS`] in all wait for polkit; more is refused at once.
+//! `MAX_CHECKS` in all wait for polkit; more is refused at once.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::Sender;

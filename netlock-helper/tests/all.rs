@@ -3,6 +3,8 @@
 //! Modules marked `host` need root, the test user and network namespaces (every table they
 //! install is in a namespace the test made); they are built only with `--features host-tests`
 //! (as `make test` does). Without it, `cargo test` as an ordinary user runs the rest.
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[cfg(feature = "host-tests")]
 mod support {

@@ -13,7 +13,7 @@
 // tool calls in memory keeps this working for a session continued after OpenCode restarted,
 // and for skills that were loaded before an earlier compaction.
 //
-// Hooks (checked against OpenCode 1.18.33; launcher/tests/plugins.rs tests both kinds of
+// Hooks (checked against OpenCode 1.18.33; launcher/tests/suite/plugins.rs tests both kinds of
 // compaction):
 // - experimental.session.compacting: runs (awaited) before the summary is generated. It
 //   collects the skills, remembers them for this compaction, and adds one line naming them to

@@ -428,7 +428,7 @@ impl Rule<'_> {
     }
 
     /// Paths whose *appearance* during a sandbox's life means something was planted where no
-    /// mount could stop it: names that may not be created ahead (see [`Missing::Watch`]), the
+    /// mount could stop it: names that may not be created ahead (see `Missing::Watch`), the
     /// tool files, and `commondir` in a main git directory. The launcher adds the nested `.git`
     /// entries it finds by walking the tree.
     pub fn watched(&self, checkouts: &[Checkout]) -> Vec<(PathBuf, String)> {

@@ -3,6 +3,8 @@
 //! Modules marked `host` run the real squid (Debian's `squid`), some in a network namespace
 //! (root); they are built only with `--features host-tests` (as `make test` does). Without it,
 //! `cargo test` as an ordinary user runs the rest.
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 // The seed's rule set; squid -k parse for the host suites.
 mod support;

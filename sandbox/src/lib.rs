@@ -2,7 +2,7 @@
 //! its settings to a [`SandboxSpec`] and calls [`run`]; nothing here knows about the command line,
 //! the settings files or OpenCode.
 //!
-//! Policy and enforcement are apart: [`spec`] says what the sandbox is, [`plan`] and [`env`]
+//! Policy and enforcement are apart: [`spec`] says what the sandbox is, [`plan`] and [`env`](mod@env)
 //! turn that into an ordered mount plan and an environment without touching the system, and the
 //! remaining modules enforce: [`launch`] (launcher side), [`stage2`] (namespaces, pid 1,
 //! supervision), [`mounts`], [`caps`], [`landlock`], [`seccomp`], [`netlock`], [`pty`].
@@ -11,7 +11,7 @@
 //! - [`run`] with a [`SandboxSpec`] (`ocsb exec`, `ocsb shell`, `ocsb run`);
 //! - [`run_spec_file`]: the same with a spec read from a JSON file;
 //! - [`stage2_dispatch`] first thing in `main`: stage 2 runs in a fresh exec of the same binary.
-//! - [`status`] for `ocsb sandbox status`.
+//! - [`status()`] for `ocsb sandbox status`.
 
 // `unsafe` only in `sys` (thin syscall wrappers, each block with a SAFETY comment).
 #![deny(unsafe_code)]

@@ -183,7 +183,7 @@ impl StateDir {
     }
 
     /// Make sure the launcher's private file `rel` exists: created exclusively (0600) with
-    /// `init()` when missing, otherwise checked by [`Self::check_private`]. Returns whether it
+    /// `init()` when missing, otherwise checked by `check_private`. Returns whether it
     /// was created now. Called before any sandbox starts, so the sandbox (which cannot see these
     /// files once they exist) never gets to create one first.
     /// `init` may fail with the caller's error type.

@@ -29,7 +29,7 @@ enum State {
 /// A streaming filter: sequences split across reads are handled. Its parser follows the DEC
 /// one terminals use: C0 controls inside an escape are executed without ending it, a second
 /// ESC restarts it, CAN and SUB abort, and a string ends at BEL or ST — or after
-/// [`MAX_STRING`] bytes, so an unterminated one cannot swallow the rest of the output.
+/// `MAX_STRING` bytes, so an unterminated one cannot swallow the rest of the output.
 #[derive(Debug, Default)]
 pub struct Filter {
     state: State,

@@ -10,6 +10,8 @@
 //! - [`opencode`]: a real `opencode serve`, the scripted model provider, agent turns.
 //!
 //! Every helper fails the test (never skips it) with the package or setup step that is missing.
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod browser;
 pub mod dbus;

@@ -49,7 +49,7 @@ impl Netns {
     }
 
     /// `ip netns exec <name>`: the rest of the command line runs in the namespace (`ip` also
-    /// bind-mounts /etc/netns/<name>/resolv.conf over /etc/resolv.conf when it exists).
+    /// bind-mounts `/etc/netns/<name>/resolv.conf` over /etc/resolv.conf when it exists).
     pub fn cmd(&self) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.name]);

@@ -63,7 +63,7 @@ pub const PROXY_ARGS: &[&str] = &[
     "--broadcast=org.freedesktop.Notifications=org.freedesktop.Notifications.*@/org/freedesktop/Notifications",
 ];
 
-/// The command line of the bus proxy: `xdg-dbus-proxy BUS SOCKET` and [`PROXY_ARGS`], no
+/// The command line of the bus proxy: `xdg-dbus-proxy BUS SOCKET` and `PROXY_ARGS`, no
 /// standard streams. `run` starts it so; the notification tests start the same command.
 pub fn proxy_command(exe: &Path, bus: &str, socket: &Path) -> Command {
     let mut c = Command::new(exe);

@@ -2,7 +2,7 @@
 //! no capabilities). It puts the caller's process tree into the netlock group G for good and then
 //! runs `ocsb` from the same installation:
 //!
-//!   <prefix>/libexec/ocsb/ocsb-netlock-exec ARGS...  →  execv(<prefix>/bin/ocsb, ["ocsb", ARGS...])
+//!   `<prefix>/libexec/ocsb/ocsb-netlock-exec ARGS...`  →  `execv(<prefix>/bin/ocsb, ["ocsb", ARGS...])`
 //!
 //! Being setgid to G grants nothing: G owns no files and only *removes* network (nftables matches
 //! the fsgid a socket was created with). What the shim must guarantee is that the gid cannot be
@@ -125,7 +125,7 @@ fn run() -> Result<Infallible, String> {
 
 /// `<dir of this file>/../../bin/ocsb`: fixed relative to the installation (a package puts the shim
 /// in /usr/libexec/ocsb and ocsb in /usr/bin; `make install PREFIX=/usr/local` keeps the pair), so
-/// no caller input chooses what runs with gid G. The path comes from the kernel, not argv[0].
+/// no caller input chooses what runs with gid G. The path comes from the kernel, not `argv[0]`.
 fn stage2_path() -> Result<PathBuf, String> {
     let exe =
         std::fs::read_link("/proc/self/exe").map_err(|e| format!("cannot resolve /proc/self/exe: {e}"))?;

@@ -121,7 +121,7 @@ fn a_flood_from_one_caller_leaves_the_interface_usable() {
     let _polkitd = start_polkitd(&w, &bus, "");
     let _d = w.start_daemon(w.helper_as_service(&["daemon"]), &bus.address);
     assert!(wait_for(Duration::from_secs(12), || netlock(&bus, None, "Refresh").0), "baseline Refresh");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dbus_flood.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/dbus_flood.py");
     let socket = w.path("bus").display().to_string();
     let mut flood = std::process::Command::new("setpriv")
         .args([&format!("--reuid={TEST_USER}"), &format!("--regid={TEST_USER}"), "--init-groups"])

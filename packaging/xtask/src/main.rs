@@ -11,6 +11,7 @@ mod clis;
 mod error;
 mod files;
 mod generate;
+mod msrv;
 mod sync;
 
 use std::path::{Path, PathBuf};

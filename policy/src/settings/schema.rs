@@ -171,7 +171,7 @@ pub static SCHEMA: &[Spec] = &[
 /// are deliberately absent. The caches themselves hold code the host runs later too (a build
 /// script in `.cargo/registry/src`, a hook repository in `.cache/pre-commit`, pnpm's store
 /// hard-linked into every project), so with `OCSB_CACHES=private` (the default) the sandbox gets
-/// the project's own copy of each ([`CacheUse`]); `.asdf` and `.gem`, in the seed's list, hold
+/// the project's own copy of each ([`CacheUse`](super::CacheUse)); `.asdf` and `.gem`, in the seed's list, hold
 /// installed programs and stay visible read-only.
 pub static RW_HOME: &[(&str, &str)] = &[
     (".cache", "XDG cache: pip, uv, go-build, node-gyp, Playwright browsers, …"),

@@ -326,3 +326,31 @@ PY
     has(&out, "mine ok", &err);
     has(&out, "seen-mine 1", &err);
 }
+
+/// The self-tests judge the filter by what curl sees, and a passing run is remembered: the curl
+/// must be the system's (a `curl` early in `PATH` can be the agent's, from a writable cache
+/// directory), and the rules the filter runs must be the ones this command compiled.
+#[test]
+fn self_tests_use_the_systems_curl_and_the_filters_own_rules() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"mkdir -p "$HOME/evil"
+        printf '#!/bin/sh\ntouch "$HOME/evil-curl-ran"\nprintf "\\n200 000\\n"\n' > "$HOME/evil/curl"
+        chmod 755 "$HOME/evil/curl"; chown -R 1990 "$HOME/evil"
+        printf 'block 192.0.2.2\nexpect-pass http://192.0.2.2/\n' | U tee .opencode-sandbox/egress.conf >/dev/null
+        U env PATH="$HOME/evil:/usr/local/bin:/usr/bin:/bin" "$OCSB" exec -- true </dev/null 2>&1; echo "planted rc=$?"
+        test -e "$HOME/evil-curl-ran" && echo "the planted curl ran"
+        printf '# no expectations: the direct-connection check alone\n' | U tee .opencode-sandbox/egress.conf >/dev/null
+        X true 2>&1; echo "control rc=$?"
+        mkdir -p "$HOME/cfg2/opencode-sandbox"; echo 'block 192.0.2.1' > "$HOME/cfg2/opencode-sandbox/egress.conf"
+        chown -R 1990 "$HOME/cfg2"
+        U env XDG_CONFIG_HOME="$HOME/cfg2" "$OCSB" prepare </dev/null 2>&1; echo "other rules rc=$?""#,
+    );
+    assert!(out.contains("expect-pass") && out.contains("egress.conf:2"), "{out}\n{err}");
+    has(&out, "planted rc=1", &err);
+    assert!(!out.contains("the planted curl ran"), "{out}\n{err}");
+    has(&out, "control rc=0", &err);
+    assert!(out.contains("loads its rules from other files"), "{out}\n{err}");
+    has(&out, "other rules rc=1", &err);
+}

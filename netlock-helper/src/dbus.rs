@@ -23,7 +23,6 @@ use crate::status::Status;
 
 pub const BUS_NAME: &str = "dev.ocsb.Netlock1";
 pub const OBJECT_PATH: &str = "/dev/ocsb/Netlock1";
-const ERROR: &str = "org.freedesktop.DBus.Error.";
 /// polkit checks waiting at one time (each on its own thread).
 const MAX_CHECKS: usize = 32;
 /// How long a polkit check may take: long enough for an admin to type a password when the
@@ -46,7 +45,7 @@ impl Reply {
 }
 
 fn refuse(conn: &Connection, hdr: &Header<'_>, name: &str, text: String) -> zbus::Result<()> {
-    conn.reply_error(hdr, format!("{ERROR}{name}"), &text)
+    conn.reply_error(hdr, format!("org.freedesktop.DBus.Error.{name}"), &text)
 }
 
 /// Connects to the system bus, claims the name and serves calls until the bus goes away (the

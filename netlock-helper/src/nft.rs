@@ -4,6 +4,8 @@
 //! nftnl cannot set table flags, so the finished batch is copied into owned buffers and patched in
 //! safe code (`NFTA_TABLE_FLAGS` of each NEWTABLE). The same pass gives every message a sequence
 //! number unique to this socket, so a late ACK of an earlier batch is never taken for this one.
+// The two `expect`s are on constants: names without NUL, a comment under the kernel limit.
+#![allow(clippy::expect_used)]
 
 use std::ffi::CString;
 use std::io;
@@ -220,7 +222,6 @@ impl Nl {
 /// Builds: NEWTABLE, DELTABLE, NEWTABLE, sets, elements, chains, rules. The first NEWTABLE
 /// creates the table if absent (or adopts an orphaned one), so the DELTABLE cannot fail; the
 /// whole replacement is one transaction.
-#[allow(clippy::expect_used, reason = "a static comment shorter than the kernel limit")]
 fn build(model: &Model) -> FinalizedBatch {
     let table = Table::new(c_name(TABLE), ProtoFamily::Inet);
     let mut b = Batch::new();
@@ -341,7 +342,6 @@ fn add_del(name: &str) -> FinalizedBatch {
     b.finalize()
 }
 
-#[allow(clippy::expect_used, reason = "static names without NUL")]
 fn c_name(s: &str) -> CString {
     CString::new(s).expect("static name without NUL")
 }

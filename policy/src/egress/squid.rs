@@ -1,6 +1,6 @@
 //! Renders the squid.conf that implements the policy (squid 5, 6 and 7).
 //!
-//! Facts this relies on (measured on squid 5.7, see research/egress-filter.md §1):
+//! Facts this relies on (measured on squid 5.7; the differential tests check them against a running squid):
 //! * `http_access` lines are evaluated top-down and the first full match decides; the
 //!   `annotate_transaction` ACL at the end of each line records which line that was, for the
 //!   log (`%{egress_rule}note`) and the `X-Egress-Decision` reply header.

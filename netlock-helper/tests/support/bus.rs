@@ -62,9 +62,13 @@ pub fn start_bus(w: &World) -> Bus {
         sysd = sysd.display()
     );
     fs::write(w.path("bus.conf"), conf).unwrap();
+    // The bus logs every message its policy rejects (a flood test makes hundreds): into the
+    // world's directory, not the test run's output.
+    let log = fs::File::create(w.path("bus.log")).unwrap();
     let mut child = Command::new("dbus-daemon")
         .args(["--nofork", "--print-address", &format!("--config-file={}", w.path("bus.conf").display())])
         .stdout(Stdio::piped())
+        .stderr(log)
         .spawn()
         .unwrap();
     let mut address = String::new();

@@ -37,7 +37,8 @@ pub fn system_curl() -> Option<std::path::PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let root_only =
         |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0);
-    ["/usr/bin/curl", "/bin/curl", "/usr/local/bin/curl"]
+    // The last one is NixOS's system profile (a root-owned link into the read-only store).
+    ["/usr/bin/curl", "/bin/curl", "/usr/local/bin/curl", "/run/current-system/sw/bin/curl"]
         .iter()
         .map(std::path::Path::new)
         .find(|p| root_only(p) && p.parent().is_some_and(root_only))

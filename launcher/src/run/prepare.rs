@@ -72,7 +72,7 @@ pub fn bring_up(project: &Project, sd: StateDir, retest: bool) -> Result<Prepare
     let lock = sandbox_spec::netlock(s)?;
     let curl = ocsb_egress::verify::system_curl().ok_or_else(|| {
         Error::failed(
-            "self-tests: no curl owned by root in /usr/bin, /bin or /usr/local/bin",
+            "self-tests: no curl owned by root in /usr/bin, /bin, /usr/local/bin or the NixOS system profile",
             "install curl (apt-get install curl); a curl from PATH could be one the agent planted",
         )
     })?;

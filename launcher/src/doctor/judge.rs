@@ -508,7 +508,7 @@ fn tools(f: &Facts) -> Vec<Check> {
             Some(p) => found("curl", p, "self-tests"),
             None => Check::fail(
                 "curl",
-                "curl not found: `run` and `egress verify` use it for the expect-pass/expect-block self-tests",
+                "no root-owned curl in /usr/bin, /bin or /usr/local/bin: `run` and `egress verify` use it for the expect-pass/expect-block self-tests (never a curl from PATH)",
                 "sudo apt-get install curl",
             ),
         },

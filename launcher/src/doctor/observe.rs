@@ -67,7 +67,8 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
         notifications: settings.notifications(),
         dbus_proxy: which("xdg-dbus-proxy"),
         git: version_of(Path::new("git")),
-        curl: which("curl"),
+        // The curl the self-tests use: the system's, not the first in PATH.
+        curl: ocsb_egress::verify::system_curl(),
         ncat: which("ncat"),
         rg: which("rg"),
         sg: which("sg"),

@@ -36,6 +36,18 @@ pub fn instance(project: &Project) -> Result<Instance> {
     })
 }
 
+/// The curl the expectations are checked with, on the host (`egress verify`) and in the sandbox
+/// (the self-tests): the system's, never one from `PATH`, where a directory the agent can write
+/// (a shared toolchain cache) may come first and its `curl` would run with the user's rights.
+pub fn system_curl() -> Result<std::path::PathBuf> {
+    ocsb_egress::verify::system_curl().ok_or_else(|| {
+        Error::failed(
+            "no curl owned by root in /usr/bin, /bin, /usr/local/bin or the NixOS system profile",
+            "install curl (sudo apt-get install curl); a curl found in PATH could be one the agent planted",
+        )
+    })
+}
+
 /// Run one lifecycle command. `Serve` does not need a project (its arguments say everything).
 pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<()> {
     if let LifecycleCommand::Serve { args } = &cmd {
@@ -105,6 +117,7 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
                 inst.port,
             )));
             opts.direct_check = !a.no_direct;
+            opts.curl = system_curl()?.into();
             // TODO(lead): run curl the way the sandbox runs (under the netlock group), e.g.
             // opts.wrap = netlock wrapper argv; until then the direct check runs as the caller.
             let report = ocsb_egress::verify::run(&policy, &opts)?;

@@ -70,12 +70,7 @@ pub fn bring_up(project: &Project, sd: StateDir, retest: bool) -> Result<Prepare
     state::write_docker_config(&sd, gw, s.egress_port())?;
 
     let lock = sandbox_spec::netlock(s)?;
-    let curl = ocsb_egress::verify::system_curl().ok_or_else(|| {
-        Error::failed(
-            "self-tests: no curl owned by root in /usr/bin, /bin, /usr/local/bin or the NixOS system profile",
-            "install curl (apt-get install curl); a curl from PATH could be one the agent planted",
-        )
-    })?;
+    let curl = crate::egress_cmd::system_curl()?;
     let record = selftest_record(&up, &lock, s.egress_port(), &curl);
     if !retest
         && record.as_deref().is_some_and(|r| sd.read(Path::new(SELFTESTS)).as_deref() == Some(r.as_bytes()))

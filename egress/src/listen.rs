@@ -6,6 +6,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
+use ocsb_policy::egress::IpNet;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gateway {
     /// `OCSB_DOCKER_GW` set by the user.
@@ -44,6 +46,43 @@ pub fn interface_v4(name: &str) -> Option<Ipv4Addr> {
         }
     }
     None
+}
+
+/// Every address of every interface of this host (in the caller's network namespace).
+///
+/// *Why*: a service bound to the host's public or global IPv6 address is the host itself, as
+/// much as one on loopback; the policy judges these addresses private
+/// ([`ocsb_policy::egress::Policy::with_host_addresses`]). An unreadable interface table gives an
+/// empty list: the fixed private networks still apply.
+pub fn host_addresses() -> Vec<IpAddr> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return Vec::new() };
+    addrs
+        .filter_map(|a| {
+            let s = a.address?;
+            s.as_sockaddr_in()
+                .map(|v| IpAddr::V4(v.ip()))
+                .or_else(|| s.as_sockaddr_in6().map(|v| IpAddr::V6(v.ip())))
+        })
+        .collect()
+}
+
+/// Who may use a filter that listens on `listen`: loopback, and for each non-loopback IPv4
+/// listen address (the docker gateway) its /16, as Docker allocates bridge networks, so the
+/// containers behind the gateway can use it. Both backends take their client rule from here.
+pub fn client_networks(listen: &[SocketAddr]) -> Vec<IpNet> {
+    let mut nets = ocsb_policy::egress::loopback_clients();
+    for a in listen {
+        if let IpAddr::V4(v4) = a.ip()
+            && !v4.is_loopback()
+        {
+            let o = v4.octets();
+            let net = IpNet { addr: IpAddr::V4([o[0], o[1], 0, 0].into()), prefix: 16 };
+            if !nets.contains(&net) {
+                nets.push(net);
+            }
+        }
+    }
+    nets
 }
 
 /// `OCSB_DOCKER_GW`: unset = detect docker0; an address = use it; `Disabled` = loopback only
@@ -85,6 +124,8 @@ mod tests {
         let p = plan(3138, GatewaySetting::Address("172.18.0.1".parse().unwrap()));
         assert_eq!(p.addrs, vec!["127.0.0.1:3138".parse().unwrap(), "172.18.0.1:3138".parse().unwrap()]);
         assert!(p.note().contains("OCSB_DOCKER_GW"));
+        let nets: Vec<String> = client_networks(&p.addrs).iter().map(|n| n.to_string()).collect();
+        assert_eq!(nets, ["127.0.0.0/8", "::1/128", "172.18.0.0/16"]);
         // Detection agrees with the interface table.
         let p = plan(3128, GatewaySetting::Detect);
         match interface_v4("docker0") {

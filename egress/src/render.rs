@@ -1,28 +1,15 @@
 //! What `egress render` prints and what squid is given: pure functions from a compiled policy
 //! and a listen plan to text. Nothing here starts, stops or asks a filter anything.
 
-use std::net::IpAddr;
-
-use ocsb_policy::egress::{IpNet, Policy, SquidOptions};
+use ocsb_policy::egress::{Policy, SquidOptions};
 
 use crate::error::Result;
 use crate::instance::SquidOverrides;
-use crate::listen::{Gateway, ListenPlan};
+use crate::listen::{ListenPlan, client_networks, host_addresses};
 
 /// The normalised policy the builtin proxy enforces.
 pub fn builtin(policy: &Policy) -> String {
     policy.to_text()
-}
-
-/// Who may use the proxy: loopback, and the docker network behind the gateway (its /16, as
-/// Docker allocates bridges) so containers started by the agent can use it too.
-pub fn client_networks(plan: &ListenPlan) -> Vec<IpNet> {
-    let mut nets = ocsb_policy::egress::loopback_clients();
-    if let Gateway::Configured(IpAddr::V4(gw)) | Gateway::Docker0(IpAddr::V4(gw)) = plan.gateway {
-        let o = gw.octets();
-        nets.push(IpNet { addr: IpAddr::V4([o[0], o[1], 0, 0].into()), prefix: 16 });
-    }
-    nets
 }
 
 fn apply_overrides(o: &mut SquidOptions, ov: &SquidOverrides) {
@@ -36,9 +23,10 @@ fn apply_overrides(o: &mut SquidOptions, ov: &SquidOverrides) {
 
 /// squid.conf for the container (paths inside the image; logs to stdout/stderr).
 pub fn squid_conf(policy: &Policy, plan: &ListenPlan, ov: &SquidOverrides) -> Result<String> {
-    let mut o = SquidOptions::container(plan.addrs.clone(), client_networks(plan));
+    let mut o = SquidOptions::container(plan.addrs.clone(), client_networks(&plan.addrs));
     apply_overrides(&mut o, ov);
-    Ok(policy.render_squid(&o)?)
+    // squid shares the host's network: the host's addresses are the ones to refuse.
+    Ok(policy.clone().with_host_addresses(host_addresses()).render_squid(&o)?)
 }
 
 /// squid.conf for squid run as a host process with everything in `dir` (the differential test
@@ -50,6 +38,8 @@ pub fn squid_conf_host_process(
     ov: &SquidOverrides,
 ) -> Result<String> {
     let mut o = SquidOptions::host_process(dir, listen);
+    o.client_networks = client_networks(&o.listen);
     apply_overrides(&mut o, ov);
-    Ok(policy.render_squid(&o)?)
+    // Called in the network namespace squid will run in: its addresses are the host's.
+    Ok(policy.clone().with_host_addresses(host_addresses()).render_squid(&o)?)
 }

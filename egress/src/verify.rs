@@ -113,7 +113,6 @@ struct Outcome {
     connect_code: u16,
     decision: Option<String>,
     proxy_error: bool,
-    squid_denied: bool,
     stderr: String,
 }
 
@@ -164,23 +163,26 @@ fn curl(opts: &VerifyOptions, url: &str, extra: &[String], via_proxy: bool) -> R
         decision: header("x-egress-decision"),
         proxy_error: header("x-egress-error").is_some()
             || header("x-squid-error").is_some_and(|v| !v.starts_with("ERR_ACCESS_DENIED")),
-        squid_denied: header("x-squid-error").is_some_and(|v| v.starts_with("ERR_ACCESS_DENIED")),
         stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
     })
 }
 
 impl Outcome {
-    /// The filter refused: a 403 to CONNECT, or a 403 that the filter (not the origin) made —
-    /// it carries `X-Egress-Decision` (builtin) or `X-Squid-Error: ERR_ACCESS_DENIED` (squid).
+    /// The filter refused: a 403 to CONNECT (only the proxy answers a CONNECT), or a 403 that
+    /// carries `X-Egress-Decision`. Both backends send that header on their own refusals only and
+    /// remove any copy an origin sends, so an origin's 403 never passes an `expect-block`.
     fn blocked_by_proxy(&self) -> bool {
-        self.connect_code == 403 || (self.http_code == 403 && (self.decision.is_some() || self.squid_denied))
+        self.connect_code == 403 || (self.http_code == 403 && self.decision.is_some())
     }
     fn describe(&self) -> String {
-        if self.connect_code == 403 || self.http_code == 403 {
+        if self.blocked_by_proxy() {
             return format!(
                 "blocked by the filter{}",
                 self.decision.as_deref().map(|d| format!(" (rule {d})")).unwrap_or_default()
             );
+        }
+        if self.http_code == 403 {
+            return "passed the filter; the server itself answered 403".into();
         }
         if self.proxy_error || self.connect_code >= 500 {
             return format!("filter error (HTTP {} / CONNECT {})", self.http_code, self.connect_code);
@@ -194,22 +196,7 @@ impl Outcome {
 
 /// The rule the policy says decides `url` (no DNS: explains name-based rules).
 fn explain(policy: &Policy, url: &str) -> String {
-    let t = if url.starts_with("http://") || url.starts_with("https://") || url.starts_with("ftp://") {
-        // curl sends https:// through CONNECT, http:// as an absolute-form GET.
-        if let Some(rest) = url.strip_prefix("https://") {
-            let auth = rest.split(['/', '?', '#']).next().unwrap_or("");
-            let auth = if auth.contains(':') && !auth.ends_with(']') {
-                auth.to_string()
-            } else {
-                format!("{auth}:443")
-            };
-            Target::from_connect(&auth).ok()
-        } else {
-            Target::from_absolute_uri("GET", url).ok()
-        }
-    } else {
-        None
-    };
+    let t = Target::for_client_url(url).ok();
     match t {
         Some(t) => {
             let d = policy.decide(&t, &[]);

@@ -9,7 +9,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use ocsb_policy::egress::is_private;
+use ocsb_policy::egress::PrivateSet;
 use tokio::net::TcpStream;
 
 /// Resolve `host` once, with a deadline. A timeout or a failure gives an empty list: the
@@ -52,27 +52,30 @@ pub enum DialError {
     Failed(IpAddr, std::io::Error),
 }
 
-/// The connector's own check of the addresses it is about to use (dial or reuse).
-pub fn check(addrs: &[IpAddr], permit_private: bool) -> Result<(), DialError> {
+/// The connector's own check of the addresses it is about to use (dial or reuse): none may be in
+/// `refuse` (the policy's private set; `None` when an explicit rule allowed private addresses).
+pub fn check(addrs: &[IpAddr], refuse: Option<&PrivateSet>) -> Result<(), DialError> {
     if addrs.is_empty() {
         return Err(DialError::NoAddress);
     }
-    if !permit_private && let Some(ip) = addrs.iter().find(|ip| is_private(**ip)) {
+    if let Some(set) = refuse
+        && let Some(ip) = addrs.iter().find(|ip| set.contains(**ip))
+    {
         return Err(DialError::PrivateRefused(*ip));
     }
     Ok(())
 }
 
-/// Connect to the checked addresses in order. `permit_private` is true only when an explicit
-/// `allow` or `connect` rule decided (the seed's "allow wins" rule); otherwise a private address
-/// here is refused even though the decision code should already have denied it.
+/// Connect to the checked addresses in order. `refuse` is `None` only when an explicit `allow`
+/// or `connect` rule decided (the seed's "allow wins" rule); otherwise a private address here is
+/// refused even though the decision code should already have denied it.
 pub async fn dial_checked(
     addrs: &[IpAddr],
     port: u16,
-    permit_private: bool,
+    refuse: Option<&PrivateSet>,
     connect_timeout: Duration,
 ) -> Result<(TcpStream, IpAddr), DialError> {
-    check(addrs, permit_private)?;
+    check(addrs, refuse)?;
     let mut last = None;
     for ip in addrs {
         let sa = SocketAddr::new(*ip, port);

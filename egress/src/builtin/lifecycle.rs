@@ -20,6 +20,8 @@ use crate::squid::Progress;
 
 /// How long `up` waits for a freshly started `serve` to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `down` waits for the server to exit before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(crate) struct Builtin<'a> {
     inst: &'a Instance,
@@ -88,20 +90,39 @@ impl<'a> Builtin<'a> {
                 "the launcher must set Instance::serve_command",
             ));
         };
-        let err_file = std::fs::File::create(paths.serve_err())
-            .map_err(|e| Error::io("cannot create", paths.serve_err(), e))?;
+        let err_file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(paths.serve_err())
+                .map_err(|e| Error::io("cannot create", paths.serve_err(), e))?
+        };
         let mut cmd = Command::new(program);
         cmd.args(leading)
             .args(self.serve_args(plan).to_args())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err_file);
-        // Detach: own session, so the filter outlives the command (and the terminal) that started it.
-        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        // Detach: own session, so the filter outlives the command (and the terminal) that started
+        // it, and no descriptor of the caller's: a pipe it inherited (`out=$(ocsb egress up)`,
+        // `ocsb exec … | tee log`) would stay open, and the reader would wait for the filter to exit.
+        // SAFETY: setsid and close_range are async-signal-safe system calls that touch no memory of
+        // the parent; CLOSE_RANGE_CLOEXEC only marks descriptors 3 and up close-on-exec (std's own
+        // error-report pipe already is), so nothing the child still needs before exec is closed.
         #[allow(unsafe_code)]
         unsafe {
             use std::os::unix::process::CommandExt;
-            cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
+            cmd.pre_exec(|| {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                if libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
         }
         let mut child = cmd.spawn().map_err(|e| Error::io("cannot start the filter process", program, e))?;
         let deadline = Instant::now() + START_TIMEOUT;
@@ -140,6 +161,35 @@ impl<'a> Builtin<'a> {
 
     /// The pid is our `serve` for this state directory (the pid file alone could be stale or
     /// replaced by another process).
+    /// Wait until the server process is gone: "stopped" is said only when it is true. A server
+    /// that did not answer `stop` gets SIGTERM first; one that outlives [`STOP_TIMEOUT`] is killed.
+    fn wait_gone(&self, pid: i32, terminate: bool) -> Result<()> {
+        use nix::sys::signal::{Signal, kill};
+        let pid_t = nix::unistd::Pid::from_raw(pid);
+        if terminate {
+            let _ = kill(pid_t, Signal::SIGTERM);
+        }
+        for (limit, then) in [(STOP_TIMEOUT, Some(Signal::SIGKILL)), (Duration::from_secs(2), None)] {
+            let deadline = Instant::now() + limit;
+            while self.is_our_server(pid) {
+                if Instant::now() > deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if !self.is_our_server(pid) {
+                return Ok(());
+            }
+            if let Some(sig) = then {
+                let _ = kill(pid_t, sig);
+            }
+        }
+        Err(Error::state(
+            format!("the builtin filter (pid {pid}) is still running after SIGKILL"),
+            format!("check it with `ps -p {pid}`; it may be stuck in the kernel"),
+        ))
+    }
+
     fn is_our_server(&self, pid: i32) -> bool {
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
@@ -160,30 +210,25 @@ impl Lifecycle for Builtin<'_> {
     fn down(&self) -> Result<bool> {
         let paths = &self.paths;
         let pid = std::fs::read_to_string(paths.pid_file()).ok().and_then(|s| s.trim().parse::<i32>().ok());
-        if control::stop(&paths.control_socket(), Duration::from_secs(3)).is_ok() {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while paths.control_socket().exists() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if let Some(pid) = pid {
-                while self.is_our_server(pid) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(50));
+        let asked = control::stop(&paths.control_socket(), Duration::from_secs(3)).is_ok();
+        // Signal a pid only if it really is our server (a stale pid file may name anything).
+        let ours = pid.filter(|p| self.is_our_server(*p));
+        if !asked && ours.is_none() {
+            let _ = std::fs::remove_file(paths.pid_file());
+            return Ok(false);
+        }
+        match ours {
+            Some(pid) => self.wait_gone(pid, !asked)?,
+            None => {
+                let deadline = Instant::now() + STOP_TIMEOUT;
+                while paths.control_socket().exists() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
                 }
             }
-            return Ok(true);
-        }
-        // No answer: a crashed or hung process. Signal it only if the pid really is our server.
-        if let Some(pid) = pid
-            && self.is_our_server(pid)
-        {
-            let _ =
-                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
-            let _ = std::fs::remove_file(paths.pid_file());
-            let _ = std::fs::remove_file(paths.control_socket());
-            return Ok(true);
         }
         let _ = std::fs::remove_file(paths.pid_file());
-        Ok(false)
+        let _ = std::fs::remove_file(paths.control_socket());
+        Ok(true)
     }
 
     fn observe(&self) -> Result<Option<Observed>> {

@@ -3,8 +3,8 @@
 //! Every request (also each request on a keep-alive connection) is decided afresh by the policy
 //! crate, with the authority parsed the way squid parses it (the URI wins over `Host`, userinfo
 //! is ignored, legacy IPv4 forms are canonicalised). Denials get a 403 with
-//! `X-Egress-Decision: <rule> <file:line>`; allowed requests go to the **checked address**, never
-//! to the name (see [`super::dial`]).
+//! `X-Egress-Decision: <rule>` (`block:project:3`, as squid sends it); allowed requests go to the
+//! **checked address**, never to the name (see [`super::dial`]).
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -19,7 +19,7 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method as HttpMethod, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use ocsb_policy::egress::{Decision, Host, Policy, RuleKind, Step, Target, Verdict};
+use ocsb_policy::egress::{Decision, Host, IpNet, Policy, RuleKind, Step, Target, Verdict};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -74,10 +74,13 @@ impl PolicyCell {
         self.0.read().map(|g| g.clone()).unwrap_or_else(|e| e.into_inner().clone())
     }
     pub fn set(&self, p: Policy) {
-        match self.0.write() {
-            Ok(mut g) => *g = Arc::new(p),
-            Err(e) => *e.into_inner() = Arc::new(p),
-        }
+        self.update(|_| p);
+    }
+    /// Replace the policy with `f(current)`, under the lock (a reload and a refresh of the host's
+    /// addresses cannot undo each other).
+    pub fn update(&self, f: impl FnOnce(&Policy) -> Policy) {
+        let mut g = self.0.write().unwrap_or_else(|e| e.into_inner());
+        *g = Arc::new(f(&g));
     }
 }
 
@@ -126,6 +129,8 @@ impl Pool {
 }
 
 struct Shared {
+    /// Who may use the proxy ([`crate::listen::client_networks`], the same rule squid gets).
+    clients: Vec<IpNet>,
     pool: Pool,
     policy: PolicyCell,
     logger: Logger,
@@ -161,9 +166,11 @@ impl Running {
 /// reported before the process detaches).
 pub fn start(listeners: Vec<TcpListener>, policy: PolicyCell, logger: Logger, limits: Limits) -> Running {
     let conns = Table::new(limits.max_connections);
-    let shared = Arc::new(Shared { pool: Pool::default(), policy, logger, limits, conns: conns.clone() });
+    let addrs: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
+    let clients = crate::listen::client_networks(&addrs);
+    let shared =
+        Arc::new(Shared { clients, pool: Pool::default(), policy, logger, limits, conns: conns.clone() });
     let (stop, stop_rx) = watch::channel(false);
-    let addrs = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
     let tasks = listeners
         .into_iter()
         .map(|l| tokio::spawn(accept_loop(l, shared.clone(), stop_rx.clone())))
@@ -298,6 +305,17 @@ fn text_response(status: StatusCode, body: String) -> Response<ProxyBody> {
     r
 }
 
+/// The filter's own refusal: 403 with the deciding rule in [`DECISION_HEADER`], in the same
+/// format squid sends (`block:project:3`); the body says it in words, with `file:line`.
+fn denial(d: &Decision, what: &str, advice: &str) -> Response<ProxyBody> {
+    let mut r =
+        text_response(StatusCode::FORBIDDEN, format!("ocsb egress: {what} denied by rule {d}\n{advice}\n"));
+    if let Ok(v) = HeaderValue::from_str(&d.note()) {
+        r.headers_mut().insert(DECISION_HEADER, v);
+    }
+    r
+}
+
 async fn handle(
     req: Request<Incoming>,
     peer: SocketAddr,
@@ -312,6 +330,13 @@ async fn handle(
         target: req.uri().to_string(),
         decision: None,
     };
+
+    // 0. Only the filter's clients (loopback, the containers behind the gateway) are served.
+    if let Some(d) = Decision::for_client(&shared.clients, txn.client) {
+        txn.decision = Some(d.clone());
+        shared.logger.log(&txn.line("TCP_DENIED", 403, 0, None));
+        return Ok(denial(&d, "this client", "the filter serves only this host and its containers"));
+    }
 
     // 1. Parse the target the way squid does.
     let parsed = if is_connect {
@@ -349,21 +374,16 @@ async fn handle(
     txn.decision = Some(decision.clone());
     if decision.verdict == Verdict::Deny {
         shared.logger.log(&txn.line("TCP_DENIED", 403, 0, None));
-        let mut r = text_response(
-            StatusCode::FORBIDDEN,
-            format!(
-                "ocsb egress: {} denied by rule {decision}\nTo allow it, add a rule to .opencode-sandbox/egress.conf and run `ocsb egress up`.\n",
-                txn.target
-            ),
-        );
-        if let Ok(v) = HeaderValue::from_str(&decision.to_string()) {
-            r.headers_mut().insert(DECISION_HEADER, v);
-        }
-        return Ok(r);
+        return Ok(denial(
+            &decision,
+            &txn.target,
+            "to allow it, add a rule to .opencode-sandbox/egress.conf and run `ocsb egress up`",
+        ));
     }
 
     // 3. Dial the checked addresses.
     let permit_private = matches!(decision.rule, RuleKind::Allow | RuleKind::Connect);
+    let private = policy.private_set().clone();
     let dial_error = |e: DialError, txn: &Txn| {
         let (status, msg) = match e {
             DialError::NoAddress => (StatusCode::SERVICE_UNAVAILABLE, format!("cannot resolve {host}")),
@@ -380,7 +400,7 @@ async fn handle(
         let (upstream, server_ip) = match dial::dial_checked(
             &addrs,
             target.port,
-            permit_private,
+            (!permit_private).then_some(&private),
             shared.limits.connect_timeout,
         )
         .await
@@ -410,7 +430,7 @@ async fn handle(
     }
     // A kept-alive server connection is reused only if its address is one of the addresses this
     // request's decision checked (the same rule as dialing: never an address the policy did not see).
-    if let Err(e) = dial::check(&addrs, permit_private) {
+    if let Err(e) = dial::check(&addrs, (!permit_private).then_some(&private)) {
         return Ok(dial_error(e, &txn));
     }
     let mut pooled = None;
@@ -424,13 +444,17 @@ async fn handle(
     let (mut sender, server_ip) = match pooled {
         Some(x) => x,
         None => {
-            let (upstream, ip) =
-                match dial::dial_checked(&addrs, target.port, permit_private, shared.limits.connect_timeout)
-                    .await
-                {
-                    Ok(x) => x,
-                    Err(e) => return Ok(dial_error(e, &txn)),
-                };
+            let (upstream, ip) = match dial::dial_checked(
+                &addrs,
+                target.port,
+                (!permit_private).then_some(&private),
+                shared.limits.connect_timeout,
+            )
+            .await
+            {
+                Ok(x) => x,
+                Err(e) => return Ok(dial_error(e, &txn)),
+            };
             match hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await {
                 Ok((sender, conn)) => {
                     tokio::spawn(conn);
@@ -457,6 +481,9 @@ async fn handle(
                     .iter()
                     .any(|v| v.to_str().is_ok_and(|v| v.to_ascii_lowercase().contains("close")));
             strip_hop_by_hop(&mut parts.headers);
+            // An origin cannot speak for the filter: only the filter's own answers carry these.
+            parts.headers.remove(DECISION_HEADER);
+            parts.headers.remove(ERROR_HEADER);
             let line = txn.line("TCP_MISS", status, 0, Some(server_ip));
             let body = LoggedBody {
                 inner: body,

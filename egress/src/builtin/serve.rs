@@ -19,6 +19,7 @@ use super::control::{Ack, ReloadAnswer, Request, StatusAnswer};
 use super::logger::Logger;
 use super::proxy::{self, Limits, PolicyCell};
 use crate::error::{Error, Result};
+use crate::listen::host_addresses;
 use crate::paths::EgressPaths;
 
 /// What a `serve` process needs: where the rules are, where its state goes, what to listen on.
@@ -78,7 +79,7 @@ impl ServeArgs {
 
     fn load_policy(&self) -> Result<Policy> {
         let layers = load_layers(&self.user_config_dir, &self.project_dir)?;
-        Ok(Policy::compile(&layers)?)
+        Ok(Policy::compile(&layers)?.with_host_addresses(host_addresses()))
     }
 }
 
@@ -193,6 +194,7 @@ async fn run(args: ServeArgs) -> Result<()> {
         .map_err(|e| Error::net("cannot install the SIGTERM handler", e))?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| Error::net("cannot install the SIGINT handler", e))?;
+    let mut addresses = tokio::time::interval(HOST_ADDRESS_REFRESH);
     loop {
         tokio::select! {
             c = control.accept() => {
@@ -201,6 +203,7 @@ async fn run(args: ServeArgs) -> Result<()> {
                 }
             }
             _ = hup.recv() => { let _ = state.reload(); }
+            _ = addresses.tick() => state.refresh_host_addresses(),
             _ = term.recv() => break,
             _ = int.recv() => break,
             _ = state.stop.notified() => break,
@@ -232,7 +235,20 @@ struct ServeState {
     stop: Notify,
 }
 
+/// How often the host's interface addresses are re-read: a new address (DHCP, a VPN, a Docker
+/// network) is judged private within this time.
+const HOST_ADDRESS_REFRESH: Duration = Duration::from_secs(2);
+
 impl ServeState {
+    fn refresh_host_addresses(&self) {
+        let now = ocsb_policy::egress::PrivateSet::with_host_addresses(host_addresses());
+        if self.cell.get().private_set() != &now {
+            let addrs = now.host_addresses().to_vec();
+            self.cell.update(|p| p.clone().with_host_addresses(addrs));
+            self.logger.note(&format!("host addresses now {:?}", now.host_addresses()));
+        }
+    }
+
     /// Re-read and compile the layers; swap only if they compile. *Why*: a typo in a rule file
     /// must not open (or close) the network; the old policy stays in force and the caller is
     /// told what is wrong, with file and line.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::client::{self, read_reply};
 use crate::support::lab::{BUILTIN_PORT, Lab, RULES};
+use crate::support::topology::FILTER_ADDR;
 
 fn proxy() -> SocketAddr {
     format!("127.0.0.1:{BUILTIN_PORT}").parse().unwrap()
@@ -22,7 +23,8 @@ fn reload_applies_fast_keeps_old_rules_on_error_and_keeps_tunnels() {
     let st = ocsb_egress::status(&inst).unwrap();
     assert!(st.running, "{st:?}");
     assert_eq!(st.config, "current");
-    assert_eq!(st.listen, vec![format!("127.0.0.1:{BUILTIN_PORT}")]);
+    // Loopback, and the lab's stand-in for the docker gateway.
+    assert_eq!(st.listen, vec![format!("127.0.0.1:{BUILTIN_PORT}"), format!("{FILTER_ADDR}:{BUILTIN_PORT}")]);
 
     assert_eq!(lab.client(move || client::get(p, "http://pub.test.net/", "x")).unwrap().status, 200);
     // A request body is streamed to the origin; hop-by-hop and proxy credentials are not.
@@ -85,7 +87,7 @@ fn reload_applies_fast_keeps_old_rules_on_error_and_keeps_tunnels() {
         let reply = lab.client(move || client::get(p, "http://pub.test.net/", "x")).unwrap();
         if reply.status == 403 {
             assert_eq!(
-                reply.header("x-egress-decision").map(|h| h.starts_with("block ")),
+                reply.header("x-egress-decision").map(|h| h.starts_with("block:project:")),
                 Some(true),
                 "{reply:?}"
             );

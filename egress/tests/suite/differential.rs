@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::support::client::{self, Reply};
 use crate::support::dns::Answer;
 use crate::support::lab::{BUILTIN_PORT, Lab, RULES, SQUID_PORT, zone_map};
+use crate::support::topology::{FILTER_ADDR, ip};
 use ocsb_policy::egress::Target;
 
 enum Req {
@@ -66,6 +67,20 @@ const CASES: &[(Req, &str, u16)] = &[
     (Req::Connect("[::1]:443"), "no-dot", 4),
     (Req::Connect("private.test.net:443"), "private", 4),
     (Req::Connect("mixed.test.net:443"), "private", 4),
+    // The filter host's own address, by literal and by name, is the host.
+    (Req::Get("http://192.0.2.1/"), "private", 4),
+    (Req::Get("http://self.test.net/"), "private", 4),
+    (Req::Connect("self.test.net:443"), "private", 4),
+    // IPv6 forms that embed a private IPv4 address, and the site-local range.
+    (Req::Get("http://nat64.test.net/"), "private", 4),
+    (Req::Get("http://meta64.test.net/"), "private", 4),
+    (Req::Get("http://compat.test.net/"), "private", 4),
+    (Req::Connect("sixtofour.test.net:443"), "private", 4),
+    (Req::Get("http://sitelocal.test.net/"), "private", 4),
+    (Req::Get("http://[::10.9.9.9]/"), "private", 4),
+    (Req::Connect("[::127.0.0.2]:443"), "private", 4),
+    // An origin's own 403 is passed on, but never with the filter's headers.
+    (Req::Get("http://pub.test.net/forged"), "default", 4),
 ];
 
 fn send(proxy: SocketAddr, req: &Req) -> Option<Reply> {
@@ -86,7 +101,9 @@ fn send(proxy: SocketAddr, req: &Req) -> Option<Reply> {
 
 /// What the decision function says, with the resolver answers the world's DNS gives.
 fn expected_by_policy(lab: &Lab, req: &Req) -> String {
-    let policy = lab.instance().load_policy().unwrap();
+    // explain on the filter's host knows that host's addresses.
+    let policy =
+        lab.instance().load_policy().unwrap().with_host_addresses(lab.client(ocsb_egress::host_addresses));
     let t = match req {
         Req::Get(u) | Req::GetHost(u, _) => Target::from_absolute_uri("GET", u).unwrap(),
         Req::Connect(a) => Target::from_connect(a).unwrap(),
@@ -135,11 +152,17 @@ fn builtin_squid_and_policy_agree_on_the_case_table() {
             if reply.status / 100 != *class {
                 failures.push(format!("#{i} {label} via {name}: status {} (want {class}xx)", reply.status));
             }
-            if name == "builtin" && reply.status == 403 {
-                let h = reply.header("x-egress-decision").unwrap_or("");
-                if !h.starts_with(want.split(':').next().unwrap()) {
-                    failures.push(format!("#{i} {label} via builtin: X-Egress-Decision {h:?}, want {want}"));
-                }
+            // Only the filter's own refusals carry the decision, in one format on both backends.
+            let h = reply.header("x-egress-decision");
+            let denied = !(want.starts_with("allow") || want.starts_with("connect") || *want == "default");
+            let want_header = denied.then_some(*want);
+            if h != want_header {
+                failures
+                    .push(format!("#{i} {label} via {name}: X-Egress-Decision {h:?}, want {want_header:?}"));
+            }
+            if !denied && reply.header("x-egress-error").is_some() && reply.status == 403 {
+                failures
+                    .push(format!("#{i} {label} via {name}: an origin's X-Egress-Error reached the client"));
             }
             match crate::support::lab::wait_log_line_any(&log, *skip, Duration::from_secs(12)) {
                 Some((line, n)) => {
@@ -177,7 +200,67 @@ fn builtin_squid_and_policy_agree_on_the_case_table() {
         !lab.world_seen.lock().unwrap().requests.iter().any(|(_, h)| h == "www.example.com"),
         "a proxy forwarded the client's Host header instead of the URL's"
     );
+    // Host side: nothing reached the service on the filter's own address.
+    let to_self: Vec<_> = lab
+        .filter_seen
+        .lock()
+        .unwrap()
+        .requests
+        .iter()
+        .filter(|(a, _)| a.ip() == ip(FILTER_ADDR))
+        .cloned()
+        .collect();
+    assert!(to_self.is_empty(), "a proxy connected to the filter host's own address: {to_self:?}");
     assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Both backends listen on the gateway address too (for containers); a client that is neither on
+/// loopback nor on the network behind the gateway gets 403 `client`, even for a host the rules
+/// allow, and the allowed internal service behind the filter is never contacted for it.
+#[test]
+fn only_the_filters_clients_are_served() {
+    let mut lab = Lab::new(RULES);
+    lab.start_builtin();
+    lab.start_squid();
+    let curl = |src: &str, port: u16, url: &str| -> (String, String) {
+        let out = lab
+            .topo
+            .world
+            .exec(&["curl"])
+            .args(["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "10", "--interface", src, "-x"])
+            .arg(format!("http://{FILTER_ADDR}:{port}"))
+            .arg(url)
+            .output()
+            .expect("curl (apt-get install curl)");
+        (
+            String::from_utf8_lossy(&out.stdout).to_ascii_lowercase(),
+            String::from_utf8_lossy(&out.stderr).into(),
+        )
+    };
+    for (name, port, log) in
+        [("builtin", BUILTIN_PORT, lab.builtin_log()), ("squid", SQUID_PORT, lab.squid_log())]
+    {
+        let before = lab.filter_seen.lock().unwrap().requests.len();
+        // From beyond the gateway's network: refused, by the client rule.
+        let (head, err) = curl("198.51.100.7", port, "http://internal.corp.test/");
+        assert!(head.starts_with("http/1.1 403"), "{name}: outsider got {head:?} {err}");
+        assert!(head.contains("x-egress-decision: client"), "{name}: {head}");
+        let lines = std::fs::read_to_string(&log).unwrap_or_default();
+        let last = lines.lines().rev().find_map(ocsb_policy::egress::LogLine::parse).expect("a log line");
+        assert_eq!((last.rule.as_str(), last.client.as_str()), ("client", "198.51.100.7"), "{name}: {last}");
+        assert_eq!(
+            lab.filter_seen.lock().unwrap().requests.len(),
+            before,
+            "{name}: the internal service was contacted for an outside client"
+        );
+        // Positive control: a client on the gateway's network is served.
+        let (head, err) = curl("192.0.2.2", port, "http://internal.corp.test/");
+        assert!(head.starts_with("http/1.1 200"), "{name}: client behind the gateway got {head:?} {err}");
+        assert!(
+            lab.filter_seen.lock().unwrap().requests.len() > before,
+            "{name}: allowed request not served"
+        );
+    }
 }
 
 #[test]

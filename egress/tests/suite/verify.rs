@@ -17,6 +17,7 @@ expect-pass http://pub.test.net/
 expect-block http://www.example.com/
 expect-block https://www.example.com/
 expect-block http://prod-db.test.net/
+expect-block http://pub.test.net/forged
 ";
 
 #[test]
@@ -30,7 +31,10 @@ fn verify_catches_a_broken_rule_and_a_bypass() {
 
     let report = run(&inst.load_policy().unwrap(), &opts).unwrap();
     let failed: Vec<_> = report.checks.iter().filter(|c| !c.ok).collect();
-    assert_eq!(failed.len(), 2, "{report:#?}");
+    assert_eq!(failed.len(), 3, "{report:#?}");
+    // The origin's own 403, with a forged decision header, is not a block by the filter.
+    let forged = failed.iter().find(|c| c.url.ends_with("/forged")).expect("the origin's 403 is no block");
+    assert!(forged.observed.contains("the server itself answered 403"), "{forged:?}");
     let typo = failed
         .iter()
         .find(|c| c.url == "http://prod-db.test.net/")
@@ -49,7 +53,9 @@ fn verify_catches_a_broken_rule_and_a_bypass() {
 
     // Fix the rule, and lock uid 1990 to loopback in the filter namespace (what the netlock does
     // for its group on a real host). curl then runs as that uid.
-    lab.write_rules(&BROKEN.replace("^prdo-", "^prod-"));
+    lab.write_rules(
+        &BROKEN.replace("^prdo-", "^prod-").replace("expect-block http://pub.test.net/forged\n", ""),
+    );
     ocsb_egress::up(&inst, &inst.load_policy().unwrap(), ocsb_egress::lifecycle::stderr_progress()).unwrap();
     let ns = lab.topo.filter.name();
     // One ruleset, loaded atomically in the filter namespace only.

@@ -15,7 +15,7 @@ use ocsb_egress::{Backend, Instance, SquidOverrides};
 
 use super::dns::{self, Answer, SharedZone, Zone};
 use super::origin::{self, SharedSeen};
-use super::topology::{DNS_ADDR, Topology, ip};
+use super::topology::{DNS_ADDR, FILTER_ADDR, Topology, ip};
 
 pub const BUILTIN_PORT: u16 = 3128;
 pub const SQUID_PORT: u16 = 3129;
@@ -59,6 +59,13 @@ pub fn zone_map() -> HashMap<String, Answer> {
         ("rb.test.net".into(), Answer::Alternate(vec![ip("198.51.100.7"), ip("127.0.0.2")])),
         ("rb2.test.net".into(), Answer::Alternate(vec![ip("198.51.100.7"), ip("127.0.0.2")])),
         ("slow.test.net".into(), Answer::Slow(Duration::from_secs(8), vec![ip("198.51.100.7")])),
+        // The filter's own (non-loopback) address, and IPv6 forms that embed a private IPv4.
+        ("self.test.net".into(), f(&[FILTER_ADDR])),
+        ("nat64.test.net".into(), f(&["64:ff9b::a09:909"])),
+        ("meta64.test.net".into(), f(&["64:ff9b::a9fe:a9fe"])),
+        ("compat.test.net".into(), f(&["::a09:909"])),
+        ("sixtofour.test.net".into(), f(&["2002:a09:909::1"])),
+        ("sitelocal.test.net".into(), f(&["fec0::1"])),
     ])
 }
 
@@ -85,6 +92,7 @@ impl Lab {
                     "127.0.0.2:80".parse().unwrap(),
                     "127.0.0.2:443".parse().unwrap(),
                     "127.0.0.5:6443".parse().unwrap(),
+                    SocketAddr::new(ip(FILTER_ADDR), 80),
                 ],
                 fs,
             )
@@ -131,7 +139,9 @@ impl Lab {
             user_config_dir: self.user_config.clone(),
             project_dir: self.project.clone(),
             port: BUILTIN_PORT,
-            docker_gw: GatewaySetting::Disabled,
+            // The filter's veth address stands in for the docker0 gateway: the world namespace
+            // is "the network behind it" (192.0.2.0/24) and, on its other addresses, beyond it.
+            docker_gw: GatewaySetting::Address(ip(FILTER_ADDR)),
             serve_command: vec![
                 "ip".into(),
                 "netns".into(),
@@ -168,13 +178,20 @@ impl Lab {
             dns_nameservers: vec![ip(DNS_ADDR)],
             hosts_file: Some(hosts.to_string_lossy().into()),
         };
-        let conf = ocsb_egress::render::squid_conf_host_process(
-            &policy,
-            &self.squid_dir,
-            vec![SocketAddr::new(ip("127.0.0.1"), SQUID_PORT)],
-            &ov,
-        )
-        .unwrap();
+        // Rendered inside the filter namespace: its addresses are the ones squid must refuse.
+        let dir = self.squid_dir.clone();
+        let conf = self.topo.filter.run(move || {
+            ocsb_egress::render::squid_conf_host_process(
+                &policy,
+                &dir,
+                vec![
+                    SocketAddr::new(ip("127.0.0.1"), SQUID_PORT),
+                    SocketAddr::new(ip(FILTER_ADDR), SQUID_PORT),
+                ],
+                &ov,
+            )
+            .unwrap()
+        });
         let conf_path = self.squid_dir.join("squid.conf");
         std::fs::write(&conf_path, conf).unwrap();
         use std::os::unix::fs::PermissionsExt;

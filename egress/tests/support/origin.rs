@@ -74,6 +74,18 @@ fn handle(s: TcpStream, seen: SharedSeen) {
             }
             continue;
         }
+        if path.ends_with("/forged") {
+            // An origin that pretends to be the filter: its own 403 with the filter's headers.
+            let b = "forged by the origin\n";
+            let reply = format!(
+                "HTTP/1.1 403 Forbidden\r\nX-Egress-Decision: block:project:1\r\nX-Egress-Error: proxy\r\nContent-Length: {}\r\n\r\n{b}",
+                b.len()
+            );
+            if w.write_all(reply.as_bytes()).is_err() {
+                return;
+            }
+            continue;
+        }
         let reply = {
             let b = format!("origin={local} host={host}\n");
             format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\r\n{b}", b.len())

@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use ocsb_policy::egress::{Decision, Policy, Target};
+use ocsb_policy::egress::{Decision, Host, Method, Policy, Target};
 
 use ocsb_egress::Backend;
 
@@ -25,11 +25,12 @@ pub fn render(project: &Project, format: Option<RenderFormat>) -> Result<()> {
 
 /// `egress explain`: one decision, with the rule and its `file:line`.
 pub fn explain(project: &Project, args: &ExplainArgs) -> Result<()> {
-    let policy = project.egress_policy()?;
+    let policy = project.egress_policy()?.with_host_addresses(ocsb_egress::host_addresses());
     let target = parse_target(&args.target, args.connect)?;
     let (decision, unresolved) = decide(&policy, &target, &args.resolve);
     if args.json {
         let mut v = serde_json::json!({
+            "request": request_line(&target),
             "verdict": decision.verdict,
             "rule": decision.rule,
             "source": decision.source.as_ref().map(|l| l.to_string()),
@@ -40,6 +41,12 @@ pub fn explain(project: &Project, args: &ExplainArgs) -> Result<()> {
         println!("{v}");
     } else {
         println!("{} {decision}", decision.verdict);
+        if !args.connect && target.method == Method::Connect {
+            println!(
+                "  judged as `{}`: what a client sends through the proxy for https://",
+                request_line(&target)
+            );
+        }
         if unresolved {
             println!(
                 "  note: no --resolve given; this holds if {} resolves only to public addresses \
@@ -51,8 +58,21 @@ pub fn explain(project: &Project, args: &ExplainArgs) -> Result<()> {
     Ok(())
 }
 
+/// The request the proxy sees, as `METHOD host:port`.
+fn request_line(t: &Target) -> String {
+    let method = match &t.method {
+        Method::Connect => "CONNECT",
+        Method::Other(m) => m.as_str(),
+    };
+    let host = match &t.host {
+        Host::Ip(IpAddr::V6(a)) => format!("[{a}]"),
+        h => h.to_string(),
+    };
+    format!("{method} {host}:{}", t.port)
+}
+
 fn parse_target(text: &str, connect: bool) -> Result<Target> {
-    let parsed = if connect { Target::from_connect(text) } else { Target::from_absolute_uri("GET", text) };
+    let parsed = if connect { Target::from_connect(text) } else { Target::for_client_url(text) };
     parsed.map_err(|e| {
         let example = if connect { "git.example.com:2222" } else { "https://example.com/" };
         Error::failed(format!("cannot parse {text:?}: {e}"), format!("give a target such as {example}"))

@@ -255,6 +255,17 @@ fn explain_gives_verdict_rule_and_source_for_the_seed_examples() {
         (&["--connect", "git.example.com:2222"], "allow", "connect", Some(format!("{p}:5"))),
         (&["--connect", "10.0.0.5:6443"], "allow", "connect", Some(format!("{p}:5"))),
         (&["--connect", "git.example.com:2223"], "deny", "port", None),
+        // A client sends CONNECT for https://, so the connect rule decides (the seed's example);
+        // the same URL as http:// is a GET to a non-web port.
+        (&["https://10.0.0.5:6443/version"], "allow", "connect", Some(format!("{p}:5"))),
+        (&["http://10.0.0.5:6443/version"], "deny", "port", None),
+        (&["https://git.example.com:2222/"], "allow", "connect", Some(format!("{p}:5"))),
+        // IPv6 forms that carry a private IPv4 address, and the site-local range.
+        (&["https://[::10.9.9.9]/"], "deny", "private", None),
+        (&["https://nat64.example.org/", "--resolve", "64:ff9b::a9fe:a9fe"], "deny", "private", None),
+        (&["https://sixtofour.example.org/", "--resolve", "2002:a09:909::1"], "deny", "private", None),
+        (&["https://old.example.org/", "--resolve", "fec0::1"], "deny", "private", None),
+        (&["https://public64.example.org/", "--resolve", "64:ff9b::c633:6407"], "allow", "default", None),
         (&["https://jira.example.com:8443/"], "deny", "port", None),
         (&["http://intranet/"], "deny", "no-dot", None),
         (&["http://2130706433/"], "deny", "private", None),
@@ -268,6 +279,10 @@ fn explain_gives_verdict_rule_and_source_for_the_seed_examples() {
             None,
         ),
     ];
+    let v = explain(&r, &["https://10.0.0.5:6443/version"]);
+    assert_eq!(v["request"], "CONNECT 10.0.0.5:6443", "{v}");
+    let v = explain(&r, &["http://jira.example.com/x"]);
+    assert_eq!(v["request"], "GET jira.example.com:80", "{v}");
     for (args, verdict, rule, source) in cases {
         let v = explain(&r, args);
         assert_eq!(v["verdict"], *verdict, "{args:?}: {v}");

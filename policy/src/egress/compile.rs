@@ -6,12 +6,15 @@
 //! no ACL holds two entries where one covers the other. Entries dropped because an earlier line
 //! of the same kind already covers them keep their provenance in [`Policy::dropped`].
 
+use std::net::IpAddr;
+
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::host::HostPattern;
 use super::layers::{EgressLayer, LayerText};
 use super::parse::{Body, Expect, Word, parse_layer};
+use super::private::PrivateSet;
 use super::regex_subset;
 use crate::{Location, Result};
 
@@ -79,14 +82,23 @@ pub struct Policy {
     pub(crate) blocks: Vec<Rule>,
     pub(crate) expects: Vec<Expect>,
     pub(crate) dropped: Vec<Dropped>,
+    /// Where "private" ends; environment, not rules: it is not in the text or the hash.
+    #[serde(skip)]
+    pub(crate) private: PrivateSet,
 }
 
 impl Policy {
     /// Parses and normalises the layers (in the order given). Any error in any layer fails the
     /// whole compilation: a policy is never half-applied.
     pub fn compile(layers: &[LayerText]) -> Result<Policy> {
-        let mut p =
-            Policy { connects: vec![], allows: vec![], blocks: vec![], expects: vec![], dropped: vec![] };
+        let mut p = Policy {
+            connects: vec![],
+            allows: vec![],
+            blocks: vec![],
+            expects: vec![],
+            dropped: vec![],
+            private: PrivateSet::default(),
+        };
         for layer in layers {
             for d in parse_layer(layer)? {
                 let source = Source { layer: d.layer, at: d.at.clone() };
@@ -111,6 +123,19 @@ impl Policy {
     /// Values removed by normalisation, with what covers them.
     pub fn dropped(&self) -> &[Dropped] {
         &self.dropped
+    }
+
+    /// The same policy judging the filter host's own addresses as private (see [`PrivateSet`]).
+    /// *Why*: a service bound to the host's public address is the host itself; without this, an
+    /// agent reaches it by the address or by any name that resolves to it.
+    pub fn with_host_addresses(mut self, addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+        self.private = PrivateSet::with_host_addresses(addrs);
+        self
+    }
+
+    /// The private set this policy enforces.
+    pub fn private_set(&self) -> &PrivateSet {
+        &self.private
     }
 
     /// A stable hash (SHA-256, hex) of the normalised policy including provenance, for "config

@@ -8,8 +8,9 @@ use serde::Serialize;
 use serde::ser::SerializeStruct;
 
 use super::compile::{Matcher, Policy, Rule, Source};
+use super::host::IpNet;
 use super::layers::EgressLayer;
-use super::private::is_private;
+use super::private::PrivateSet;
 use super::target::{Host, Method, Target};
 use crate::Location;
 
@@ -32,6 +33,8 @@ impl fmt::Display for Verdict {
 /// Which step of the evaluation order decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RuleKind {
+    /// The client is not on a network the filter serves (checked before any rule).
+    Client,
     Connect,
     Port,
     Allow,
@@ -45,6 +48,7 @@ impl RuleKind {
     /// The name used in squid annotations, logs and `X-Egress-Decision`.
     pub fn tag(self) -> &'static str {
         match self {
+            RuleKind::Client => "client",
             RuleKind::Connect => "connect",
             RuleKind::Port => "port",
             RuleKind::Allow => "allow",
@@ -57,7 +61,7 @@ impl RuleKind {
 
     pub fn from_tag(s: &str) -> Option<Self> {
         use RuleKind::*;
-        [Connect, Port, Allow, Block, NoDot, Private, Default].into_iter().find(|k| k.tag() == s)
+        [Client, Connect, Port, Allow, Block, NoDot, Private, Default].into_iter().find(|k| k.tag() == s)
     }
 
     pub fn verdict(self) -> Verdict {
@@ -92,6 +96,13 @@ impl Decision {
     fn rule(rule: RuleKind, src: &Source) -> Self {
         let at = Location::new(src.at.file.clone(), src.at.line, 0);
         Decision { verdict: rule.verdict(), rule, source: Some(at), layer: Some(src.layer) }
+    }
+
+    /// The refusal of a client outside `clients`, or `None` if it may use the filter. *Why
+    /// before any rule*: a filter listening on the docker gateway is reachable from every network
+    /// routed to the host; only loopback and the containers behind the gateway are its clients.
+    pub fn for_client(clients: &[IpNet], client: IpAddr) -> Option<Decision> {
+        (!clients.iter().any(|n| n.contains(client))).then(|| Decision::step(RuleKind::Client))
     }
 
     /// `block`, `allow`, `port`, …
@@ -144,6 +155,7 @@ pub enum Step {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pending {
     host: String,
+    private: PrivateSet,
 }
 
 impl Pending {
@@ -156,7 +168,7 @@ impl Pending {
     /// not become a way in). An empty list is a DNS failure: like squid, that falls through to
     /// the default allow, and the proxy then has no address to connect to.
     pub fn finish(self, resolved: &[IpAddr]) -> Decision {
-        if resolved.iter().any(|&ip| is_private(ip)) {
+        if resolved.iter().any(|&ip| self.private.contains(ip)) {
             Decision::step(RuleKind::Private)
         } else {
             Decision::step(RuleKind::Default)
@@ -197,8 +209,10 @@ impl Policy {
             Host::Name(_) => t.host.numeric_name(),
         };
         match (literal, &t.host) {
-            (Some(ip), _) => Step::Decided(Pending { host: s }.finish(&[ip])),
-            (None, Host::Name(n)) => Step::NeedsAddresses(Pending { host: n.clone() }),
+            (Some(ip), _) => Step::Decided(Pending { host: s, private: self.private.clone() }.finish(&[ip])),
+            (None, Host::Name(n)) => {
+                Step::NeedsAddresses(Pending { host: n.clone(), private: self.private.clone() })
+            }
             (None, Host::Ip(_)) => unreachable!("an IP host is a literal"),
         }
     }

@@ -20,6 +20,11 @@ pub struct IpNet {
 }
 
 impl IpNet {
+    /// The network of one address.
+    pub fn host(addr: IpAddr) -> IpNet {
+        IpNet { addr, prefix: Self::max_prefix(addr) }
+    }
+
     pub fn max_prefix(addr: IpAddr) -> u8 {
         if addr.is_ipv4() { 32 } else { 128 }
     }

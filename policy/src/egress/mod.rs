@@ -10,8 +10,9 @@
 //! 3. `allow` / `allow-regex`,
 //! 4. `block` / `block-regex`,
 //! 5. names without a dot are denied (`localhost`, `intranet`, IPv6 literals),
-//! 6. private networks are denied ([`is_private`]; a name is denied if **any** of its addresses is
-//!    private — the anti-rebinding check),
+//! 6. private networks and the filter host's own addresses are denied ([`PrivateSet`]; IPv6 forms
+//!    that embed an IPv4 address are judged by it; a name is denied if **any** of its addresses
+//!    is private — the anti-rebinding check),
 //! 7. everything else is allowed.
 //!
 //! Both backends (squid and the built-in proxy) take their semantics from here, and a
@@ -36,7 +37,7 @@ pub use host::{HostPattern, IpNet};
 pub use layers::{EgressLayer, LayerText, load_layers};
 pub use log::{LogLine, SQUID_LOGFORMAT, parse_note};
 pub use parse::{Expect, ExpectKind};
-pub use private::{PRIVATE_NETWORKS, is_private};
+pub use private::{PrivateSet, is_private, private_networks};
 pub use regex_subset::{RegexError, validate as validate_regex};
 pub use squid::{ImageFiles, SquidOptions, loopback_clients, squid_parse_problems};
 pub use target::{BadTarget, Host, Method, Target, inet_aton};

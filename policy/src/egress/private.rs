@@ -1,44 +1,72 @@
 //! The private address set: destinations that are denied unless a rule allows them.
 //!
 //! A sandboxed agent must not reach the host's own services, the LAN or the cloud metadata
-//! endpoint by default. `0.0.0.0/8` and `::/128` are in the set because Linux connects
-//! `0.0.0.0` to the local host. IPv4-mapped IPv6 addresses are mapped first, as squid does.
+//! endpoint by default. The set is one list of networks that both backends use: the decision
+//! function tests membership, and squid's `private_dst` ACL is rendered from the same list.
+//!
+//! * `0.0.0.0/8` and `::/128` are in it because Linux connects `0.0.0.0` to the local host.
+//! * IPv4-mapped addresses (`::ffff:a.b.c.d`) are mapped before any test, as squid does.
+//! * Every IPv6 form that **embeds** an IPv4 address is judged by that address: the
+//!   IPv4-compatible form `::a.b.c.d`, NAT64 (`64:ff9b::/96`, which a NAT64 gateway turns back
+//!   into the IPv4 address) and 6to4 (`2002:aabb:ccdd::/48`). Each private IPv4 network appears
+//!   once more in each of these forms, so `64:ff9b::a9fe:a9fe` is the metadata endpoint.
+//! * Ranges whose embedded address cannot be written as a prefix are private whole: Teredo
+//!   (`2001::/32`, the client address is stored inverted) and the local-use NAT64 prefix
+//!   `64:ff9b:1::/48`. The deprecated site-local range `fec0::/10` is private like `fc00::/7`.
+//! * The filter host's own addresses are private too ([`PrivateSet::with_host_addresses`]):
+//!   a service on the host's public address is the host, exactly like one on loopback.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::{Arc, OnceLock};
 
 use super::host::IpNet;
 
-/// The private networks, in the order squid's `private_dst` ACL lists them.
-pub const PRIVATE_NETWORKS: [&str; 11] = [
-    "0.0.0.0/8",
-    "10.0.0.0/8",
-    "100.64.0.0/10",
-    "127.0.0.0/8",
-    "169.254.0.0/16",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-    "::/128",
-    "::1/128",
-    "fc00::/7",
-    "fe80::/10",
+/// The private IPv4 networks, in the order squid's `private_dst` ACL lists them.
+const V4: [([u8; 4], u8); 7] = [
+    ([0, 0, 0, 0], 8),
+    ([10, 0, 0, 0], 8),
+    ([100, 64, 0, 0], 10),
+    ([127, 0, 0, 0], 8),
+    ([169, 254, 0, 0], 16),
+    ([172, 16, 0, 0], 12),
+    ([192, 168, 0, 0], 16),
 ];
 
-fn nets() -> [IpNet; 11] {
-    let v4 = |a, b, c, d, p| IpNet { addr: IpAddr::V4(Ipv4Addr::new(a, b, c, d)), prefix: p };
-    let v6 = |s: u16, p| IpNet { addr: IpAddr::V6(Ipv6Addr::new(s, 0, 0, 0, 0, 0, 0, 0)), prefix: p };
-    [
-        v4(0, 0, 0, 0, 8),
-        v4(10, 0, 0, 0, 8),
-        v4(100, 64, 0, 0, 10),
-        v4(127, 0, 0, 0, 8),
-        v4(169, 254, 0, 0, 16),
-        v4(172, 16, 0, 0, 12),
-        v4(192, 168, 0, 0, 16),
-        v6(0, 128),
-        IpNet { addr: IpAddr::V6(Ipv6Addr::LOCALHOST), prefix: 128 },
-        v6(0xfc00, 7),
-        v6(0xfe80, 10),
-    ]
+/// IPv6 forms that carry an IPv4 address as a contiguous field: (prefix bits, bit offset of
+/// the IPv4 address counted from the most significant bit).
+const EMBEDDINGS: [(u128, u32); 3] = [
+    (0, 96),                      // IPv4-compatible ::a.b.c.d
+    (0x0064_ff9b_u128 << 96, 96), // NAT64 well-known prefix 64:ff9b::/96
+    (0x2002_u128 << 112, 16),     // 6to4 2002:aabb:ccdd::/48
+];
+
+/// Native IPv6 ranges (the unspecified and loopback addresses are the compatible forms of
+/// `0.0.0.0/8` and need no entry of their own).
+const V6: [(u128, u8); 5] = [
+    (0x2001_u128 << 112, 32),          // Teredo
+    (0x0064_ff9b_0001_u128 << 80, 48), // local-use NAT64
+    (0xfc00_u128 << 112, 7),           // unique local
+    (0xfe80_u128 << 112, 10),          // link local
+    (0xfec0_u128 << 112, 10),          // site local (deprecated, still routed by some)
+];
+
+/// The fixed private networks: IPv4, then each IPv4 network in every embedding, then the native
+/// IPv6 ranges. No entry covers another (squid warns about overlaps inside one ACL).
+pub fn private_networks() -> &'static [IpNet] {
+    static NETS: OnceLock<Vec<IpNet>> = OnceLock::new();
+    NETS.get_or_init(build)
+}
+
+fn build() -> Vec<IpNet> {
+    let v4 = V4.iter().map(|(a, p)| IpNet { addr: IpAddr::V4(Ipv4Addr::from(*a)), prefix: *p });
+    let embedded = EMBEDDINGS.iter().flat_map(|&(base, offset)| {
+        V4.iter().map(move |(a, p)| {
+            let bits = base | (u128::from(u32::from_be_bytes(*a)) << (96 - offset));
+            IpNet { addr: IpAddr::V6(Ipv6Addr::from(bits)), prefix: offset as u8 + p }
+        })
+    });
+    let v6 = V6.iter().map(|&(bits, p)| IpNet { addr: IpAddr::V6(Ipv6Addr::from(bits)), prefix: p });
+    v4.chain(embedded).chain(v6).collect()
 }
 
 /// Maps `::ffff:a.b.c.d` to `a.b.c.d`, as squid does before matching any address.
@@ -52,10 +80,43 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// True if `ip` is in the private set ([`PRIVATE_NETWORKS`]).
+/// True if `ip` is in the fixed private set ([`private_networks`]); the host's own addresses
+/// are not known here (see [`PrivateSet`]).
 pub fn is_private(ip: IpAddr) -> bool {
     let ip = canonical(ip);
-    nets().iter().any(|n| n.contains(ip))
+    private_networks().iter().any(|n| n.contains(ip))
+}
+
+/// The private set a filter enforces: the fixed networks plus the addresses of the host the
+/// filter runs on. Cheap to clone (the host list is shared).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrivateSet {
+    host: Arc<[IpAddr]>,
+}
+
+impl PrivateSet {
+    /// `addrs` are the addresses of every interface of the filter's host (canonical, deduplicated;
+    /// those already in the fixed networks are dropped, so squid sees no overlap).
+    pub fn with_host_addresses(addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+        let mut v: Vec<IpAddr> = Vec::new();
+        for ip in addrs.into_iter().map(canonical) {
+            if !is_private(ip) && !v.contains(&ip) {
+                v.push(ip);
+            }
+        }
+        v.sort();
+        PrivateSet { host: v.into() }
+    }
+
+    /// The host's own addresses that are not already private.
+    pub fn host_addresses(&self) -> &[IpAddr] {
+        &self.host
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        is_private(ip) || self.host.contains(&ip)
+    }
 }
 
 #[cfg(test)]
@@ -80,19 +141,59 @@ mod tests {
             ("8.8.8.8", false),
             ("::", true),
             ("::1", true),
-            ("::2", false),
+            ("::2", true),
             ("fc00::1", true),
             ("fdff::1", true),
             ("fe80::1", true),
             ("febf::1", true),
-            ("fec0::1", false),
+            ("fec0::1", true),
+            ("feff::1", true),
+            ("ff00::1", false),
             ("2001:db8::1", false),
             ("::ffff:127.0.0.1", true),
             ("::ffff:198.51.100.7", false),
+            // IPv4-compatible, NAT64 and 6to4 forms are judged by the IPv4 address they carry.
+            ("::10.9.9.9", true),
+            ("::a09:909", true),
+            ("::c633:6407", false),
+            ("64:ff9b::a09:909", true),
+            ("64:ff9b::a9fe:a9fe", true),
+            ("64:ff9b::c633:6407", false),
+            ("64:ff9b:1::1", true),
+            ("2002:a09:909::1", true),
+            ("2002:7f00:1::", true),
+            ("2002:c633:6407::1", false),
+            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", true),
+            ("2001:1::1", false),
         ] {
             assert_eq!(is_private(s.parse().unwrap()), want, "{s}");
         }
-        let rendered: Vec<String> = nets().iter().map(|n| n.to_string()).collect();
-        assert_eq!(rendered, PRIVATE_NETWORKS);
+    }
+
+    #[test]
+    fn no_network_of_the_set_covers_another() {
+        let nets = private_networks();
+        for (i, a) in nets.iter().enumerate() {
+            for (j, b) in nets.iter().enumerate() {
+                assert!(i == j || !a.covers(b), "{a} covers {b}");
+            }
+        }
+        let text: Vec<String> = nets.iter().map(|n| n.to_string()).collect();
+        assert!(text.contains(&"64:ff9b::a9fe:0/112".to_string()), "{text:?}");
+        assert!(text.contains(&"2002:a00::/24".to_string()), "{text:?}");
+    }
+
+    #[test]
+    fn host_addresses_join_the_set() {
+        let set = PrivateSet::with_host_addresses(
+            ["203.0.113.4", "::ffff:203.0.113.4", "127.0.0.1", "2001:db8::5"].map(|s| s.parse().unwrap()),
+        );
+        assert_eq!(set.host_addresses().len(), 2, "{set:?}");
+        assert!(set.contains("203.0.113.4".parse().unwrap()));
+        assert!(set.contains("::ffff:203.0.113.4".parse().unwrap()));
+        assert!(set.contains("2001:db8::5".parse().unwrap()));
+        assert!(set.contains("10.0.0.1".parse().unwrap()));
+        assert!(!set.contains("203.0.113.5".parse().unwrap()));
+        assert!(!PrivateSet::default().contains("203.0.113.4".parse().unwrap()));
     }
 }

@@ -19,7 +19,7 @@ use super::compile::{Matcher, Policy, Rule, Source};
 use super::decide::RuleKind;
 use super::host::{HostPattern, IpNet};
 use super::log::SQUID_LOGFORMAT;
-use super::private::PRIVATE_NETWORKS;
+use super::private::private_networks;
 use super::text::clean;
 use crate::{Error, Location, Result};
 
@@ -189,9 +189,16 @@ impl Policy {
         let _ = writeln!(w, "acl CONNECT method CONNECT");
         let _ = writeln!(w, "acl web_ports port 80 443");
         let _ = writeln!(w, "acl no_dot dstdom_regex -n ^[^.]*$");
-        let _ = writeln!(w, "acl private_dst dst {}", PRIVATE_NETWORKS.join(" "));
+        let private: Vec<String> = private_networks().iter().map(squid_net).collect();
+        let _ = writeln!(w, "acl private_dst dst {}", private.join(" "));
+        let host = self.private.host_addresses();
+        if !host.is_empty() {
+            let v: Vec<String> = host.iter().map(|a| squid_net(&IpNet::host(*a))).collect();
+            let _ = writeln!(w, "# the filter host's own addresses: the host, like loopback");
+            let _ = writeln!(w, "acl host_dst dst {}", v.join(" "));
+        }
         for (name, note) in [
-            ("mark_client", "client"),
+            ("mark_client", RuleKind::Client.tag()),
             ("mark_port", RuleKind::Port.tag()),
             ("mark_nodot", RuleKind::NoDot.tag()),
             ("mark_private", RuleKind::Private.tag()),
@@ -201,7 +208,16 @@ impl Policy {
         }
 
         // (acl definitions, http_access lines) per rule, in evaluation order.
-        let mut access: Vec<String> = vec!["http_access deny !clients mark_client".into()];
+        let _ = writeln!(w, "acl mark_denied annotate_transaction egress_denied=1");
+        let _ = writeln!(w, "acl denied_by_rule note egress_denied 1");
+        let _ = writeln!(w, "acl cache_manager proto cache_object");
+
+        // (acl definitions, http_access lines) per rule, in evaluation order. The cache manager
+        // (`cache_object://`) would hand any client everyone's in-flight requests and client
+        // addresses; the builtin proxy refuses the scheme as a bad request, squid refuses it
+        // before the client check (no rule decides, so nothing is annotated).
+        let mut access: Vec<String> =
+            vec!["http_access deny cache_manager".into(), "http_access deny !clients mark_client".into()];
         if !self.connects.is_empty() {
             w.push_str("\n# connect rules\n");
         }
@@ -227,15 +243,26 @@ impl Policy {
         }
         access.push("http_access deny no_dot mark_nodot".into());
         access.push("http_access deny private_dst mark_private".into());
+        if !self.private.host_addresses().is_empty() {
+            access.push("http_access deny host_dst mark_private".into());
+        }
         access.push("http_access allow all mark_default".into());
 
         w.push_str("\n# evaluation order: client, connect, port, allow, block, no-dot, private, default\n");
         for a in access {
             w.push_str(&a);
+            // Every denial by a rule or step is marked, so that only the filter's own refusals
+            // carry the decision header (an origin's 403 is not a filter block).
+            if a.starts_with("http_access deny ") && a != "http_access deny cache_manager" {
+                w.push_str(" mark_denied");
+            }
             w.push('\n');
         }
-        w.push_str("\n# tell clients (and agents) that the proxy refused, and why\n");
-        w.push_str("reply_header_add X-Egress-Decision \"%{egress_rule}note\" all\n");
+        w.push_str("\n# tell clients (and agents) that the proxy refused, and why; an origin's copy\n");
+        w.push_str("# is removed first (headers are added after the access lists are applied)\n");
+        w.push_str("reply_header_access X-Egress-Decision deny all\n");
+        w.push_str("reply_header_access X-Egress-Error deny all\n");
+        w.push_str("reply_header_add X-Egress-Decision \"%{egress_rule}note\" denied_by_rule\n");
         Ok(c)
     }
 }
@@ -275,7 +302,7 @@ fn mark(w: &mut String, n: &str, kind: RuleKind, src: &Source) {
 /// An IP network as squid's `dst` parses it with the same meaning: squid reads `0.0.0.0/0` as
 /// `all` (IPv6 too, with an ERROR), so it becomes two halves; IPv6 is written in plain hex
 /// (squid's IPv6 scanner does not take the dotted tail some formatters print).
-fn squid_net(n: &IpNet) -> String {
+pub(crate) fn squid_net(n: &IpNet) -> String {
     match n.addr {
         IpAddr::V4(_) if n.prefix == 0 => "0.0.0.0/1 128.0.0.0/1".to_string(),
         IpAddr::V4(a) => format!("{a}/{}", n.prefix),

@@ -106,6 +106,20 @@ impl Target {
         }
     }
 
+    /// What a client configured with `http_proxy`/`https_proxy` (curl, git, npm, pip…) sends
+    /// for `url`: `https://` becomes a CONNECT to the URL's host and port (443 by default),
+    /// `http://` and `ftp://` an absolute-form GET. *Why one function*: `egress explain`,
+    /// `egress verify` and the tests must judge the request the proxy will actually see; a GET
+    /// for an `https://` URL would be decided by other rules (`connect` never applies to it).
+    pub fn for_client_url(url: &str) -> Result<Target, BadTarget> {
+        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        if scheme.as_deref() != Some("https") {
+            return Target::from_absolute_uri("GET", url);
+        }
+        let t = Target::from_absolute_uri("GET", url)?;
+        Ok(Target { method: Method::Connect, ..t })
+    }
+
     /// A CONNECT authority: `host:port`, `[ipv6]:port`; no port means 443 (as squid assumes).
     pub fn from_connect(authority: &str) -> Result<Target, BadTarget> {
         let (host, port) = if let Some(rest) = authority.strip_prefix('[') {

@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 
 use super::compile::{Matcher, Policy, Rule, bracket};
 use super::parse::ExpectKind;
-use super::private::PRIVATE_NETWORKS;
+use super::private::private_networks;
+use super::squid::squid_net;
 
 /// Replaces anything that could end a comment line (file names come from the user).
 pub(crate) fn clean(s: &str) -> String {
@@ -48,10 +49,11 @@ impl Policy {
         out.push_str("\n# 4. block\n");
         rule_lines(&mut out, &self.blocks, "block");
         out.push_str("\n# 5. names without a dot are denied (also IPv6 literals)\n");
+        let nets: Vec<String> = private_networks().iter().map(squid_net).collect();
         let _ = writeln!(
             out,
-            "\n# 6. denied if the literal or any resolved address is in: {}",
-            PRIVATE_NETWORKS.join(" ")
+            "\n# 6. denied if the literal or any resolved address is the filter host's own or in: {}",
+            nets.join(" ")
         );
         out.push_str("\n# 7. everything else is allowed\n");
         if !self.expects.is_empty() {

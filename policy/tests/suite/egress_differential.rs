@@ -54,6 +54,14 @@ fn hosts() -> Vec<(&'static str, Vec<&'static str>)> {
     h.push(("internal.corp.test", vec!["127.0.0.6"]));
     h.push(("rebind.test.net", vec!["127.0.0.2"]));
     h.push(("mixed.test.net", vec![PUBLIC, "127.0.0.2"]));
+    // Names whose only address embeds a private IPv4 address, and the site-local range.
+    h.push(("nat64.test.net", vec!["64:ff9b::a09:909"]));
+    h.push(("meta64.test.net", vec!["64:ff9b::a9fe:a9fe"]));
+    h.push(("compat.test.net", vec!["::a09:909"]));
+    h.push(("sixtofour.test.net", vec!["2002:a09:909::1"]));
+    h.push(("teredo.test.net", vec!["2001:0:4136:e378:8000:63bf:3fff:fdd2"]));
+    h.push(("sitelocal.test.net", vec!["fec0::1"]));
+    h.push(("public64.test.net", vec!["64:ff9b::c633:6407"]));
     h
 }
 
@@ -134,7 +142,22 @@ const CASES: &[(&str, &str)] = &[
     ("GET http://[FD00::2]/", ""),
     ("GET http://[2001:db8::1]:443/", ""),
     ("GET http://[2001:db9::1]/", ""),
+    ("GET http://nat64.test.net/", ""),
+    ("GET http://meta64.test.net/", ""),
+    ("GET http://compat.test.net/", ""),
+    ("CONNECT sixtofour.test.net:443", ""),
+    ("GET http://teredo.test.net/", ""),
+    ("GET http://sitelocal.test.net/", ""),
+    ("GET http://[::10.9.9.9]/", ""),
+    ("CONNECT [::10.9.9.9]:443", ""),
+    ("GET http://[::127.0.0.1]/", ""),
+    ("GET http://public64.test.net/", ""),
 ];
+
+/// squid's cache manager (everyone's in-flight requests and client addresses): `Target` refuses
+/// the scheme, squid must answer 403 without serving it.
+const MANAGER: &[&str] =
+    &["GET cache_object://127.0.0.1/info", "GET cache_object://pub.test.net/active_requests"];
 
 /// Requests that both squid (400) and `Target` refuse.
 const MALFORMED: &[&str] = &[
@@ -146,7 +169,8 @@ const MALFORMED: &[&str] = &[
     "GET http:///x",
 ];
 
-/// Origins (in the namespace) that answer every request with 200.
+/// Origins (in the namespace) that answer every request with 200 and a forged decision header:
+/// the filter must remove it (only its own refusals carry one).
 struct Origins {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -169,7 +193,7 @@ impl Origins {
                             std::thread::spawn(move || {
                                 let _ = read_head(&mut s);
                                 let _ = s.write_all(
-                                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                                    b"HTTP/1.1 200 OK\r\nX-Egress-Decision: block:project:1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
                                 );
                             });
                         }
@@ -457,8 +481,10 @@ fn differential() -> Result<(), String> {
         let ok = squid_verdict == want.verdict
             && log_rule.as_deref() == Some(want.note().as_str())
             && log_verdict == Some(want.verdict)
-            && got.header.as_deref().is_none_or(|h| h == want.note())
-            && (want.verdict == Verdict::Allow || got.header.is_some());
+            && match want.verdict {
+                Verdict::Allow => got.header.is_none(),
+                Verdict::Deny => got.header.as_deref() == Some(want.note().as_str()),
+            };
         if !ok {
             mismatches += 1;
         }
@@ -487,6 +513,16 @@ fn differential() -> Result<(), String> {
             got.status,
             parsed.err().map(|e| e.reason)
         ));
+    }
+    for line in MANAGER {
+        let (m, t) = line.split_once(' ').unwrap();
+        let parsed = Target::from_request_line(m, t);
+        let got = send(&squid, proxy, line, "pub.test.net", false);
+        let ok = parsed.is_err() && got.status == 403;
+        if !ok {
+            mismatches += 1;
+        }
+        report.push(format!("{} {line:<48} squid: {}", if ok { "ok  " } else { "DIFF" }, got.status));
     }
     drop(squid);
     let report = report.join("\n");

@@ -39,6 +39,7 @@ impl<'a> Builtin<'a> {
             user_config_dir: self.inst.user_config_dir.clone(),
             project_dir: self.inst.project_dir.clone(),
             listen: plan.addrs.clone(),
+            limits: Default::default(),
         }
     }
 

@@ -39,8 +39,15 @@ pub const ERROR_HEADER: &str = "x-egress-error";
 pub struct Limits {
     /// Largest request head (request line + headers) accepted; larger heads get 431.
     pub max_header_bytes: usize,
-    /// Open client connections; at the cap the oldest idle one is evicted, else the new one refused.
+    /// Open client connections; at the cap the oldest idle one is evicted (else the quietest
+    /// tunnel, see `quiet_tunnel`), else the new one refused.
     pub max_connections: usize,
+    /// Open connections of one client address, with the same eviction among its own.
+    pub max_per_client: usize,
+    /// A tunnel in which no byte moved for this long is closed (squid: `read_timeout`).
+    pub tunnel_idle: Duration,
+    /// A tunnel quiet for this long may be closed to admit a new connection at a cap.
+    pub quiet_tunnel: Duration,
     /// How long a connection may wait for (the rest of) a request head.
     pub idle_timeout: Duration,
     /// One DNS lookup per request, at most this long (squid: `dns_timeout`).
@@ -54,6 +61,9 @@ impl Default for Limits {
         Self {
             max_header_bytes: 64 * 1024,
             max_connections: 1024,
+            max_per_client: 768,
+            tunnel_idle: Duration::from_secs(15 * 60),
+            quiet_tunnel: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(30),
             dns_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(10),
@@ -83,9 +93,6 @@ impl PolicyCell {
         *g = Arc::new(f(&g));
     }
 }
-
-/// Copy buffer of a CONNECT tunnel, each direction (fewer syscalls than tokio's 8 KiB default).
-const TUNNEL_BUFFER: usize = 256 * 1024;
 
 type Sender = hyper::client::conn::http1::SendRequest<Incoming>;
 
@@ -165,7 +172,7 @@ impl Running {
 /// Start serving on already-bound listeners (the caller binds, so that a port conflict is
 /// reported before the process detaches).
 pub fn start(listeners: Vec<TcpListener>, policy: PolicyCell, logger: Logger, limits: Limits) -> Running {
-    let conns = Table::new(limits.max_connections);
+    let conns = Table::new(limits.max_connections, limits.max_per_client, limits.quiet_tunnel);
     let addrs: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
     let clients = crate::listen::client_networks(&addrs);
     let shared =
@@ -193,7 +200,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
                 continue;
             }
         };
-        let slot = match shared.conns.admit() {
+        let slot = match shared.conns.admit(dial::canonical(peer.ip())) {
             Admit::Admitted(s) => s,
             Admit::AdmittedEvicting(s) => {
                 shared.logger.log(&refusal(peer, 503, "-", "EVICT_IDLE"));
@@ -239,6 +246,8 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Share
         .timer(TokioTimer::new())
         .max_buf_size(shared.limits.max_header_bytes.max(8192))
         .header_read_timeout(shared.limits.idle_timeout)
+        // A client that ends its input after the request (`nc`, `printf … |`) still gets the answer.
+        .half_close(true)
         .keep_alive(true);
     let conn = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
     tokio::select! {
@@ -409,12 +418,21 @@ async fn handle(
             Err(e) => return Ok(dial_error(e, &txn)),
         };
         let logger = shared.logger.clone();
+        let idle = shared.limits.tunnel_idle;
         tokio::spawn(async move {
-            let _guard = guard; // the tunnel keeps the connection busy (never evicted as idle)
+            // The tunnel keeps the connection busy: it is never evicted as idle, only as a quiet
+            // tunnel (see `conns`).
+            let slot = guard.slot();
+            slot.set_tunnel();
             let to_client = match hyper::upgrade::on(req).await {
-                Ok(up) => tunnel(up, upstream).await,
+                Ok(up) => tokio::select! {
+                    n = tunnel(up, upstream, &slot) => n,
+                    _ = slot.kill.notified() => 0,
+                    _ = quiet(&slot, idle) => 0,
+                },
                 Err(_) => 0,
             };
+            drop(guard);
             logger.log(&txn.line("TCP_TUNNEL", 200, to_client, Some(server_ip)));
         });
         return Ok(Response::new(http_body_util::Empty::new().map_err(|n: Infallible| match n {}).boxed()));
@@ -502,25 +520,29 @@ async fn handle(
     }
 }
 
-/// Relay an established tunnel: splice(2) between the raw sockets when the upgraded connection
-/// is a plain TCP stream (bytes hyper had already read are sent first), else a buffered copy.
-async fn tunnel(up: hyper::upgrade::Upgraded, mut upstream: TcpStream) -> u64 {
+/// Relay an established tunnel with splice(2) between the raw sockets (bytes hyper had already
+/// read are sent first). A half-close is passed on in each direction, so a client that ends its
+/// input (as `nc` does) still gets the answer.
+async fn tunnel(up: hyper::upgrade::Upgraded, mut upstream: TcpStream, slot: &Slot) -> u64 {
     use tokio::io::AsyncWriteExt;
-    match up.downcast::<TokioIo<TcpStream>>() {
-        Ok(parts) => {
-            if !parts.read_buf.is_empty() && upstream.write_all(&parts.read_buf).await.is_err() {
-                return 0;
-            }
-            let client = parts.io.into_inner();
-            super::splice::relay(&client, &upstream).await.map(|(_, down)| down).unwrap_or(0)
+    // The server connection is always a plain `TokioIo<TcpStream>` (see `serve_connection`).
+    let Ok(parts) = up.downcast::<TokioIo<TcpStream>>() else { return 0 };
+    if !parts.read_buf.is_empty() && upstream.write_all(&parts.read_buf).await.is_err() {
+        return 0;
+    }
+    let client = parts.io.into_inner();
+    super::splice::relay(&client, &upstream, &|| slot.touch()).await.map(|(_, down)| down).unwrap_or(0)
+}
+
+/// Resolves once no byte has moved in the tunnel for `limit`. *Why*: a tunnel whose client has
+/// gone while the origin never closes (or the reverse) would otherwise hold its slot forever.
+async fn quiet(slot: &Slot, limit: Duration) {
+    loop {
+        let q = slot.quiet_for();
+        if q >= limit {
+            return;
         }
-        Err(up) => {
-            let mut client = TokioIo::new(up);
-            tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, TUNNEL_BUFFER, TUNNEL_BUFFER)
-                .await
-                .map(|(_, down)| down)
-                .unwrap_or(0)
-        }
+        tokio::time::sleep(limit - q).await;
     }
 }
 

@@ -29,6 +29,32 @@ pub struct ServeArgs {
     pub user_config_dir: PathBuf,
     pub project_dir: PathBuf,
     pub listen: Vec<SocketAddr>,
+    /// Resource limits other than the defaults (tests use small ones to reach them quickly).
+    pub limits: LimitOverrides,
+}
+
+/// `--max-connections N`, `--tunnel-idle SECS`, `--quiet-tunnel SECS`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LimitOverrides {
+    pub max_connections: Option<usize>,
+    pub tunnel_idle_secs: Option<u64>,
+    pub quiet_tunnel_secs: Option<u64>,
+}
+
+impl LimitOverrides {
+    fn apply(&self, mut l: Limits) -> Limits {
+        if let Some(n) = self.max_connections {
+            l.max_connections = n;
+            l.max_per_client = l.max_per_client.min(n);
+        }
+        if let Some(s) = self.tunnel_idle_secs {
+            l.tunnel_idle = Duration::from_secs(s);
+        }
+        if let Some(s) = self.quiet_tunnel_secs {
+            l.quiet_tunnel = Duration::from_secs(s);
+        }
+        l
+    }
 }
 
 impl ServeArgs {
@@ -45,11 +71,23 @@ impl ServeArgs {
             v.push("--listen".into());
             v.push(l.to_string().into());
         }
+        let l = &self.limits;
+        for (flag, value) in [
+            ("--max-connections", l.max_connections.map(|n| n as u64)),
+            ("--tunnel-idle", l.tunnel_idle_secs),
+            ("--quiet-tunnel", l.quiet_tunnel_secs),
+        ] {
+            if let Some(n) = value {
+                v.push(flag.into());
+                v.push(n.to_string().into());
+            }
+        }
         v
     }
 
     pub fn parse(args: &[OsString]) -> std::result::Result<Self, String> {
         let (mut state, mut user, mut project, mut listen) = (None, None, None, Vec::new());
+        let mut limits = LimitOverrides::default();
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut val =
@@ -63,6 +101,19 @@ impl ServeArgs {
                     let s = v.to_string_lossy();
                     listen.push(s.parse().map_err(|e| format!("--listen {s}: {e}"))?);
                 }
+                Some(flag @ ("--max-connections" | "--tunnel-idle" | "--quiet-tunnel")) => {
+                    let v = val()?;
+                    let n: u64 = v
+                        .to_str()
+                        .and_then(|s| s.parse().ok())
+                        .filter(|n| *n > 0 || flag != "--max-connections")
+                        .ok_or_else(|| format!("{flag} {}: not a number", v.to_string_lossy()))?;
+                    match flag {
+                        "--max-connections" => limits.max_connections = Some(n as usize),
+                        "--tunnel-idle" => limits.tunnel_idle_secs = Some(n),
+                        _ => limits.quiet_tunnel_secs = Some(n),
+                    }
+                }
                 _ => return Err(format!("unknown argument {:?}", a)),
             }
         }
@@ -74,6 +125,7 @@ impl ServeArgs {
             user_config_dir: user.ok_or("--user-config-dir is missing")?,
             project_dir: project.ok_or("--project-dir is missing")?,
             listen,
+            limits,
         })
     }
 
@@ -167,7 +219,7 @@ async fn run(args: ServeArgs) -> Result<()> {
     let logger = Logger::new(Box::new(log));
     let hash = policy.hash();
     let cell = PolicyCell::new(policy);
-    let running = proxy::start(listeners, cell.clone(), logger.clone(), Limits::default());
+    let running = proxy::start(listeners, cell.clone(), logger.clone(), args.limits.apply(Limits::default()));
     let listen = running.addrs.clone();
     let shown: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
     logger.note(&format!(
@@ -326,11 +378,18 @@ mod tests {
             user_config_dir: "/u".into(),
             project_dir: "/p".into(),
             listen: vec!["127.0.0.1:3128".parse().unwrap(), "172.17.0.1:3128".parse().unwrap()],
+            limits: LimitOverrides {
+                max_connections: Some(4),
+                tunnel_idle_secs: Some(0),
+                quiet_tunnel_secs: None,
+            },
         };
         assert_eq!(ServeArgs::parse(&a.to_args()).unwrap(), a);
         let e = ServeArgs::parse(&["--state-dir".into(), "/s".into()]).unwrap_err();
         assert!(e.contains("--listen"), "{e}");
         let e = ServeArgs::parse(&["--listen".into(), "nope".into()]).unwrap_err();
         assert!(e.contains("nope"), "{e}");
+        let e = ServeArgs::parse(&["--max-connections".into(), "0".into()]).unwrap_err();
+        assert!(e.contains("--max-connections 0"), "{e}");
     }
 }

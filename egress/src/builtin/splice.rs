@@ -38,8 +38,9 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((r, w))
 }
 
-/// Move bytes from `src` to `dst` until EOF, then half-close `dst`. Returns the byte count.
-async fn one_way(src: &TcpStream, dst: &TcpStream) -> io::Result<u64> {
+/// Move bytes from `src` to `dst` until EOF, then half-close `dst`. Returns the byte count;
+/// `moved` is called whenever bytes moved (the tunnel's idle clock).
+async fn one_way(src: &TcpStream, dst: &TcpStream, moved: &(dyn Fn() + Sync)) -> io::Result<u64> {
     let (pr, pw) = pipe()?;
     let mut total = 0u64;
     loop {
@@ -62,6 +63,7 @@ async fn one_way(src: &TcpStream, dst: &TcpStream) -> io::Result<u64> {
                 Ok(m) => {
                     left -= m;
                     total += m as u64;
+                    moved();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(e),
@@ -71,6 +73,10 @@ async fn one_way(src: &TcpStream, dst: &TcpStream) -> io::Result<u64> {
 }
 
 /// Relay both directions; returns (client → server, server → client) bytes.
-pub async fn relay(client: &TcpStream, server: &TcpStream) -> io::Result<(u64, u64)> {
-    tokio::try_join!(one_way(client, server), one_way(server, client))
+pub async fn relay(
+    client: &TcpStream,
+    server: &TcpStream,
+    moved: &(dyn Fn() + Sync),
+) -> io::Result<(u64, u64)> {
+    tokio::try_join!(one_way(client, server, moved), one_way(server, client, moved))
 }

@@ -26,7 +26,11 @@ allow-regex ^[a-z0-9-]+\\.staging\\.example\\.com$
 block .example.com
 block-regex ^prod-
 connect git.example.com:2222 127.0.0.5:6443 192.0.2.10:8080
+connect 203.0.113.9:7000
 ";
+
+/// An origin that accepts and then neither reads, writes nor closes (a tunnel's quiet far end).
+pub const SILENT_ORIGIN: &str = "203.0.113.9:7000";
 
 pub struct Lab {
     pub topo: Topology,
@@ -39,6 +43,8 @@ pub struct Lab {
     pub squid: Option<Child>,
     pub squid_dir: PathBuf,
     pub builtin_started: bool,
+    /// Extra `serve` options (small limits), given before the lifecycle's own arguments.
+    pub serve_extra: Vec<OsString>,
 }
 
 pub fn zone_map() -> HashMap<String, Answer> {
@@ -83,6 +89,15 @@ impl Lab {
                 [80u16, 443, 2222, 6443, 8080].iter().map(|p| SocketAddr::new(ip("0.0.0.0"), *p)).collect();
             origin::serve_all(binds, ws)
         });
+        topo.world.run(|| {
+            let l = std::net::TcpListener::bind(SILENT_ORIGIN).expect("bind the silent origin");
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                for s in l.incoming().flatten() {
+                    held.push(s);
+                }
+            });
+        });
         let filter_seen: SharedSeen = Default::default();
         let fs = filter_seen.clone();
         topo.filter.run(move || {
@@ -115,6 +130,7 @@ impl Lab {
             squid: None,
             squid_dir,
             builtin_started: false,
+            serve_extra: Vec::new(),
         };
         lab.write_rules(rules);
         lab
@@ -149,7 +165,10 @@ impl Lab {
                 OsString::from(self.topo.filter.name()),
                 env!("CARGO_BIN_EXE_ocsb-egress").into(),
                 "serve".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(self.serve_extra.iter().cloned())
+            .collect(),
             image_source: ImageSource::HostSquid,
             squid_overrides: SquidOverrides::default(),
         }

@@ -1,0 +1,129 @@
+//! Resource limits and connection ends: a client that half-closes after its request still gets
+//! the answer (both backends); a tunnel in which nothing moves ends, and a quiet tunnel makes
+//! room for a new client at the connection cap (builtin, with small limits).
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::support::client;
+use crate::support::lab::{BUILTIN_PORT, Lab, RULES, SILENT_ORIGIN, SQUID_PORT};
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// Send `head`, half-close after `pause`, read everything until the proxy closes.
+fn half_closed(
+    proxy: SocketAddr,
+    first: Option<&'static str>,
+    head: &'static str,
+    pause: Duration,
+) -> String {
+    let mut s = TcpStream::connect_timeout(&proxy, Duration::from_secs(5)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut out = Vec::new();
+    if let Some(connect) = first {
+        s.write_all(connect.as_bytes()).unwrap();
+        let mut b = [0u8; 1];
+        while !out.ends_with(b"\r\n\r\n") {
+            assert_eq!(s.read(&mut b).unwrap(), 1, "the proxy closed during CONNECT");
+            out.push(b[0]);
+        }
+    }
+    s.write_all(head.as_bytes()).unwrap();
+    std::thread::sleep(pause);
+    s.shutdown(Shutdown::Write).unwrap();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn a_client_that_half_closes_still_gets_its_answer() {
+    let mut lab = Lab::new(RULES);
+    lab.start_builtin();
+    lab.start_squid();
+    // squid 5.7 drops a plain request whose end of input arrives with it, in the same read
+    // (`transaction-end-before-headers`, also with `half_closed_clients on`); the builtin does
+    // not. Both are tested with a pause, the builtin also without.
+    let pause = Duration::from_millis(200);
+    for (name, port, pause) in [
+        ("builtin", BUILTIN_PORT, Duration::ZERO),
+        ("builtin", BUILTIN_PORT, pause),
+        ("squid", SQUID_PORT, pause),
+    ] {
+        let p = addr(port);
+        // As `printf 'GET …' | nc proxy 3128` sends it: the request, then end of input.
+        let plain = lab.client(move || {
+            half_closed(
+                p,
+                None,
+                "GET http://pub.test.net/plain HTTP/1.1\r\nHost: pub.test.net\r\n\r\n",
+                pause,
+            )
+        });
+        assert!(
+            plain.starts_with("HTTP/1.1 200") && plain.contains("origin="),
+            "{name} plain: {plain:?}\n{}",
+            std::fs::read_to_string(lab.squid_log()).unwrap_or_default()
+        );
+        let tunnelled = lab.client(move || {
+            half_closed(
+                p,
+                Some("CONNECT pub.test.net:443 HTTP/1.1\r\nHost: pub.test.net:443\r\n\r\n"),
+                "GET /tunnel HTTP/1.1\r\nHost: pub.test.net\r\n\r\n",
+                pause,
+            )
+        });
+        assert!(tunnelled.contains("HTTP/1.1 200 OK\r\nContent-Length"), "{name} tunnel: {tunnelled:?}");
+        assert!(tunnelled.contains("origin="), "{name} tunnel: the answer was lost: {tunnelled:?}");
+    }
+}
+
+fn open_connections(lab: &Lab) -> usize {
+    let sock = lab.state_dir().join("egress/control.sock");
+    ocsb_egress::builtin::control::status(&sock, Duration::from_secs(3)).unwrap().open_connections
+}
+
+fn open_quiet_tunnel(p: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect_timeout(&p, Duration::from_secs(5)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("CONNECT {SILENT_ORIGIN} HTTP/1.1\r\nHost: {SILENT_ORIGIN}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "the proxy closed during CONNECT");
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+    s
+}
+
+#[test]
+fn quiet_tunnels_end_and_make_room_at_the_cap() {
+    let mut lab = Lab::new(RULES);
+    lab.serve_extra =
+        ["--max-connections", "3", "--tunnel-idle", "3", "--quiet-tunnel", "1"].map(Into::into).to_vec();
+    lab.start_builtin();
+    let p = addr(BUILTIN_PORT);
+    let tunnels: Vec<TcpStream> = lab.client(move || (0..3).map(|_| open_quiet_tunnel(p)).collect());
+    assert_eq!(open_connections(&lab), 3);
+    // Every slot holds a fresh tunnel: the cap holds, the new client is refused.
+    let refused = lab.client(move || client::get(p, "http://pub.test.net/", "pub.test.net"));
+    assert!(refused.is_none(), "a fourth connection was served at a cap of 3: {refused:?}");
+    // Once the tunnels have been quiet for a second, the quietest one makes room.
+    std::thread::sleep(Duration::from_millis(1300));
+    let served = lab.client(move || client::get(p, "http://pub.test.net/", "pub.test.net"));
+    assert_eq!(served.map(|r| r.status), Some(200), "a quiet tunnel did not make room");
+    let log = std::fs::read_to_string(lab.builtin_log()).unwrap();
+    assert!(log.contains("CONN_LIMIT") && log.contains("EVICT_IDLE"), "{log}");
+    // The clients go away; the origin never closes its side. The tunnels end by the idle limit
+    // and give their slots back.
+    drop(tunnels);
+    let t0 = Instant::now();
+    while open_connections(&lab) > 0 && t0.elapsed() < Duration::from_secs(8) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(open_connections(&lab), 0, "tunnels kept their slots after the clients closed");
+}

@@ -12,22 +12,53 @@ use std::time::Duration;
 use ocsb_policy::egress::PrivateSet;
 use tokio::net::TcpStream;
 
-/// Resolve `host` once, with a deadline. A timeout or a failure gives an empty list: the
-/// decision then falls through to "default" like squid, and there is nothing to dial.
-pub async fn resolve(host: &str, timeout: Duration) -> Vec<IpAddr> {
-    let lookup = tokio::net::lookup_host((host, 0u16));
-    match tokio::time::timeout(timeout, lookup).await {
-        Ok(Ok(addrs)) => {
-            let mut out: Vec<IpAddr> = Vec::new();
-            for a in addrs {
-                let ip = canonical(a.ip());
-                if !out.contains(&ip) {
-                    out.push(ip);
+/// The proxy's DNS client: asynchronous, so a slow or silent name server holds no thread (with
+/// `getaddrinfo` on tokio's blocking pool, hundreds of hanging lookups starved every other
+/// request), with the answers cached for their TTL.
+///
+/// Names are looked up as given, fully qualified (no search domains, as squid's
+/// `dns_defnames off`), in `/etc/hosts` first and then from the name servers of
+/// `/etc/resolv.conf`, A and AAAA together.
+pub struct Resolver {
+    inner: hickory_resolver::TokioResolver,
+    timeout: Duration,
+}
+
+impl Resolver {
+    /// From the system configuration. *Why fail*: without name servers every request by name
+    /// would fail later, one by one; the filter refuses to start instead and says why.
+    pub fn from_system(timeout: Duration) -> Result<Self, String> {
+        use hickory_resolver::config::LookupIpStrategy;
+        let mut b = hickory_resolver::TokioResolver::builder_tokio()
+            .map_err(|e| format!("cannot read the DNS configuration (/etc/resolv.conf): {e}"))?;
+        let o = b.options_mut();
+        o.ndots = 0;
+        o.timeout = timeout;
+        o.attempts = 2;
+        o.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        o.cache_size = 4096;
+        // Pending lookups for one slow name must not make lookups for other names "busy".
+        o.max_active_requests = 4096;
+        let inner = b.build().map_err(|e| format!("cannot set up the DNS client: {e}"))?;
+        Ok(Self { inner, timeout })
+    }
+
+    /// Resolve `host` once, with a deadline. A timeout or a failure gives an empty list: the
+    /// decision then falls through to "default" like squid, and there is nothing to dial.
+    pub async fn resolve(&self, host: &str) -> Vec<IpAddr> {
+        let fqdn = if host.ends_with('.') { host.to_string() } else { format!("{host}.") };
+        match tokio::time::timeout(self.timeout, self.inner.lookup_ip(fqdn.as_str())).await {
+            Ok(Ok(found)) => {
+                let mut out: Vec<IpAddr> = Vec::new();
+                for ip in found.iter().map(canonical) {
+                    if !out.contains(&ip) {
+                        out.push(ip);
+                    }
                 }
+                out
             }
-            out
+            _ => Vec::new(),
         }
-        _ => Vec::new(),
     }
 }
 

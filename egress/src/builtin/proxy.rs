@@ -136,6 +136,7 @@ impl Pool {
 }
 
 struct Shared {
+    resolver: dial::Resolver,
     /// Who may use the proxy ([`crate::listen::client_networks`], the same rule squid gets).
     clients: Vec<IpNet>,
     pool: Pool,
@@ -171,12 +172,25 @@ impl Running {
 
 /// Start serving on already-bound listeners (the caller binds, so that a port conflict is
 /// reported before the process detaches).
-pub fn start(listeners: Vec<TcpListener>, policy: PolicyCell, logger: Logger, limits: Limits) -> Running {
+pub fn start(
+    listeners: Vec<TcpListener>,
+    policy: PolicyCell,
+    logger: Logger,
+    limits: Limits,
+    resolver: dial::Resolver,
+) -> Running {
     let conns = Table::new(limits.max_connections, limits.max_per_client, limits.quiet_tunnel);
     let addrs: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
     let clients = crate::listen::client_networks(&addrs);
-    let shared =
-        Arc::new(Shared { clients, pool: Pool::default(), policy, logger, limits, conns: conns.clone() });
+    let shared = Arc::new(Shared {
+        resolver,
+        clients,
+        pool: Pool::default(),
+        policy,
+        logger,
+        limits,
+        conns: conns.clone(),
+    });
     let (stop, stop_rx) = watch::channel(false);
     let tasks = listeners
         .into_iter()
@@ -379,7 +393,7 @@ async fn handle(
 
     // 2. Decide; resolve only when the decision needs addresses, and only once.
     let policy = shared.policy.get();
-    let (decision, addrs) = decide(&policy, &target, shared.limits.dns_timeout).await;
+    let (decision, addrs) = decide(&policy, &target, &shared.resolver).await;
     txn.decision = Some(decision.clone());
     if decision.verdict == Verdict::Deny {
         shared.logger.log(&txn.line("TCP_DENIED", 403, 0, None));
@@ -548,7 +562,7 @@ async fn quiet(slot: &Slot, limit: Duration) {
 
 /// The two-phase decision: most requests are decided from the name alone; the private-range
 /// check resolves once and the same addresses are then dialed.
-async fn decide(policy: &Policy, target: &Target, dns_timeout: Duration) -> (Decision, Vec<IpAddr>) {
+async fn decide(policy: &Policy, target: &Target, resolver: &dial::Resolver) -> (Decision, Vec<IpAddr>) {
     match policy.evaluate(target) {
         Step::Decided(d) => {
             if d.verdict == Verdict::Deny {
@@ -556,12 +570,12 @@ async fn decide(policy: &Policy, target: &Target, dns_timeout: Duration) -> (Dec
             }
             let addrs = match &target.host {
                 Host::Ip(ip) => vec![dial::canonical(*ip)],
-                Host::Name(n) => dial::resolve(n, dns_timeout).await,
+                Host::Name(n) => resolver.resolve(n).await,
             };
             (d, addrs)
         }
         Step::NeedsAddresses(p) => {
-            let addrs = dial::resolve(p.host(), dns_timeout).await;
+            let addrs = resolver.resolve(p.host()).await;
             let d = p.finish(&addrs);
             (d, addrs)
         }

@@ -219,7 +219,10 @@ async fn run(args: ServeArgs) -> Result<()> {
     let logger = Logger::new(Box::new(log));
     let hash = policy.hash();
     let cell = PolicyCell::new(policy);
-    let running = proxy::start(listeners, cell.clone(), logger.clone(), args.limits.apply(Limits::default()));
+    let limits = args.limits.apply(Limits::default());
+    let resolver = super::dial::Resolver::from_system(limits.dns_timeout)
+        .map_err(|e| Error::state(e, "check /etc/resolv.conf: the filter resolves names for the sandbox"))?;
+    let running = proxy::start(listeners, cell.clone(), logger.clone(), limits, resolver);
     let listen = running.addrs.clone();
     let shown: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
     logger.note(&format!(

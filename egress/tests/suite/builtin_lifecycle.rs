@@ -108,7 +108,7 @@ fn reload_applies_fast_keeps_old_rules_on_error_and_keeps_tunnels() {
     lab.write_rules(&format!("{RULES}block pub.test.net\nallow-regex ^[a-\n"));
     let err = inst.load_policy().unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("egress.conf:7"), "error does not name file:line: {msg}");
+    assert!(msg.contains("egress.conf:8"), "error does not name file:line: {msg}");
     assert!(err.is_input(), "{err:?}");
     let reply = lab.client(move || client::get(p, "http://pub.test.net/", "x")).unwrap();
     assert_eq!(reply.status, 403, "old rules not kept after an invalid reload");
@@ -117,7 +117,7 @@ fn reload_applies_fast_keeps_old_rules_on_error_and_keeps_tunnels() {
     let r = ocsb_egress::builtin::control::reload(&inst.paths().control_socket(), Duration::from_secs(5))
         .unwrap();
     assert!(!r.ok);
-    assert!(r.error.as_deref().unwrap().contains("egress.conf:7"), "{r:?}");
+    assert!(r.error.as_deref().unwrap().contains("egress.conf:8"), "{r:?}");
     let st = ocsb_egress::status(&inst).unwrap();
     assert!(st.running && st.rules_error.is_some(), "{st:?}");
 

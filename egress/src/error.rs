@@ -11,6 +11,9 @@ use std::path::PathBuf;
 
 /// The fix for a squid.conf that squid refuses: the rule named in squid's output is the cause.
 const SQUID_CONFIG_FIX: &str = "fix the rule named above, then run `ocsb egress up` again";
+const VERIFY_FIX: &str = "each failure names its expect-* line and the rule that decided: change that rule \
+     (or the expect-* line) and run it again; a failed direct-blocked check means the netlock does not \
+     hold for the sandbox: `ocsb netlock verify`";
 
 #[derive(Debug)]
 pub enum Error {
@@ -73,13 +76,13 @@ impl Error {
     }
 
     /// How to fix it, when this crate knows. `None` for policy errors (they carry their own
-    /// hint), for I/O errors (the path and the OS error say it) and for `verify` (each failure
-    /// names the rule to change).
+    /// hint) and for I/O errors (the path and the OS error say it).
     pub fn fix(&self) -> Option<&str> {
         match self {
             Error::Docker { fix, .. } | Error::State { fix, .. } => Some(fix),
             Error::SquidConfig { .. } => Some(SQUID_CONFIG_FIX),
-            Error::Policy(_) | Error::Io { .. } | Error::Net { .. } | Error::Verify { .. } => None,
+            Error::Verify { .. } => Some(VERIFY_FIX),
+            Error::Policy(_) | Error::Io { .. } | Error::Net { .. } => None,
         }
     }
 }

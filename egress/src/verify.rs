@@ -121,7 +121,7 @@ fn curl(opts: &VerifyOptions, url: &str, extra: &[String], via_proxy: bool) -> R
     argv.push(opts.curl.clone());
     // `-q` first: no `.curlrc` (in the sandbox, `$XDG_CONFIG_HOME` is the agent's to write).
     argv.extend(
-        ["-q", "-sS", "-o", "/dev/null", "-D", "-", "-w", "\n%{http_code} %{http_connect}\n"]
+        ["-q", "-sS", "-o", "/dev/null", "-D", "-", "-w", "\nocsb-verify %{http_code} %{http_connect}\n"]
             .map(OsString::from),
     );
     argv.push("--max-time".into());
@@ -147,7 +147,18 @@ fn curl(opts: &VerifyOptions, url: &str, extra: &[String], via_proxy: bool) -> R
             Error::io("cannot run curl (apt-get install curl)", std::path::PathBuf::from(&argv[0]), e)
         })?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("000 000");
+    // curl prints this line whatever happened to the request. Without it curl did not run (the
+    // wrapper, e.g. the sandbox, refused to start it): that is no evidence of a blocked
+    // connection, so it is an error, never a passed check.
+    let Some(last) = stdout.lines().rev().find_map(|l| l.strip_prefix("ocsb-verify ")) else {
+        return Err(Error::state(
+            format!(
+                "curl did not run for {url}: {}",
+                String::from_utf8_lossy(&out.stderr).trim().lines().last().unwrap_or("no message")
+            ),
+            "the sandbox that runs the checks could not start; run `ocsb doctor`",
+        ));
+    };
     let mut codes = last.split_whitespace().map(|c| c.parse::<u16>().unwrap_or(0));
     let (http_code, connect_code) = (codes.next().unwrap_or(0), codes.next().unwrap_or(0));
     let header = |name: &str| {
@@ -264,4 +275,20 @@ pub fn run(policy: &Policy, opts: &VerifyOptions) -> Result<Report> {
         });
     }
     Ok(Report { checks })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wrapper that never starts curl (a sandbox that refuses to start) must not make the
+    /// direct check pass: no answer from curl is not a blocked connection.
+    #[test]
+    fn a_curl_that_never_ran_is_an_error_not_a_blocked_connection() {
+        let policy = Policy::compile(&[]).unwrap();
+        let mut opts = VerifyOptions::new("127.0.0.1:9".parse().unwrap());
+        opts.wrap = vec!["false".into()];
+        let err = run(&policy, &opts).unwrap_err().to_string();
+        assert!(err.contains("curl did not run"), "{err}");
+    }
 }

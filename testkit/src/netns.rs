@@ -116,6 +116,26 @@ impl Netns {
         run_ok(&["ip", "-n", &other.name, "link", "set", there, "up"]);
     }
 
+    /// A second namespace for origin servers, joined to this one by a veth pair: `addrs` (/24
+    /// documentation addresses) on its side, `.254` of the same /24 on this side. *Why not on
+    /// this namespace's own loopback*: the egress filter judges the addresses of the host it
+    /// runs on as private, so origins must live on another "host". Dropped with the result.
+    pub fn origins(&self, tag: &str, addrs: &[&str]) -> Netns {
+        let other = Netns::new(tag);
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let (here, there) = (
+            format!("ov{}h{n}", std::process::id() % 100_000),
+            format!("ov{}t{n}", std::process::id() % 100_000),
+        );
+        self.veth(&here, &other, &there);
+        let net = addrs.first().and_then(|a| a.rsplit_once('.')).map(|(p, _)| p).unwrap_or("192.0.2");
+        run_ok(&["ip", "-n", &self.name, "addr", "add", &format!("{net}.254/24"), "dev", &here]);
+        for a in addrs {
+            run_ok(&["ip", "-n", &other.name, "addr", "add", &format!("{a}/24"), "dev", &there]);
+        }
+        other
+    }
+
     /// The processes whose network namespace this is (`ip netns pids`), never this test process.
     pub fn pids(&self) -> Vec<i32> {
         let own = std::process::id() as i32;

@@ -111,16 +111,13 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
             ocsb_egress::logs(&inst, &opts, &mut std::io::stdout().lock()).map_err(Error::from)
         }
         LifecycleCommand::Verify(a) => {
+            // curl runs as the agent's commands do: in the sandbox, under the netlock.
+            let (sd, _) = crate::run::prepare::open_state(&project)?;
             let policy = project.egress_policy()?;
-            let mut opts = ocsb_egress::verify::VerifyOptions::new(std::net::SocketAddr::from((
-                [127, 0, 0, 1],
-                inst.port,
-            )));
-            opts.direct_check = !a.no_direct;
-            opts.curl = system_curl()?.into();
-            // TODO(lead): run curl the way the sandbox runs (under the netlock group), e.g.
-            // opts.wrap = netlock wrapper argv; until then the direct check runs as the caller.
-            let report = ocsb_egress::verify::run(&policy, &opts)?;
+            let lock = crate::sandbox_spec::netlock(&project.settings)?;
+            let curl = system_curl()?;
+            let report =
+                crate::run::prepare::verify_as_sandbox(&project, &sd, &policy, &lock, &curl, !a.no_direct)?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
             } else {

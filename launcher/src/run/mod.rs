@@ -10,7 +10,7 @@
 
 mod browser;
 pub(crate) mod notify;
-mod prepare;
+pub(crate) mod prepare;
 pub mod state;
 
 pub use prepare::prepare;

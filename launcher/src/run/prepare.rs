@@ -148,21 +148,40 @@ fn check_netlock(project: &Project, lock: &Netlock) -> Result<()> {
 /// The rules' `expect-*` lines and the bypass check, by the system's curl (never one from `PATH`)
 /// run inside the sandbox as the agent's commands are.
 fn self_tests(project: &Project, sd: &StateDir, policy: &Policy, lock: &Netlock, curl: &Path) -> Result<()> {
+    let report =
+        verify_as_sandbox(project, sd, policy, lock, curl, true).map_err(|e| egress_err("self-tests", e))?;
+    let n = report.checks.len();
+    report.into_result().map_err(|e| egress_err("self-tests", e))?;
+    println!("self-tests: {n} checks passed (expect-pass/expect-block rules, direct connection blocked)");
+    Ok(())
+}
+
+/// Every `expect-*` line (and, with `direct`, the bypass check) by `curl` started the way the
+/// agent's commands are: inside the sandbox, in the netlock's group, through the same proxy
+/// variables. *Why not as the caller*: the caller is not locked, so a direct connection would
+/// pass and the bypass check would fail for every user; and an expectation must hold for the
+/// requests the sandbox sends, not for the user's own.
+pub fn verify_as_sandbox(
+    project: &Project,
+    sd: &StateDir,
+    policy: &Policy,
+    lock: &Netlock,
+    curl: &Path,
+    direct: bool,
+) -> std::result::Result<ocsb_egress::verify::Report, ocsb_egress::Error> {
     let s = &project.settings;
     let spec_rel = Path::new("egress/selftest-spec.json");
     let spec = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()]);
-    sd.write(spec_rel, &serde_json::to_vec(&spec).unwrap_or_default(), 0o600)?;
-    let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
+    sd.write(spec_rel, &serde_json::to_vec(&spec).unwrap_or_default(), 0o600)
+        .map_err(|e| ocsb_egress::Error::state(e.to_string(), "check the state directory"))?;
+    let exe = std::env::current_exe().map_err(|e| ocsb_egress::Error::io("cannot find", "ocsb", e))?;
     let mut opts =
         ocsb_egress::verify::VerifyOptions::new(SocketAddr::from(([127, 0, 0, 1], s.egress_port())));
     opts.wrap = vec![exe.into(), crate::cli::SANDBOX_RUN.into(), sd.path().join(spec_rel).into()];
     opts.max_time = 10;
     opts.curl = curl.into();
-    let report = ocsb_egress::verify::run(policy, &opts).map_err(|e| egress_err("self-tests", e))?;
-    let n = report.checks.len();
-    report.into_result().map_err(|e| egress_err("self-tests", e))?;
-    println!("self-tests: {n} checks passed (expect-pass/expect-block rules, direct connection blocked)");
-    Ok(())
+    opts.direct_check = direct;
+    ocsb_egress::verify::run(policy, &opts)
 }
 
 /// An egress error of one `prepare` step, its message prefixed with the step's name.

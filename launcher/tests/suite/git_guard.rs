@@ -8,7 +8,7 @@
 //! As the ordinary user `ocsb-test`, with the netlock table in a network namespace the test
 //! creates (only `lo`), like `sandbox_exec.rs`.
 
-use crate::support::sandbox::{World, has, no_markers, scenario, shell_quote};
+use crate::support::sandbox::{ORIGIN_NS, World, has, no_markers, scenario, shell_quote};
 
 /// Every name of the rule that a mount can hold, created or changed from inside: EROFS; then
 /// host git with hooks, fsmonitor and includes in play runs nothing of the agent's.
@@ -141,7 +141,7 @@ fn the_agent_commits_in_the_main_checkout_and_in_a_worktree_session() {
 }
 
 /// `git fetch` and `git push` from inside go through the filter (a smart-HTTP server on a
-/// documentation address in the test's namespace), and not around it.
+/// documentation address in a namespace behind the test's), and not around it.
 #[test]
 fn fetch_and_push_go_through_the_filter() {
     let w = World::new();
@@ -149,12 +149,12 @@ fn fetch_and_push_go_through_the_filter() {
     let (out, err) = scenario(
         &w,
         &format!(
-            r#"S={srv}; ip addr add 192.0.2.1/32 dev lo; mkdir -p "$S/cgi-bin"; chown 1990 "$S"
+            r#"{ORIGIN_NS}S={srv}; mkdir -p "$S/cgi-bin"; chown 1990 "$S"
         U git clone -q --bare "$P" "$S/repo.git"; U git -C "$S/repo.git" config http.receivepack true
         printf '#!/bin/sh\nexport GIT_PROJECT_ROOT=%s GIT_HTTP_EXPORT_ALL=1 HOME=/tmp\nexec git -c safe.directory="*" http-backend\n' "$S" > "$S/cgi-bin/git"
         chmod -R a+rwX "$S"; chmod 755 "$S/cgi-bin/git"
-        (cd "$S" && exec python3 -m http.server --cgi --bind 192.0.2.1 80 >/dev/null 2>&1) & SRV=$!
-        trap 'kill $SRV; U "$OCSB" egress down >/dev/null 2>&1 </dev/null || true' EXIT
+        (cd "$S" && exec ip netns exec "$ON" python3 -m http.server --cgi --bind 192.0.2.1 80 >/dev/null 2>&1) & SRV=$!
+        trap 'kill $SRV; U "$OCSB" egress down >/dev/null 2>&1 </dev/null || true; ip netns del "$ON"' EXIT
         for i in $(seq 50); do curl -s -o /dev/null http://192.0.2.1/ && break; sleep 0.1; done
         U git remote add origin http://192.0.2.1/cgi-bin/git/repo.git
         # The filter runs as the user's own group, as it does when the shim gives only the sandbox

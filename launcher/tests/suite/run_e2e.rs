@@ -1,6 +1,6 @@
 //! `ocsb run --no-browser` end to end, as the ordinary user `ocsb-test`, inside a network
-//! namespace this test creates (`ip netns add`): origins on documentation addresses on that
-//! namespace's loopback (192.0.2.1 allowed, 192.0.2.2 blocked by the project's egress.conf), the
+//! namespace this test creates (`ip netns add`): origins on documentation addresses in a second
+//! namespace behind a veth (192.0.2.1 allowed, 192.0.2.2 blocked by the project's egress.conf), the
 //! netlock table installed in that namespace only, the builtin egress filter, the real sandbox,
 //! a real `opencode serve` and the scripted model provider. The test thread joins the namespace
 //! (`setns`, this thread only) to talk to the web front. Through OpenCode's API the agent's own
@@ -40,11 +40,11 @@ fn require_host() {
     ]);
 }
 
-/// The test's namespace: only loopback, with the two origins' documentation addresses on it.
-fn world_netns() -> Netns {
+/// The test's namespace, and the origins' namespace behind a veth on documentation addresses.
+fn world_netns() -> (Netns, Netns) {
     let ns = Netns::new("run");
-    ns.sh("ip addr add 192.0.2.1/32 dev lo && ip addr add 192.0.2.2/32 dev lo");
-    ns
+    let origins = ns.origins("run-o", &["192.0.2.1", "192.0.2.2"]);
+    (ns, origins)
 }
 
 struct World {
@@ -283,13 +283,14 @@ fn shell(w: &World, auth: &str, id: &str, cmd: &str) -> String {
 fn run_puts_the_agents_shell_in_the_sandbox() {
     require_host();
     let gid = netlock_gid();
-    let ns = world_netns();
+    let (ns, origins) = world_netns();
     let tmp = tempfile::tempdir().unwrap();
     // The model provider listens on the namespace's loopback (the lock allows 127.0.0.0/8).
     let (_provider, provider_port) = spawn_fake_provider(ns.exec(&["python3"]), tmp.path());
     let w = world(provider_port);
     let _origin = Proc(
-        ns.cmd()
+        origins
+            .cmd()
             .args(["python3", "-m", "http.server", "--bind", "192.0.2.1", "80", "--directory"])
             .arg(w.root.join("www1"))
             .stdout(Stdio::null())
@@ -298,7 +299,8 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
             .unwrap(),
     );
     let _blocked = Proc(
-        ns.cmd()
+        origins
+            .cmd()
             .args(["python3", "-m", "http.server", "--bind", "192.0.2.2", "80"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -603,6 +605,17 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     );
     std::fs::write(&conf, rules).unwrap();
 
+    // `egress verify` as the user types it: the checks run inside the sandbox, under the lock,
+    // so the direct connection is blocked for them although it is not for the user.
+    let verify = |w: &World, dir: &Path, ns: &Netns| {
+        let out = ns.cmd().args(as_user()).args(ocsb_as(w, dir)).args(["egress", "verify"]).output().unwrap();
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    };
+    let (ok, text) = verify(&w, &w.proj, &ns);
+    assert!(ok && text.contains("ok   direct-blocked") && !text.contains("FAIL"), "{text}");
+
     // A failing step stops `prepare` there and names the step, why and the fix: a self-test
     // that contradicts the rules, and (in a namespace without the lock) the netlock.
     let proj5 = other_project(&w, "proj5", web2 + 4, egress2 + 4);
@@ -620,12 +633,24 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
             && text.contains("fix: each line names"),
         "{text}"
     );
+    let (ok, text) = verify(&w, &proj5, &ns);
+    assert!(
+        !ok && text.contains("FAIL expect-pass http://192.0.2.2/ (") && text.contains("egress.conf:2"),
+        "{text}"
+    );
+    assert!(text.contains("ok   direct-blocked"), "{text}");
+    assert!(text.contains("fix: each failure names") && !text.contains("message above"), "{text}");
     let bare = Netns::new("run-bare");
     let proj6 = other_project(&w, "proj6", web2 + 6, egress2 + 6);
     let out = bare.cmd().args(as_user()).args(ocsb_as(&w, &proj6)).arg("prepare").output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!out.status.success() && text.contains("egress:") && !text.contains("self-tests"), "{text}");
     assert!(text.contains("netlock") && text.contains("NOT working") && text.contains("fix:"), "{text}");
+    // Without the lock the sandbox does not start, and `egress verify` says so instead of
+    // counting curl's silence as a blocked connection.
+    let (ok, text) = verify(&w, &proj6, &bare);
+    assert!(!ok && !text.contains("ok   direct-blocked"), "{text}");
+    assert!(text.contains("netlock") || text.contains("curl did not run"), "{text}");
     let _ = Command::new("setpriv")
         .args(&as_user()[1..])
         .args(ocsb_as(&w, &proj6))

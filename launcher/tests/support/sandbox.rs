@@ -153,6 +153,17 @@ impl World {
     }
 }
 
+/// Shell lines for a scenario: a named namespace `$ON` joined to the scenario's by a veth, with
+/// 192.0.2.1 on its side (192.0.2.254 on this side), and `O cmd…` to run a command there. The
+/// scenario deletes it with `ip netns del "$ON"` (in its EXIT trap). *Why*: the egress filter
+/// judges its own host's addresses as private, so an origin must not sit on the scenario's `lo`.
+pub const ORIGIN_NS: &str = r#"ON=ocsb-orig-$$; ip netns add "$ON"
+ip link add oh$$ type veth peer name ot$$ netns "$ON"
+ip addr add 192.0.2.254/24 dev oh$$; ip link set oh$$ up
+ip -n "$ON" link set lo up; ip -n "$ON" addr add 192.0.2.1/24 dev ot$$; ip -n "$ON" link set ot$$ up
+O() { ip netns exec "$ON" "$@"; }
+"#;
+
 impl Drop for World {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.root);

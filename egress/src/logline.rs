@@ -19,6 +19,8 @@ pub struct LogsOptions {
     pub color: bool,
     /// Print only the last N lines before following (`None` = all).
     pub tail: Option<usize>,
+    /// The lines as the filter wrote them (for programs such as `egress suggest`).
+    pub raw: bool,
 }
 
 /// JSON for `egress logs --json`: the fields plus `verdict`.
@@ -50,6 +52,10 @@ pub fn pretty(l: &LogLine, color: bool) -> String {
 /// Print one raw line of either backend's log: an access-log line parsed and shown as `opts`
 /// asks, anything else (squid's own messages) indented, or dropped from JSON output.
 pub fn emit(line: &str, opts: &LogsOptions, out: &mut dyn Write) -> std::io::Result<()> {
+    if opts.raw {
+        let t = line.trim_end();
+        return if t.is_empty() { Ok(()) } else { writeln!(out, "{t}") };
+    }
     match LogLine::parse(line) {
         Some(l) if opts.json => writeln!(out, "{}", to_json(&l)),
         Some(l) => writeln!(out, "{}", pretty(&l, opts.color)),

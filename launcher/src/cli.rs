@@ -228,6 +228,15 @@ pub enum EgressCommand {
     #[command(after_help = EXIT_CODES)]
     Explain(ExplainArgs),
 
+    /// Propose rule lines for what the filter denied, from its access log.
+    ///
+    /// One `allow host` or `connect host:port` per denied request, with how often it was denied
+    /// and the rule that denied it. Nothing is written: paste the lines you want into
+    /// `.opencode-sandbox/local/egress.conf` (yours) or `.opencode-sandbox/egress.conf` (the
+    /// project's), then run `ocsb egress up`.
+    #[command(after_help = EXIT_CODES)]
+    Suggest(JsonArg),
+
     #[command(flatten)]
     Lifecycle(LifecycleCommand),
 }

@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use ocsb_policy::egress::{Decision, Host, Method, Policy, Target};
+use ocsb_policy::egress::{Decision, Host, LogLine, Method, Policy, Target};
 
 use ocsb_egress::Backend;
 
@@ -90,4 +90,21 @@ fn decide(policy: &Policy, target: &Target, resolved: &[IpAddr]) -> (Decision, b
             (pending.finish(resolved), unresolved)
         }
     }
+}
+
+/// `egress suggest`: rule lines for the denied requests in the filter's access log. Reads only.
+pub fn suggest(project: &Project, json: bool) -> Result<()> {
+    let inst = crate::egress_cmd::instance(project)?;
+    let opts = ocsb_egress::LogsOptions { raw: true, ..Default::default() };
+    let mut raw = Vec::new();
+    ocsb_egress::logs(&inst, &opts, &mut raw)?;
+    let lines: Vec<LogLine> = String::from_utf8_lossy(&raw).lines().filter_map(LogLine::parse).collect();
+    let layers = ocsb_policy::egress::load_layers(&project.user_config_dir, &project.dir)?;
+    let found = ocsb_policy::egress::suggest::suggest(&layers, &lines)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&found).unwrap_or_default());
+    } else {
+        print!("{}", ocsb_policy::egress::suggest::to_text(&found));
+    }
+    Ok(())
 }

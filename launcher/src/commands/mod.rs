@@ -26,6 +26,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Config(args) => config::run(&project()?, args.origin, args.trust),
         Command::Egress(EgressCommand::Render(args)) => egress::render(&project()?, args.format),
         Command::Egress(EgressCommand::Explain(args)) => egress::explain(&project()?, &args),
+        Command::Egress(EgressCommand::Suggest(a)) => egress::suggest(&project()?, a.json),
         Command::Egress(EgressCommand::Lifecycle(cmd)) => egress_cmd::run(explicit, cmd),
         Command::Wt(WtCommand::Add { branch, args }) => worktree::add(explicit, &branch, &args),
         Command::Wt(WtCommand::Rm { name, force }) => worktree::rm(explicit, &name, force),

@@ -107,6 +107,7 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
                 json: a.json,
                 color: std::io::stdout().is_terminal(),
                 tail: a.tail,
+                raw: false,
             };
             ocsb_egress::logs(&inst, &opts, &mut std::io::stdout().lock()).map_err(Error::from)
         }

@@ -616,6 +616,32 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     let (ok, text) = verify(&w, &w.proj, &ns);
     assert!(ok && text.contains("ok   direct-blocked") && !text.contains("FAIL"), "{text}");
 
+    // `egress suggest` proposes the line for what the agent was denied above, and writes nothing.
+    let conf = w.proj.join(".opencode-sandbox/egress.conf");
+    let before = std::fs::read(&conf).unwrap();
+    let out =
+        ns.cmd().args(as_user()).args(ocsb_as(&w, &w.proj)).args(["egress", "suggest"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("\nallow 192.0.2.2\n"), "{text}");
+    assert!(text.contains("by block (.opencode-sandbox/egress.conf:1)"), "{text}");
+    let out = ns
+        .cmd()
+        .args(as_user())
+        .args(ocsb_as(&w, &w.proj))
+        .args(["egress", "suggest", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["line"] == "allow 192.0.2.2" && s["count"].as_u64() >= Some(1)),
+        "{v}"
+    );
+    assert_eq!(std::fs::read(&conf).unwrap(), before, "suggest changed a rule file");
+
     // A failing step stops `prepare` there and names the step, why and the fix: a self-test
     // that contradicts the rules, and (in a namespace without the lock) the netlock.
     let proj5 = other_project(&w, "proj5", web2 + 4, egress2 + 4);

@@ -133,6 +133,19 @@ impl Policy {
         self
     }
 
+    /// `file:line` of the rule a log annotation (`block:project:3`) names, if it exists.
+    pub fn source_of_note(&self, note: &str) -> Option<String> {
+        let (kind, Some((layer, line))) = super::log::parse_note(note)? else { return None };
+        let is = |s: &Source| s.layer == layer && s.at.line == line;
+        let src = match kind {
+            super::decide::RuleKind::Connect => self.connects.iter().map(|c| &c.source).find(|s| is(s)),
+            super::decide::RuleKind::Allow => self.allows.iter().map(|r| &r.source).find(|s| is(s)),
+            super::decide::RuleKind::Block => self.blocks.iter().map(|r| &r.source).find(|s| is(s)),
+            _ => None,
+        }?;
+        Some(Location::new(src.at.file.clone(), src.at.line, 0).to_string())
+    }
+
     /// The private set this policy enforces.
     pub fn private_set(&self) -> &PrivateSet {
         &self.private

@@ -28,6 +28,7 @@ mod parse;
 mod private;
 mod regex_subset;
 mod squid;
+pub mod suggest;
 mod target;
 mod text;
 

@@ -280,12 +280,19 @@ impl StateDir {
     }
 
     /// `rel` opened for appending (created 0600): a log the launcher keeps open for the run.
+    /// `O_NONBLOCK`: a FIFO planted at `rel` fails the open (no reader) instead of blocking the
+    /// launcher; on a regular file the flag changes nothing.
     pub fn append(&self, rel: &Path) -> Result<File> {
         let (dir, name) = self.parent(rel)?;
         let fd = openat(
             &dir,
             name,
-            OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            OFlag::O_WRONLY
+                | OFlag::O_APPEND
+                | OFlag::O_CREAT
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_CLOEXEC
+                | OFlag::O_NONBLOCK,
             Mode::from_bits_truncate(0o600),
         )
         .map_err(|e| io("open", &self.path.join(rel), e))?;

@@ -273,7 +273,7 @@ impl Lifecycle for Builtin<'_> {
         let mut pos = text.len() as u64;
         let mut partial = String::new();
         loop {
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(Duration::from_millis(100));
             let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             if len < pos {
                 pos = 0; // truncated or replaced

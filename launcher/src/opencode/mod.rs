@@ -19,6 +19,8 @@ pub const PACKAGE_CONFIG: &str = include_str!("../../../opencode/opencode.jsonc"
 pub const GUARD_PLUGIN: &str = include_str!("../../../opencode/plugins/ocsb-guard.js");
 /// Desktop notifications through the filtered bus (`OCSB_NOTIFICATIONS`).
 pub const NOTIFY_PLUGIN: &str = include_str!("../../../opencode/plugins/ocsb-notify.js");
+/// Always loaded: ends a bash tool's output with the egress refusals of that command.
+pub const DENIALS_PLUGIN: &str = include_str!("../../../opencode/plugins/ocsb-denials.js");
 /// Plugins selectable with `OCSB_PLUGINS` by name.
 pub const PACKAGE_PLUGINS: &[(&str, &str)] =
     &[("skill-compact-resurrect", include_str!("../../../opencode/plugins/skill-compact-resurrect.js"))];
@@ -116,7 +118,7 @@ pub fn resolve_skills(settings: &Settings, state: &StateDir) -> Result<Vec<PathB
 }
 
 /// Resolve `OCSB_PLUGINS` (absolute `.js`/`.ts` files, or the package's plugins by name) and add
-/// the always-on guard plugin, and the notifier when `OCSB_NOTIFICATIONS` is on. Package plugins
+/// the always-on guard and denials plugins, and the notifier when `OCSB_NOTIFICATIONS` is on. Package plugins
 /// are written to `<state>/package/plugins/`.
 pub fn resolve_plugins(settings: &Settings, state: &StateDir) -> Result<Vec<PathBuf>> {
     let package = |name: &str, text: &str| -> Result<PathBuf> {
@@ -124,7 +126,7 @@ pub fn resolve_plugins(settings: &Settings, state: &StateDir) -> Result<Vec<Path
         state.write(&rel, text.as_bytes(), 0o644)?;
         Ok(state.path().join(rel))
     };
-    let mut out = vec![package("ocsb-guard", GUARD_PLUGIN)?];
+    let mut out = vec![package("ocsb-guard", GUARD_PLUGIN)?, package("ocsb-denials", DENIALS_PLUGIN)?];
     if settings.notifications() {
         out.push(package("ocsb-notify", NOTIFY_PLUGIN)?);
     }

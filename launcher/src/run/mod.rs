@@ -9,6 +9,7 @@
 //! leaves the filter running.
 
 mod browser;
+mod denials;
 pub(crate) mod notify;
 pub(crate) mod prepare;
 pub mod state;
@@ -141,6 +142,9 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         }
     };
 
+    if let Err(w) = denials::start(project, sd) {
+        eprintln!("ocsb: warning: the agent will not be told about egress denials: {w}");
+    }
     signals::install();
     let mut env = setup.env.clone();
     if !env.iter().any(|(k, _)| k == "OPENCODE_DISABLE_MODELS_FETCH")

@@ -491,7 +491,26 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     // .cc-safety-net/policy.json: notes.txt is denied by that file only.
     let p = agent_runs(w.web, &auth, &id, "cat other.txt");
     assert_eq!(p["state"]["status"], "completed", "{p:#}");
+    assert!(!p["state"]["output"].as_str().unwrap_or_default().contains("ocsb egress"), "{p:#}");
     assert!(p["state"]["output"].as_str().unwrap_or_default().contains("readable-by-agent"), "{p:#}");
+    // A denied request ends the bash tool's output with the host, the rule and its file:line,
+    // and what to ask the user for; the same denial again in the session is only summarised.
+    let cmd = "curl -sS -m 10 -o /dev/null -w '%{http_code}\\n' http://192.0.2.2/";
+    let p = agent_runs(w.web, &auth, &id, cmd);
+    let out = p["state"]["output"].as_str().unwrap_or_default().to_string();
+    assert!(out.contains("403"), "{p:#}");
+    assert!(
+        out.trim_end().ends_with(
+            "ocsb egress: GET 192.0.2.2:80 was denied by block (.opencode-sandbox/egress.conf:1); ask the user \
+             to add `allow 192.0.2.2` to .opencode-sandbox/local/egress.conf (an allow rule wins over every \
+             block rule; ports 80 and 443 only)."
+        ),
+        "{out}"
+    );
+    let p = agent_runs(w.web, &auth, &id, &format!("{cmd}; {cmd}"));
+    let out = p["state"]["output"].as_str().unwrap_or_default().to_string();
+    assert!(!out.contains("was denied by"), "the advice is given once per session: {out}");
+    assert!(out.contains("ocsb egress: denied again, as reported before: GET 192.0.2.2:80 (2x)."), "{out}");
     for cmd in ["cat notes.txt", "git reset --hard"] {
         let p = agent_runs(w.web, &auth, &id, cmd);
         assert_eq!(p["state"]["status"], "error", "{p:#}");
@@ -710,7 +729,8 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     let mut body = String::new();
     for _ in 0..100 {
         body = browser.eval("document.body ? document.body.innerText : ''");
-        if body.contains("RUN: cat other.txt") {
+        // One of the agent turns above (the page shows the latest ones).
+        if body.contains("RUN: ") {
             break;
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -721,7 +741,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
         let _ = std::fs::copy(&shot, std::path::Path::new(&dir).join("run-e2e-project-page.png"));
     }
     drop(browser);
-    assert!(body.contains("RUN: cat other.txt") && !body.contains("Nothing here yet"), "{body}");
+    assert!(body.contains("RUN: ") && !body.contains("Nothing here yet"), "{body}");
     let list = http(w.web, "GET", "/session", &[("Authorization", &auth)], None, T).json();
     assert!(
         list.as_array().unwrap().iter().any(|s| s["id"] == id.as_str()),

@@ -52,18 +52,20 @@ pub fn interface_v4(name: &str) -> Option<Ipv4Addr> {
 ///
 /// *Why*: a service bound to the host's public or global IPv6 address is the host itself, as
 /// much as one on loopback; the policy judges these addresses private
-/// ([`ocsb_policy::egress::Policy::with_host_addresses`]). An unreadable interface table gives an
-/// empty list: the fixed private networks still apply.
-pub fn host_addresses() -> Vec<IpAddr> {
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return Vec::new() };
-    addrs
+/// ([`ocsb_policy::egress::Policy::with_host_addresses`]). *Why an error and not an empty
+/// list*: the table can be unreadable for a moment (no descriptor left, which a client can
+/// provoke); an empty list would make the host's own services reachable, so callers keep the
+/// addresses they had, or refuse to start.
+pub fn host_addresses() -> std::io::Result<Vec<IpAddr>> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(std::io::Error::from)?;
+    Ok(addrs
         .filter_map(|a| {
             let s = a.address?;
             s.as_sockaddr_in()
                 .map(|v| IpAddr::V4(v.ip()))
                 .or_else(|| s.as_sockaddr_in6().map(|v| IpAddr::V6(v.ip())))
         })
-        .collect()
+        .collect())
 }
 
 /// Who may use a filter that listens on `listen`: loopback, and for each non-loopback IPv4

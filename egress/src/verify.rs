@@ -146,44 +146,62 @@ fn curl(opts: &VerifyOptions, url: &str, extra: &[String], via_proxy: bool) -> R
         .map_err(|e| {
             Error::io("cannot run curl (apt-get install curl)", std::path::PathBuf::from(&argv[0]), e)
         })?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    // curl prints this line whatever happened to the request. Without it curl did not run (the
-    // wrapper, e.g. the sandbox, refused to start it): that is no evidence of a blocked
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // curl prints its `-w` line whatever happened to the request. Without it curl did not run
+    // (the wrapper, e.g. the sandbox, refused to start it): that is no evidence of a blocked
     // connection, so it is an error, never a passed check.
-    let Some(last) = stdout.lines().rev().find_map(|l| l.strip_prefix("ocsb-verify ")) else {
-        return Err(Error::state(
-            format!(
-                "curl did not run for {url}: {}",
-                String::from_utf8_lossy(&out.stderr).trim().lines().last().unwrap_or("no message")
-            ),
-            "the sandbox that runs the checks could not start; run `ocsb doctor`",
-        ));
-    };
-    let mut codes = last.split_whitespace().map(|c| c.parse::<u16>().unwrap_or(0));
-    let (http_code, connect_code) = (codes.next().unwrap_or(0), codes.next().unwrap_or(0));
-    let header = |name: &str| {
-        stdout.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+    Outcome::parse(&String::from_utf8_lossy(&out.stdout), &stderr, out.status.code().unwrap_or(-1))
+        .ok_or_else(|| {
+            Error::state(
+                format!(
+                    "curl did not run for {url}: {}",
+                    stderr.trim().lines().last().unwrap_or("no message")
+                ),
+                "the sandbox that runs the checks could not start; run `ocsb doctor`",
+            )
         })
-    };
-    Ok(Outcome {
-        exit: out.status.code().unwrap_or(-1),
-        http_code,
-        connect_code,
-        decision: header("x-egress-decision"),
-        proxy_error: header("x-egress-error").is_some()
-            || header("x-squid-error").is_some_and(|v| !v.starts_with("ERR_ACCESS_DENIED")),
-        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-    })
 }
 
 impl Outcome {
-    /// The filter refused: a 403 to CONNECT (only the proxy answers a CONNECT), or a 403 that
-    /// carries `X-Egress-Decision`. Both backends send that header on their own refusals only and
-    /// remove any copy an origin sends, so an origin's 403 never passes an `expect-block`.
+    /// What curl printed (`-D -` header blocks, then the `ocsb-verify` line); `None` without it.
+    fn parse(stdout: &str, stderr: &str, exit: i32) -> Option<Outcome> {
+        let last = stdout.lines().rev().find_map(|l| l.strip_prefix("ocsb-verify "))?;
+        let mut codes = last.split_whitespace().map(|c| c.parse::<u16>().unwrap_or(0));
+        let (http_code, connect_code) = (codes.next().unwrap_or(0), codes.next().unwrap_or(0));
+        // curl prints one header block per response: with a CONNECT first the proxy's answer to
+        // it, then the origin's through the tunnel. The filter's headers are only in the proxy's
+        // block; an origin can send anything inside TLS, where no filter can strip it.
+        let first = stdout.split("\r\n\r\n").next().unwrap_or("").split("\n\n").next().unwrap_or("");
+        let proxy_block = if connect_code != 0 { first } else { stdout };
+        let header = |name: &str| {
+            proxy_block.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+            })
+        };
+        Some(Outcome {
+            exit,
+            http_code,
+            connect_code,
+            decision: header("x-egress-decision"),
+            proxy_error: header("x-egress-error").is_some()
+                || header("x-squid-error").is_some_and(|v| !v.starts_with("ERR_ACCESS_DENIED")),
+            stderr: stderr.trim().to_string(),
+        })
+    }
+}
+
+impl Outcome {
+    /// The filter refused: a 403 to CONNECT (only the proxy answers a CONNECT), or a plain 403
+    /// that carries `X-Egress-Decision`. Both backends send that header on their own refusals
+    /// only and remove any copy an origin sends, so an origin's 403 never passes an
+    /// `expect-block`; inside a tunnel nothing counts but the answer to CONNECT.
     fn blocked_by_proxy(&self) -> bool {
-        self.connect_code == 403 || (self.http_code == 403 && self.decision.is_some())
+        if self.connect_code != 0 {
+            // Through a tunnel only the answer to CONNECT is the filter's.
+            return self.connect_code == 403;
+        }
+        self.http_code == 403 && self.decision.is_some()
     }
     fn describe(&self) -> String {
         if self.blocked_by_proxy() {
@@ -283,6 +301,26 @@ mod tests {
 
     /// A wrapper that never starts curl (a sandbox that refuses to start) must not make the
     /// direct check pass: no answer from curl is not a blocked connection.
+    /// Through a tunnel only the proxy's answer to CONNECT speaks for the filter: an origin's 403
+    /// with a decision header inside TLS is not a block, a 403 to CONNECT is.
+    #[test]
+    fn inside_a_tunnel_only_the_answer_to_connect_counts() {
+        let forged = "HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.1 403 Forbidden\r\n\
+                      X-Egress-Decision: block:project:1\r\nContent-Length: 3\r\n\r\n\nocsb-verify 403 200\n";
+        let o = Outcome::parse(forged, "", 0).unwrap();
+        assert!(!o.blocked_by_proxy() && o.decision.is_none(), "{}", o.describe());
+        assert!(o.describe().contains("server itself"), "{}", o.describe());
+        let refused =
+            "HTTP/1.1 403 Forbidden\r\nX-Egress-Decision: block:project:3\r\n\r\n\nocsb-verify 000 403\n";
+        let o = Outcome::parse(refused, "curl: (56) CONNECT tunnel failed", 56).unwrap();
+        assert!(o.blocked_by_proxy() && o.decision.as_deref() == Some("block:project:3"));
+        let plain = "HTTP/1.1 403 Forbidden\r\nX-Egress-Decision: private\r\n\r\n\nocsb-verify 403 000\n";
+        assert!(Outcome::parse(plain, "", 0).unwrap().blocked_by_proxy());
+        let origin = "HTTP/1.1 403 Forbidden\r\nContent-Length: 3\r\n\r\n\nocsb-verify 403 000\n";
+        assert!(!Outcome::parse(origin, "", 0).unwrap().blocked_by_proxy());
+        assert!(Outcome::parse("", "exec failed", 1).is_none());
+    }
+
     #[test]
     fn a_curl_that_never_ran_is_an_error_not_a_blocked_connection() {
         let policy = Policy::compile(&[]).unwrap();

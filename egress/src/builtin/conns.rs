@@ -20,7 +20,9 @@ pub struct Slot {
     client: IpAddr,
     /// Requests in progress (including open tunnels); 0 = idle.
     busy: AtomicUsize,
-    /// The connection is a CONNECT tunnel now.
+    /// A CONNECT tunnel, or a request waiting for its server's answer: may be closed when
+    /// quiet (a client holding slots with requests to a server that never answers must not
+    /// lock everyone out).
     tunnel: AtomicBool,
     /// When bytes last moved (milliseconds since the table's epoch).
     active_ms: AtomicU64,
@@ -40,6 +42,11 @@ impl Slot {
     /// The connection became a tunnel.
     pub fn set_tunnel(&self) {
         self.tunnel.store(true, Ordering::SeqCst);
+        self.touch();
+    }
+    /// A request is waiting for its server's answer (`true`), or has it (`false`).
+    pub fn set_waiting(&self, waiting: bool) {
+        self.tunnel.store(waiting, Ordering::SeqCst);
         self.touch();
     }
     /// Bytes moved (called by the tunnel relay).
@@ -235,6 +242,16 @@ mod tests {
         let _gx = x.enter();
         x.set_tunnel();
         assert!(matches!(t.admit(ip("127.0.0.1")), Admit::Refused));
+    }
+
+    #[test]
+    fn a_request_waiting_quietly_for_its_server_makes_room() {
+        let t = Table::new(1, 1, Duration::ZERO);
+        let a = admitted(t.admit(ip("127.0.0.1")));
+        let _g = a.enter();
+        assert!(matches!(t.admit(ip("127.0.0.1")), Admit::Refused), "a request being answered stays");
+        a.set_waiting(true);
+        assert!(matches!(t.admit(ip("127.0.0.1")), Admit::AdmittedEvicting(_)));
     }
 
     #[test]

@@ -112,6 +112,14 @@ pub async fn dial_checked(
         let sa = SocketAddr::new(*ip, port);
         match tokio::time::timeout(connect_timeout, TcpStream::connect(sa)).await {
             Ok(Ok(s)) => {
+                // The kernel's own answer to "is this the host?": a connection to one of its own
+                // addresses gets that address as its source. Refused unless a rule allowed
+                // private addresses, which covers an address added since the last refresh.
+                if refuse.is_some()
+                    && s.local_addr().ok().map(|a| a.ip()) == s.peer_addr().ok().map(|a| a.ip())
+                {
+                    return Err(DialError::PrivateRefused(*ip));
+                }
                 let _ = s.set_nodelay(true);
                 return Ok((s, *ip));
             }

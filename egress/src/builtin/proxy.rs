@@ -46,6 +46,8 @@ pub struct Limits {
     pub max_per_client: usize,
     /// A tunnel in which no byte moved for this long is closed (squid: `read_timeout`).
     pub tunnel_idle: Duration,
+    /// How long a server may take to start its answer (squid: `read_timeout`).
+    pub response_timeout: Duration,
     /// A tunnel quiet for this long may be closed to admit a new connection at a cap.
     pub quiet_tunnel: Duration,
     /// How long a connection may wait for (the rest of) a request head.
@@ -63,6 +65,7 @@ impl Default for Limits {
             max_connections: 1024,
             max_per_client: 768,
             tunnel_idle: Duration::from_secs(15 * 60),
+            response_timeout: Duration::from_secs(15 * 60),
             quiet_tunnel: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(30),
             dns_timeout: Duration::from_secs(5),
@@ -70,6 +73,9 @@ impl Default for Limits {
         }
     }
 }
+
+/// Connections at once from non-clients (each gets its 403 `client`, then is closed).
+const OUTSIDER_SLOTS: usize = 32;
 
 /// The policy in force, swapped whole on reload; requests already being decided keep the one
 /// they started with.
@@ -104,6 +110,8 @@ type IdleConns = std::collections::HashMap<SocketAddr, Vec<(Sender, std::time::I
 
 impl Pool {
     const MAX_IDLE_PER_ADDR: usize = 16;
+    /// Idle server connections in all (each holds a descriptor).
+    const MAX_IDLE: usize = 256;
     const IDLE: Duration = Duration::from_secs(30);
 
     /// A ready connection to one of `addrs` (all already checked by the caller).
@@ -126,6 +134,17 @@ impl Pool {
             return;
         }
         if let Ok(mut m) = self.0.lock() {
+            // Closed and expired connections go from every address, not only this one, so idle
+            // connections to many addresses cannot pile up.
+            if m.values().map(Vec::len).sum::<usize>() >= Self::MAX_IDLE {
+                m.retain(|_, v| {
+                    v.retain(|(s, since)| !s.is_closed() && since.elapsed() < Self::IDLE);
+                    !v.is_empty()
+                });
+                if m.values().map(Vec::len).sum::<usize>() >= Self::MAX_IDLE {
+                    return;
+                }
+            }
             let v = m.entry(addr).or_default();
             v.retain(|(s, since)| !s.is_closed() && since.elapsed() < Self::IDLE);
             if v.len() < Self::MAX_IDLE_PER_ADDR {
@@ -136,6 +155,9 @@ impl Pool {
 }
 
 struct Shared {
+    /// Connections from addresses that are not clients, only to be refused (kept apart, so they
+    /// never take or evict a client's slot).
+    outsiders: Arc<Table>,
     resolver: dial::Resolver,
     /// Who may use the proxy ([`crate::listen::client_networks`], the same rule squid gets).
     clients: Vec<IpNet>,
@@ -183,6 +205,7 @@ pub fn start(
     let addrs: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
     let clients = crate::listen::client_networks(&addrs);
     let shared = Arc::new(Shared {
+        outsiders: Table::new(OUTSIDER_SLOTS, OUTSIDER_SLOTS, limits.quiet_tunnel),
         resolver,
         clients,
         pool: Pool::default(),
@@ -214,7 +237,13 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
                 continue;
             }
         };
-        let slot = match shared.conns.admit(dial::canonical(peer.ip())) {
+        let client = dial::canonical(peer.ip());
+        let table =
+            if shared.clients.iter().any(|n| n.contains(client)) { &shared.conns } else { &shared.outsiders };
+        // Every loopback address is the same host: one client, however many 127/8 addresses a
+        // process binds to.
+        let key = if client.is_loopback() { IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) } else { client };
+        let slot = match table.admit(key) {
             Admit::Admitted(s) => s,
             Admit::AdmittedEvicting(s) => {
                 shared.logger.log(&refusal(peer, 503, "-", "EVICT_IDLE"));
@@ -502,7 +531,19 @@ async fn handle(
             }
         }
     };
-    match forward(req, &mut sender, &target, &host).await {
+    let slot = guard.slot();
+    slot.set_waiting(true);
+    let answer =
+        tokio::time::timeout(shared.limits.response_timeout, forward(req, &mut sender, &target, &host)).await;
+    slot.set_waiting(false);
+    let Ok(answer) = answer else {
+        shared.logger.log(&txn.line("TCP_MISS", 504, 0, Some(server_ip)));
+        return Ok(text_response(
+            StatusCode::GATEWAY_TIMEOUT,
+            "ocsb egress: the server did not answer\n".into(),
+        ));
+    };
+    match answer {
         Ok(resp) => {
             let status = resp.status().as_u16();
             let (mut parts, body) = resp.into_parts();

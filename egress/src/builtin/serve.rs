@@ -33,10 +33,11 @@ pub struct ServeArgs {
     pub limits: LimitOverrides,
 }
 
-/// `--max-connections N`, `--tunnel-idle SECS`, `--quiet-tunnel SECS`.
+/// `--max-connections N`, `--max-per-client N`, `--tunnel-idle SECS`, `--quiet-tunnel SECS`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LimitOverrides {
     pub max_connections: Option<usize>,
+    pub max_per_client: Option<usize>,
     pub tunnel_idle_secs: Option<u64>,
     pub quiet_tunnel_secs: Option<u64>,
 }
@@ -46,6 +47,9 @@ impl LimitOverrides {
         if let Some(n) = self.max_connections {
             l.max_connections = n;
             l.max_per_client = l.max_per_client.min(n);
+        }
+        if let Some(n) = self.max_per_client {
+            l.max_per_client = n;
         }
         if let Some(s) = self.tunnel_idle_secs {
             l.tunnel_idle = Duration::from_secs(s);
@@ -74,6 +78,7 @@ impl ServeArgs {
         let l = &self.limits;
         for (flag, value) in [
             ("--max-connections", l.max_connections.map(|n| n as u64)),
+            ("--max-per-client", l.max_per_client.map(|n| n as u64)),
             ("--tunnel-idle", l.tunnel_idle_secs),
             ("--quiet-tunnel", l.quiet_tunnel_secs),
         ] {
@@ -101,15 +106,18 @@ impl ServeArgs {
                     let s = v.to_string_lossy();
                     listen.push(s.parse().map_err(|e| format!("--listen {s}: {e}"))?);
                 }
-                Some(flag @ ("--max-connections" | "--tunnel-idle" | "--quiet-tunnel")) => {
+                Some(
+                    flag @ ("--max-connections" | "--max-per-client" | "--tunnel-idle" | "--quiet-tunnel"),
+                ) => {
                     let v = val()?;
                     let n: u64 = v
                         .to_str()
                         .and_then(|s| s.parse().ok())
-                        .filter(|n| *n > 0 || flag != "--max-connections")
+                        .filter(|n| *n > 0 || !flag.starts_with("--max-"))
                         .ok_or_else(|| format!("{flag} {}: not a number", v.to_string_lossy()))?;
                     match flag {
                         "--max-connections" => limits.max_connections = Some(n as usize),
+                        "--max-per-client" => limits.max_per_client = Some(n as usize),
                         "--tunnel-idle" => limits.tunnel_idle_secs = Some(n),
                         _ => limits.quiet_tunnel_secs = Some(n),
                     }
@@ -129,9 +137,18 @@ impl ServeArgs {
         })
     }
 
-    fn load_policy(&self) -> Result<Policy> {
+    /// The rules, with the host's addresses as they are now, or (when they cannot be read)
+    /// as `previous` had them; with neither, the filter does not start.
+    fn load_policy(&self, previous: Option<&Policy>) -> Result<Policy> {
         let layers = load_layers(&self.user_config_dir, &self.project_dir)?;
-        Ok(Policy::compile(&layers)?.with_host_addresses(host_addresses()))
+        let policy = Policy::compile(&layers)?;
+        match (host_addresses(), previous) {
+            (Ok(addrs), _) => Ok(policy.with_host_addresses(addrs)),
+            (Err(_), Some(p)) => Ok(policy.with_host_addresses(p.private_set().host_addresses().to_vec())),
+            (Err(e), None) => {
+                Err(Error::net("cannot list this host's addresses (they are private to the agent)", e))
+            }
+        }
     }
 }
 
@@ -173,7 +190,7 @@ fn raise_nofile() {
 async fn run(args: ServeArgs) -> Result<()> {
     let paths = EgressPaths::new(&args.state_dir);
     paths.create_private().map_err(|e| Error::io("cannot create", &paths.dir, e))?;
-    let policy = args.load_policy()?;
+    let policy = args.load_policy(None)?;
     raise_nofile();
 
     let mut listeners = Vec::new();
@@ -296,7 +313,9 @@ const HOST_ADDRESS_REFRESH: Duration = Duration::from_secs(2);
 
 impl ServeState {
     fn refresh_host_addresses(&self) {
-        let now = ocsb_policy::egress::PrivateSet::with_host_addresses(host_addresses());
+        // Unreadable now (no descriptor left): keep the addresses known so far.
+        let Ok(addrs) = host_addresses() else { return };
+        let now = ocsb_policy::egress::PrivateSet::with_host_addresses(addrs);
         if self.cell.get().private_set() != &now {
             let addrs = now.host_addresses().to_vec();
             self.cell.update(|p| p.clone().with_host_addresses(addrs));
@@ -308,7 +327,7 @@ impl ServeState {
     /// must not open (or close) the network; the old policy stays in force and the caller is
     /// told what is wrong, with file and line.
     fn reload(&self) -> ReloadAnswer {
-        match self.args.load_policy() {
+        match self.args.load_policy(Some(&self.cell.get())) {
             Ok(p) => {
                 let h = p.hash();
                 self.cell.set(p);

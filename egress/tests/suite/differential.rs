@@ -102,8 +102,11 @@ fn send(proxy: SocketAddr, req: &Req) -> Option<Reply> {
 /// What the decision function says, with the resolver answers the world's DNS gives.
 fn expected_by_policy(lab: &Lab, req: &Req) -> String {
     // explain on the filter's host knows that host's addresses.
-    let policy =
-        lab.instance().load_policy().unwrap().with_host_addresses(lab.client(ocsb_egress::host_addresses));
+    let policy = lab
+        .instance()
+        .load_policy()
+        .unwrap()
+        .with_host_addresses(lab.client(ocsb_egress::host_addresses).unwrap());
     let t = match req {
         Req::Get(u) | Req::GetHost(u, _) => Target::from_absolute_uri("GET", u).unwrap(),
         Req::Connect(a) => Target::from_connect(a).unwrap(),
@@ -325,4 +328,31 @@ fn rebinding_never_reaches_a_private_address() {
     assert!(trapped.is_empty(), "a proxy connected to the private rebinding answer: {trapped:?}");
     let q = lab.zone.lock().unwrap().queries.get("rb.test.net").copied().unwrap_or(0);
     assert!(q >= 4, "the rebinding name was queried only {q} times");
+}
+
+/// An address the filter host gets after the filter started is its own at once: the builtin
+/// refuses a connection that the kernel answers from that same address, before its next
+/// refresh of the host's addresses. (squid learns host addresses at `egress up`; see README.)
+#[test]
+fn a_host_address_added_after_start_is_refused_at_once() {
+    let mut lab = Lab::new(RULES);
+    lab.start_builtin();
+    let f = lab.topo.filter.name().to_string();
+    crate::support::topology::sh(&["ip", "-n", &f, "addr", "add", "203.0.113.50/32", "dev", "lo"]);
+    let seen: crate::support::origin::SharedSeen = Default::default();
+    let s2 = seen.clone();
+    lab.topo
+        .filter
+        .run(move || crate::support::origin::serve_all(vec!["203.0.113.50:80".parse().unwrap()], s2));
+    let p: SocketAddr = format!("127.0.0.1:{BUILTIN_PORT}").parse().unwrap();
+    let reply = lab.client(move || client::get(p, "http://203.0.113.50/", "203.0.113.50")).unwrap();
+    assert_eq!(reply.status, 403, "{reply:?}");
+    assert!(seen.lock().unwrap().requests.is_empty(), "the host's new address was reached");
+    // After the refresh the decision itself says private.
+    std::thread::sleep(Duration::from_millis(2500));
+    let reply = lab.client(move || client::get(p, "http://203.0.113.50/", "203.0.113.50")).unwrap();
+    assert_eq!((reply.status, reply.header("x-egress-decision")), (403, Some("private")), "{reply:?}");
+    // Positive control: a public origin in the world is still reached.
+    let reply = lab.client(move || client::get(p, "http://pub.test.net/", "pub.test.net")).unwrap();
+    assert_eq!(reply.status, 200);
 }

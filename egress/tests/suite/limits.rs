@@ -85,8 +85,23 @@ fn open_connections(lab: &Lab) -> usize {
     ocsb_egress::builtin::control::status(&sock, Duration::from_secs(3)).unwrap().open_connections
 }
 
+/// A TCP connection to `to` from the local address `from` (another 127/8 address).
+fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
+    let fd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).unwrap();
+    let src: std::net::SocketAddrV4 = format!("{from}:0").parse().unwrap();
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(src)).unwrap();
+    let SocketAddr::V4(dst) = to else { panic!("IPv4 only") };
+    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(dst)).unwrap();
+    TcpStream::from(fd)
+}
+
 fn open_quiet_tunnel(p: SocketAddr) -> TcpStream {
-    let mut s = TcpStream::connect_timeout(&p, Duration::from_secs(5)).unwrap();
+    open_quiet_tunnel_from("127.0.0.1", p)
+}
+
+fn open_quiet_tunnel_from(from: &str, p: SocketAddr) -> TcpStream {
+    let mut s = connect_from(from, p);
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(format!("CONNECT {SILENT_ORIGIN} HTTP/1.1\r\nHost: {SILENT_ORIGIN}\r\n\r\n").as_bytes())
         .unwrap();
@@ -126,6 +141,53 @@ fn quiet_tunnels_end_and_make_room_at_the_cap() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(open_connections(&lab), 0, "tunnels kept their slots after the clients closed");
+}
+
+/// Every loopback address is one client (a process can bind any of 127/8), and outsiders are
+/// refused without taking or evicting a client's slot.
+#[test]
+fn loopback_aliases_are_one_client_and_outsiders_take_no_slot() {
+    let mut lab = Lab::new(RULES);
+    lab.serve_extra =
+        ["--max-connections", "4", "--max-per-client", "2", "--quiet-tunnel", "60"].map(Into::into).to_vec();
+    lab.start_builtin();
+    let p = addr(BUILTIN_PORT);
+    let held: Vec<TcpStream> = lab
+        .client(move || vec![open_quiet_tunnel_from("127.0.0.2", p), open_quiet_tunnel_from("127.0.0.3", p)]);
+    // A third loopback address is the same client, at its cap: refused.
+    let third = lab.client(move || {
+        let mut s = connect_from("127.0.0.4", p);
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(b"GET http://pub.test.net/ HTTP/1.1\r\nHost: pub.test.net\r\n\r\n");
+        let mut b = Vec::new();
+        let _ = s.read_to_end(&mut b);
+        String::from_utf8_lossy(&b).into_owned()
+    });
+    assert!(third.is_empty(), "a third loopback address was served past the per-client cap: {third:?}");
+    // Outsiders are refused with their answer, and the clients' tunnels are untouched.
+    for _ in 0..3 {
+        let out = lab
+            .topo
+            .world
+            .exec(&[
+                "curl",
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--interface",
+                "198.51.100.7",
+                "-x",
+            ])
+            .arg(format!("http://{}:{BUILTIN_PORT}", crate::support::topology::FILTER_ADDR))
+            .arg("http://pub.test.net/")
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "403");
+    }
+    assert_eq!(open_connections(&lab), 2, "an outsider took or evicted a client's slot");
+    drop(held);
 }
 
 /// Hundreds of lookups hanging on a slow name server hold no thread: a request for another

@@ -63,14 +63,16 @@ pub fn serve(sock: UdpSocket, zone: SharedZone) {
         let slow = matches!(answer, Some((Answer::Slow(..), _)));
         let respond = move || {
             let sock = sock2;
-            let (rcode, addrs, delay) = match answer {
-                None => (3u16, vec![], None),
-                Some((Answer::Fixed(a), _)) => (0, a, None),
+            // A fixed answer may be cached for a minute (as real zones allow); a rebinding name
+            // says TTL 0, which a resolver must not cache.
+            let (rcode, addrs, delay, ttl) = match answer {
+                None => (3u16, vec![], None, 0u32),
+                Some((Answer::Fixed(a), _)) => (0, a, None, 60),
                 Some((Answer::Alternate(a), count)) => {
                     let pick = a[(count.max(1) - 1) % a.len()];
-                    (0, vec![pick], None)
+                    (0, vec![pick], None, 0)
                 }
-                Some((Answer::Slow(d, a), _)) => (0, a, Some(d)),
+                Some((Answer::Slow(d, a), _)) => (0, a, Some(d), 0),
             };
             if let Some(d) = delay {
                 std::thread::sleep(d);
@@ -90,11 +92,15 @@ pub fn serve(sock: UdpSocket, zone: SharedZone) {
                 r.extend_from_slice(&[0xc0, 0x0c]);
                 match a {
                     IpAddr::V4(v4) => {
-                        r.extend_from_slice(&[0, 1, 0, 1, 0, 0, 0, 0, 0, 4]);
+                        r.extend_from_slice(&[0, 1, 0, 1]);
+                        r.extend_from_slice(&ttl.to_be_bytes());
+                        r.extend_from_slice(&[0, 4]);
                         r.extend_from_slice(&v4.octets());
                     }
                     IpAddr::V6(v6) => {
-                        r.extend_from_slice(&[0, 28, 0, 1, 0, 0, 0, 0, 0, 16]);
+                        r.extend_from_slice(&[0, 28, 0, 1]);
+                        r.extend_from_slice(&ttl.to_be_bytes());
+                        r.extend_from_slice(&[0, 16]);
                         r.extend_from_slice(&v6.octets());
                     }
                 }

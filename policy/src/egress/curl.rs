@@ -73,7 +73,9 @@ pub(crate) fn check(args: &[&str]) -> Result<(), (usize, String, String)> {
                     "write the value after the option, e.g. `-H X-Test:1`".into(),
                 ));
             };
-            if v.starts_with('@') || v.contains('"') || v.contains('\'') {
+            // `--data-urlencode name@file` reads a file from anywhere in the value.
+            let file_ref = v.starts_with('@') || (a == "--data-urlencode" && v.contains('@'));
+            if file_ref || v.contains('"') || v.contains('\'') {
                 return Err((i + 1, format!("`{v}`: file references and quotes are not accepted"), hint()));
             }
             i += 2;

@@ -289,6 +289,7 @@ mod tests {
             ("expect-pass https://x.com:99999/", "p.conf:1:13", "not in 1-65535"),
             ("expect-pass https://x.com/ -o /tmp/x", "p.conf:1:28", "not allowed in expect lines"),
             ("expect-pass https://x.com/ -d @/etc/passwd", "p.conf:1:31", "file references"),
+            ("expect-pass https://x.com/ --data-urlencode a@/etc/passwd", "p.conf:1:45", "file references"),
             ("expect-pass https://x.com/ -H", "p.conf:1:28", "needs a value"),
             ("expect-pass https://x.com/ --proxy http://y", "p.conf:1:28", "not allowed"),
             ("expect-pass https://x.com/ junk", "p.conf:1:28", "unexpected word"),

@@ -22,27 +22,51 @@ use std::sync::{Arc, OnceLock};
 use super::host::IpNet;
 
 /// The private IPv4 networks, in the order squid's `private_dst` ACL lists them.
-const V4: [([u8; 4], u8); 7] = [
+const V4: [([u8; 4], u8); 9] = [
     ([0, 0, 0, 0], 8),
     ([10, 0, 0, 0], 8),
     ([100, 64, 0, 0], 10),
     ([127, 0, 0, 0], 8),
     ([169, 254, 0, 0], 16),
     ([172, 16, 0, 0], 12),
+    ([192, 0, 0, 0], 24), // IETF protocol assignments (192.0.0.192 is a cloud metadata address)
     ([192, 168, 0, 0], 16),
+    ([198, 18, 0, 0], 15), // network benchmarking, used inside data centres
 ];
 
 /// IPv6 forms that carry an IPv4 address as a contiguous field: (prefix bits, bit offset of
 /// the IPv4 address counted from the most significant bit).
-const EMBEDDINGS: [(u128, u32); 3] = [
+const EMBEDDINGS: [(u128, u32); 4] = [
     (0, 96),                      // IPv4-compatible ::a.b.c.d
+    (0xffff_u128 << 48, 96),      // IPv4-translated ::ffff:0:a.b.c.d
     (0x0064_ff9b_u128 << 96, 96), // NAT64 well-known prefix 64:ff9b::/96
     (0x2002_u128 << 112, 16),     // 6to4 2002:aabb:ccdd::/48
 ];
 
+/// The IPv4 address an IPv6 address carries in one of the [`EMBEDDINGS`], if any.
+fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let bits = u128::from(v6);
+    EMBEDDINGS.iter().find_map(|&(base, offset)| {
+        let top = !0u128 << (128 - offset);
+        (bits & top == base).then(|| Ipv4Addr::from((bits >> (96 - offset)) as u32))
+    })
+}
+
+/// `v4` written in every embedding, as the networks that carry exactly it.
+pub(crate) fn embeddings_of(v4: Ipv4Addr) -> Vec<IpNet> {
+    EMBEDDINGS
+        .iter()
+        .map(|&(base, offset)| IpNet {
+            addr: IpAddr::V6(Ipv6Addr::from(base | (u128::from(u32::from(v4)) << (96 - offset)))),
+            prefix: offset as u8 + 32,
+        })
+        .collect()
+}
+
 /// Native IPv6 ranges (the unspecified and loopback addresses are the compatible forms of
 /// `0.0.0.0/8` and need no entry of their own).
-const V6: [(u128, u8); 5] = [
+const V6: [(u128, u8); 6] = [
+    (0x0100_u128 << 112, 64),          // discard-only
     (0x2001_u128 << 112, 32),          // Teredo
     (0x0064_ff9b_0001_u128 << 80, 48), // local-use NAT64
     (0xfc00_u128 << 112, 7),           // unique local
@@ -113,9 +137,15 @@ impl PrivateSet {
         &self.host
     }
 
+    /// Private, or one of the host's addresses, also in an IPv6 form that carries it (through a
+    /// NAT64 gateway `64:ff9b::` of the host's address reaches the host).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
-        is_private(ip) || self.host.contains(&ip)
+        let carried = match ip {
+            IpAddr::V6(v6) => embedded_v4(v6).map(IpAddr::V4),
+            IpAddr::V4(_) => None,
+        };
+        is_private(ip) || self.host.contains(&ip) || carried.is_some_and(|v4| self.host.contains(&v4))
     }
 }
 
@@ -165,6 +195,14 @@ mod tests {
             ("2002:c633:6407::1", false),
             ("2001:0:4136:e378:8000:63bf:3fff:fdd2", true),
             ("2001:1::1", false),
+            ("::ffff:0:a09:909", true),
+            ("::ffff:0:c633:6407", false),
+            ("100::1", true),
+            ("192.0.0.192", true),
+            ("192.0.2.1", false),
+            ("198.18.0.1", true),
+            ("198.19.255.255", true),
+            ("198.20.0.1", false),
         ] {
             assert_eq!(is_private(s.parse().unwrap()), want, "{s}");
         }
@@ -194,6 +232,13 @@ mod tests {
         assert!(set.contains("2001:db8::5".parse().unwrap()));
         assert!(set.contains("10.0.0.1".parse().unwrap()));
         assert!(!set.contains("203.0.113.5".parse().unwrap()));
+        // The host's IPv4 address carried in IPv6 is the host too.
+        for s in ["64:ff9b::cb00:7104", "::cb00:7104", "2002:cb00:7104::1", "::ffff:0:cb00:7104"] {
+            assert!(set.contains(s.parse().unwrap()), "{s}");
+        }
+        let nets: Vec<String> =
+            embeddings_of("203.0.113.4".parse().unwrap()).iter().map(|n| n.to_string()).collect();
+        assert!(nets.contains(&"2002:cb00:7104::/48".to_string()), "{nets:?}");
         assert!(!PrivateSet::default().contains("203.0.113.4".parse().unwrap()));
     }
 }

@@ -196,7 +196,18 @@ impl Policy {
         let _ = writeln!(w, "acl private_dst dst {}", private.join(" "));
         let host = self.private.host_addresses();
         if !host.is_empty() {
-            let v: Vec<String> = host.iter().map(|a| squid_net(&IpNet::host(*a))).collect();
+            // Each IPv4 address also as IPv6 carries it (NAT64, 6to4, …), as the decision judges.
+            let v: Vec<String> = host
+                .iter()
+                .flat_map(|a| {
+                    let mut nets = vec![IpNet::host(*a)];
+                    if let IpAddr::V4(v4) = a {
+                        nets.extend(super::private::embeddings_of(*v4));
+                    }
+                    nets
+                })
+                .map(|n| squid_net(&n))
+                .collect();
             let _ = writeln!(w, "# the filter host's own addresses: the host, like loopback");
             let _ = writeln!(w, "acl host_dst dst {}", v.join(" "));
         }

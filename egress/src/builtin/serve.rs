@@ -402,6 +402,7 @@ mod tests {
             listen: vec!["127.0.0.1:3128".parse().unwrap(), "172.17.0.1:3128".parse().unwrap()],
             limits: LimitOverrides {
                 max_connections: Some(4),
+                max_per_client: Some(2),
                 tunnel_idle_secs: Some(0),
                 quiet_tunnel_secs: None,
             },

@@ -22,7 +22,16 @@ use tokio::net::TcpStream;
 pub struct Resolver {
     inner: hickory_resolver::TokioResolver,
     timeout: Duration,
+    /// Answers with at least one address, until the smallest TTL among them runs out. *Why our
+    /// own*: hickory keeps an answer per query type, and a name without AAAA records (no SOA
+    /// in the reply) sent an AAAA query with every request. A TTL of 0 is never kept, so a
+    /// rebinding name is asked again each time, and the addresses kept are the ones checked and
+    /// dialled.
+    cache: std::sync::Mutex<std::collections::HashMap<String, (Vec<IpAddr>, std::time::Instant)>>,
 }
+
+/// Names kept at most; the cache is emptied when full (it refills from the name servers).
+const CACHE_NAMES: usize = 4096;
 
 impl Resolver {
     /// From the system configuration. *Why fail*: without name servers every request by name
@@ -36,17 +45,25 @@ impl Resolver {
         o.timeout = timeout;
         o.attempts = 2;
         o.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
-        o.cache_size = 4096;
+        // Small: answers are kept by this resolver (below); hickory keeps only what it needs.
+        o.cache_size = 256;
         // Pending lookups for one slow name must not make lookups for other names "busy".
         o.max_active_requests = 4096;
         let inner = b.build().map_err(|e| format!("cannot set up the DNS client: {e}"))?;
-        Ok(Self { inner, timeout })
+        Ok(Self { inner, timeout, cache: Default::default() })
     }
 
     /// Resolve `host` once, with a deadline. A timeout or a failure gives an empty list: the
     /// decision then falls through to "default" like squid, and there is nothing to dial.
     pub async fn resolve(&self, host: &str) -> Vec<IpAddr> {
         let fqdn = if host.ends_with('.') { host.to_string() } else { format!("{host}.") };
+        let now = std::time::Instant::now();
+        if let Ok(c) = self.cache.lock()
+            && let Some((addrs, until)) = c.get(&fqdn)
+            && *until > now
+        {
+            return addrs.clone();
+        }
         match tokio::time::timeout(self.timeout, self.inner.lookup_ip(fqdn.as_str())).await {
             Ok(Ok(found)) => {
                 let mut out: Vec<IpAddr> = Vec::new();
@@ -54,6 +71,16 @@ impl Resolver {
                     if !out.contains(&ip) {
                         out.push(ip);
                     }
+                }
+                let until = found.valid_until();
+                if !out.is_empty()
+                    && until > now + Duration::from_secs(1)
+                    && let Ok(mut c) = self.cache.lock()
+                {
+                    if c.len() >= CACHE_NAMES {
+                        c.clear();
+                    }
+                    c.insert(fqdn, (out.clone(), until));
                 }
                 out
             }

@@ -22,6 +22,9 @@ mod suite {
     // host: `ocsb doctor` on real machine states, each check made to fail in turn.
     #[cfg(feature = "host-tests")]
     mod doctor;
+    // host: `egress up` captured or piped returns; `down` means the process is gone.
+    #[cfg(feature = "host-tests")]
+    mod egress_cli;
     // host: the checkout rule: agent-planted code never runs in host git or host tools.
     #[cfg(feature = "host-tests")]
     mod git_guard;

@@ -436,6 +436,9 @@ async fn handle(
     // 3. Dial the checked addresses.
     let permit_private = matches!(decision.rule, RuleKind::Allow | RuleKind::Connect);
     let private = policy.private_set().clone();
+    // `None` when an explicit rule allowed private addresses (the seed's "allow wins").
+    let refuse = (!permit_private).then_some(&private);
+    let dial = || dial::dial_checked(&addrs, target.port, refuse, shared.limits.connect_timeout);
     let dial_error = |e: DialError, txn: &Txn| {
         let (status, msg) = match e {
             DialError::NoAddress => (StatusCode::SERVICE_UNAVAILABLE, format!("cannot resolve {host}")),
@@ -449,14 +452,7 @@ async fn handle(
     };
 
     if is_connect {
-        let (upstream, server_ip) = match dial::dial_checked(
-            &addrs,
-            target.port,
-            (!permit_private).then_some(&private),
-            shared.limits.connect_timeout,
-        )
-        .await
-        {
+        let (upstream, server_ip) = match dial().await {
             Ok(x) => x,
             Err(e) => return Ok(dial_error(e, &txn)),
         };
@@ -491,7 +487,7 @@ async fn handle(
     }
     // A kept-alive server connection is reused only if its address is one of the addresses this
     // request's decision checked (the same rule as dialing: never an address the policy did not see).
-    if let Err(e) = dial::check(&addrs, (!permit_private).then_some(&private)) {
+    if let Err(e) = dial::check(&addrs, refuse) {
         return Ok(dial_error(e, &txn));
     }
     let mut pooled = None;
@@ -505,14 +501,7 @@ async fn handle(
     let (mut sender, server_ip) = match pooled {
         Some(x) => x,
         None => {
-            let (upstream, ip) = match dial::dial_checked(
-                &addrs,
-                target.port,
-                (!permit_private).then_some(&private),
-                shared.limits.connect_timeout,
-            )
-            .await
-            {
+            let (upstream, ip) = match dial().await {
                 Ok(x) => x,
                 Err(e) => return Ok(dial_error(e, &txn)),
             };

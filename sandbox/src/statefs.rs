@@ -280,23 +280,34 @@ impl StateDir {
     }
 
     /// `rel` opened for appending (created 0600): a log the launcher keeps open for the run.
-    /// `O_NONBLOCK`: a FIFO planted at `rel` fails the open (no reader) instead of blocking the
-    /// launcher; on a regular file the flag changes nothing.
+    ///
+    /// *Why the checks*: the agent can put anything at `rel` between two runs. `O_NOFOLLOW`
+    /// refuses a symlink; `O_NONBLOCK` makes a planted FIFO fail the open (no reader) instead of
+    /// blocking the launcher. A hard link to one of the user's files (same owner, same
+    /// filesystem) would be opened like any file, and the launcher would append to that file:
+    /// an entry that is not a regular file with one link, owned by this user, is removed and the
+    /// log created anew with `O_EXCL`.
     pub fn append(&self, rel: &Path) -> Result<File> {
         let (dir, name) = self.parent(rel)?;
-        let fd = openat(
-            &dir,
-            name,
-            OFlag::O_WRONLY
-                | OFlag::O_APPEND
-                | OFlag::O_CREAT
-                | OFlag::O_NOFOLLOW
-                | OFlag::O_CLOEXEC
-                | OFlag::O_NONBLOCK,
-            Mode::from_bits_truncate(0o600),
-        )
-        .map_err(|e| io("open", &self.path.join(rel), e))?;
-        Ok(File::from(fd))
+        let full = self.path.join(rel);
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        let mode = Mode::from_bits_truncate(0o600);
+        let open = |extra: OFlag| openat(&dir, name, flags | extra, mode).map(File::from);
+        if let Ok(f) = open(OFlag::O_CREAT) {
+            let ours = f.metadata().is_ok_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.is_file() && m.nlink() == 1 && m.uid() == nix::unistd::geteuid().as_raw()
+            });
+            if ours {
+                return Ok(f);
+            }
+        }
+        match unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(e) => return Err(io("remove", &full, e)),
+        }
+        open(OFlag::O_CREAT | OFlag::O_EXCL).map_err(|e| io("create", &full, e))
     }
 
     /// Remove the entry `rel` (not a directory) if it exists.
@@ -370,7 +381,11 @@ mod tests {
         symlink(&victim, state.path().join("data/log/panel.log")).unwrap();
         symlink(outside.path(), state.path().join("run")).unwrap();
         let s = StateDir::open(state.path()).unwrap();
-        assert!(s.append(Path::new("data/log/panel.log")).is_err(), "O_NOFOLLOW refuses the link");
+        // The link is replaced by a new log; what it pointed to is not written.
+        let mut f = s.append(Path::new("data/log/panel.log")).unwrap();
+        writeln!(f, "first").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(std::fs::symlink_metadata(state.path().join("data/log/panel.log")).unwrap().is_file());
         s.remove(Path::new("run/bashrc")).unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert!(std::fs::symlink_metadata(state.path().join("run")).unwrap().is_dir());
@@ -379,6 +394,25 @@ mod tests {
         writeln!(f, "line").unwrap();
         assert_eq!(std::fs::read_to_string(state.path().join("data/log/panel.log")).unwrap(), "line\n");
         assert!(s.write(Path::new("../escape"), b"x", 0o600).is_err());
+    }
+
+    /// A hard link to one of the user's files, or a FIFO, at a log's name: the launcher neither
+    /// appends to the user's file nor blocks.
+    #[test]
+    fn append_replaces_a_hard_link_or_a_fifo() {
+        let state = tempfile::tempdir().unwrap();
+        let victim = state.path().join("bashrc");
+        std::fs::write(&victim, "precious").unwrap();
+        std::fs::create_dir_all(state.path().join("run")).unwrap();
+        std::fs::hard_link(&victim, state.path().join("run/log")).unwrap();
+        nix::unistd::mkfifo(&state.path().join("run/fifo"), Mode::from_bits_truncate(0o600)).unwrap();
+        let s = StateDir::open(state.path()).unwrap();
+        for name in ["run/log", "run/fifo"] {
+            let mut f = s.append(Path::new(name)).unwrap();
+            writeln!(f, "record").unwrap();
+            assert_eq!(std::fs::read_to_string(state.path().join(name)).unwrap(), "record\n", "{name}");
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
     }
 
     #[test]

@@ -48,12 +48,10 @@ pub fn start(project: &Project, state: &StateDir) -> Result<(), String> {
     let layers = ocsb_policy::egress::load_layers(&project.user_config_dir, &project.dir)
         .map_err(|e| e.to_string())?;
     state.dir(Path::new("run")).map_err(|e| e.to_string())?;
-    // A fresh regular file each run (whatever a sandbox left at the name goes first).
+    // A fresh file each run; `append` replaces whatever a sandbox left at the name (a link, a
+    // FIFO, a hard link to one of the user's files) instead of writing through it.
     state.remove(Path::new(PATH)).map_err(|e| e.to_string())?;
     let file = state.append(Path::new(PATH)).map_err(|e| e.to_string())?;
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return Err(format!("{PATH} is not a regular file"));
-    }
     std::thread::Builder::new()
         .name("ocsb-denials".into())
         .spawn(move || {

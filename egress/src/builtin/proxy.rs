@@ -37,8 +37,11 @@ pub const ERROR_HEADER: &str = "x-egress-error";
 /// inputs may exhaust the host's memory or file descriptors or lock out other clients.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Largest request head (request line + headers) accepted; larger heads get 431.
+    /// Largest request head (request line + headers) accepted; larger heads get 431 (squid:
+    /// `request_header_max_size`, 64 KB).
     pub max_header_bytes: usize,
+    /// Most header fields in one request (squid has no count limit below its size limit).
+    pub max_headers: usize,
     /// Open client connections; at the cap the oldest idle one is evicted (else the quietest
     /// tunnel, see `quiet_tunnel`), else the new one refused.
     pub max_connections: usize,
@@ -62,6 +65,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_header_bytes: 64 * 1024,
+            max_headers: 1000,
             max_connections: 1024,
             max_per_client: 768,
             tunnel_idle: Duration::from_secs(15 * 60),
@@ -277,7 +281,23 @@ fn fmt_time(ms: u64) -> String {
     format!("{}.{:03}", ms / 1000, ms % 1000)
 }
 
+/// What an HTTP/2 client sends first; the filter speaks HTTP/1 only and says so, as squid does.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
+
 async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, slot: Arc<Slot>) {
+    let mut first = [0u8; H2_PREFACE.len()];
+    if let Ok(Ok(n)) = tokio::time::timeout(shared.limits.idle_timeout, stream.peek(&mut first)).await
+        && n == first.len()
+        && first == H2_PREFACE
+    {
+        use tokio::io::AsyncWriteExt;
+        shared.logger.log(&refusal(peer, 400, "-", "error:invalid-request"));
+        let mut stream = stream;
+        let _ = stream
+            .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .await;
+        return;
+    }
     let svc_shared = shared.clone();
     let svc_slot = slot.clone();
     let service = hyper::service::service_fn(move |req| {
@@ -289,6 +309,7 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Share
         .timer(TokioTimer::new())
         .max_buf_size(shared.limits.max_header_bytes.max(8192))
         .header_read_timeout(shared.limits.idle_timeout)
+        .max_headers(shared.limits.max_headers)
         // A client that ends its input after the request (`nc`, `printf … |`) still gets the answer.
         .half_close(true)
         .keep_alive(true);
@@ -388,6 +409,21 @@ async fn handle(
         txn.decision = Some(d.clone());
         shared.logger.log(&txn.line("TCP_DENIED", 403, 0, None));
         return Ok(denial(&d, "this client", "the filter serves only this host and its containers"));
+    }
+
+    // The buffer limit above is not a limit on the head itself: count it, as squid does.
+    let head: usize = req.method().as_str().len()
+        + req.uri().to_string().len()
+        + req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum::<usize>();
+    if head > shared.limits.max_header_bytes {
+        shared.logger.log(&txn.line("NONE_NONE", 431, 0, None));
+        return Ok(text_response(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!(
+                "ocsb egress: the request head is larger than {} bytes\n",
+                shared.limits.max_header_bytes
+            ),
+        ));
     }
 
     // 1. Parse the target the way squid does.

@@ -172,9 +172,6 @@ impl Policy {
         }
         let _ = writeln!(w, "dns_timeout {} seconds", o.dns_timeout_secs.max(1));
         let _ = writeln!(w, "shutdown_lifetime 1 second");
-        // A client that ends its input after the request (`nc`, `printf … |`) gets the answer,
-        // as from the builtin proxy.
-        let _ = writeln!(w, "half_closed_clients on");
         let _ = writeln!(w, "visible_hostname ocsb-egress");
         let _ = writeln!(w, "forwarded_for delete");
         let _ = writeln!(w, "httpd_suppress_version_string on");

@@ -357,6 +357,21 @@ impl Txn {
     }
 }
 
+/// The target as it may be logged and printed: every byte outside printable ASCII is
+/// percent-encoded (as squid logs it). *Why*: the path is the agent's; C1 controls or bidi
+/// overrides in it would reach the user's terminal through `ocsb egress logs`.
+fn log_safe(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x21..0x7f).contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 fn host_display(h: &Host) -> String {
     match h {
         Host::Name(n) => n.clone(),
@@ -400,7 +415,7 @@ async fn handle(
         time_ms: now_ms(),
         client: dial::canonical(peer.ip()),
         method: req.method().as_str().to_string(),
-        target: req.uri().to_string(),
+        target: log_safe(&req.uri().to_string()),
         decision: None,
     };
 
@@ -453,7 +468,7 @@ async fn handle(
         };
         let port = if target.port == default_port { String::new() } else { format!(":{}", target.port) };
         let path = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        format!("{scheme}://{host}{port}{path}")
+        format!("{scheme}://{host}{port}{}", log_safe(path))
     };
 
     // 2. Decide; resolve only when the decision needs addresses, and only once.
@@ -740,6 +755,12 @@ impl Drop for LoggedBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logged_targets_are_printable_ascii() {
+        assert_eq!(log_safe("/a\u{9b}31m\u{202e}b c"), "/a%C2%9B31m%E2%80%AEb%20c");
+        assert_eq!(log_safe("/plain?q=1"), "/plain?q=1");
+    }
 
     #[test]
     fn hop_by_hop_headers_and_connection_listed_ones_are_removed() {

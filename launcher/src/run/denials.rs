@@ -57,7 +57,7 @@ pub fn start(project: &Project, state: &StateDir) -> Result<(), String> {
         .spawn(move || {
             let opts =
                 ocsb_egress::LogsOptions { follow: true, raw: true, tail: Some(0), ..Default::default() };
-            let mut sink = Sink { layers, file, partial: Vec::new() };
+            let mut sink = Sink { layers, file, partial: Vec::new(), known: Default::default() };
             if let Err(e) = ocsb_egress::logs(&inst, &opts, &mut sink) {
                 eprintln!("ocsb: warning: denials are no longer reported to the agent: {e}");
             }
@@ -71,7 +71,13 @@ struct Sink {
     layers: Vec<LayerText>,
     file: std::fs::File,
     partial: Vec<u8>,
+    /// One suggestion per (request, rule): the agent can make denials far faster than rules
+    /// compile, so each distinct one is worked out once.
+    known: std::collections::HashMap<(String, String), Option<suggest::Suggestion>>,
 }
+
+/// Distinct denials remembered at most (the map is emptied when full).
+const KNOWN: usize = 1024;
 
 impl Sink {
     fn line(&mut self, text: &str) {
@@ -80,8 +86,15 @@ impl Sink {
             return;
         }
         let time = l.time.parse::<f64>().unwrap_or(0.0);
-        let Ok(found) = suggest::suggest(&self.layers, std::slice::from_ref(&l)) else { return };
-        let Some(s) = found.first() else { return };
+        let key = (format!("{} {}", l.method, l.target), l.rule.clone());
+        if self.known.len() >= KNOWN {
+            self.known.clear();
+        }
+        let layers = &self.layers;
+        let found = self.known.entry(key).or_insert_with(|| {
+            suggest::suggest(layers, std::slice::from_ref(&l)).ok().and_then(|v| v.into_iter().next())
+        });
+        let Some(s) = found.clone() else { return };
         let rec = Record {
             time,
             request: &s.request,
@@ -130,7 +143,7 @@ mod tests {
             ".opencode-sandbox/egress.conf",
             "block .example.com\n",
         )];
-        let mut sink = Sink { layers, file, partial: Vec::new() };
+        let mut sink = Sink { layers, file, partial: Vec::new(), known: Default::default() };
         // Written in pieces, as a follower delivers them.
         let log = "1764555600.123 127.0.0.1 TCP_DENIED/403 rule=block:project:1 CONNECT www.example.com:443 peer=-\n\
                    1764555600.200 127.0.0.1 TCP_MISS/200 rule=default GET http://pub.test.net/ peer=198.51.100.7\n\

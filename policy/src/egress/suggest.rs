@@ -109,6 +109,14 @@ fn one(
             (Some(format!("allow {host}")), format!("{what}; ports 80 and 443 only"))
         }
     };
+    // A rule for a name lets the name through whatever it resolves to, private addresses and
+    // this host's own included: the one who pastes the line must know that.
+    let why = match (&t.host, &line) {
+        (Host::Name(n), Some(_)) if kind != Some(RuleKind::Private) => format!(
+            "{why}; it also lifts the private-address check for {n}: whoever controls its DNS can point it at this machine or your network"
+        ),
+        _ => why,
+    };
     // Offer the line only if it really lets the request through on top of the current rules.
     let line = line.filter(|l| allows(layers, l, t));
     Suggestion { line, request, count, denied_by, source, why }
@@ -192,6 +200,9 @@ mod tests {
         assert_eq!(s[0].source.as_deref(), Some(".opencode-sandbox/egress.conf:2"));
         assert_eq!(s[0].denied_by, "block");
         assert!(s[2].why.contains("private address"), "{:?}", s[2]);
+        // A line for a name says that it also lifts the private check for that name.
+        assert!(s[0].why.contains("lifts the private-address check for www.example.com"), "{:?}", s[0]);
+        assert!(s[1].why.contains("lifts the private-address check"), "{:?}", s[1]);
         assert!(s[4].why.contains("https://"), "{:?}", s[4]);
         let text = to_text(&s);
         assert!(text.contains("\nallow www.example.com\n") && text.contains("Nothing was written"), "{text}");

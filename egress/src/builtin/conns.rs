@@ -3,9 +3,9 @@
 //!
 //! *Why*: a client (the agent, or one container) that opens thousands of idle connections or
 //! CONNECT tunnels it never uses must not lock everyone else out. At a cap, the oldest idle
-//! connection is closed to make room, else the tunnel that has been quiet longest (if quiet for
-//! at least [`Table::quiet_tunnel`]); only when every connection is in use is the new one
-//! refused. Each event is logged by the caller.
+//! connection is closed to make room, else the tunnel (or request waiting for its server) that
+//! has been quiet longest, if quiet for at least [`Table::quiet_tunnel`]; only when every
+//! connection is in use is the new one refused. Each event is logged by the caller.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -23,7 +23,7 @@ pub struct Slot {
     /// A CONNECT tunnel, or a request waiting for its server's answer: may be closed when
     /// quiet (a client holding slots with requests to a server that never answers must not
     /// lock everyone out).
-    tunnel: AtomicBool,
+    quiet_evictable: AtomicBool,
     /// When bytes last moved (milliseconds since the table's epoch).
     active_ms: AtomicU64,
     /// Signalled to make the connection (or its tunnel) task drop the connection.
@@ -41,12 +41,12 @@ impl Slot {
     }
     /// The connection became a tunnel.
     pub fn set_tunnel(&self) {
-        self.tunnel.store(true, Ordering::SeqCst);
+        self.quiet_evictable.store(true, Ordering::SeqCst);
         self.touch();
     }
     /// A request is waiting for its server's answer (`true`), or has it (`false`).
     pub fn set_waiting(&self, waiting: bool) {
-        self.tunnel.store(waiting, Ordering::SeqCst);
+        self.quiet_evictable.store(waiting, Ordering::SeqCst);
         self.touch();
     }
     /// Bytes moved (called by the tunnel relay).
@@ -62,7 +62,7 @@ impl Slot {
     }
     fn quiet_tunnel(&self, min: Duration) -> Option<Duration> {
         let q = self.quiet_for();
-        (self.tunnel.load(Ordering::SeqCst) && q >= min).then_some(q)
+        (self.quiet_evictable.load(Ordering::SeqCst) && q >= min).then_some(q)
     }
 }
 
@@ -180,7 +180,7 @@ impl Table {
         let slot = Arc::new(Slot {
             client,
             busy: AtomicUsize::new(0),
-            tunnel: AtomicBool::new(false),
+            quiet_evictable: AtomicBool::new(false),
             active_ms: AtomicU64::new(self.now_ms()),
             kill: Notify::new(),
             table: Arc::downgrade(self),

@@ -8,6 +8,7 @@
 //! sandbox, the web front on the web port, the browser; Ctrl-C stops OpenCode and the front and
 //! leaves the filter running.
 
+mod addresses;
 mod browser;
 mod denials;
 pub(crate) mod notify;
@@ -142,6 +143,9 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         }
     };
 
+    if let Ok(inst) = crate::egress_cmd::instance(project) {
+        addresses::watch(inst, prepared.policy.clone());
+    }
     if let Err(w) = denials::start(project, sd) {
         eprintln!("ocsb: warning: the agent will not be told about egress denials: {w}");
     }

@@ -30,6 +30,13 @@ pub struct Resolver {
     cache: std::sync::Mutex<std::collections::HashMap<String, (Vec<IpAddr>, std::time::Instant)>>,
 }
 
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// Whether glibc would use the local machine's name server: no file, or no `nameserver` line.
+fn local_default_applies(resolv_conf: Option<&str>) -> bool {
+    resolv_conf.is_none_or(|t| !t.lines().any(|l| l.split_whitespace().next() == Some("nameserver")))
+}
+
 /// Names kept at most; the cache is emptied when full (it refills from the name servers).
 const CACHE_NAMES: usize = 4096;
 
@@ -37,9 +44,22 @@ impl Resolver {
     /// From the system configuration. *Why fail*: without name servers every request by name
     /// would fail later, one by one; the filter refuses to start instead and says why.
     pub fn from_system(timeout: Duration) -> Result<Self, String> {
-        use hickory_resolver::config::LookupIpStrategy;
-        let mut b = hickory_resolver::TokioResolver::builder_tokio()
-            .map_err(|e| format!("cannot read the DNS configuration (/etc/resolv.conf): {e}"))?;
+        use hickory_resolver::config::{LookupIpStrategy, NameServerConfig, ResolverConfig};
+        let mut b = match hickory_resolver::TokioResolver::builder_tokio() {
+            Ok(b) => b,
+            // glibc's rule, which every other program on the host follows: without a
+            // `nameserver` line (or without the file) the name server is the local machine's.
+            Err(_) if local_default_applies(std::fs::read_to_string(RESOLV_CONF).ok().as_deref()) => {
+                let local = [IpAddr::from([127, 0, 0, 1]), IpAddr::from(std::net::Ipv6Addr::LOCALHOST)]
+                    .map(NameServerConfig::udp_and_tcp)
+                    .to_vec();
+                hickory_resolver::TokioResolver::builder_with_config(
+                    ResolverConfig::from_name_servers(local),
+                    hickory_resolver::net::runtime::TokioRuntimeProvider::default(),
+                )
+            }
+            Err(e) => return Err(format!("cannot read the DNS configuration ({RESOLV_CONF}): {e}")),
+        };
         let o = b.options_mut();
         o.ndots = 0;
         o.timeout = timeout;
@@ -159,4 +179,18 @@ pub async fn dial_checked(
     #[allow(clippy::expect_used, reason = "the loop above ran at least once: addrs is not empty")]
     let (ip, e) = last.expect("addrs is not empty");
     Err(DialError::Failed(ip, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_nameserver_line_the_local_server_is_used_as_glibc_does() {
+        assert!(local_default_applies(None));
+        assert!(local_default_applies(Some("# managed\nsearch example.org\noptions ndots:1\n")));
+        assert!(!local_default_applies(Some("nameserver 192.0.2.53\n")));
+        assert!(!local_default_applies(Some("  nameserver\t192.0.2.53\n")));
+        assert!(local_default_applies(Some("#nameserver 192.0.2.53\n")));
+    }
 }

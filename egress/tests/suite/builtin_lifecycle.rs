@@ -211,3 +211,18 @@ fn bad_input_is_refused_logged_and_others_keep_being_served() {
     let limit_lines = log.lines().filter(|l| l.contains("EVICT_IDLE") || l.contains("CONN_LIMIT")).count();
     assert!(limit_lines >= 10_000 - 1024, "evictions were not logged: {limit_lines}");
 }
+
+/// A resolv.conf without a `nameserver` line means the local machine's server, as for every
+/// other program (glibc's rule): the filter starts, literals are served, names are asked of
+/// 127.0.0.1 (nothing answers in the lab, so they fail as unresolvable).
+#[test]
+fn a_resolv_conf_without_nameservers_means_the_local_server() {
+    let mut lab = Lab::new(RULES);
+    let conf = format!("/etc/netns/{}/resolv.conf", lab.topo.filter.name());
+    std::fs::write(&conf, "# no nameserver line\noptions timeout:1 attempts:1\n").unwrap();
+    lab.start_builtin();
+    let p = proxy();
+    assert_eq!(lab.client(move || client::get(p, "http://198.51.100.7/", "x")).unwrap().status, 200);
+    let r = lab.client(move || client::get(p, "http://pub.test.net/", "x")).unwrap();
+    assert_eq!(r.status, 503, "{r:?}");
+}

@@ -30,6 +30,6 @@ pub mod verify;
 pub use error::{Error, Result};
 pub use instance::{Backend, Instance, SquidOverrides};
 pub use lifecycle::{Filter, down, logs, render, status, up};
-pub use listen::{GatewaySetting, client_networks, host_addresses};
+pub use listen::{GatewaySetting, client_networks, host_addresses, host_addresses_checked};
 pub use logline::LogsOptions;
 pub use report::{Status, UpAction, UpReport};

@@ -68,6 +68,16 @@ pub fn host_addresses() -> std::io::Result<Vec<IpAddr>> {
         .collect())
 }
 
+/// [`host_addresses`] for a caller that cannot go on without them, with the fix in the error.
+pub fn host_addresses_checked() -> crate::Result<Vec<IpAddr>> {
+    host_addresses().map_err(|e| {
+        crate::Error::state(
+            format!("cannot list this host's addresses, which the filter must refuse to the agent: {e}"),
+            "check that `ip addr` works here and that the process has file descriptors left (`ulimit -n`)",
+        )
+    })
+}
+
 /// Who may use a filter that listens on `listen`: loopback, and for each non-loopback IPv4
 /// listen address (the docker gateway) its /16, as Docker allocates bridge networks, so the
 /// containers behind the gateway can use it. Both backends take their client rule from here.

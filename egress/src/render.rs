@@ -5,17 +5,11 @@ use ocsb_policy::egress::{Policy, SquidOptions};
 
 use crate::error::Result;
 use crate::instance::SquidOverrides;
-use crate::listen::{ListenPlan, client_networks, host_addresses};
+use crate::listen::{ListenPlan, client_networks, host_addresses_checked};
 
 /// The normalised policy the builtin proxy enforces.
 pub fn builtin(policy: &Policy) -> String {
     policy.to_text()
-}
-
-fn addresses() -> Result<Vec<std::net::IpAddr>> {
-    host_addresses().map_err(|e| {
-        crate::Error::net("cannot list this host's addresses (they are private to the agent)", e)
-    })
 }
 
 fn apply_overrides(o: &mut SquidOptions, ov: &SquidOverrides) {
@@ -32,7 +26,7 @@ pub fn squid_conf(policy: &Policy, plan: &ListenPlan, ov: &SquidOverrides) -> Re
     let mut o = SquidOptions::container(plan.addrs.clone(), client_networks(&plan.addrs));
     apply_overrides(&mut o, ov);
     // squid shares the host's network: the host's addresses are the ones to refuse.
-    Ok(policy.clone().with_host_addresses(addresses()?).render_squid(&o)?)
+    Ok(policy.clone().with_host_addresses(host_addresses_checked()?).render_squid(&o)?)
 }
 
 /// squid.conf for squid run as a host process with everything in `dir` (the differential test
@@ -47,5 +41,5 @@ pub fn squid_conf_host_process(
     o.client_networks = client_networks(&o.listen);
     apply_overrides(&mut o, ov);
     // Called in the network namespace squid will run in: its addresses are the host's.
-    Ok(policy.clone().with_host_addresses(addresses()?).render_squid(&o)?)
+    Ok(policy.clone().with_host_addresses(host_addresses_checked()?).render_squid(&o)?)
 }

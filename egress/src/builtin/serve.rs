@@ -19,7 +19,7 @@ use super::control::{Ack, ReloadAnswer, Request, StatusAnswer};
 use super::logger::Logger;
 use super::proxy::{self, Limits, PolicyCell};
 use crate::error::{Error, Result};
-use crate::listen::host_addresses;
+use crate::listen::{host_addresses, host_addresses_checked};
 use crate::paths::EgressPaths;
 
 /// What a `serve` process needs: where the rules are, where its state goes, what to listen on.
@@ -142,12 +142,10 @@ impl ServeArgs {
     fn load_policy(&self, previous: Option<&Policy>) -> Result<Policy> {
         let layers = load_layers(&self.user_config_dir, &self.project_dir)?;
         let policy = Policy::compile(&layers)?;
-        match (host_addresses(), previous) {
+        match (host_addresses_checked(), previous) {
             (Ok(addrs), _) => Ok(policy.with_host_addresses(addrs)),
             (Err(_), Some(p)) => Ok(policy.with_host_addresses(p.private_set().host_addresses().to_vec())),
-            (Err(e), None) => {
-                Err(Error::net("cannot list this host's addresses (they are private to the agent)", e))
-            }
+            (Err(e), None) => Err(e),
         }
     }
 }

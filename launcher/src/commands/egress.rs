@@ -25,8 +25,7 @@ pub fn render(project: &Project, format: Option<RenderFormat>) -> Result<()> {
 
 /// `egress explain`: one decision, with the rule and its `file:line`.
 pub fn explain(project: &Project, args: &ExplainArgs) -> Result<()> {
-    let addrs = ocsb_egress::host_addresses()
-        .map_err(|e| Error::failed(format!("cannot list this host's addresses: {e}"), "try again"))?;
+    let addrs = ocsb_egress::host_addresses_checked()?;
     let policy = project.egress_policy()?.with_host_addresses(addrs);
     let target = parse_target(&args.target, args.connect)?;
     let (decision, unresolved) = decide(&policy, &target, &args.resolve);

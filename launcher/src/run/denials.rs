@@ -86,7 +86,10 @@ impl Sink {
             return;
         }
         let time = l.time.parse::<f64>().unwrap_or(0.0);
-        let key = (format!("{} {}", l.method, l.target), l.rule.clone());
+        // By authority, not the whole target: the path is the agent's to vary endlessly.
+        let rest = l.target.split_once("://").map_or(l.target.as_str(), |(_, r)| r);
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        let key = (format!("{} {authority}", l.method), l.rule.clone());
         if self.known.len() >= KNOWN {
             self.known.clear();
         }

@@ -17,6 +17,7 @@
 mod backend;
 pub mod builtin;
 pub mod error;
+pub mod inside;
 pub mod instance;
 pub mod lifecycle;
 pub mod listen;

@@ -9,6 +9,7 @@ mod commands;
 mod doctor;
 mod egress_cmd;
 mod error;
+mod isolated;
 mod netlock;
 mod opencode;
 mod project;

@@ -6,13 +6,41 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ocsb_policy::settings::{CacheUse, NetlockAcquire, Settings};
+use ocsb_policy::settings::{CacheUse, NetlockAcquire, NetworkMode, Settings};
 use ocsb_sandbox::spec::{DOCKER_SOCKETS, TcpPorts, parse_port_range};
-use ocsb_sandbox::{Acquire, Limits, Netlock, SandboxSpec, TtyMode};
+use ocsb_sandbox::{Acquire, Limits, Netlock, Network, SandboxSpec, TtyMode};
 
 use crate::error::{Error, Result};
 use crate::project::Project;
 use crate::run::state;
+
+/// The netlock part of the sandbox spec for the network mode. In `isolated` mode the netlock is
+/// defence in depth: the sandbox joins the group where the netlock is installed (the group and
+/// the way to join it exist), and needs nothing otherwise.
+pub fn netlock_for(settings: &Settings) -> Result<Netlock> {
+    match (settings.network(), netlock(settings)) {
+        (NetworkMode::Netlock, lock) => lock,
+        (NetworkMode::Isolated, Ok(Netlock::Required { acquire: Acquire::Shim { path }, .. }))
+            if !path.exists() =>
+        {
+            Ok(Netlock::Off)
+        }
+        (NetworkMode::Isolated, lock) => Ok(lock.unwrap_or(Netlock::Off)),
+    }
+}
+
+/// The sandbox's network for the settings: the host's, or a namespace of its own with the
+/// filter's port and the declared loopback ports relayed in.
+pub fn network(settings: &Settings) -> Network {
+    match settings.network() {
+        NetworkMode::Netlock => Network::Host,
+        NetworkMode::Isolated => {
+            let mut forward = vec![settings.egress_port()];
+            forward.extend(settings.loopback_ports().into_iter().filter(|p| *p != settings.egress_port()));
+            Network::Isolated { forward }
+        }
+    }
+}
 
 /// The netlock part of the sandbox spec: the group's gid and how the sandbox gets it.
 pub fn netlock(settings: &Settings) -> Result<Netlock> {
@@ -101,14 +129,18 @@ pub fn spec(
         cwd: None,
         namespaces: s.sandbox_enabled(),
         netlock,
-        tcp: Some(TcpPorts::for_sandbox(
-            s.egress_port(),
-            s.opencode_port(),
-            &s.loopback_ports(),
-            std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-                .ok()
-                .and_then(|t| parse_port_range(&t)),
-        )),
+        network: network(s),
+        // In an isolated sandbox the namespace, not landlock, decides what loopback is.
+        tcp: (s.network() == NetworkMode::Netlock).then(|| {
+            TcpPorts::for_sandbox(
+                s.egress_port(),
+                s.opencode_port(),
+                &s.loopback_ports(),
+                std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+                    .ok()
+                    .and_then(|t| parse_port_range(&t)),
+            )
+        }),
         limits: Limits::default(),
         tty: TtyMode::Never,
         rw_tool_files: s.rw_tool_files().to_vec(),

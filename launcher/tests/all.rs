@@ -55,6 +55,9 @@ mod suite {
     // host: the netlock gid: the sandbox runs locked, probed before and while the command runs.
     #[cfg(feature = "host-tests")]
     mod sandbox_netlock;
+    // host: OCSB_NETWORK=isolated: the sandbox's own namespace, everything out through the launcher.
+    #[cfg(feature = "host-tests")]
+    mod network_isolated;
     // host: packaging/uninstall.sh removes exactly what `make install` put.
     #[cfg(feature = "host-tests")]
     mod uninstall;

@@ -22,6 +22,11 @@ pub struct LandlockPolicy {
     pub devices: Vec<PathBuf>,
     pub sockets: Vec<PathBuf>,
     pub tcp: Option<TcpPorts>,
+    /// The sandbox has a network namespace of its own (`OCSB_NETWORK=isolated`): abstract UNIX
+    /// sockets and the network are the namespace's, so the ABI 6 scopes and the ABI 5 floor
+    /// are not needed for them; the floor drops to ABI 1 and the rest is best effort.
+    #[serde(default)]
+    pub isolated: bool,
 }
 
 /// What got enforced, for `ocsb sandbox status`.
@@ -55,31 +60,55 @@ fn path_fd(p: &Path) -> Result<PathFd> {
     })
 }
 
+/// The rights a kernel of landlock ABI `abi` cannot enforce, as `ocsb doctor` and `ocsb
+/// sandbox status` list them (only an isolated sandbox runs on such a kernel).
+pub fn missing_rights(abi: i64) -> Vec<&'static str> {
+    [
+        (2, "refer (linking or renaming a file into another directory)"),
+        (3, "truncate"),
+        (4, "TCP port rules (not used in isolated mode)"),
+        (5, "ioctl on devices"),
+        (6, "abstract UNIX socket and signal scopes (the namespaces isolate both in isolated mode)"),
+    ]
+    .into_iter()
+    .filter(|(min, _)| abi < *min)
+    .map(|(_, what)| what)
+    .collect()
+}
+
 /// Restrict the calling thread (and what it later executes).
 pub fn apply(policy: &LandlockPolicy) -> Result<Enforcement> {
-    let floor = ABI::V5;
-    let read = AccessFs::from_read(floor);
-    let write_floor = AccessFs::from_all(floor) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
+    let floor = if policy.isolated { ABI::V1 } else { ABI::V5 };
+    let read = AccessFs::from_read(ABI::V5);
+    let write_all = AccessFs::from_all(ABI::V5) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
     let dev = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate;
 
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(floor))
-        .map_err(ll_err)?
-        .scope(Scope::AbstractUnixSocket | Scope::Signal)
         .map_err(ll_err)?;
-    if policy.tcp.is_some() {
+    if policy.isolated {
+        ruleset = ruleset
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(ABI::V5))
+            .map_err(ll_err)?
+            .scope(Scope::AbstractUnixSocket | Scope::Signal)
+            .map_err(ll_err)?;
+    } else {
+        ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal).map_err(ll_err)?;
+    }
+    if policy.tcp.is_some() && !policy.isolated {
         // ABI 4; the floor above is ABI 5, so a kernel that runs the sandbox has it.
         ruleset = ruleset.handle_access(AccessNet::ConnectTcp).map_err(ll_err)?;
     }
     // Best effort: rights of newer ABIs (pathname UNIX socket resolution in ABI 9).
-    let newer: BitFlags<AccessFs> = AccessFs::from_all(ABI::V10) & !AccessFs::from_all(floor);
+    let newer: BitFlags<AccessFs> = AccessFs::from_all(ABI::V10) & !AccessFs::from_all(ABI::V5);
     ruleset = ruleset.set_compatibility(CompatLevel::BestEffort).handle_access(newer).map_err(ll_err)?;
 
     let mut created = ruleset.create().map_err(ll_err)?;
     created = created.add_rule(PathBeneath::new(path_fd(Path::new("/"))?, read)).map_err(ll_err)?;
     for w in &policy.writable {
-        created = created.add_rule(PathBeneath::new(path_fd(w)?, write_floor | newer)).map_err(ll_err)?;
+        created = created.add_rule(PathBeneath::new(path_fd(w)?, write_all | newer)).map_err(ll_err)?;
     }
     for d in &policy.devices {
         let mut access = dev;
@@ -93,7 +122,7 @@ pub fn apply(policy: &LandlockPolicy) -> Result<Enforcement> {
             .add_rule(PathBeneath::new(path_fd(s)?, BitFlags::from(AccessFs::ReadFile) | newer))
             .map_err(ll_err)?;
     }
-    if let Some(tcp) = &policy.tcp {
+    if let Some(tcp) = policy.tcp.as_ref().filter(|_| !policy.isolated) {
         for port in tcp.ports() {
             created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp)).map_err(ll_err)?;
         }

@@ -14,9 +14,9 @@ use std::time::{Duration, SystemTime};
 use super::error::{Error, Result};
 use super::landlock::LandlockPolicy;
 use super::plan::{self, Plan, RealFs};
-use super::spec::{Netlock, SandboxSpec, TmpMode, TtyMode};
+use super::spec::{Netlock, Network, SandboxSpec, TmpMode, TtyMode};
 use super::stage2::{self, Request};
-use super::{audit, checkouts, netlock, pty, termfilter, tmpclean};
+use super::{audit, checkouts, netlock, netns, pty, termfilter, tmpclean};
 
 /// Create what the sandbox needs on the host and build the plan. Idempotent.
 pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
@@ -127,6 +127,7 @@ pub fn request(spec: &SandboxSpec, plan: Option<Plan>) -> Request {
                 .filter_map(|s| std::fs::canonicalize(s).ok())
                 .collect(),
             tcp: spec.tcp.clone(),
+            isolated: spec.network != Network::Host,
         },
         None => LandlockPolicy::default(),
     };
@@ -150,8 +151,14 @@ pub fn request(spec: &SandboxSpec, plan: Option<Plan>) -> Request {
         probe_interval: interval,
         limits: spec.limits.clone(),
         tty: false,
+        network: None,
     }
 }
+
+/// Serves an isolated network ([`crate::netns`]) while its sandbox runs: given the sockets
+/// made inside, it starts serving them and returns what keeps them served (dropped when the
+/// sandbox has exited).
+pub type Serve<'a> = &'a (dyn Fn(netns::Inside) -> Result<Box<dyn std::any::Any>> + Sync);
 
 /// Run the command in the sandbox; returns its exit status (128 + signal when killed,
 /// 125 when the sandbox could not be built, 127 when the command could not be executed).
@@ -159,15 +166,31 @@ pub fn request(spec: &SandboxSpec, plan: Option<Plan>) -> Request {
 /// The launcher's check of the checkouts ([`audit`]) brackets every sandbox: it refuses to
 /// start while something planted is there, and reports what appeared once the sandbox exits.
 pub fn run(spec: &SandboxSpec) -> Result<i32> {
+    run_served(spec, None)
+}
+
+/// [`run`], with `serve` for a spec whose network is isolated (refused without it: nothing
+/// would reach the sandbox's namespace).
+pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>) -> Result<i32> {
     let audit = audit::begin(spec)?;
     let mut spec = spec.clone();
     spec.nested_repos = audit.nested.clone();
-    let status = run_checked(&spec);
+    let status = run_checked(&spec, serve);
     audit.end();
     status
 }
 
-fn run_checked(spec: &SandboxSpec) -> Result<i32> {
+fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>) -> Result<i32> {
+    let channel = match (&spec.network, serve) {
+        (Network::Host, _) => None,
+        (Network::Isolated { forward }, Some(serve)) => Some((netns::Channel::bind()?, forward, serve)),
+        (Network::Isolated { .. }, None) => {
+            return Err(Error::refused(
+                "this command cannot serve an isolated network (OCSB_NETWORK=isolated)",
+                "run it through `ocsb exec`, or set OCSB_NETWORK=netlock",
+            ));
+        }
+    };
     let plan = prepare(spec)?;
     if let Some(p) = &plan {
         for w in &p.warnings {
@@ -181,6 +204,9 @@ fn run_checked(spec: &SandboxSpec) -> Result<i32> {
     }
     let mut req = request(spec, plan);
     req.tty = use_pty;
+    if let Some((chan, forward, _)) = &channel {
+        req.network = Some(netns::NetRequest { channel: chan.path(), forward: forward.to_vec() });
+    }
     let json = serde_json::to_vec(&req)
         .map_err(|e| Error::refused(format!("serialising the request: {e}"), "report this"))?;
     let exe = std::fs::read_link("/proc/self/exe").map_err(|e| Error::io("resolve", "/proc/self/exe", e))?;
@@ -213,6 +239,21 @@ fn run_checked(spec: &SandboxSpec) -> Result<i32> {
         cmd.stdin(dup("the pty")?).stdout(dup("the pty")?).stderr(dup("the pty")?);
     }
     let mut child = cmd.spawn().map_err(|e| Error::io("start", Path::new(cmd.get_program()), e))?;
+    // The isolated network's sockets, served from here until the sandbox exits.
+    let _served = match &channel {
+        Some((chan, _, serve)) => {
+            let inside = chan.receive(&mut || matches!(child.try_wait(), Ok(None)));
+            match inside.and_then(|i| i.map(serve).transpose()) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(e);
+                }
+            }
+        }
+        None => None,
+    };
     let status = match pty {
         Some(p) => {
             drop(p.slave);

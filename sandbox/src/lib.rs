@@ -26,6 +26,7 @@ pub mod landlock;
 pub mod launch;
 pub mod mounts;
 pub mod netlock;
+pub mod netns;
 pub mod plan;
 pub mod pty;
 pub mod seccomp;
@@ -39,8 +40,8 @@ pub mod termfilter;
 pub mod tmpclean;
 
 pub use error::{Error, Result};
-pub use launch::run;
-pub use spec::{Acquire, Limits, Netlock, SandboxSpec, TmpMode, TtyMode};
+pub use launch::{Serve, run, run_served};
+pub use spec::{Acquire, Limits, Netlock, Network, SandboxSpec, TmpMode, TtyMode};
 pub use status::status;
 
 /// If this process is stage 2 of a sandbox (`argv[1] == stage2::ARG`), run it and return its
@@ -50,13 +51,14 @@ pub fn stage2_dispatch() -> Option<i32> {
     (std::env::args_os().nth(1)? == stage2::ARG).then(stage2::main)
 }
 
-/// Run `argv` (or the spec's own command when empty) under the spec in the JSON file `path`.
-pub fn run_spec_file(path: &std::path::Path, argv: Vec<String>) -> Result<i32> {
+/// Run `argv` (or the spec's own command when empty) under the spec in the JSON file `path`;
+/// `serve` serves an isolated network (see [`run_served`]).
+pub fn run_spec_file(path: &std::path::Path, argv: Vec<String>, serve: Option<Serve<'_>>) -> Result<i32> {
     let text = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
     let mut spec: SandboxSpec = serde_json::from_slice(&text)
         .map_err(|e| Error::refused(format!("{}: {e}", path.display()), "fix the spec"))?;
     if !argv.is_empty() {
         spec.argv = argv;
     }
-    run(&spec)
+    run_served(&spec, serve)
 }

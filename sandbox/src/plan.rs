@@ -809,6 +809,7 @@ mod tests {
             cwd: None,
             namespaces: true,
             netlock: Netlock::Off,
+            network: Default::default(),
             tcp: None,
             limits: Limits::default(),
             tty: TtyMode::Never,

@@ -62,6 +62,9 @@ pub struct SandboxSpec {
     /// ([`super::audit`]): their git metadata is protected like the project's.
     #[serde(default)]
     pub nested_repos: Vec<PathBuf>,
+    /// Where the network comes from (`OCSB_NETWORK`).
+    #[serde(default)]
+    pub network: Network,
     /// The checkout rule applied to this sandbox's checkouts (filled by `launch::prepare` from
     /// what it discovers; whatever a spec file says here is replaced).
     #[serde(default)]
@@ -93,6 +96,18 @@ pub enum TtyMode {
     /// No pty; if stdin is a terminal the command gets `/dev/null` instead (`run`: OpenCode
     /// serves the web UI and must not read the user's keyboard).
     Never,
+}
+
+/// Where the sandbox's network comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Network {
+    /// The host's network namespace: the netlock keeps the sandbox to loopback and DNS, and
+    /// landlock to the declared loopback ports.
+    #[default]
+    Host,
+    /// A namespace of its own ([`crate::netns`]), served by the launcher; `forward`: the host
+    /// loopback ports relayed to the same port inside (the filter's first).
+    Isolated { forward: Vec<u16> },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -24,6 +24,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sched::CloneFlags;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, getegid, geteuid};
 use serde::{Deserialize, Serialize};
@@ -33,7 +34,7 @@ use super::landlock::{self, LandlockPolicy};
 use super::mounts::{self, RealMounts};
 use super::plan::Plan;
 use super::spec::Limits;
-use super::{caps, netlock, seccomp, sys};
+use super::{caps, netlock, netns, seccomp, sys};
 
 /// The hidden argument that selects stage 2.
 pub const ARG: &str = "__sandbox-init";
@@ -61,6 +62,9 @@ pub struct Request {
     pub limits: Limits,
     /// fd 0 is a pty slave that becomes the controlling terminal.
     pub tty: bool,
+    /// The isolated network to build (`None`: the host's).
+    #[serde(default)]
+    pub network: Option<netns::NetRequest>,
 }
 
 const FORWARDED: &[Signal] =
@@ -114,12 +118,22 @@ fn helper() -> Result<i32> {
 
     let (death_r, death_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| Error::kernel("pipe", e.into(), "report this"))?;
-    if req.plan.is_some() {
-        enter_namespaces()?;
-    }
+    // The network is built by this process, which holds every capability over the new
+    // namespaces; the channel stays here (the socket factory), never in pid 1 or the command.
+    let chan = match (&req.plan, &req.network) {
+        (Some(_), net) => enter_namespaces(net.as_ref())?,
+        (None, None) => None,
+        (None, Some(_)) => {
+            return Err(Error::refused(
+                "OCSB_NETWORK=isolated needs the sandbox's namespaces, and OCSB_SANDBOX=0 builds none",
+                "set OCSB_SANDBOX=1, or OCSB_NETWORK=netlock",
+            ));
+        }
+    };
     // Stage 2 is a fresh exec that starts no thread, so the child may run any code.
     match sys::fork_single_threaded().map_err(|e| Error::kernel("fork", e, "check RLIMIT_NPROC"))? {
         ForkResult::Child => {
+            drop(chan);
             drop(death_w);
             let code = match init(&req, death_r) {
                 Ok(never) => match never {},
@@ -132,7 +146,7 @@ fn helper() -> Result<i32> {
         }
         ForkResult::Parent { child } => {
             drop(death_r);
-            let code = supervise(&req, child, &mask);
+            let code = supervise(&req, child, &mask, chan.as_ref());
             drop(death_w);
             Ok(code)
         }
@@ -170,18 +184,16 @@ fn read_request() -> Result<Vec<u8>> {
     Ok(raw)
 }
 
-/// `unshare` the namespaces and map the user and group to themselves.
-fn enter_namespaces() -> Result<()> {
+/// `unshare` the namespaces and map the user and group to themselves; with `net`, also a
+/// network namespace, built ([`netns::build`]) before the others exist: its tools run as
+/// children, and after `unshare(CLONE_NEWPID)` the first child would become the new
+/// namespace's pid 1, whose exit ends the namespace (the next fork fails with `ENOMEM`).
+/// Returns the network's channel (the socket factory).
+fn enter_namespaces(net: Option<&netns::NetRequest>) -> Result<Option<std::os::unix::net::UnixStream>> {
     let (uid, gid) = (geteuid().as_raw(), getegid().as_raw());
-    let flags = CloneFlags::CLONE_NEWUSER
-        | CloneFlags::CLONE_NEWNS
-        | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWUTS
-        | CloneFlags::CLONE_NEWPID
-        | CloneFlags::CLONE_NEWCGROUP;
-    nix::sched::unshare(flags).map_err(|e| {
-        Error::kernel("unshare(user, mount, ipc, uts, pid, cgroup namespaces)", e.into(), USERNS_FIX)
-    })?;
+    let first = if net.is_some() { CloneFlags::CLONE_NEWNET } else { CloneFlags::empty() };
+    nix::sched::unshare(CloneFlags::CLONE_NEWUSER | first)
+        .map_err(|e| Error::kernel("unshare(user, network namespaces)", e.into(), USERNS_FIX))?;
     // After a set-gid exec the process may be non-dumpable, which makes /proc/self/*_map
     // root-owned; the maps must be written by us.
     let _ = sys::prctl(libc::PR_SET_DUMPABLE, 1);
@@ -198,7 +210,16 @@ fn enter_namespaces() -> Result<()> {
     write("/proc/self/setgroups", "deny".into())?;
     write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))?;
     write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))?;
-    Ok(())
+    let chan = net.map(netns::build).transpose()?;
+    let rest = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWCGROUP;
+    nix::sched::unshare(rest).map_err(|e| {
+        Error::kernel("unshare(mount, ipc, uts, pid, cgroup namespaces)", e.into(), USERNS_FIX)
+    })?;
+    Ok(chan)
 }
 
 fn exit_code(status: WaitStatus) -> Option<i32> {
@@ -209,8 +230,10 @@ fn exit_code(status: WaitStatus) -> Option<i32> {
     }
 }
 
-/// Wait for pid 1, forward signals, repeat the netlock probe.
-fn supervise(req: &Request, child: Pid, mask: &SigSet) -> i32 {
+/// Wait for pid 1, forward signals, repeat the netlock probe, serve the socket factory.
+fn supervise(req: &Request, child: Pid, mask: &SigSet, chan: Option<&std::os::unix::net::UnixStream>) -> i32 {
+    let mut chan = chan;
+    let sigfd = chan.and_then(|_| SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC).ok());
     let interval = req.probe_interval.max(Duration::from_millis(100));
     let mut next_probe = std::time::Instant::now() + interval;
     loop {
@@ -236,6 +259,21 @@ fn supervise(req: &Request, child: Pid, mask: &SigSet) -> i32 {
         }
         let wait =
             next_probe.saturating_duration_since(std::time::Instant::now()).min(Duration::from_millis(500));
+        // With the factory, wait on the channel and on the signals together (a signalfd of
+        // the blocked set): a request is answered at once, a signal forwarded at once.
+        let wait = match (chan, &sigfd) {
+            (Some(c), Some(sfd)) => {
+                let mut pfd =
+                    [PollFd::new(c.as_fd(), PollFlags::POLLIN), PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+                let ms = PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX);
+                let _ = poll(&mut pfd, ms);
+                if pfd[0].any().unwrap_or(false) && !netns::serve_factory(c) {
+                    chan = None; // the launcher closed it
+                }
+                Duration::ZERO
+            }
+            _ => wait,
+        };
         if let Some(sig) = sys::sigtimedwait(mask, wait)
             && sig != Signal::SIGCHLD
         {

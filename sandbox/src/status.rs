@@ -73,6 +73,12 @@ impl fmt::Display for Status {
             "NOT available (landlock ABI < 4): every TCP service on the host's loopback is reachable"
         };
         writeln!(f, "loopback: {tcp}")?;
+        let iso = match super::landlock::missing_rights(self.landlock_abi) {
+            _ if self.landlock_abi == 0 => "NOT available (needs landlock)".to_string(),
+            m if m.is_empty() => "ok (landlock ABI >= 1 suffices; every right enforced)".to_string(),
+            m => format!("ok, without: {}", m.join("; ")),
+        };
+        writeln!(f, "isolated network (OCSB_NETWORK=isolated): {iso}")?;
         writeln!(f, "seccomp: {}", if self.seccomp { "ok" } else { "NOT available" })?;
         for (k, v) in &self.sysctls {
             writeln!(f, "sysctl {}: {v}", k.replace('/', "."))?;

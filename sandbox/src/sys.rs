@@ -242,11 +242,22 @@ pub fn capset(data: [CapData; 2]) -> io::Result<()> {
     unit_result(ret)
 }
 
+/// Takes ownership of a descriptor that arrived with `SCM_RIGHTS`.
+pub fn adopt_received_fd(fd: RawFd) -> OwnedFd {
+    // SAFETY: the kernel installed `fd` in this process while receiving the message just now;
+    // nothing else holds or will close it.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
 /// `prctl(option, arg2, 0, 0, 0)` for the integer-only options nix does not wrap.
 pub fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> io::Result<libc::c_int> {
+    prctl3(option, arg2, 0)
+}
+
+/// `prctl(option, arg2, arg3, 0, 0)` (e.g. `PR_CAP_AMBIENT`, which takes the capability third).
+pub fn prctl3(option: libc::c_int, arg2: libc::c_ulong, arg3: libc::c_ulong) -> io::Result<libc::c_int> {
     // SAFETY: integer-only prctl options; no pointers.
-    let ret =
-        unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) };
+    let ret = unsafe { libc::prctl(option, arg2, arg3, 0 as libc::c_ulong, 0 as libc::c_ulong) };
     if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret) }
 }
 

@@ -360,7 +360,7 @@ impl Txn {
 /// The target as it may be logged and printed: every byte outside printable ASCII is
 /// percent-encoded (as squid logs it). *Why*: the path is the agent's; C1 controls or bidi
 /// overrides in it would reach the user's terminal through `ocsb egress logs`.
-fn log_safe(s: &str) -> String {
+pub(crate) fn log_safe(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if (0x21..0x7f).contains(&b) {

@@ -29,7 +29,7 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
     let prepared = with_stdout_on_stderr(|| crate::run::prepare(project, false))?;
     let mut spec = crate::sandbox_spec::spec(project, prepared.netlock, &extra_env(project)?, argv);
     spec.tty = TtyMode::Auto;
-    Ok(ocsb_sandbox::run(&spec)?)
+    crate::isolated::run_for(project, &prepared.policy, &spec)
 }
 
 fn with_stdout_on_stderr<T>(f: impl FnOnce() -> T) -> T {
@@ -51,8 +51,27 @@ fn with_stdout_on_stderr<T>(f: impl FnOnce() -> T) -> T {
 
 /// `ocsb __sandbox-run SPEC.json [CMD ARGS…]`: the exit status is the command's, or the
 /// sandbox's set-up status when it could not start (what stage 2 reports for the same failure).
+///
+/// An isolated spec is served with the rules of the project it names (`project_dir`).
 pub fn run_spec(spec: &std::path::Path, argv: Vec<String>) -> i32 {
-    ocsb_sandbox::run_spec_file(spec, argv).unwrap_or_else(|e| {
+    let run = || -> Result<i32> {
+        let text = std::fs::read(spec).map_err(|e| Error::io("read", spec, e))?;
+        let parsed: ocsb_sandbox::SandboxSpec = serde_json::from_slice(&text)
+            .map_err(|e| Error::failed(format!("{}: {e}", spec.display()), "fix the spec"))?;
+        let server = match parsed.network {
+            ocsb_sandbox::Network::Host => None,
+            ocsb_sandbox::Network::Isolated { .. } => {
+                let project = Project::load(Some(&parsed.project_dir))?;
+                Some(crate::isolated::Server::new(&project, &project.egress_policy()?)?)
+            }
+        };
+        let serve = |inside| match &server {
+            Some(s) => s.serve(inside),
+            None => Err(ocsb_sandbox::Error::failed("no server for the isolated network", "report this")),
+        };
+        Ok(ocsb_sandbox::run_spec_file(spec, argv, server.is_some().then_some(&serve))?)
+    };
+    run().unwrap_or_else(|e| {
         eprintln!("ocsb: {e}");
         ocsb_sandbox::stage2::EXIT_SETUP
     })

@@ -14,8 +14,12 @@ pub struct Facts {
     pub kernel: KernelFacts,
     pub netlock: NetlockFacts,
     pub egress: EgressFacts,
-    /// `OCSB_LOOPBACK_PORTS`.
+    /// `OCSB_LOOPBACK_PORTS` and `OCSB_FORWARD_PORTS`.
     pub loopback_ports: Vec<u16>,
+    /// `OCSB_NETWORK`.
+    pub network: ocsb_policy::settings::NetworkMode,
+    /// `ip` and `nft`, which build an isolated sandbox's namespace: found, or what is missing.
+    pub isolated_tools: Result<(), String>,
     /// `OCSB_DOCKER=1`: the agent gets the Docker socket.
     pub docker_allowed: bool,
     pub opencode: OpencodeFacts,

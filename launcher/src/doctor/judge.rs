@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use ocsb_policy::settings::NetlockAcquire;
+use ocsb_policy::settings::{NetlockAcquire, NetworkMode};
 
 use super::check::Check;
 use super::facts::{
@@ -24,13 +24,29 @@ pub fn judge(f: &Facts) -> Vec<Check> {
     let mut out = Vec::new();
     out.extend(project(&f.project));
     out.push(userns(&f.kernel, f.sandbox_enabled));
-    out.push(landlock(f.kernel.landlock_abi, f.sandbox_enabled));
+    let isolated = f.network == NetworkMode::Isolated;
+    out.push(landlock(f.kernel.landlock_abi, f.sandbox_enabled, isolated));
     out.push(seccomp(f.kernel.seccomp, f.sandbox_enabled));
-    out.push(netlock_group(&f.netlock));
-    out.push(netlock_shim(&f.netlock));
-    out.extend(netlock_group_files(&f.netlock));
-    out.push(netlock_helper(&f.netlock));
-    out.push(netlock_probe(&f.netlock));
+    out.push(network(f));
+    if isolated && f.netlock.gid.is_none() {
+        out.push(Check::ok(
+            "netlock",
+            "not installed; not needed with OCSB_NETWORK=isolated (where it is installed, the sandbox also runs as its group)",
+        ));
+    } else {
+        let mut lock = vec![netlock_group(&f.netlock), netlock_shim(&f.netlock)];
+        lock.extend(netlock_group_files(&f.netlock));
+        lock.extend([netlock_helper(&f.netlock), netlock_probe(&f.netlock)]);
+        if !isolated && f.netlock.gid.is_none() {
+            // The netlock needs root once; the isolated mode needs nothing.
+            for c in &mut lock {
+                if let Some(fix) = c.fix.as_mut() {
+                    fix.push_str("; or, without root, set OCSB_NETWORK=isolated (its own network namespace)");
+                }
+            }
+        }
+        out.extend(lock);
+    }
     out.push(loopback(f));
     out.push(egress(&f.egress));
     out.push(docker_access(f.docker_allowed, settings_file(&f.project)));
@@ -136,8 +152,36 @@ fn userns(k: &KernelFacts, enabled: bool) -> Check {
 
 const LANDLOCK_FIX: &str = "boot Linux >= 6.12 with landlock in the LSM list: add `lsm=landlock,…` (keep the current list from /sys/kernel/security/lsm) to GRUB_CMDLINE_LINUX in /etc/default/grub, then `sudo update-grub` and reboot";
 
-fn landlock(abi: i64, enabled: bool) -> Check {
+/// Which network mode, and what it guarantees.
+fn network(f: &Facts) -> Check {
+    match (f.network, &f.isolated_tools) {
+        (NetworkMode::Netlock, _) => Check::ok(
+            "network",
+            "netlock (OCSB_NETWORK): the host's network, every socket of the sandbox locked to loopback and DNS by the netlock group; proxy-unaware tools cannot connect",
+        ),
+        (NetworkMode::Isolated, Ok(())) => Check::ok(
+            "network",
+            "isolated (OCSB_NETWORK): the sandbox's own network namespace; the filter's port and OCSB_FORWARD_PORTS are relayed in, every other TCP connection and every DNS query goes through the egress rules",
+        ),
+        (NetworkMode::Isolated, Err(missing)) => required(
+            "network",
+            f.sandbox_enabled,
+            format!("OCSB_NETWORK=isolated needs ip(8) and nft(8): install {missing}"),
+            format!("sudo apt install {missing}"),
+        ),
+    }
+}
+
+fn landlock(abi: i64, enabled: bool, isolated: bool) -> Check {
     match abi {
+        n if isolated && (1..6).contains(&n) => Check::warn(
+            "landlock",
+            format!(
+                "ABI {n}: enough for OCSB_NETWORK=isolated; not enforced on this kernel: {}",
+                ocsb_sandbox::landlock::missing_rights(n).join("; ")
+            ),
+            Some("Linux >= 6.12 enforces them all".into()),
+        ),
         n if n >= 6 => Check::ok(
             "landlock",
             format!("ABI {n} (>= 6: filesystem rights and abstract-unix/signal scopes)"),
@@ -397,7 +441,16 @@ fn loopback(f: &Facts) -> Check {
         let p: Vec<String> = f.loopback_ports.iter().map(u16::to_string).collect();
         format!("OCSB_LOOPBACK_PORTS {}", p.join(" "))
     };
-    if !f.sandbox_enabled {
+    if f.network == NetworkMode::Isolated {
+        let fwd: Vec<String> = f.loopback_ports.iter().map(u16::to_string).collect();
+        let fwd = if fwd.is_empty() { "none".to_string() } else { fwd.join(" ") };
+        Check::ok(
+            "loopback",
+            format!(
+                "the sandbox's own loopback; of the host's, only the filter's port and the forwarded ports ({fwd})"
+            ),
+        )
+    } else if !f.sandbox_enabled {
         Check::warn(
             "loopback",
             "OCSB_SANDBOX=0: no landlock, so every TCP service on this machine's loopback (databases, sshd) is reachable",
@@ -589,6 +642,8 @@ mod tests {
             },
             egress: EgressFacts::Builtin,
             loopback_ports: vec![],
+            network: NetworkMode::Netlock,
+            isolated_tools: Ok(()),
             docker_allowed: false,
             opencode: OpencodeFacts {
                 setting: "opencode".into(),
@@ -636,6 +691,28 @@ mod tests {
     }
 
     #[test]
+    fn without_the_netlock_the_isolated_mode_is_recommended_and_needs_nothing() {
+        let mut f = healthy();
+        f.netlock.gid = None;
+        f.netlock.shim.meta = None;
+        f.netlock.helper = HelperFacts::NoStatusFile;
+        let c = judge(&f);
+        let group = find(&c, "netlock-group");
+        assert_eq!(group.status, Status::Fail);
+        assert!(group.fix.unwrap().contains("OCSB_NETWORK=isolated"));
+        f.network = NetworkMode::Isolated;
+        f.kernel.landlock_abi = 4; // Ubuntu 24.04's stock kernel
+        let c = judge(&f);
+        assert!(c.iter().all(|c| c.status != Status::Fail), "{c:#?}");
+        assert!(find(&c, "network").message.starts_with("isolated"));
+        let ll = find(&c, "landlock");
+        assert_eq!(ll.status, Status::Warn);
+        assert!(ll.message.contains("ioctl on devices") && !ll.message.contains("truncate"), "{ll}");
+        f.isolated_tools = Err("nftables".into());
+        assert_eq!(find(&judge(&f), "network").status, Status::Fail);
+    }
+
+    #[test]
     fn userns_fix_follows_the_sysctl() {
         let mut k = KernelFacts { userns: Err("unshare: EPERM".into()), ..healthy().kernel };
         k.apparmor_restrict = Some("1".into());
@@ -655,9 +732,9 @@ mod tests {
 
     #[test]
     fn landlock_needs_abi_6() {
-        assert_eq!(landlock(6, true).status, Status::Ok);
-        assert_eq!(landlock(5, true).status, Status::Fail);
-        assert_eq!(landlock(0, false).status, Status::Warn);
+        assert_eq!(landlock(6, true, false).status, Status::Ok);
+        assert_eq!(landlock(5, true, false).status, Status::Fail);
+        assert_eq!(landlock(0, false, false).status, Status::Warn);
     }
 
     #[test]

@@ -61,6 +61,8 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
             EgressBackend::Squid => squid(),
         },
         loopback_ports: settings.loopback_ports(),
+        network: settings.network(),
+        isolated_tools: isolated_tools(),
         docker_allowed: settings.docker_allowed(),
         opencode: opencode(&settings, untrusted),
         ports,
@@ -379,4 +381,16 @@ fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> std::io::Result<Out
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The tools stage 2 runs to build an isolated namespace (the same directories it looks in).
+fn isolated_tools() -> Result<(), String> {
+    let missing: Vec<&str> = [("ip", "iproute2"), ("nft", "nftables")]
+        .into_iter()
+        .filter(|(t, _)| {
+            !["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().any(|d| Path::new(d).join(t).is_file())
+        })
+        .map(|(_, pkg)| pkg)
+        .collect();
+    if missing.is_empty() { Ok(()) } else { Err(missing.join(" ")) }
 }

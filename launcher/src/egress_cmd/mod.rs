@@ -115,7 +115,7 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
             // curl runs as the agent's commands do: in the sandbox, under the netlock.
             let (sd, _) = crate::run::prepare::open_state(&project)?;
             let policy = project.egress_policy()?;
-            let lock = crate::sandbox_spec::netlock(&project.settings)?;
+            let lock = crate::sandbox_spec::netlock_for(&project.settings)?;
             let curl = system_curl()?;
             let report =
                 crate::run::prepare::verify_as_sandbox(&project, &sd, &policy, &lock, &curl, !a.no_direct)?;

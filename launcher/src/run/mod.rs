@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::project::Project;
 use crate::{opencode, sandbox_spec, signals, web};
-use ocsb_sandbox as sandbox;
 
 /// How long OpenCode may take to answer `/global/health` after it started.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -176,11 +175,19 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         None
     };
     let spec = sandbox_spec::spec(project, prepared.netlock, &env, setup.argv.clone());
+    // In an isolated sandbox OpenCode listens inside; the host's port leads in to it, so the
+    // web front and the browser reach it as they do on the host's network.
+    let server = match spec.network {
+        ocsb_sandbox::Network::Host => None,
+        ocsb_sandbox::Network::Isolated { .. } => {
+            Some(crate::isolated::Server::new(project, &prepared.policy)?.expose(oc_addr.port()))
+        }
+    };
     let (tx, rx) = mpsc::channel();
     let sandbox_thread = std::thread::Builder::new()
         .name("ocsb-sandbox".into())
         .spawn(move || {
-            let r = sandbox::run(&spec).map_err(Error::from);
+            let r = crate::isolated::run(&spec, server.as_ref());
             let _ = tx.send(r);
         })
         .map_err(|e| Error::io("start a thread for", "the sandbox", e))?;

@@ -9,7 +9,7 @@ use std::path::Path;
 use ocsb_egress::{UpAction, UpReport};
 use ocsb_policy::egress::Policy;
 use ocsb_sandbox::statefs::StateDir;
-use ocsb_sandbox::{self as sandbox, Netlock};
+use ocsb_sandbox::{Netlock, Network};
 
 use crate::error::{Error, Result};
 use crate::project::Project;
@@ -69,9 +69,9 @@ pub fn bring_up(project: &Project, sd: StateDir, retest: bool) -> Result<Prepare
         .find(|ip| !ip.is_loopback());
     state::write_docker_config(&sd, gw, s.egress_port())?;
 
-    let lock = sandbox_spec::netlock(s)?;
+    let lock = sandbox_spec::netlock_for(s)?;
     let curl = crate::egress_cmd::system_curl()?;
-    let record = selftest_record(&up, &lock, s.egress_port(), &curl);
+    let record = selftest_record(&up, &lock, s.network().as_str(), s.egress_port(), &curl);
     if !retest
         && record.as_deref().is_some_and(|r| sd.read(Path::new(SELFTESTS)).as_deref() == Some(r.as_bytes()))
     {
@@ -85,8 +85,8 @@ pub fn bring_up(project: &Project, sd: StateDir, retest: bool) -> Result<Prepare
     }
     let _ = sd.remove(Path::new(SELFTESTS));
 
-    // 2. The netlock, checked the way the sandbox will use it.
-    check_netlock(project, &lock)?;
+    // 2. The netlock (or the isolated network), checked the way the sandbox will use it.
+    check_netlock(project, &policy, &lock)?;
     // 3. Self-tests, with curl run inside the sandbox, against the rules the filter was given.
     self_tests(project, &sd, &policy, &lock, &curl)?;
     if let Some(r) = record {
@@ -101,14 +101,14 @@ const SELFTESTS: &str = "egress/selftests-passed";
 
 /// What the self-tests depend on, as one line: the rules the filter runs (their hash, as the
 /// filter reported it), the filter process itself, the netlock (gid and how the sandbox joins
-/// it), the proxy port, the curl that ran them and this `ocsb`. `None` when the filter cannot
+/// it), the network mode, the proxy port, the curl that ran them and this `ocsb`. `None` when the filter cannot
 /// name its process (squid): then they always run.
-fn selftest_record(up: &UpReport, lock: &Netlock, port: u16, curl: &Path) -> Option<String> {
+fn selftest_record(up: &UpReport, lock: &Netlock, network: &str, port: u16, curl: &Path) -> Option<String> {
     let process = up.process.as_deref()?;
     let lock = serde_json::to_string(lock).ok()?;
     let exe = std::env::current_exe().ok().and_then(|e| e.metadata().ok()).and_then(|m| m.modified().ok());
     Some(format!(
-        "v1 rules={} backend={} filter={process} port={port} netlock={lock} curl={} ocsb={}@{exe:?}\n",
+        "v1 rules={} backend={} filter={process} port={port} netlock={lock} network={network} curl={} ocsb={}@{exe:?}\n",
         up.config_hash,
         up.backend.as_str(),
         curl.display(),
@@ -116,9 +116,9 @@ fn selftest_record(up: &UpReport, lock: &Netlock, port: u16, curl: &Path) -> Opt
     ))
 }
 
-fn check_netlock(project: &Project, lock: &Netlock) -> Result<()> {
+fn check_netlock(project: &Project, policy: &Policy, lock: &Netlock) -> Result<()> {
     let check = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()]);
-    match sandbox::run(&check) {
+    match crate::isolated::run_for(project, policy, &check) {
         Ok(0) => {}
         Ok(code) => {
             return Err(Error::failed(
@@ -127,21 +127,29 @@ fn check_netlock(project: &Project, lock: &Netlock) -> Result<()> {
             ));
         }
         Err(e) => {
-            let e: Error = e.into();
             return Err(Error::failed(
                 format!("netlock/sandbox check failed: {e}"),
                 "run `ocsb netlock verify`; see the fix above",
             ));
         }
     }
-    let gid = match lock {
-        Netlock::Required { gid, .. } => *gid,
-        Netlock::Off => 0,
-    };
-    println!(
-        "netlock:    ok: the sandbox starts as group {} (gid {gid}) and the lock rejects its probe",
-        project.settings.netlock_group()
-    );
+    let group = project.settings.netlock_group();
+    match (check.network, lock) {
+        (Network::Host, Netlock::Required { gid, .. }) => {
+            println!(
+                "netlock:    ok: the sandbox starts as group {group} (gid {gid}) and the lock rejects its probe"
+            )
+        }
+        (Network::Host, Netlock::Off) => println!("netlock:    off"),
+        (Network::Isolated { .. }, Netlock::Required { gid, .. }) => println!(
+            "network:    isolated: the sandbox has its own network namespace, served by this launcher; \
+             it also runs as group {group} (gid {gid}), the netlock, as defence in depth"
+        ),
+        (Network::Isolated { .. }, Netlock::Off) => println!(
+            "network:    isolated: the sandbox has its own network namespace, served by this launcher \
+             (no netlock installed; none needed)"
+        ),
+    }
     Ok(())
 }
 
@@ -150,9 +158,10 @@ fn check_netlock(project: &Project, lock: &Netlock) -> Result<()> {
 fn self_tests(project: &Project, sd: &StateDir, policy: &Policy, lock: &Netlock, curl: &Path) -> Result<()> {
     let report =
         verify_as_sandbox(project, sd, policy, lock, curl, true).map_err(|e| egress_err("self-tests", e))?;
-    let n = report.checks.len();
+    let (n, direct) = (report.checks.len(), report.checks.iter().any(|c| c.kind == "direct-blocked"));
     report.into_result().map_err(|e| egress_err("self-tests", e))?;
-    println!("self-tests: {n} checks passed (expect-pass/expect-block rules, direct connection blocked)");
+    let what = if direct { ", direct connection blocked" } else { "" };
+    println!("self-tests: {n} checks passed (expect-pass/expect-block rules{what})");
     Ok(())
 }
 
@@ -180,7 +189,9 @@ pub fn verify_as_sandbox(
     opts.wrap = vec![exe.into(), crate::cli::SANDBOX_RUN.into(), sd.path().join(spec_rel).into()];
     opts.max_time = 10;
     opts.curl = curl.into();
-    opts.direct_check = direct;
+    // In an isolated sandbox a direct connection is not blocked but judged by the same rules
+    // (the transparent path): the expectations cover it; there is no bypass to check.
+    opts.direct_check = direct && spec.network == Network::Host;
     ocsb_egress::verify::run(policy, &opts)
 }
 

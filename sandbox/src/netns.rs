@@ -1,0 +1,327 @@
+//! The isolated network (`OCSB_NETWORK=isolated`): the sandbox gets a network namespace of its
+//! own, owned by its user namespace (so building it needs no host privilege), holding only
+//! `lo`. Nothing in it reaches the host's network or the host's loopback except through the
+//! sockets stage 2 makes inside and hands to the launcher, which serves them outside:
+//!
+//! - a listener on `127.0.0.1:P` for each forwarded port (the filter's port first: the proxy
+//!   variables stay what they are in netlock mode), relayed to the host's `127.0.0.1:P`;
+//! - the transparent listener on port [`TRANSPARENT_PORT`]: every other TCP connection is
+//!   redirected there by the namespace's own nftables table, and the launcher judges it by the
+//!   egress rules (the original destination is the socket's `SO_ORIGINAL_DST`);
+//! - the DNS stub's sockets on port 53: every UDP query, to any server, is redirected there;
+//! - the socket factory: on the launcher's request stage 2 makes an unconnected TCP socket
+//!   inside and passes it out, so the launcher can connect *into* the namespace (OpenCode's
+//!   port, for the web front). A socket belongs to the namespace it was made in.
+//!
+//! Everything else leaving `lo` is rejected by the table (`EPERM` for UDP, ICMP, raw). The
+//! command holds no capability over the namespace, so it cannot change the table or routes.
+
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, SockaddrStorage,
+    recvmsg, sendmsg, socket, sockopt,
+};
+use serde::{Deserialize, Serialize};
+
+use super::error::{Error, Result};
+use super::sys;
+
+/// The port inside where redirected connections arrive. Privileged, so nothing in the sandbox
+/// (which holds no capability) can bind it first.
+pub const TRANSPARENT_PORT: u16 = 1;
+/// The DNS stub's port inside.
+pub const DNS_PORT: u16 = 53;
+/// How long the launcher waits for stage 2's sockets.
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(20);
+/// `CAP_NET_ADMIN`, the one capability `ip` and `nft` get (ambient) to set up the namespace.
+const CAP_NET_ADMIN: u32 = 12;
+
+/// What stage 2 is asked to build; part of its request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NetRequest {
+    /// The launcher's unix socket (in a private directory) that receives the sockets.
+    pub channel: PathBuf,
+    /// The host loopback ports relayed to the same port inside.
+    pub forward: Vec<u16>,
+}
+
+/// What a socket handed out is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// A listener on `127.0.0.1:port` inside, relayed to the host's `127.0.0.1:port`.
+    Forward(u16),
+    /// A listener that receives every other TCP connection (IPv4 or IPv6).
+    Transparent,
+    /// The DNS stub's UDP socket (IPv4 or IPv6).
+    Dns,
+}
+
+/// The namespace's nftables table. The DNS redirect comes before the loopback exception, so a
+/// resolver on the host's loopback (systemd-resolved's 127.0.0.53) is asked through the stub
+/// too; `ct status dnat` lets the redirected connections (and their replies) through the
+/// filter chain, which rejects everything else that is not loopback.
+const TABLE: &str = "table inet ocsb_isolated {
+  chain nat {
+    type nat hook output priority -100; policy accept;
+    udp dport 53 redirect to :53
+    ip daddr 127.0.0.0/8 accept
+    ip6 daddr ::1 accept
+    meta l4proto tcp redirect to :1
+  }
+  chain filter {
+    type filter hook output priority 0; policy accept;
+    ct status dnat accept
+    ip daddr 127.0.0.0/8 accept
+    ip6 daddr ::1 accept
+    reject with icmpx admin-prohibited
+  }
+}
+";
+
+fn fail(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::refused(
+        format!("isolated network: {what}: {e}"),
+        "OCSB_NETWORK=isolated needs ip(8) (iproute2) and nft(8) (nftables) in /usr/sbin or /sbin, \
+         and a kernel with nf_tables and nf_nat; or set OCSB_NETWORK=netlock",
+    )
+}
+
+fn tool(name: &str) -> Result<PathBuf> {
+    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| fail(&format!("{name}(8) not found"), "install it"))
+}
+
+/// Runs `program args` with `CAP_NET_ADMIN` over the new namespace (ambient, so it survives
+/// the exec of a program that is not root in it), `input` on stdin.
+fn admin(program: &Path, args: &[&str], input: &str) -> Result<()> {
+    let mut c = Command::new(program);
+    c.args(args).env_clear().stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = c.spawn().map_err(|e| fail(&format!("start {}", program.display()), e))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    let out = child.wait_with_output().map_err(|e| fail(&format!("wait for {}", program.display()), e))?;
+    if !out.status.success() {
+        let msg = String::from_utf8_lossy(&out.stderr);
+        return Err(fail(&format!("{} {}", program.display(), args.join(" ")), msg.trim()));
+    }
+    Ok(())
+}
+
+/// Stage 2, right after `unshare` (it holds every capability over the new namespaces): `lo` up,
+/// default routes through `lo` (so that a connection to any address is routed, and then
+/// redirected by the table rather than failing with `ENETUNREACH`), the table, the sockets, and
+/// the hand-over. Returns the channel, kept open for the socket factory.
+pub fn build(req: &NetRequest) -> Result<UnixStream> {
+    let mut caps = sys::capget().map_err(|e| fail("capget", e))?;
+    caps[0].inheritable |= 1 << CAP_NET_ADMIN;
+    sys::capset(caps).map_err(|e| fail("capset", e))?;
+    let raise = libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong;
+    sys::prctl3(libc::PR_CAP_AMBIENT, raise, CAP_NET_ADMIN.into()).map_err(|e| fail("PR_CAP_AMBIENT", e))?;
+    let ip = tool("ip")?;
+    // `src`: without it a datagram to a remote address leaves from 0.0.0.0, and no reply
+    // (the DNS stub's, a reset) finds its way back.
+    admin(&ip, &["-batch", "-"], "link set lo up\nroute add default dev lo src 127.0.0.1\n")?;
+    // Without IPv6 (disabled on the host) nothing is routed over it: closed, not open.
+    let _ = admin(&ip, &["-6", "route", "add", "default", "dev", "lo", "src", "::1"], "");
+    admin(&tool("nft")?, &["-f", "-"], TABLE)?;
+    let lower = libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong;
+    sys::prctl(libc::PR_CAP_AMBIENT, lower).map_err(|e| fail("PR_CAP_AMBIENT", e))?;
+
+    let mut sockets: Vec<(Role, OwnedFd)> = Vec::new();
+    for &port in &req.forward {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+            .map_err(|e| fail(&format!("listen on {port}"), e))?;
+        sockets.push((Role::Forward(port), l.into()));
+    }
+    let t4 = TcpListener::bind((Ipv4Addr::LOCALHOST, TRANSPARENT_PORT)).map_err(|e| fail("listen", e))?;
+    sockets.push((Role::Transparent, t4.into()));
+    let d4 = UdpSocket::bind((Ipv4Addr::LOCALHOST, DNS_PORT)).map_err(|e| fail("bind the DNS port", e))?;
+    sockets.push((Role::Dns, d4.into()));
+    if let Ok(t6) = TcpListener::bind((Ipv6Addr::LOCALHOST, TRANSPARENT_PORT)) {
+        sockets.push((Role::Transparent, t6.into()));
+    }
+    if let Ok(d6) = UdpSocket::bind((Ipv6Addr::LOCALHOST, DNS_PORT)) {
+        sockets.push((Role::Dns, d6.into()));
+    }
+    let chan = UnixStream::connect(&req.channel).map_err(|e| fail("connect to the launcher", e))?;
+    let roles = serde_json::to_vec(&sockets.iter().map(|s| s.0).collect::<Vec<_>>())
+        .map_err(|e| fail("encode", e))?;
+    let fds: Vec<RawFd> = sockets.iter().map(|s| s.1.as_raw_fd()).collect();
+    send_fds(&chan, &roles, &fds).map_err(|e| fail("hand the sockets to the launcher", e))?;
+    Ok(chan)
+}
+
+/// The socket factory, in stage 2's supervisor: answers one request on the channel (a byte:
+/// `4` or `6`) with an unconnected TCP socket of this namespace. `false` when the launcher
+/// closed the channel.
+pub fn serve_factory(chan: &UnixStream) -> bool {
+    let mut b = [0u8; 1];
+    match (&*chan).read(&mut b) {
+        Ok(1) => {}
+        _ => return false,
+    }
+    let family = if b[0] == b'6' { AddressFamily::Inet6 } else { AddressFamily::Inet };
+    match socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None) {
+        Ok(fd) => send_fds(chan, b"s", &[fd.as_raw_fd()]).is_ok(),
+        Err(_) => send_fds(chan, b"e", &[]).is_ok(),
+    }
+}
+
+fn send_fds(chan: &UnixStream, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+    let len = (data.len() as u32).to_le_bytes();
+    let iov = [IoSlice::new(&len), IoSlice::new(data)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+    sendmsg::<()>(chan.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None)?;
+    Ok(())
+}
+
+/// One message: its data and the descriptors that came with it (owned from here on).
+fn recv_fds(chan: &UnixStream) -> std::io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let mut len = [0u8; 4];
+    let mut data = vec![0u8; 64 * 1024];
+    let mut space = nix::cmsg_space!([RawFd; 64]);
+    let (n, fds) = {
+        let mut iov = [IoSliceMut::new(&mut len), IoSliceMut::new(&mut data)];
+        let msg = recvmsg::<()>(chan.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+        let mut fds = Vec::new();
+        for c in msg.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                fds.extend(raw.into_iter().map(sys::adopt_received_fd));
+            }
+        }
+        (msg.bytes, fds)
+    };
+    let want = u32::from_le_bytes(len) as usize;
+    if n < 4 || n - 4 != want {
+        return Err(std::io::Error::other("short message on the sandbox channel"));
+    }
+    data.truncate(want);
+    Ok((data, fds))
+}
+
+/// The launcher's end: a unix socket in a fresh private directory (0700, under `/tmp`, so
+/// that the path fits `sun_path`), where stage 2 connects once its sockets exist.
+pub struct Channel {
+    dir: PathBuf,
+    listener: UnixListener,
+}
+
+impl Channel {
+    pub fn bind() -> Result<Channel> {
+        let io = |what: &'static str, p: &Path, e| Error::io(what, p, e);
+        let base = std::env::temp_dir();
+        let dir = (0..16)
+            .map(|i| base.join(format!("ocsb-net-{}-{i}-{:x}", std::process::id(), rand_u32())))
+            .find_map(|d| std::fs::DirBuilder::new().mode(0o700).create(&d).ok().map(|()| d))
+            .ok_or_else(|| io("create", &base, std::io::Error::other("no fresh directory name")))?;
+        // A directory that was there already would have failed `create`; the mode is checked
+        // anyway (a umask cannot widen it, but a shared /tmp deserves the look).
+        let meta = std::fs::symlink_metadata(&dir).map_err(|e| io("inspect", &dir, e))?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            return Err(Error::refused(format!("{} is not private", dir.display()), "check /tmp"));
+        }
+        let sock = dir.join("s");
+        let listener = UnixListener::bind(&sock).map_err(|e| io("listen on", &sock, e))?;
+        Ok(Channel { dir, listener })
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.join("s")
+    }
+
+    /// Waits for stage 2's sockets; `None` when stage 2 exited first (a sandbox that failed to
+    /// build: its status and message are what the caller reports). `alive` says whether it
+    /// still runs. Only a peer running as this user is taken.
+    pub fn receive(&self, alive: &mut dyn FnMut() -> bool) -> Result<Option<Inside>> {
+        let deadline = Instant::now() + HANDOVER_TIMEOUT;
+        self.listener.set_nonblocking(true).map_err(|e| Error::io("configure", self.path(), e))?;
+        let stream = loop {
+            match self.listener.accept() {
+                Ok((s, _)) => {
+                    let cred = nix::sys::socket::getsockopt(&s, sockopt::PeerCredentials);
+                    if cred.is_ok_and(|c| c.uid() == nix::unistd::geteuid().as_raw()) {
+                        break s;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if !alive() {
+                        return Ok(None);
+                    }
+                    if Instant::now() > deadline {
+                        return Err(Error::refused(
+                            "the sandbox did not hand over its network sockets in time",
+                            "report this",
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(Error::io("accept on", self.path(), e)),
+            }
+        };
+        stream.set_nonblocking(false).map_err(|e| Error::io("configure", self.path(), e))?;
+        let (roles, fds) = recv_fds(&stream).map_err(|e| Error::io("receive from", self.path(), e))?;
+        let roles: Vec<Role> = serde_json::from_slice(&roles)
+            .map_err(|e| Error::refused(format!("bad hand-over from stage 2: {e}"), "report this"))?;
+        if roles.len() != fds.len() {
+            return Err(Error::refused("the hand-over lost descriptors", "report this"));
+        }
+        Ok(Some(Inside {
+            sockets: roles.into_iter().zip(fds).collect(),
+            factory: Factory(Mutex::new(stream)),
+        }))
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.path());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+fn rand_u32() -> u32 {
+    let mut b = [0u8; 4];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    u32::from_ne_bytes(b) ^ std::process::id().rotate_left(16)
+}
+
+/// What the launcher serves: the sockets made inside, and the factory.
+pub struct Inside {
+    pub sockets: Vec<(Role, OwnedFd)>,
+    pub factory: Factory,
+}
+
+/// Makes TCP connections *into* the namespace (see the module comment).
+pub struct Factory(Mutex<UnixStream>);
+
+impl Factory {
+    /// A connection to `127.0.0.1:port` inside the sandbox's namespace.
+    pub fn connect(&self, port: u16) -> std::io::Result<TcpStream> {
+        let fd = {
+            let chan = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            (&*chan).write_all(b"4")?;
+            let (data, mut fds) = recv_fds(&chan)?;
+            match (data.as_slice(), fds.pop()) {
+                (b"s", Some(fd)) => fd,
+                _ => return Err(std::io::Error::other("the sandbox could not make a socket")),
+            }
+        };
+        let addr = SockaddrStorage::from(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+        nix::sys::socket::connect(fd.as_raw_fd(), &addr)?;
+        Ok(TcpStream::from(fd))
+    }
+}

@@ -130,11 +130,78 @@ fn end_to_end() {
     }
 }
 
+/// Bytes per second through each path, from an origin in a namespace of its own (a tunnel to a
+/// raw TCP service that sends 256 MiB): `CONNECT` through the filter with the netlock, the same
+/// through the isolated sandbox's relayed proxy port, and a direct connection redirected to the
+/// transparent path (which tunnels through the filter the same way).
+fn throughput() {
+    let w = World::new();
+    let client = w.root.join("bin/get.py");
+    std::fs::write(
+        &client,
+        "import socket, sys, time\n\
+         direct = sys.argv[1] == 'direct'\n\
+         t = time.monotonic()\n\
+         s = socket.create_connection(('192.0.2.1', 9000) if direct else ('127.0.0.1', 3128))\n\
+         if not direct:\n\
+         \x20   s.sendall(b'CONNECT 192.0.2.1:9000 HTTP/1.1\\r\\nHost: 192.0.2.1:9000\\r\\n\\r\\n')\n\
+         \x20   head = b''\n\
+         \x20   while not head.endswith(b'\\r\\n\\r\\n'): head += s.recv(1)\n\
+         buf, n = bytearray(1 << 20), 0\n\
+         while True:\n\
+         \x20   k = s.recv_into(buf)\n\
+         \x20   if not k: break\n\
+         \x20   n += k\n\
+         print(sys.argv[2], int(n / (time.monotonic() - t)))\n",
+    )
+    .unwrap();
+    let body = format!(
+        r#"{origin}O python3 -c 'import socket, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("192.0.2.1", 9000)); s.listen(16)
+def send(c):
+    b = bytes(1 << 20)
+    for _ in range(256): c.sendall(b)
+    c.close()
+while True:
+    c, _ = s.accept(); threading.Thread(target=send, args=(c,), daemon=True).start()' &
+        mkdir -p .opencode-sandbox/local; echo 'connect 192.0.2.1:9000' > .opencode-sandbox/local/egress.conf
+        chown -R 1990 .opencode-sandbox/local; sleep 0.5
+        I() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" "$@" </dev/null; }}
+        I egress up >/dev/null 2>&1 # as the user, not in the locked group: the filter must reach out
+        X true >/dev/null 2>&1
+        for i in 1 2 3 4 5; do X "python3 {client} proxy netlock-connect" 2>/dev/null; done
+        echo OCSB_NETWORK=isolated > .opencode-sandbox/local/sandbox.conf; chown 1990 .opencode-sandbox/local/sandbox.conf
+        I exec -- true >/dev/null 2>&1
+        for i in 1 2 3 4 5; do I exec -- python3 {client} proxy isolated-connect 2>/dev/null; I exec -- python3 {client} direct isolated-transparent 2>/dev/null; done
+        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
+        origin = sandbox_support::ORIGIN_NS,
+        client = client.display(),
+    );
+    let (out, err) = sandbox_support::scenario(&w, &body);
+    let mib = |label: &str| median_ms(&out, label) * 1e6 / f64::from(1 << 20);
+    let (lock, inside, transparent) =
+        (mib("netlock-connect"), mib("isolated-connect"), mib("isolated-transparent"));
+    println!("CONNECT, netlock               median {lock:>8.0} MiB/s (n=5)");
+    println!("CONNECT, isolated (relayed)    median {inside:>8.0} MiB/s (n=5)");
+    println!("transparent, isolated          median {transparent:>8.0} MiB/s (n=5)");
+    println!("isolated / netlock CONNECT: {:.2}x (target >= 0.9x)", inside / lock);
+    println!("transparent / proxied (isolated): {:.2}x (target >= 0.9x)", transparent / inside);
+    if lock.is_nan() || inside.is_nan() || transparent.is_nan() {
+        println!("throughput not measured:\n{out}\n{err}");
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` asks for a list; nothing to list
     }
     // First, in namespaces of its own (the scenario makes them): the whole command.
+    // `OCSB_BENCH=throughput` runs that part alone.
+    println!("== isolated network throughput ==");
+    throughput();
+    if std::env::var("OCSB_BENCH").is_ok_and(|v| v == "throughput") {
+        return;
+    }
     println!("== end to end ==");
     end_to_end();
     let w = World::new();

@@ -183,7 +183,9 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>) -> Result<i32> {
 fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>) -> Result<i32> {
     let channel = match (&spec.network, serve) {
         (Network::Host, _) => None,
-        (Network::Isolated { forward }, Some(serve)) => Some((netns::Channel::bind()?, forward, serve)),
+        (Network::Isolated { forward }, Some(serve)) => {
+            Some((netns::Channel::bind(forward)?, forward, serve))
+        }
         (Network::Isolated { .. }, None) => {
             return Err(Error::refused(
                 "this command cannot serve an isolated network (OCSB_NETWORK=isolated)",
@@ -240,9 +242,10 @@ fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>) -> Result<i32> {
     }
     let mut child = cmd.spawn().map_err(|e| Error::io("start", Path::new(cmd.get_program()), e))?;
     // The isolated network's sockets, served from here until the sandbox exits.
-    let _served = match &channel {
-        Some((chan, _, serve)) => {
-            let inside = chan.receive(&mut || matches!(child.try_wait(), Ok(None)));
+    let _served = match channel {
+        Some((mut chan, _, serve)) => {
+            let pid = child.id();
+            let inside = chan.receive(pid, &mut || matches!(child.try_wait(), Ok(None)));
             match inside.and_then(|i| i.map(serve).transpose()) {
                 Ok(s) => s,
                 Err(e) => {

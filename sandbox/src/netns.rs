@@ -213,17 +213,51 @@ fn recv_fds(chan: &UnixStream) -> std::io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     Ok((data, fds))
 }
 
-/// The launcher's end: a unix socket in a fresh private directory (0700, under `/tmp`, so
-/// that the path fits `sun_path`), where stage 2 connects once its sockets exist.
+/// The launcher's end: a unix socket in a fresh private directory, where stage 2 connects once
+/// its sockets exist. *Why it is guarded*: any process of the user that finds it could hand
+/// over sockets of its own (another sandbox, with `OCSB_TMP=shared`, can watch `/tmp`), and
+/// the launcher would relay the host's loopback to them. So the directory is in
+/// `$XDG_RUNTIME_DIR` when there is one (no sandbox sees `/run`), the peer must be stage 2
+/// itself (its pid, from the kernel), the socket is gone as soon as stage 2 is connected, and
+/// every descriptor handed over must be what was asked for.
 pub struct Channel {
     dir: PathBuf,
-    listener: UnixListener,
+    listener: Option<UnixListener>,
+    forward: Vec<u16>,
+}
+
+/// `$XDG_RUNTIME_DIR` when it is a directory of this user's that nobody else may enter.
+fn runtime_dir() -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let d = PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?);
+    let m = std::fs::symlink_metadata(&d).ok()?;
+    let private = m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o077 == 0;
+    (d.is_absolute() && private).then_some(d)
+}
+
+/// Whether `pid` is `ancestor` or a descendant of it (a few generations: `sg` may fork).
+fn descends_from(pid: i32, ancestor: u32) -> bool {
+    let mut p = pid;
+    for _ in 0..4 {
+        if p as u32 == ancestor {
+            return true;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        // `pid (comm) state ppid …`: the command name may hold spaces and parentheses.
+        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        match after.split_whitespace().nth(1).and_then(|v| v.parse().ok()) {
+            Some(pp) if pp > 1 => p = pp,
+            _ => return false,
+        }
+    }
+    false
 }
 
 impl Channel {
-    pub fn bind() -> Result<Channel> {
+    /// `forward`: the ports stage 2 is asked to listen on (the hand-over is checked against it).
+    pub fn bind(forward: &[u16]) -> Result<Channel> {
         let io = |what: &'static str, p: &Path, e| Error::io(what, p, e);
-        let base = std::env::temp_dir();
+        let base = runtime_dir().unwrap_or_else(std::env::temp_dir);
         let dir = (0..16)
             .map(|i| base.join(format!("ocsb-net-{}-{i}-{:x}", std::process::id(), rand_u32())))
             .find_map(|d| std::fs::DirBuilder::new().mode(0o700).create(&d).ok().map(|()| d))
@@ -236,24 +270,36 @@ impl Channel {
         }
         let sock = dir.join("s");
         let listener = UnixListener::bind(&sock).map_err(|e| io("listen on", &sock, e))?;
-        Ok(Channel { dir, listener })
+        Ok(Channel { dir, listener: Some(listener), forward: forward.to_vec() })
     }
 
     pub fn path(&self) -> PathBuf {
         self.dir.join("s")
     }
 
-    /// Waits for stage 2's sockets; `None` when stage 2 exited first (a sandbox that failed to
-    /// build: its status and message are what the caller reports). `alive` says whether it
-    /// still runs. Only a peer running as this user is taken.
-    pub fn receive(&self, alive: &mut dyn FnMut() -> bool) -> Result<Option<Inside>> {
+    /// Removes the socket and its directory: nothing can connect any more.
+    fn close(&mut self) {
+        self.listener = None;
+        let _ = std::fs::remove_file(self.path());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+
+    /// Waits for the sockets of stage 2, whose pid is `child`; `None` when it exited first (a
+    /// sandbox that failed to build: its status and message are what the caller reports).
+    /// `alive` says whether it still runs. Other peers are turned away.
+    pub fn receive(&mut self, child: u32, alive: &mut dyn FnMut() -> bool) -> Result<Option<Inside>> {
         let deadline = Instant::now() + HANDOVER_TIMEOUT;
-        self.listener.set_nonblocking(true).map_err(|e| Error::io("configure", self.path(), e))?;
+        let late =
+            || Error::refused("the sandbox did not hand over its network sockets in time", "report this");
+        let listener = self.listener.as_ref().ok_or_else(late)?;
+        listener.set_nonblocking(true).map_err(|e| Error::io("configure", self.path(), e))?;
         let stream = loop {
-            match self.listener.accept() {
+            match listener.accept() {
                 Ok((s, _)) => {
                     let cred = nix::sys::socket::getsockopt(&s, sockopt::PeerCredentials);
-                    if cred.is_ok_and(|c| c.uid() == nix::unistd::geteuid().as_raw()) {
+                    if cred.is_ok_and(|c| {
+                        c.uid() == nix::unistd::geteuid().as_raw() && descends_from(c.pid(), child)
+                    }) {
                         break s;
                     }
                 }
@@ -262,34 +308,68 @@ impl Channel {
                         return Ok(None);
                     }
                     if Instant::now() > deadline {
-                        return Err(Error::refused(
-                            "the sandbox did not hand over its network sockets in time",
-                            "report this",
-                        ));
+                        return Err(late());
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 Err(e) => return Err(Error::io("accept on", self.path(), e)),
             }
         };
-        stream.set_nonblocking(false).map_err(|e| Error::io("configure", self.path(), e))?;
+        self.close();
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
+        let cfg = |e| Error::io("configure", self.path(), e);
+        stream.set_nonblocking(false).map_err(cfg)?;
+        stream.set_read_timeout(Some(left)).map_err(cfg)?;
         let (roles, fds) = recv_fds(&stream).map_err(|e| Error::io("receive from", self.path(), e))?;
+        stream.set_read_timeout(None).map_err(cfg)?;
         let roles: Vec<Role> = serde_json::from_slice(&roles)
             .map_err(|e| Error::refused(format!("bad hand-over from stage 2: {e}"), "report this"))?;
-        if roles.len() != fds.len() {
-            return Err(Error::refused("the hand-over lost descriptors", "report this"));
-        }
-        Ok(Some(Inside {
-            sockets: roles.into_iter().zip(fds).collect(),
-            factory: Factory(Mutex::new(stream)),
-        }))
+        let sockets: Vec<(Role, OwnedFd)> = roles.into_iter().zip(fds).collect();
+        check_handover(&sockets, &self.forward)?;
+        Ok(Some(Inside { sockets, factory: Factory(Mutex::new(stream)) }))
     }
+}
+
+/// Every descriptor is the socket its role says, bound where stage 2 was asked to listen, and
+/// nothing is missing or twice.
+fn check_handover(sockets: &[(Role, OwnedFd)], forward: &[u16]) -> Result<()> {
+    let bad = |why: String| Error::refused(format!("bad hand-over from stage 2: {why}"), "report this");
+    let mut seen: Vec<(Role, bool)> = Vec::new();
+    for (role, fd) in sockets {
+        let (ty, port) = match role {
+            Role::Forward(p) if forward.contains(p) => (SockType::Stream, *p),
+            Role::Forward(p) => return Err(bad(format!("port {p} was not asked for"))),
+            Role::Transparent => (SockType::Stream, TRANSPARENT_PORT),
+            Role::Dns => (SockType::Datagram, DNS_PORT),
+        };
+        let addr: Option<SockaddrStorage> = nix::sys::socket::getsockname(fd.as_raw_fd()).ok();
+        let local = addr.and_then(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| SocketAddr::from((v4.ip(), v4.port())))
+                .or_else(|| a.as_sockaddr_in6().map(|v6| SocketAddr::from((v6.ip(), v6.port()))))
+        });
+        let got_ty = nix::sys::socket::getsockopt(fd, sockopt::SockType).ok();
+        let listening =
+            ty != SockType::Stream || nix::sys::socket::getsockopt(fd, sockopt::AcceptConn).unwrap_or(false);
+        let ok = local.is_some_and(|l| l.ip().is_loopback() && l.port() == port)
+            && got_ty == Some(ty)
+            && listening;
+        let v6 = local.is_some_and(|l| l.is_ipv6());
+        if !ok || seen.contains(&(*role, v6)) {
+            return Err(bad(format!("{role:?} is not the socket asked for")));
+        }
+        seen.push((*role, v6));
+    }
+    let has = |r: Role| seen.iter().any(|(s, v6)| *s == r && !v6);
+    if !(has(Role::Transparent) && has(Role::Dns) && forward.iter().all(|p| has(Role::Forward(*p)))) {
+        return Err(bad("a socket is missing".into()));
+    }
+    Ok(())
 }
 
 impl Drop for Channel {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.path());
-        let _ = std::fs::remove_dir(&self.dir);
+        self.close();
     }
 }
 
@@ -323,5 +403,57 @@ impl Factory {
         let addr = SockaddrStorage::from(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
         nix::sys::socket::connect(fd.as_raw_fd(), &addr)?;
         Ok(TcpStream::from(fd))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_that_is_not_stage_2_is_turned_away() {
+        let mut chan = Channel::bind(&[3128]).unwrap();
+        let path = chan.path();
+        // A process of this user (this very test) that is not the sandbox's stage 2 connects
+        // first and hands over a listener of its own as the filter's port.
+        let rogue = std::thread::spawn(move || {
+            let s = UnixStream::connect(&path).unwrap();
+            let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+            let roles = serde_json::to_vec(&[Role::Forward(3128)]).unwrap();
+            let _ = send_fds(&s, &roles, &[l.as_raw_fd()]);
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        let mut polls = 0;
+        // Stage 2 (a pid that is not ours) never comes; the rogue is not taken meanwhile.
+        let got = chan.receive(u32::MAX, &mut || {
+            polls += 1;
+            polls < 40
+        });
+        assert!(matches!(got, Ok(None)), "the rogue's sockets were taken");
+        rogue.join().unwrap();
+    }
+
+    #[test]
+    fn the_hand_over_must_be_what_was_asked_for() {
+        let l = |port| TcpListener::bind((Ipv4Addr::LOCALHOST, port)).map(OwnedFd::from);
+        let any = l(0).unwrap();
+        let port = nix::sys::socket::getsockname::<SockaddrStorage>(any.as_raw_fd())
+            .unwrap()
+            .as_sockaddr_in()
+            .unwrap()
+            .port();
+        // Bound elsewhere than the role says: refused.
+        let wrong = [(Role::Forward(port + 1), any.try_clone().unwrap())];
+        assert!(check_handover(&wrong, &[port + 1]).is_err());
+        // A port that was not asked for: refused.
+        let unasked = [(Role::Forward(port), any.try_clone().unwrap())];
+        assert!(check_handover(&unasked, &[]).is_err());
+        // The right forward, but the transparent and DNS sockets missing: refused.
+        assert!(check_handover(&unasked, &[port]).is_err());
+        // A UDP socket posing as a TCP listener: refused.
+        let udp = OwnedFd::from(UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap());
+        assert!(check_handover(&[(Role::Transparent, udp)], &[]).is_err());
+        assert!(descends_from(std::process::id() as i32, std::process::id()));
+        assert!(!descends_from(std::process::id() as i32, u32::MAX));
     }
 }

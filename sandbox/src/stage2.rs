@@ -261,18 +261,21 @@ fn supervise(req: &Request, child: Pid, mask: &SigSet, chan: Option<&std::os::un
             next_probe.saturating_duration_since(std::time::Instant::now()).min(Duration::from_millis(500));
         // With the factory, wait on the channel and on the signals together (a signalfd of
         // the blocked set): a request is answered at once, a signal forwarded at once.
-        let wait = match (chan, &sigfd) {
-            (Some(c), Some(sfd)) => {
-                let mut pfd =
-                    [PollFd::new(c.as_fd(), PollFlags::POLLIN), PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-                let ms = PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX);
-                let _ = poll(&mut pfd, ms);
+        let wait = match chan {
+            Some(c) => {
+                let mut pfd = vec![PollFd::new(c.as_fd(), PollFlags::POLLIN)];
+                if let Some(sfd) = &sigfd {
+                    pfd.push(PollFd::new(sfd.as_fd(), PollFlags::POLLIN));
+                }
+                // Without a signalfd, signals are looked at every 20 ms instead.
+                let wait = if sigfd.is_some() { wait } else { wait.min(Duration::from_millis(20)) };
+                let _ = poll(&mut pfd, PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX));
                 if pfd[0].any().unwrap_or(false) && !netns::serve_factory(c) {
                     chan = None; // the launcher closed it
                 }
                 Duration::ZERO
             }
-            _ => wait,
+            None => wait,
         };
         if let Some(sig) = sys::sigtimedwait(mask, wait)
             && sig != Signal::SIGCHLD

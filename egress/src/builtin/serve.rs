@@ -178,7 +178,7 @@ pub fn main(args: &[OsString]) -> i32 {
 
 /// Raise the soft fd limit to the hard one: each client connection and each tunnel costs fds,
 /// and the default soft limit (1024) is below the connection cap plus tunnels.
-fn raise_nofile() {
+pub(crate) fn raise_nofile() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);

@@ -20,20 +20,26 @@ use super::State;
 
 /// The TTL of the stub's answers: short, so that a changed record is asked for again soon.
 const ANSWER_TTL: u32 = 10;
+/// Queries answered at once; more are dropped (the client asks again), so a flood of queries
+/// for slow names cannot pile up lookups in the launcher.
+const MAX_PENDING: usize = 256;
 
 pub(super) async fn serve(sock: UdpSocket, st: Arc<State>) {
     let sock = Arc::new(sock);
+    let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING));
     let mut buf = vec![0u8; 4096];
     loop {
         let Ok((n, from)) = sock.recv_from(&mut buf).await else {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
+        let Ok(slot) = pending.clone().try_acquire_owned() else { continue };
         let (query, sock, st) = (buf[..n].to_vec(), sock.clone(), st.clone());
         tokio::spawn(async move {
-            if let Some(reply) = answer(&st, &query).await.and_then(|m| m.to_vec().ok()) {
+            if let Some(reply) = answer(&st, &query).await.and_then(|m| fit(m, &query)) {
                 let _ = sock.send_to(&reply, from).await;
             }
+            drop(slot);
         });
     }
 }
@@ -53,7 +59,7 @@ async fn answer(st: &State, raw: &[u8]) -> Option<Message> {
         (OpCode::Query, _) => return Some(with_code(resp, ResponseCode::FormErr)),
         _ => return Some(with_code(resp, ResponseCode::NotImp)),
     };
-    let name = query.name().to_ascii();
+    let name = query.name().to_ascii().to_ascii_lowercase();
     let name = name.trim_end_matches('.');
     let step = match st.policy.lookup(name) {
         Ok(s) => s,
@@ -87,6 +93,19 @@ async fn answer(st: &State, raw: &[u8]) -> Option<Message> {
         resp.answers.push(Record::from_rdata(query.name().clone(), ANSWER_TTL, rdata));
     }
     Some(resp)
+}
+
+/// The reply's bytes; one too large for a client without EDNS (512 bytes) goes without its
+/// answers and with the truncation bit, as a name server does.
+fn fit(mut m: Message, query: &[u8]) -> Option<Vec<u8>> {
+    let bytes = m.to_vec().ok()?;
+    let edns = Message::from_vec(query).ok().is_some_and(|q| q.edns.is_some());
+    if bytes.len() <= 512 || edns {
+        return Some(bytes);
+    }
+    m.answers.clear();
+    m.metadata.truncation = true;
+    m.to_vec().ok()
 }
 
 fn with_code(mut m: Message, code: ResponseCode) -> Message {

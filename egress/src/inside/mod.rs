@@ -22,19 +22,27 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ocsb_policy::egress::{Decision, LogLine, Policy};
+use ocsb_policy::egress::{Decision, LogLine, Policy, RuleKind, Step, Target};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 use crate::builtin::dial::Resolver;
 
-/// How long a redirected connection's client has to send its first bytes before it is judged
-/// by its address alone (a protocol where the server speaks first, SSH, sends nothing).
+/// How long a redirected connection to port 80 or 443 has to send its first bytes (the request
+/// head, the ClientHello) before it is judged by its address alone. On other ports nothing is
+/// awaited: only `connect` rules allow them, which name the host the DNS stub answered for (and
+/// a protocol where the server speaks first, SSH, would wait for nothing).
 const FIRST_BYTES: Duration = Duration::from_millis(300);
 /// Addresses the stub answered with, remembered for mapping connections back to names.
 const NAMES_KEPT: usize = 4096;
 /// The filter's answer to a CONNECT must come within this (it resolves and dials first).
 const FILTER_ANSWER: Duration = Duration::from_secs(30);
+/// Connections served at once over all listeners, at most; more wait in the kernel's backlog.
+/// *Why*: each holds two descriptors of the launcher (which serves the web front too), and the
+/// sandbox must not be able to use them all up: the cap also stays well under the soft limit.
+const MAX_CONNECTIONS: usize = 4096;
+/// Descriptors kept free of connections (the web front, the runtime, files).
+const SPARE_FDS: u64 = 256;
 
 /// What the served network needs besides its sockets.
 pub struct Config {
@@ -133,6 +141,11 @@ pub fn serve(cfg: Config, sockets: Sockets, dial_in: Option<DialIn>) -> Result<S
         log: Mutex::new(cfg.log),
         names: Mutex::default(),
     });
+    crate::builtin::serve::raise_nofile();
+    let soft =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |l| l.0);
+    let cap = (soft.saturating_sub(SPARE_FDS) / 2).clamp(64, MAX_CONNECTIONS as u64) as usize;
+    let slots = Arc::new(tokio::sync::Semaphore::new(cap));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let tasks = rt.block_on(async {
         let mut tasks = Vec::new();
@@ -142,11 +155,11 @@ pub fn serve(cfg: Config, sockets: Sockets, dial_in: Option<DialIn>) -> Result<S
         };
         for (port, l) in sockets.forward {
             let (l, to) = (tcp(l)?, SocketAddr::from(([127, 0, 0, 1], port)));
-            tasks.push(tokio::spawn(accept_loop(l, move |c| relay_to(c, to))));
+            tasks.push(tokio::spawn(accept_loop(l, slots.clone(), move |c| relay_to(c, to))));
         }
         for l in sockets.transparent {
             let (l, st) = (tcp(l)?, st.clone());
-            tasks.push(tokio::spawn(accept_loop(l, move |c| transparent(c, st.clone()))));
+            tasks.push(tokio::spawn(accept_loop(l, slots.clone(), move |c| transparent(c, st.clone()))));
         }
         for u in sockets.dns {
             u.set_nonblocking(true)?;
@@ -154,7 +167,8 @@ pub fn serve(cfg: Config, sockets: Sockets, dial_in: Option<DialIn>) -> Result<S
         }
         for (l, port) in sockets.expose {
             let (l, dial) = (tcp(l)?, dial_in.clone());
-            tasks.push(tokio::spawn(accept_loop(l, move |c| dial_into(c, dial.clone(), port))));
+            tasks
+                .push(tokio::spawn(accept_loop(l, slots.clone(), move |c| dial_into(c, dial.clone(), port))));
         }
         Ok::<_, std::io::Error>(tasks)
     });
@@ -172,15 +186,20 @@ pub fn serve(cfg: Config, sockets: Sockets, dial_in: Option<DialIn>) -> Result<S
     Ok(Served { stop: Some(stop), thread: Some(thread) })
 }
 
-async fn accept_loop<F, Fut>(l: TcpListener, handle: F)
+async fn accept_loop<F, Fut>(l: TcpListener, slots: Arc<tokio::sync::Semaphore>, handle: F)
 where
     F: Fn(TcpStream) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
         match l.accept().await {
             Ok((c, _)) => {
-                tokio::spawn(handle(c));
+                let work = handle(c);
+                tokio::spawn(async move {
+                    work.await;
+                    drop(slot);
+                });
             }
             // Out of descriptors, or the like: wait instead of spinning.
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -188,19 +207,24 @@ where
     }
 }
 
-async fn relay_to(mut client: TcpStream, to: SocketAddr) {
-    if let Ok(mut up) = TcpStream::connect(to).await {
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut up).await;
+/// Both directions, zero-copy (splice), each half-close passed on.
+async fn splice_both(a: &TcpStream, b: &TcpStream) {
+    let _ = crate::builtin::splice::relay(a, b, &|| {}).await;
+}
+
+async fn relay_to(client: TcpStream, to: SocketAddr) {
+    if let Ok(up) = TcpStream::connect(to).await {
+        splice_both(&client, &up).await;
     }
 }
 
-async fn dial_into(mut client: TcpStream, dial: Option<DialIn>, port: u16) {
+async fn dial_into(client: TcpStream, dial: Option<DialIn>, port: u16) {
     let Some(dial) = dial else { return };
     let Ok(Ok(std)) = tokio::task::spawn_blocking(move || dial(port)).await else { return };
     if std.set_nonblocking(true).is_ok()
-        && let Ok(mut inside) = TcpStream::from_std(std)
+        && let Ok(inside) = TcpStream::from_std(std)
     {
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut inside).await;
+        splice_both(&client, &inside).await;
     }
 }
 
@@ -208,7 +232,8 @@ async fn dial_into(mut client: TcpStream, dial: Option<DialIn>, port: u16) {
 async fn transparent(mut client: TcpStream, st: Arc<State>) {
     let Some(orig) = original_destination(&client) else { return };
     let mut first = Vec::with_capacity(2048);
-    let _ = tokio::time::timeout(FIRST_BYTES, async {
+    let wait = if matches!(orig.port(), 80 | 443) { FIRST_BYTES } else { Duration::ZERO };
+    let _ = tokio::time::timeout(wait, async {
         let mut buf = [0u8; 4096];
         while !peek::complete(&first) {
             match client.read(&mut buf).await {
@@ -218,16 +243,23 @@ async fn transparent(mut client: TcpStream, st: Arc<State>) {
         }
     })
     .await;
-    let name = peek::host_name(&first).or_else(|| st.name_of(orig.ip()));
-    let authority = match (name, orig) {
-        (Some(n), _) => format!("{n}:{}", orig.port()),
-        (None, SocketAddr::V4(a)) => a.to_string(),
-        (None, SocketAddr::V6(a)) => format!("[{}]:{}", a.ip(), a.port()),
+    let by_address = match orig {
+        SocketAddr::V4(a) => a.to_string(),
+        SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
+    };
+    // A `connect` rule for the very address dialled wins over the name the client sent
+    // (kubectl with `tls-server-name` dials 10.0.0.5:6443 and names another host).
+    let address_rule = Target::from_connect(&by_address)
+        .is_ok_and(|t| matches!(st.policy.evaluate(&t), Step::Decided(d) if d.rule == RuleKind::Connect));
+    let name = peek::host_name(&first).or_else(|| st.name_of(orig.ip())).filter(|_| !address_rule);
+    let authority = match name {
+        Some(n) => format!("{n}:{}", orig.port()),
+        None => by_address,
     };
     match connect_through_filter(st.filter, &authority).await {
         Some(mut up) => {
             if up.write_all(&first).await.is_ok() {
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut up).await;
+                splice_both(&client, &up).await;
             }
         }
         // Refused (the filter logged why) or unreachable: reset, so the client fails at once.

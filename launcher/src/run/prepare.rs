@@ -143,7 +143,8 @@ fn check_netlock(project: &Project, policy: &Policy, lock: &Netlock) -> Result<(
         (Network::Host, Netlock::Off) => println!("netlock:    off"),
         (Network::Isolated { .. }, Netlock::Required { gid, .. }) => println!(
             "network:    isolated: the sandbox has its own network namespace, served by this launcher; \
-             it also runs as group {group} (gid {gid}), the netlock, as defence in depth"
+             it also runs as the netlock group {group} (gid {gid}), which would lock any socket of the \
+             host's network it got hold of"
         ),
         (Network::Isolated { .. }, Netlock::Off) => println!(
             "network:    isolated: the sandbox has its own network namespace, served by this launcher \

@@ -27,6 +27,10 @@ fn an_isolated_sandbox_reaches_only_what_the_rules_and_the_forwards_allow() {
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("192.0.2.1", 2222)); s.listen(8)
 while True:
     c, _ = s.accept(); c.sendall(b"SSH-2.0-world\r\n"); c.close()' &
+        O python3 -c 'import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("192.0.2.1", 6443)); s.listen(8)
+while True:
+    c, _ = s.accept(); c.recv(4096); c.sendall(b"k8s-ok\n"); c.close()' &
         python3 -c 'import socket, sys, time
 ls = []
 for p in (7001, 7002):
@@ -39,7 +43,7 @@ for s in ls: threading.Thread(target=serve, args=(s,), daemon=True).start()
 time.sleep(60)' ocsb-isolated-marker &
         mkdir -p .opencode-sandbox/local
         printf 'OCSB_NETWORK=isolated\nOCSB_FORWARD_PORTS=(7002)\n' > .opencode-sandbox/local/sandbox.conf
-        printf 'block .exfil.example\nblock 192.0.2.2\nconnect svc.example.test:2222\n' > .opencode-sandbox/local/egress.conf
+        printf 'block .exfil.example\nblock 192.0.2.2\nconnect svc.example.test:2222 192.0.2.1:6443\n' > .opencode-sandbox/local/egress.conf
         chown -R 1990 .opencode-sandbox/local
         R=$(mktemp); echo 'nameserver 192.0.2.1' > "$R"; chmod 644 "$R"
         sleep 0.5
@@ -52,6 +56,7 @@ time.sleep(60)' ocsb-isolated-marker &
             echo python \$(env -u http_proxy -u HTTP_PROXY python3 -c \"import urllib.request; print(urllib.request.urlopen(\\\"http://www.example.test/hello.txt\\\", timeout=10).read().decode().strip())\")
             echo node \$(node -e \"fetch(\\\"http://www.example.test/hello.txt\\\").then(r => r.text()).then(t => console.log(t.trim()), e => console.log(e.cause ? e.cause.code : e))\")
             echo ssh-like \$(python3 -c \"import socket; print(socket.create_connection((\\\"svc.example.test\\\", 2222), timeout=10).recv(64).decode().strip())\")
+            echo k8s \$(curl --http0.9 -s --noproxy \"*\" --max-time 10 -H \"Host: kubernetes\" http://192.0.2.1:6443/)
             curl -s --noproxy \"*\" --max-time 10 http://secret-data.exfil.example/ >/dev/null; echo exfil-name \$?
             curl -s --noproxy \"*\" --max-time 10 http://192.0.2.2/hello.txt >/dev/null; echo blocked-ip \$?
             curl -s --noproxy \"*\" --max-time 10 http://10.0.0.1/ >/dev/null; echo private-ip \$?
@@ -78,6 +83,8 @@ except OSError as e: print(\\\"udp\\\", errno.errorcode.get(e.errno, e))\"
     has(&out, "python origin-ok", &err);
     has(&out, "node origin-ok", &err); // Node's fetch never reads the proxy variables
     has(&out, "ssh-like SSH-2.0-world", &err);
+    // The address dialled has a `connect` rule: it wins over the name the client sent.
+    has(&out, "k8s k8s-ok", &err);
     has(&out, "exfil-name 6", &err); // could not resolve: the stub refused the name
     for refused in ["blocked-ip", "private-ip", "other-port"] {
         let line = out.lines().find(|l| l.starts_with(refused)).unwrap_or_default();

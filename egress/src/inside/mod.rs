@@ -9,7 +9,7 @@
 //!   DNS stub answered with for its address, and it goes to the filter as `CONNECT name:port`:
 //!   the same rules, the same decision, the same log line with `file:line` as a proxied request.
 //!   A refused one is reset at once;
-//! - **DNS**: the stub in [`dns`];
+//! - **DNS**: the stub in `dns.rs`;
 //! - **exposed ports**: a host listener whose connections go *into* the sandbox (OpenCode's port,
 //!   for the web front), through a socket the sandbox's namespace made.
 

@@ -6,7 +6,11 @@
 //!   (target: <= 1.05x);
 //! - end to end: `ocsb exec -- true` as the user types it (settings, checkout audit, filter
 //!   check, netlock, self-tests when their inputs changed, the sandbox) with the filter up and
-//!   the rules unchanged, vs the same `bwrap` and plain `true` (target: <= 2x bwrap).
+//!   the rules unchanged, vs the same `bwrap` and plain `true` (target: <= 2x bwrap); then the
+//!   same project with `OCSB_NETWORK=isolated` (target: <= 1.3x the netlock mode);
+//! - isolated network throughput: a 256 MiB tunnel through the filter with the netlock, through
+//!   the isolated sandbox's relayed proxy port, and through its transparent path (targets:
+//!   >= 0.9x each). `OCSB_BENCH=throughput` runs this part alone.
 //!
 //! Every command runs as the user ocsb-test inside a network namespace this process creates.
 //! `bwrap` comes from the Debian package bubblewrap; without it that column is reported missing.

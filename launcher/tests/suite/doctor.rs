@@ -202,7 +202,8 @@ fn missing_group() {
     assert_eq!(
         line(&out, "netlock-group"),
         "fail netlock-group: the group \"ocsb-no-such-group\" (OCSB_NETLOCK_GROUP) does not exist; \
-         fix: sudo groupadd --system ocsb-no-such-group (or remove OCSB_NETLOCK_GROUP to use opencode-sandbox)"
+         fix: sudo groupadd --system ocsb-no-such-group (or remove OCSB_NETLOCK_GROUP to use opencode-sandbox); \
+         or, without root, set OCSB_NETWORK=isolated (its own network namespace)"
     );
     assert!(line(&out, "netlock-probe").starts_with("fail netlock-probe: not run:"), "{out}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("netlock-group"), "{}", show(&o));

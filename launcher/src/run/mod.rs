@@ -50,7 +50,8 @@ fn opencode_get(addr: SocketAddr, authorization: &str, path: &str) -> Option<Str
     crate::web::listener::check_ours(addr).ok()?;
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
     crate::web::listener::check_peer(s.local_addr().ok()?, addr).ok()?;
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    // OpenCode's first answers after its start can take seconds on a busy machine.
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
     let req = format!(
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {authorization}\r\nConnection: close\r\n\r\n"

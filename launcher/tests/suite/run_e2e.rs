@@ -26,6 +26,9 @@ use testkit::{Netns, Proc};
 
 const UID: u32 = testkit::host::TEST_UID;
 const T: Duration = Duration::from_secs(30);
+/// The two `ocsb run` tests take turns: each starts OpenCode and Chromium, and on two cores
+/// side by side they starve each other's timing (a first `/session` answer late by seconds).
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn require_host() {
     testkit::host::require_root("this test creates a network namespace and switches to ocsb-test");
@@ -288,6 +291,7 @@ fn shell(w: &World, auth: &str, id: &str, cmd: &str) -> String {
 #[test]
 fn run_puts_the_agents_shell_in_the_sandbox() {
     require_host();
+    let _turn = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let gid = netlock_gid();
     let (ns, origins) = world_netns();
     let tmp = tempfile::tempdir().unwrap();
@@ -764,6 +768,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
 #[test]
 fn run_works_in_an_isolated_network_without_the_netlock() {
     require_host();
+    let _turn = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let gid = netlock_gid();
     let (ns, origins) = world_netns();
     let tmp = tempfile::tempdir().unwrap();

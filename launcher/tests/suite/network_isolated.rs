@@ -78,7 +78,8 @@ except OSError as e: print(\\\"udp\\\", errno.errorcode.get(e.errno, e))\"
         python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect("\0ocsb-isolated-abstract"); print("host reaches the abstract socket")'
         echo "queries: $(sort -u "$Q" | tr '\n' ' ')"
         echo "log:"; U "$OCSB" egress logs --no-follow 2>&1 | sed 's/^/  /'
-        ip netns pids "$ON" | xargs -r kill; pkill -f ocsb-isolated-marker; ip netns del "$ON""#,
+        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON"
+        pkill -f ocsb-isolated-marker # last: this script's own command line names it too"#,
         dns = w.root.join("bin/dns.py").display(),
     );
     let (out, err) = scenario(&w, &body);

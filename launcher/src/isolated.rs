@@ -12,7 +12,7 @@ use ocsb_policy::egress::Policy;
 use ocsb_sandbox::netns::{Inside, Role};
 use ocsb_sandbox::{Network, SandboxSpec};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::project::Project;
 
 /// What serving a sandbox's namespace needs: where the filter listens, the rules (for the DNS
@@ -21,7 +21,7 @@ use crate::project::Project;
 pub struct Server {
     filter: SocketAddr,
     policy: Policy,
-    log: std::path::PathBuf,
+    paths: ocsb_egress::paths::EgressPaths,
     /// Host `127.0.0.1:P` relayed to `127.0.0.1:P` inside (OpenCode's port, for `run`).
     expose: Vec<u16>,
 }
@@ -32,7 +32,7 @@ impl Server {
         Ok(Server {
             filter: SocketAddr::from(([127, 0, 0, 1], project.settings.egress_port())),
             policy: policy.clone(),
-            log: inst.paths().access_log(),
+            paths: inst.paths(),
             expose: Vec::new(),
         })
     }
@@ -62,25 +62,33 @@ impl Server {
         }
         let factory = Arc::new(inside.factory);
         let dial: DialIn = Arc::new(move |port| factory.connect(port));
-        let log = std::fs::OpenOptions::new().append(true).open(&self.log).ok();
+        // The stub's refusals go beside the filter's own lines; without the log they would go
+        // nowhere, so say so rather than drop them quietly.
+        let log = match self.paths.open_access_log() {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!(
+                    "ocsb: warning: {}: {e}; names the DNS stub refuses are not logged",
+                    self.paths.access_log().display()
+                );
+                None
+            }
+        };
         let cfg = inside::Config { filter: self.filter, policy: self.policy.clone(), log };
         let served = inside::serve(cfg, sockets, Some(dial)).map_err(fail)?;
         Ok(Box::new(served))
     }
 }
 
-/// Runs the sandbox; an isolated one is served by `server` while it runs.
+/// Runs the sandbox; an isolated one is served by `server` while it runs (and refused
+/// without one, by `run_served`).
 pub fn run(spec: &SandboxSpec, server: Option<&Server>) -> Result<i32> {
     let serve = |inside: Inside| match server {
         Some(s) => s.serve(inside),
         None => Err(ocsb_sandbox::Error::failed("no server for the isolated network", "report this")),
     };
     let serve: ocsb_sandbox::Serve<'_> = &serve;
-    let isolated = spec.network != Network::Host;
-    if isolated && server.is_none() {
-        return Err(Error::failed("an isolated sandbox was started without its server", "report this"));
-    }
-    Ok(ocsb_sandbox::run_served(spec, isolated.then_some(serve))?)
+    Ok(ocsb_sandbox::run_served(spec, server.is_some().then_some(serve))?)
 }
 
 /// [`run`] for a project: the server built from its settings and `policy`.

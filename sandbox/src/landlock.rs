@@ -3,7 +3,9 @@
 //! everywhere, write only beneath the writable mounts, ioctl only on the terminal devices) and the
 //! ABI 6 scopes: abstract UNIX sockets (reachable otherwise, because the sandbox shares the host
 //! network namespace: X11, D-Bus and any `@name` listener) and signals to processes outside.
-//! Newer rights are added best-effort.
+//! Newer rights are added best-effort. An isolated sandbox (`OCSB_NETWORK=isolated`) has its
+//! own network namespace, which closes abstract sockets and the network by itself: there the
+//! floor is ABI 1 and the rest best effort ([`missing_rights`] names what a kernel lacks).
 
 use std::path::{Path, PathBuf};
 

@@ -9,7 +9,6 @@
 //!
 //! Entry points:
 //! - [`run`] with a [`SandboxSpec`] (`ocsb exec`, `ocsb shell`, `ocsb run`);
-//! - [`run_spec_file`]: the same with a spec read from a JSON file;
 //! - [`stage2_dispatch`] first thing in `main`: stage 2 runs in a fresh exec of the same binary.
 //! - [`status()`] for `ocsb sandbox status`.
 
@@ -49,16 +48,4 @@ pub use status::status;
 /// command line: stage 2 forks, which is sound only while it has one thread.
 pub fn stage2_dispatch() -> Option<i32> {
     (std::env::args_os().nth(1)? == stage2::ARG).then(stage2::main)
-}
-
-/// Run `argv` (or the spec's own command when empty) under the spec in the JSON file `path`;
-/// `serve` serves an isolated network (see [`run_served`]).
-pub fn run_spec_file(path: &std::path::Path, argv: Vec<String>, serve: Option<Serve<'_>>) -> Result<i32> {
-    let text = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
-    let mut spec: SandboxSpec = serde_json::from_slice(&text)
-        .map_err(|e| Error::refused(format!("{}: {e}", path.display()), "fix the spec"))?;
-    if !argv.is_empty() {
-        spec.argv = argv;
-    }
-    run_served(&spec, serve)
 }

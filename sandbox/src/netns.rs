@@ -95,12 +95,17 @@ fn fail(what: &str, e: impl std::fmt::Display) -> Error {
     )
 }
 
+/// The programs that build the namespace, with their Debian packages. Looked up in the system
+/// directories only (never `PATH`): they run with a capability over the sandbox's namespace.
+pub const TOOLS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
+
+/// Where `name` is installed, if it is.
+pub fn find_tool(name: &str) -> Option<PathBuf> {
+    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.is_file())
+}
+
 fn tool(name: &str) -> Result<PathBuf> {
-    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-        .ok_or_else(|| fail(&format!("{name}(8) not found"), "install it"))
+    find_tool(name).ok_or_else(|| fail(&format!("{name}(8) not found"), "install it"))
 }
 
 /// Runs `program args` with `CAP_NET_ADMIN` over the new namespace (ambient, so it survives

@@ -36,7 +36,7 @@ pub(super) async fn serve(sock: UdpSocket, st: Arc<State>) {
         let Ok(slot) = pending.clone().try_acquire_owned() else { continue };
         let (query, sock, st) = (buf[..n].to_vec(), sock.clone(), st.clone());
         tokio::spawn(async move {
-            if let Some(reply) = answer(&st, &query).await.and_then(|m| fit(m, &query)) {
+            if let Some(reply) = answer(&st, &query).await.and_then(|(m, edns)| fit(m, edns)) {
                 let _ = sock.send_to(&reply, from).await;
             }
             drop(slot);
@@ -44,9 +44,15 @@ pub(super) async fn serve(sock: UdpSocket, st: Arc<State>) {
     }
 }
 
-/// The reply to one query message (`None`: not a query, no reply).
-async fn answer(st: &State, raw: &[u8]) -> Option<Message> {
+/// The reply to one query message, and whether the query had EDNS (`None`: not a query, no
+/// reply).
+async fn answer(st: &State, raw: &[u8]) -> Option<(Message, bool)> {
     let req = Message::from_vec(raw).ok()?;
+    let edns = req.edns.is_some();
+    respond(st, req).await.map(|m| (m, edns))
+}
+
+async fn respond(st: &State, req: Message) -> Option<Message> {
     if req.metadata.message_type != MessageType::Query {
         return None;
     }
@@ -97,9 +103,8 @@ async fn answer(st: &State, raw: &[u8]) -> Option<Message> {
 
 /// The reply's bytes; one too large for a client without EDNS (512 bytes) goes without its
 /// answers and with the truncation bit, as a name server does.
-fn fit(mut m: Message, query: &[u8]) -> Option<Vec<u8>> {
+fn fit(mut m: Message, edns: bool) -> Option<Vec<u8>> {
     let bytes = m.to_vec().ok()?;
-    let edns = Message::from_vec(query).ok().is_some_and(|q| q.edns.is_some());
     if bytes.len() <= 512 || edns {
         return Some(bytes);
     }

@@ -56,8 +56,11 @@ fn with_stdout_on_stderr<T>(f: impl FnOnce() -> T) -> T {
 pub fn run_spec(spec: &std::path::Path, argv: Vec<String>) -> i32 {
     let run = || -> Result<i32> {
         let text = std::fs::read(spec).map_err(|e| Error::io("read", spec, e))?;
-        let parsed: ocsb_sandbox::SandboxSpec = serde_json::from_slice(&text)
+        let mut parsed: ocsb_sandbox::SandboxSpec = serde_json::from_slice(&text)
             .map_err(|e| Error::failed(format!("{}: {e}", spec.display()), "fix the spec"))?;
+        if !argv.is_empty() {
+            parsed.argv = argv;
+        }
         let server = match parsed.network {
             ocsb_sandbox::Network::Host => None,
             ocsb_sandbox::Network::Isolated { .. } => {
@@ -65,11 +68,7 @@ pub fn run_spec(spec: &std::path::Path, argv: Vec<String>) -> i32 {
                 Some(crate::isolated::Server::new(&project, &project.egress_policy()?)?)
             }
         };
-        let serve = |inside| match &server {
-            Some(s) => s.serve(inside),
-            None => Err(ocsb_sandbox::Error::failed("no server for the isolated network", "report this")),
-        };
-        Ok(ocsb_sandbox::run_spec_file(spec, argv, server.is_some().then_some(&serve))?)
+        crate::isolated::run(&parsed, server.as_ref())
     };
     run().unwrap_or_else(|e| {
         eprintln!("ocsb: {e}");

@@ -385,12 +385,10 @@ fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> std::io::Result<Out
 
 /// The tools stage 2 runs to build an isolated namespace (the same directories it looks in).
 fn isolated_tools() -> Result<(), String> {
-    let missing: Vec<&str> = [("ip", "iproute2"), ("nft", "nftables")]
-        .into_iter()
-        .filter(|(t, _)| {
-            !["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().any(|d| Path::new(d).join(t).is_file())
-        })
-        .map(|(_, pkg)| pkg)
+    let missing: Vec<&str> = ocsb_sandbox::netns::TOOLS
+        .iter()
+        .filter(|(t, _)| ocsb_sandbox::netns::find_tool(t).is_none())
+        .map(|(_, pkg)| *pkg)
         .collect();
     if missing.is_empty() { Ok(()) } else { Err(missing.join(" ")) }
 }

@@ -28,7 +28,7 @@ fi
 #   python3-dbus python3-gi   the fake desktop notification daemon (notify_plugin, run_e2e);
 #                 Debian's /usr/bin/python3 is used for it, not a python3 first on PATH
 #   xdg-dbus-proxy   the filtered session bus of OCSB_NOTIFICATIONS (notify_plugin, run_e2e)
-#   (nodejs)      runs the notification plugin in notify_plugin; it comes with npm below, not
+#   (nodejs)      runs the notification plugin in notify_plugin and Node's fetch in network_isolated; it comes with npm below, not
 #                 from this list, because a Node.js from elsewhere conflicts with Debian's
 #   ripgrep       OpenCode's grep, glob and skill tools (plugins test); without it OpenCode
 #                 would try to download rg from github.com

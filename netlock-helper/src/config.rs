@@ -58,10 +58,7 @@ impl Config {
     /// Parses the config text; errors name the file and the line.
     pub fn parse(text: &str) -> Result<Config> {
         toml::from_str(text).map_err(|e| {
-            anyhow::anyhow!(
-                "{CONFIG_PATH}: {e}\nhint: allowed keys are `group = \"NAME\"`, \
-                 `dns = \"resolv-conf\" | \"none\" | {{ static = [\"ADDR\", ...] }}` and `owner_flags = false`"
-            )
+            anyhow::anyhow!("{CONFIG_PATH}: {e}\nhint: allowed keys are `group = \"NAME\"`, `dns = \"resolv-conf\" | \"none\" | {{ static = [\"ADDR\", ...] }}` and `owner_flags = false`")
         })
     }
 
@@ -77,8 +74,7 @@ impl Config {
         let (uid, mode) = (meta.uid(), meta.mode() & 0o7777);
         if uid != 0 || mode & 0o022 != 0 {
             bail!(
-                "{CONFIG_PATH} must be owned by root and not writable by group or others (found uid {uid} \
-                 mode {mode:o}); fix with: chown root: {CONFIG_PATH} && chmod 0644 {CONFIG_PATH}"
+                "{CONFIG_PATH} must be owned by root and not writable by group or others (found uid {uid} mode {mode:o}); fix with: chown root: {CONFIG_PATH} && chmod 0644 {CONFIG_PATH}"
             );
         }
         if meta.len() > MAX_CONFIG {
@@ -93,15 +89,11 @@ impl Config {
         let name = &self.group;
         let group = Group::from_name(name).with_context(|| format!("cannot look up group {name:?}"))?;
         let gid = group.map(|g| g.gid.as_raw()).with_context(|| {
-            format!(
-                "group {name:?} (from {CONFIG_PATH}) does not exist; create it with `systemd-sysusers` \
-                 (packaging/sysusers.d/ocsb.conf) or `groupadd --system {name}`"
-            )
+            format!("group {name:?} (from {CONFIG_PATH}) does not exist; create it with `systemd-sysusers` (packaging/sysusers.d/ocsb.conf) or `groupadd --system {name}`")
         })?;
         if gid == 0 || gid > SYS_GID_MAX {
             bail!(
-                "group {name:?} has gid {gid}; the netlock group must be a system group (1..={SYS_GID_MAX}) \
-                 so that no login user's primary group is locked by accident"
+                "group {name:?} has gid {gid}; the netlock group must be a system group (1..={SYS_GID_MAX}) so that no login user's primary group is locked by accident"
             );
         }
         Ok(gid)

@@ -18,7 +18,7 @@ use nix::sys::signal::{SigSet, Signal};
 use crate::config;
 use crate::dbus::{self, Reply};
 use crate::model::Model;
-use crate::nft::{Nl, OWNED};
+use crate::nft::Nl;
 use crate::notify::notify;
 use crate::status::{Status, now};
 
@@ -62,10 +62,9 @@ struct Engine {
 impl Engine {
     fn start() -> Result<Engine> {
         let mut nl = Nl::open()?;
-        let owned = nl.use_owner(&config::load_model()?)?;
-        let status = Status::new(owned);
+        let flags = nl.flags_for(Some(&config::load_model()?))?;
+        let status = Status::new(flags != 0);
         let shared = Arc::new(Mutex::new(status.clone()));
-        let flags = if owned { OWNED } else { 0 };
         Ok(Engine { nl, flags, enabled: true, model: None, pending: None, generation: None, status, shared })
     }
 
@@ -75,16 +74,15 @@ impl Engine {
     /// closed) and the status says why.
     fn tick(&mut self, force: bool) -> Result<()> {
         let r = self.look(force);
-        let was = (self.status.state.clone(), self.status.error.clone());
-        match &r {
-            Ok(()) if !self.enabled => (self.status.state, self.status.error) = ("removed".into(), None),
-            Ok(()) => (self.status.state, self.status.error) = ("enforcing".into(), None),
-            Err(e) => (self.status.state, self.status.error) = ("error".into(), Some(format!("{e:#}"))),
-        }
-        if (self.status.state.clone(), self.status.error.clone()) != was {
-            if let Err(e) = &r {
-                eprintln!("ocsb-netlock-helper: {e:#} (the table in the kernel is left as it is)");
+        let (state, error) = match &r {
+            Ok(()) => (if self.enabled { "enforcing" } else { "removed" }, None),
+            Err(e) => ("error", Some(format!("{e:#}"))),
+        };
+        if (state, &error) != (self.status.state.as_str(), &self.status.error) {
+            if let Some(e) = &error {
+                eprintln!("ocsb-netlock-helper: {e} (the table in the kernel is left as it is)");
             }
+            (self.status.state, self.status.error) = (state.into(), error);
             self.publish();
         }
         r
@@ -136,11 +134,6 @@ impl Engine {
         read.map(drop)
     }
 
-    fn enable(&mut self) -> Result<()> {
-        self.enabled = true;
-        self.tick(true)
-    }
-
     /// Takes the lock away until `Apply`, SIGHUP or a restart.
     fn remove(&mut self) -> Result<()> {
         self.nl.remove(self.flags)?;
@@ -151,7 +144,10 @@ impl Engine {
     fn handle(&mut self, req: Request) -> Result<String, String> {
         let r = match req {
             Request::Refresh => self.tick(false),
-            Request::Apply => self.enable(),
+            Request::Apply => {
+                self.enabled = true;
+                self.tick(true)
+            }
             Request::Remove => self.remove(),
         };
         r.map(|()| self.status.state.clone()).map_err(|e| format!("{e:#}"))
@@ -193,7 +189,7 @@ pub fn run() -> Result<()> {
             Ok(Event::Call(req, reply)) => reply.send(engine.handle(req)),
             Ok(Event::Reload) => {
                 notify("RELOADING=1");
-                let _ = engine.enable();
+                let _ = engine.handle(Request::Apply);
                 notify("READY=1");
             }
             Ok(Event::Stop) => break,

@@ -80,26 +80,18 @@ pub fn serve(tx: &Sender<Event>, status: &Arc<Mutex<Status>>) -> zbus::Result<()
             }
         };
         let caller = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
-        let admitted = {
-            let mut w = lock(&waiting);
-            w.len() < MAX_CHECKS && w.insert(caller.clone())
-        };
-        if !admitted {
+        let mut w = lock(&waiting);
+        if w.len() >= MAX_CHECKS || !w.insert(caller.clone()) {
             let _ =
                 refuse(&conn, &hdr, "LimitsExceeded", "a call of yours is still waiting for polkit".into());
             continue;
         }
+        drop(w);
         let (conn, tx, waiting) = (conn.clone(), tx.clone(), waiting.clone());
         std::thread::spawn(move || {
-            let hdr = msg.header();
-            match authorize(&conn, &hdr, action) {
-                Ok(()) => {
-                    let reply = Reply { conn: conn.clone(), call: msg.clone() };
-                    let _ = tx.send(Event::Call(req, reply));
-                }
-                Err((name, text)) => {
-                    let _ = refuse(&conn, &hdr, name, text);
-                }
+            match authorize(&conn, &msg.header(), action) {
+                Ok(()) => drop(tx.send(Event::Call(req, Reply { conn: conn.clone(), call: msg.clone() }))),
+                Err((name, text)) => drop(refuse(&conn, &msg.header(), name, text)),
             }
             lock(&waiting).remove(&caller);
         });

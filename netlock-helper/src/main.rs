@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Parser;
 use ocsb_netlock_helper::cli::{Cli, Cmd};
 use ocsb_netlock_helper::config::load_model;
-use ocsb_netlock_helper::nft::{Nl, OWNED};
+use ocsb_netlock_helper::nft::Nl;
 use ocsb_netlock_helper::{daemon, verify};
 
 fn main() -> ExitCode {
@@ -22,26 +22,28 @@ fn main() -> ExitCode {
 }
 
 fn run(cmd: Cmd) -> Result<u8> {
+    if let Cmd::Daemon = cmd {
+        return daemon::run().map(|()| 0);
+    }
+    let mut nl = Nl::open()?;
+    if let Cmd::Remove = cmd {
+        // An orphaned owned table is adopted whatever the config says now.
+        let flags = nl.flags_for(None)?;
+        nl.remove(flags)?;
+        println!("removed");
+        return Ok(0);
+    }
+    let model = load_model()?;
+    let flags = nl.flags_for(Some(&model))?;
+    let owned = flags != 0;
     match cmd {
-        Cmd::Daemon => daemon::run()?,
         Cmd::Apply => {
-            let (model, mut nl) = (load_model()?, Nl::open()?);
-            let owned = nl.use_owner(&model)?;
-            nl.apply(&model, if owned { OWNED } else { 0 })?;
+            nl.apply(&model, flags)?;
             let (gid, dns4, dns6) = (model.gid, model.dns4, model.dns6);
             println!("applied: gid {gid} dns4 {dns4:?} dns6 {dns6:?} (owner flags: {owned})");
         }
-        Cmd::Remove => {
-            let mut nl = Nl::open()?;
-            // An orphaned owned table is adopted whatever the config says now.
-            let owned = nl.supports_owner()?;
-            nl.remove(if owned { OWNED } else { 0 })?;
-            println!("removed");
-        }
         Cmd::Verify { json } => {
-            let (model, mut nl) = (load_model()?, Nl::open()?);
-            let want_owned = nl.use_owner(&model)?;
-            let report = verify::verify(&mut nl, &model, want_owned)?;
+            let report = verify::verify(&mut nl, &model, owned)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -49,22 +51,8 @@ fn run(cmd: Cmd) -> Result<u8> {
             }
             return Ok(report.outcome as u8);
         }
-        Cmd::Print => {
-            let model = load_model()?;
-            // Without CAP_NET_ADMIN the feature probe is impossible; the kernel version decides.
-            let owned = Nl::open().and_then(|mut nl| nl.use_owner(&model));
-            print!(
-                "{}",
-                model.render(owned.unwrap_or_else(|_| model.owner_flags && kernel_has_owner_flags()))
-            );
-        }
+        Cmd::Print => print!("{}", model.render(owned)),
+        Cmd::Daemon | Cmd::Remove => {}
     }
     Ok(0)
-}
-
-fn kernel_has_owner_flags() -> bool {
-    let release = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned());
-    let release = release.unwrap_or_default();
-    let mut it = release.split(|c: char| !c.is_ascii_digit()).filter_map(|s| s.parse::<u32>().ok());
-    (it.next().unwrap_or(0), it.next().unwrap_or(0)) >= (6, 9)
 }

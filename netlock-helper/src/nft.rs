@@ -97,9 +97,11 @@ impl Nl {
         }
     }
 
-    /// Whether the table is made with `owner|persist`: the kernel has them and the config allows.
-    pub fn use_owner(&mut self, model: &Model) -> Result<bool> {
-        Ok(model.owner_flags && self.supports_owner()?)
+    /// The table flags to use, `OWNED` or 0: owner|persist when the kernel has them and the
+    /// config allows (`model` is `None` for `remove`, which adopts whatever the config says).
+    pub fn flags_for(&mut self, model: Option<&Model>) -> Result<u32> {
+        let allowed = model.is_none_or(|m| m.owner_flags);
+        Ok(if allowed && self.supports_owner()? { OWNED } else { 0 })
     }
 
     /// The ruleset's generation id (`NFT_MSG_GETGEN`): it changes with every committed change to
@@ -134,25 +136,21 @@ impl Nl {
     }
 
     /// Sends the request `req` (sequence number `seq`) and hands each answer to `each` until it
-    /// has the result; an error answer ends it with `what` failed.
+    /// has the result (`f`); an error answer ends it with `what` failed.
     fn ask<T>(
         &mut self,
         req: &[u8],
         seq: u32,
         what: &str,
-        mut each: impl FnMut(u16, &[u8]) -> Option<T>,
+        mut f: impl FnMut(u16, &[u8]) -> Option<T>,
     ) -> Result<T> {
         self.send_raw(req).context("netlink send")?;
-        self.answers(&[seq], |ty, _, payload| each(ty, payload)).map_err(|e| explain(e, what))
+        self.answers(&[seq], |ty, _, payload| f(ty, payload)).map_err(|e| explain(e, what))
     }
 
-    /// Reads answers to the messages `seqs` until `each` returns a value; an error answer to any
+    /// Reads answers to the messages `seqs` until `f` returns a value; an error answer to any
     /// of them ends it. Answers to other sequence numbers (a late ACK) are skipped.
-    fn answers<T>(
-        &mut self,
-        seqs: &[u32],
-        mut each: impl FnMut(u16, u32, &[u8]) -> Option<T>,
-    ) -> io::Result<T> {
+    fn answers<T>(&mut self, seqs: &[u32], mut f: impl FnMut(u16, u32, &[u8]) -> Option<T>) -> io::Result<T> {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             // `EAGAIN` after RECV_TIMEOUT. Only the kernel (port id 0) answers; a datagram from
@@ -169,7 +167,7 @@ impl Nl {
                 if ty == NLMSG_ERROR && error_code(payload) != 0 {
                     return Err(io::Error::from_raw_os_error(error_code(payload)));
                 }
-                if let Some(v) = each(ty, seq, payload) {
+                if let Some(v) = f(ty, seq, payload) {
                     return Ok(v);
                 }
             }
@@ -394,8 +392,7 @@ fn error_code(payload: &[u8]) -> i32 {
 fn explain(e: io::Error, what: &str) -> anyhow::Error {
     let hint = match e.raw_os_error() {
         Some(libc::EPERM) => {
-            "\nhint: the caller lacks CAP_NET_ADMIN, or the table is owned by the running \
-             ocsb-netlock-helper daemon (use `systemctl reload ocsb-netlock` or `ocsb netlock setup`)"
+            "\nhint: the caller lacks CAP_NET_ADMIN, or the table is owned by the running ocsb-netlock-helper daemon (use `systemctl reload ocsb-netlock` or `ocsb netlock setup`)"
         }
         Some(libc::ENOENT | libc::EOPNOTSUPP) => "\nhint: the kernel lacks nf_tables support needed here",
         _ => "",

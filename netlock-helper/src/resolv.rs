@@ -13,17 +13,13 @@ pub const MAX_SERVERS: usize = 16;
 
 /// Reads `path` (following symlinks, at most 64 KiB). A missing file means no servers: fail closed.
 pub fn read(path: &str) -> Result<Vec<IpAddr>> {
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     match File::open(path) {
-        Ok(f) => {
-            let mut bytes = Vec::new();
-            f.take(MAX_LEN).read_to_end(&mut bytes).with_context(|| format!("cannot read {path}"))?;
-            text = String::from_utf8_lossy(&bytes).into_owned();
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Ok(f) => f.take(MAX_LEN).read_to_end(&mut bytes).with_context(|| format!("cannot read {path}"))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
         Err(e) => return Err(e).with_context(|| format!("cannot read {path}")),
-    }
-    Ok(parse(&text))
+    };
+    Ok(parse(&String::from_utf8_lossy(&bytes)))
 }
 
 /// Only `nameserver <literal>` lines count; comments, `search`, `options` and garbage are ignored.

@@ -3,6 +3,7 @@
 
 use std::fs;
 use std::io::Write;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -14,13 +15,13 @@ use crate::model::Model;
 pub const STATUS_DIR: &str = "/run/ocsb-netlock";
 pub const STATUS_FILE: &str = "/run/ocsb-netlock/status.json";
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Status {
     /// starting | enforcing | removed | error | stopped
     pub state: String,
     pub gid: Option<u32>,
-    pub dns4: Vec<String>,
-    pub dns6: Vec<String>,
+    pub dns4: Vec<Ipv4Addr>,
+    pub dns6: Vec<Ipv6Addr>,
     /// The table has `owner|persist` (kernel >= 6.9 and not turned off in the config);
     /// otherwise the watcher guards it.
     pub owner_flags: bool,
@@ -34,23 +35,11 @@ pub struct Status {
 impl Status {
     pub fn new(owner_flags: bool) -> Status {
         let (state, pid, version) = ("starting".into(), std::process::id(), env!("CARGO_PKG_VERSION"));
-        Status {
-            state,
-            gid: None,
-            dns4: vec![],
-            dns6: vec![],
-            owner_flags,
-            last_apply: 0,
-            error: None,
-            pid,
-            version,
-        }
+        Status { state, owner_flags, pid, version, ..Status::default() }
     }
 
     pub fn set_model(&mut self, m: &Model) {
-        self.gid = Some(m.gid);
-        self.dns4 = m.dns4.iter().map(ToString::to_string).collect();
-        self.dns6 = m.dns6.iter().map(ToString::to_string).collect();
+        (self.gid, self.dns4, self.dns6) = (Some(m.gid), m.dns4.clone(), m.dns6.clone());
     }
 
     /// Written to a temporary name and renamed, so a reader never sees half a file; the

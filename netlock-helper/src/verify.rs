@@ -32,11 +32,9 @@ pub struct Report {
 
 /// `nft -s list table inet ocsb_netlock` (absolute path, no PATH lookup).
 pub fn list_table() -> Result<String> {
-    let Some(nft) =
-        ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"].into_iter().find(|p| Path::new(p).exists())
-    else {
-        bail!("nft(8) not found in /usr/sbin or /sbin; install the `nftables` package to verify");
-    };
+    let nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"].into_iter().find(|p| Path::new(p).exists());
+    let nft =
+        nft.context("nft(8) not found in /usr/sbin or /sbin; install the `nftables` package to verify")?;
     let out = Command::new(nft).args(["-s", "list", "table", "inet", TABLE]).env_clear().output();
     let out = out.with_context(|| format!("cannot run {nft}"))?;
     if !out.status.success() {
@@ -67,17 +65,12 @@ pub fn verify(nl: &mut Nl, model: &Model, want_owned: bool) -> Result<Report> {
 impl Report {
     /// What `verify` prints for a human.
     pub fn text(&self) -> String {
+        let unflagged =
+            self.table_flags.unwrap_or(0) & PERSIST == 0 && self.expected.contains("\tflags owner");
         let label = match self.outcome {
             Outcome::Ok => return "ok: table inet ocsb_netlock matches the contract\n".into(),
             Outcome::Missing => return "missing: table inet ocsb_netlock is not installed\n".into(),
-            Outcome::Drift
-                if self.table_flags.unwrap_or(0) & PERSIST == 0
-                    && self.expected.contains("\tflags owner") =>
-            {
-                return "drift: the table lacks the owner/persist flags (`nft flush ruleset` would remove it); \
-                        run `ocsb-netlock-helper apply` or restart the daemon\n"
-                    .into();
-            }
+            Outcome::Drift if unflagged => return "drift: the table lacks the owner/persist flags (`nft flush ruleset` would remove it); run `ocsb-netlock-helper apply` or restart the daemon\n".into(),
             Outcome::Drift => "drift",
             Outcome::StaleDns => "stale-dns",
         };

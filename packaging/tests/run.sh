@@ -135,7 +135,10 @@ inside_deb() {
 
     v=$(in_root ocsb --version) || fail "ocsb --version"
     [ "$v" = "ocsb $VERSION" ] || fail "ocsb --version printed '$v'"
-    in_root /usr/libexec/ocsb/ocsb-netlock-helper print >"$NR/tmp/print" 2>&1 || { cat "$NR/tmp/print"; fail "ocsb-netlock-helper print"; }
+    # `print` probes the kernel's table flags with a probe table (added and deleted in one
+    # batch): in a network namespace of its own, never the machine's.
+    unshare -n chroot "$NR" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C \
+        /usr/libexec/ocsb/ocsb-netlock-helper print >"$NR/tmp/print" 2>&1 || { cat "$NR/tmp/print"; fail "ocsb-netlock-helper print"; }
     grep -q "table inet ocsb_netlock" "$NR/tmp/print" && grep -q "skgid $gid" "$NR/tmp/print" ||
         { cat "$NR/tmp/print"; fail "ocsb-netlock-helper print: no table for gid $gid"; }
     in_root man -w ocsb >/dev/null 2>&1 || [ -f "$NR/usr/share/man/man1/ocsb.1.gz" ] || fail "man page ocsb.1 missing"

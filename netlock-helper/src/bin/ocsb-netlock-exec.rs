@@ -45,13 +45,11 @@ fn run() -> Result<Infallible, String> {
     // argv[0] or a symlink cannot fake).
     let me = std::fs::metadata("/proc/self/exe").map_err(|e| format!("cannot stat /proc/self/exe: {e}"))?;
     let g = Gid::from_raw(me.gid());
-    if me.uid() != 0 || me.mode() & 0o2000 == 0 || me.mode() & 0o4000 != 0 || g.as_raw() == 0 {
+    let (uid, mode) = (me.uid(), me.mode() & 0o7777);
+    if uid != 0 || mode & 0o2000 == 0 || mode & 0o4000 != 0 || g.as_raw() == 0 {
+        let found = format!("uid {uid} gid {g} mode {mode:o}");
         return Err(format!(
-            "must be installed root-owned, set-group-id and not set-user-id with a non-root group \
-             (found uid {} gid {} mode {:o}); fix: chown root:{GROUP} FILE && chmod 2755 FILE",
-            me.uid(),
-            g,
-            me.mode() & 0o7777
+            "must be installed root-owned, set-group-id, not set-user-id, with a non-root group (found {found}); fix: chown root:{GROUP} FILE && chmod 2755 FILE"
         ));
     }
     match Group::from_gid(g) {
@@ -61,13 +59,10 @@ fn run() -> Result<Infallible, String> {
 
     // The set-gid bit must have taken effect. Under no_new_privs, on a nosuid mount or under a
     // tracer the kernel silently ignores it, and the agent would then run with its network.
-    let before = getresgid().map_err(|e| format!("getresgid: {e}"))?;
-    if before.effective != g {
+    let before = getresgid().map_err(|e| format!("getresgid: {e}"))?.effective;
+    if before != g {
         return Err(format!(
-            "the set-group-id bit did not take effect (effective gid {} instead of {g}; is \
-             no_new_privs set, the file on a nosuid mount, or the process traced?). Refusing to run \
-             the sandbox without the network lock",
-            before.effective
+            "the set-group-id bit did not take effect (effective gid {before}, not {g}: no_new_privs, a nosuid mount or a tracer?); refusing to run the sandbox without the network lock"
         ));
     }
 
@@ -77,10 +72,8 @@ fn run() -> Result<Infallible, String> {
     // setfsgid returns the previous fsgid: the value nftables matches on (`meta skgid`).
     let fsgid = setfsgid(g);
     if (after.real, after.effective, after.saved, fsgid) != (g, g, g, g) {
-        return Err(format!(
-            "gid switch did not stick (rgid {} egid {} sgid {} fsgid {fsgid})",
-            after.real, after.effective, after.saved
-        ));
+        let (r, e, s) = (after.real, after.effective, after.saved);
+        return Err(format!("gid switch did not stick (rgid {r} egid {e} sgid {s} fsgid {fsgid})"));
     }
 
     // Files the agent creates get group G, which every sandboxed user shares: group bits must
@@ -98,8 +91,7 @@ fn run() -> Result<Infallible, String> {
             && addr.family() != Some(AddressFamily::Unix)
         {
             return Err(format!(
-                "descriptor {fd} is a network socket made outside the network lock; refusing \
-                 (run ocsb with a terminal, a pipe, a file or a unix socket on stdin, stdout and stderr)"
+                "descriptor {fd} is a network socket made outside the network lock; refusing (give ocsb a terminal, a pipe, a file or a unix socket as stdin, stdout and stderr)"
             ));
         }
     }

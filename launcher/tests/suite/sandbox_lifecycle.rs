@@ -5,8 +5,18 @@ use crate::support::sandbox::World;
 
 #[test]
 fn e39_everything_dies_within_a_second_of_sigkill_of_the_launcher() {
-    let w = World::new();
-    let marker = format!("1000.{}", std::process::id());
+    everything_dies_with_the_launcher(World::new(), 1);
+}
+
+/// The same with a network namespace of its own, where the launcher also serves the relays.
+#[test]
+fn e39_isolated_everything_dies_within_a_second_of_sigkill_of_the_launcher() {
+    everything_dies_with_the_launcher(World::isolated(), 2);
+}
+
+/// `tag` keeps the markers of the two variants apart when they run at the same time.
+fn everything_dies_with_the_launcher(w: World, tag: u32) {
+    let marker = format!("1000.{}{tag}", std::process::id());
     let inner = format!("setsid sleep {marker}1 & (sleep {marker}2 &); sleep {marker}3");
     let o = w.netns_script(&format!(
         "eval \"exec $SB sh -c '{inner}'\" & L=$!; \

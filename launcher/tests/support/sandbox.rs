@@ -38,6 +38,8 @@ pub struct World {
     pub state: PathBuf,
     pub bin: PathBuf,
     pub probe: PathBuf,
+    /// The spec's `network`: the host's (the default) or a namespace of its own.
+    pub network: Value,
 }
 
 impl World {
@@ -67,7 +69,20 @@ impl World {
         std::fs::write(&probe, PROBE).unwrap();
         run_ok(Command::new("chown").arg("-R").arg(format!("{UID}:{UID}")).arg(&home));
         run_ok(Command::new("chmod").arg("-R").arg("a+rX").arg(&root));
-        World { root, home, proj, state, bin, probe }
+        World { root, home, proj, state, bin, probe, network: json!("Host") }
+    }
+
+    /// The same world whose sandboxes get a network namespace of their own
+    /// (`OCSB_NETWORK=isolated`): `__sandbox-run` serves it with the rules of the project, and
+    /// relays the filter's port (3128) to the host's loopback, as `ocsb exec` does.
+    pub fn isolated() -> World {
+        let mut w = World::new();
+        w.network = json!({"Isolated": {"forward": [3128]}});
+        w
+    }
+
+    pub fn is_isolated(&self) -> bool {
+        self.network != json!("Host")
     }
 
     /// The default spec: the seed's policy with hidden `~/.aws`, writable `~/.cache`.
@@ -79,7 +94,8 @@ impl World {
             "docker_socket": null, "ssh_agent": null,
             "env": [["PATH", "/usr/local/bin:/usr/bin:/bin"], ["HOME", self.home], ["LANG", "C.UTF-8"]],
             "argv": ["true"], "cwd": null, "namespaces": true, "netlock": "Off", "tcp": null,
-            "limits": {"nproc": 4096, "shm_bytes": 16777216}, "tty": "Never"
+            "limits": {"nproc": 4096, "shm_bytes": 16777216}, "tty": "Never",
+            "network": self.network
         })
     }
 
@@ -93,7 +109,14 @@ impl World {
     /// The shell words that run CMD in the sandbox as ocsb-test (inside the caller's netns).
     pub fn sandbox_words(&self, spec: &Value, cmd: &[&str]) -> Vec<String> {
         let spec = self.write_spec(spec);
-        let mut v = as_test_user();
+        // An isolated sandbox is served with the project's settings, found from the user's
+        // home as `ocsb` finds them: the test user's, not the test process's.
+        let mut v: Vec<String> = Vec::new();
+        if self.is_isolated() {
+            let home = format!("HOME={}", self.home.display());
+            v.extend(["env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", &home].map(String::from));
+        }
+        v.extend(as_test_user());
         v.extend([self.bin.display().to_string(), "__sandbox-run".into(), spec.display().to_string()]);
         v.extend(cmd.iter().map(|s| s.to_string()));
         v

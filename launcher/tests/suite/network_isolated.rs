@@ -121,3 +121,157 @@ except OSError as e: print(\\\"udp\\\", errno.errorcode.get(e.errno, e))\"
         assert!(out.lines().any(|l| l.ends_with(line)), "missing log line {line:?}\n{out}\n{err}");
     }
 }
+
+const VERDICTS_PY: &str = include_str!("../support/verdicts.py");
+
+/// One case of the verdict table: the target, and what each path must give. `proxy` is the
+/// filter's status through the inside proxy port; `direct` what a client that ignores the proxy
+/// gets on the transparent path; `rule` the deciding rule in the filter's log (and, as a verdict,
+/// in `ocsb egress explain`).
+struct Case {
+    label: &'static str,
+    host: &'static str,
+    port: u16,
+    raw: bool,
+    proxy: &'static str,
+    direct: &'static str,
+    rule: &'static str,
+    /// What the world's name server answers for `host`, for `explain --resolve`.
+    resolve: Option<&'static str>,
+}
+
+const fn case(label: &'static str, host: &'static str, port: u16, raw: bool) -> Case {
+    Case { label, host, port, raw, proxy: "200", direct: "200", rule: "default", resolve: None }
+}
+
+/// The rules of the egress differential suite, with the world's origin at 192.0.2.1 and .10.
+const RULES: &str = "allow jira.example.com internal.corp.test
+allow-regex ^[a-z0-9-]+\\.staging\\.example\\.com$
+block .example.com
+block-regex ^prod-
+connect git.example.com:2222 192.0.2.10:2222 192.0.2.10:8080
+";
+
+fn cases() -> Vec<Case> {
+    let denied =
+        |label, host, rule| Case { proxy: "403", direct: "dns", rule, ..case(label, host, 80, false) };
+    // A name whose answer is private is refused by the stub as the proxy refuses the request.
+    let private_name = |label, host, addr| Case {
+        proxy: "403",
+        direct: "dns",
+        rule: "private",
+        resolve: Some(addr),
+        ..case(label, host, 80, false)
+    };
+    vec![
+        case("pub", "pub.test.net", 80, false),
+        case("literal", "192.0.2.1", 80, false),
+        Case { rule: "allow:local:1", ..case("jira", "jira.example.com", 80, false) },
+        Case { rule: "allow:local:2", ..case("staging", "api.staging.example.com", 80, false) },
+        denied("blocked", "www.example.com", "block:local:3"),
+        denied("regex", "prod-db.test.net", "block:local:4"),
+        private_name("private-name", "private.test.net", "10.0.0.5"),
+        private_name("metadata-name", "meta.test.net", "169.254.169.254"),
+        Case {
+            proxy: "403",
+            direct: "reset",
+            rule: "private",
+            ..case("private-literal", "10.0.0.1", 80, false)
+        },
+        Case { proxy: "403", direct: "reset", rule: "port", ..case("port", "192.0.2.1", 8080, false) },
+        Case { direct: "banner", rule: "connect:local:5", ..case("ssh", "git.example.com", 2222, true) },
+        Case { direct: "banner", rule: "connect:local:5", ..case("connect-ip", "192.0.2.10", 2222, true) },
+        // A `connect` rule allows any TCP connection to its address: a client that ignores
+        // the proxy gets its plain HTTP through as a tunnel, while through the proxy the same
+        // request is a GET, judged as a request to a port that is not 80 or 443.
+        Case { proxy: "403", rule: "port", ..case("tunnel-port", "192.0.2.10", 8080, false) },
+    ]
+}
+
+/// The verdict table through all three paths of an isolated sandbox: the proxy port, the
+/// transparent path, and `ocsb egress explain`; they agree case by case, and each decision
+/// is in the filter's log with its rule. Denied names never leave the machine.
+#[test]
+fn verdicts_agree_on_the_proxy_port_the_transparent_path_and_explain() {
+    let w = World::new();
+    let bin = w.root.join("bin");
+    std::fs::write(bin.join("dns.py"), DNS_PY).unwrap();
+    std::fs::write(bin.join("verdicts.py"), VERDICTS_PY).unwrap();
+    let cases = cases();
+    let args: Vec<String> = cases
+        .iter()
+        .map(|c| format!("{},{},{},{}", c.label, c.host, c.port, if c.raw { "raw" } else { "http" }))
+        .collect();
+    let explain: String = cases
+        .iter()
+        .map(|c| {
+            let target = if c.raw {
+                format!("--connect {}:{}", c.host, c.port)
+            } else {
+                format!("http://{}:{}/", c.host, c.port)
+            };
+            let resolve = c.resolve.map(|a| format!(" --resolve {a}")).unwrap_or_default();
+            format!(
+                "echo \"explain {} $(U \"$OCSB\" egress explain --json{resolve} {target} 2>&1)\"\n",
+                c.label
+            )
+        })
+        .collect();
+    let body = format!(
+        r#"{ORIGIN_NS}export ON
+        ip -n "$ON" addr add 192.0.2.10/24 dev ot$$
+        SRV=$(mktemp -d); echo origin-ok > "$SRV/index.html"; chmod -R a+rX "$SRV"
+        Q=$(mktemp); chmod 666 "$Q"
+        O python3 {bin}/dns.py 192.0.2.1 "$Q" private.test.net=10.0.0.5 meta.test.net=169.254.169.254 &
+        O python3 -m http.server 80 --bind 0.0.0.0 --directory "$SRV" >/dev/null 2>&1 &
+        O python3 -m http.server 8080 --bind 0.0.0.0 --directory "$SRV" >/dev/null 2>&1 &
+        O python3 -c 'import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 2222)); s.listen(8)
+while True:
+    c, _ = s.accept(); c.sendall(b"SSH-2.0-world\r\n"); c.close()' &
+        mkdir -p .opencode-sandbox/local
+        printf 'OCSB_NETWORK=isolated\n' > .opencode-sandbox/local/sandbox.conf
+        printf '%s' {rules} > .opencode-sandbox/local/egress.conf
+        chown -R 1990 .opencode-sandbox/local
+        R=$(mktemp); echo 'nameserver 192.0.2.1' > "$R"; chmod 644 "$R"
+        sleep 0.5
+        timeout 90 unshare --mount --propagation private bash -c "mount --bind $R /etc/resolv.conf
+          env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid 1990 --clear-groups -- \
+            \"$OCSB\" exec -- python3 {bin}/verdicts.py {args} </dev/null 2>&1"
+        {explain}
+        echo "queries: $(sort -u "$Q" | tr '\n' ' ')"
+        echo "log:"; U "$OCSB" egress logs --no-follow 2>&1 | sed 's/^/  /'
+        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
+        bin = bin.display(),
+        rules = crate::support::sandbox::shell_quote(RULES),
+        args = args.join(" "),
+    );
+    let (out, err) = scenario(&w, &body);
+    let log: Vec<&str> = out.lines().skip_while(|l| *l != "log:").collect();
+    let queries = out.lines().find(|l| l.starts_with("queries:")).unwrap_or_default();
+    for c in &cases {
+        has(&out, &format!("{} proxy={} direct={}", c.label, c.proxy, c.direct), &err);
+        let explained =
+            out.lines().find(|l| l.starts_with(&format!("explain {} ", c.label))).unwrap_or_default();
+        let verdict = if c.proxy == "200" { "\"verdict\":\"allow\"" } else { "\"verdict\":\"deny\"" };
+        assert!(explained.contains(verdict), "{}: explain disagrees: {explained}\n{out}", c.label);
+        let tag = format!("rule={}", c.rule);
+        let logged = log.iter().filter(|l| l.contains(c.host) && l.contains(&tag)).count();
+        // Once through the proxy port, once more on the transparent path (which the filter
+        // judges, or the DNS stub refuses) unless the client never left the namespace.
+        assert!(logged >= 1, "{}: no log line with {tag}\n{out}\n{err}", c.label);
+        if c.direct == "dns" {
+            let refused = format!("DNS {} {tag}", c.host);
+            assert!(
+                log.iter().any(|l| l.ends_with(&refused)),
+                "{}: the stub did not log {refused}\n{out}",
+                c.label
+            );
+            // A name the rules deny is never asked for; one whose answer is private had to be.
+            let asked = queries.contains(c.host);
+            assert_eq!(asked, c.resolve.is_some(), "{}: queries {queries}", c.label);
+        }
+    }
+    let tunnel = "allow 200 CONNECT 192.0.2.10:8080 rule=connect:local:5 → 192.0.2.10";
+    assert!(log.iter().any(|l| l.ends_with(tunnel)), "the transparent tunnel: {out}");
+}

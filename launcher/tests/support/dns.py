@@ -1,11 +1,13 @@
 """A world name server for the isolated-network tests: answers every A query with ADDR (the
-origin) and logs each question's name to LOG, so a test can show which names left the sandbox.
-Usage: dns.py ADDR LOG"""
+origin), or with the address given for that name, and logs each question's name to LOG, so a
+test can show which names left the sandbox.
+Usage: dns.py ADDR LOG [NAME=ADDR ...]"""
 import socket
 import struct
 import sys
 
 addr, log = sys.argv[1], sys.argv[2]
+zone = dict(a.split("=", 1) for a in sys.argv[3:])
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind((addr, 53))
 while True:
@@ -22,6 +24,7 @@ while True:
     question = q[12 : i + 5]
     answers = b""
     if qtype == 1:
-        answers = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 5, 4) + socket.inet_aton(addr)
+        answer = zone.get(".".join(labels).lower(), addr)
+        answers = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 5, 4) + socket.inet_aton(answer)
     head = q[:2] + struct.pack("!HHHHH", 0x8180, 1, 1 if answers else 0, 0, 0)
     s.sendto(head + question + answers, peer)

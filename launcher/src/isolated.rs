@@ -7,6 +7,7 @@ use std::any::Any;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::sync::Arc;
 
+use ocsb_egress::builtin::lend::lend;
 use ocsb_egress::inside::{self, DialIn, Sockets};
 use ocsb_policy::egress::Policy;
 use ocsb_sandbox::netns::{Inside, Role};
@@ -14,6 +15,9 @@ use ocsb_sandbox::{Network, SandboxSpec};
 
 use crate::error::Result;
 use crate::project::Project;
+
+/// How long the filter may take to take a lent listener.
+const LEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What serving a sandbox's namespace needs: where the filter listens, the rules (for the DNS
 /// stub), the access log, and the host ports that lead into the sandbox.
@@ -24,14 +28,19 @@ pub struct Server {
     paths: ocsb_egress::paths::EgressPaths,
     /// Host `127.0.0.1:P` relayed to `127.0.0.1:P` inside (OpenCode's port, for `run`).
     expose: Vec<u16>,
+    /// The builtin filter's control socket: the inside proxy listener is lent to the filter
+    /// there, so tunnels take no extra hop (squid cannot take one: its port is relayed).
+    lend_to: Option<std::path::PathBuf>,
 }
 
 impl Server {
     pub fn new(project: &Project, policy: &Policy) -> Result<Server> {
         let inst = crate::egress_cmd::instance(project)?;
+        let builtin = inst.backend == ocsb_egress::instance::Backend::Builtin;
         Ok(Server {
             filter: SocketAddr::from(([127, 0, 0, 1], project.settings.egress_port())),
             policy: policy.clone(),
+            lend_to: builtin.then(|| inst.paths().control_socket()),
             paths: inst.paths(),
             expose: Vec::new(),
         })
@@ -50,7 +59,17 @@ impl Server {
         let mut sockets = Sockets::default();
         for (role, fd) in inside.sockets {
             match role {
-                Role::Forward(port) => sockets.forward.push((port, TcpListener::from(fd))),
+                Role::Forward(port) => {
+                    let l = TcpListener::from(fd);
+                    // The filter's port is lent to the builtin filter; relayed when there is
+                    // none to take it (squid, a filter not running or started by an older
+                    // ocsb): the same filter either way, one hop further.
+                    let sock = self.lend_to.as_deref().filter(|_| port == self.filter.port());
+                    match sock.and_then(|sock| lend(sock, &l, LEND_TIMEOUT).ok()) {
+                        Some(lease) => sockets.lent.push((port, l, lease)),
+                        None => sockets.forward.push((port, l)),
+                    }
+                }
                 Role::Transparent => sockets.transparent.push(TcpListener::from(fd)),
                 Role::Dns => sockets.dns.push(UdpSocket::from(fd)),
             }
@@ -75,6 +94,7 @@ impl Server {
             }
         };
         let cfg = inside::Config { filter: self.filter, policy: self.policy.clone(), log };
+        // The leases end with the sandbox (or with the launcher): the filter then lets go.
         let served = inside::serve(cfg, sockets, Some(dial)).map_err(fail)?;
         Ok(Box::new(served))
     }

@@ -1,7 +1,7 @@
 //! The control socket of the `serve` process: its protocol, and the client the lifecycle uses.
 //!
-//! One line in each direction: the request as its bare name (`status\n`, `reload\n`, `stop\n`),
-//! the answer as one JSON object. The server ([`super::serve`]) and the client below share the
+//! One line in each direction: the request as its bare name (`status\n`, `reload\n`, `stop\n`,
+//! `serve\n` with a descriptor: [`super::lend`]), the answer as one JSON object. The server ([`super::serve`]) and the client below share the
 //! types here, so a field is named, typed and parsed in one place only.
 //!
 //! *Why a socket and not only signals*: a reload must tell the caller whether the new rules were
@@ -30,6 +30,9 @@ pub enum Request {
     Reload,
     /// Stop serving and exit: [`Ack`].
     Stop,
+    /// Accept on the listening socket sent with this line for as long as the connection stays
+    /// open ([`super::lend`]): [`Ack`].
+    Serve,
 }
 
 impl Request {
@@ -39,6 +42,7 @@ impl Request {
             Request::Status => "status",
             Request::Reload => "reload",
             Request::Stop => "stop",
+            Request::Serve => "serve",
         }
     }
 
@@ -138,7 +142,7 @@ mod tests {
 
     #[test]
     fn requests_travel_as_their_serde_names() {
-        for r in [Request::Status, Request::Reload, Request::Stop] {
+        for r in [Request::Status, Request::Reload, Request::Stop, Request::Serve] {
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
             assert_eq!(Request::parse(&format!("{}\n", r.as_str())), Ok(r));
         }

@@ -3,6 +3,7 @@
 pub mod conns;
 pub mod control;
 pub mod dial;
+pub mod lend;
 pub(crate) mod lifecycle;
 pub mod logger;
 pub mod proxy;

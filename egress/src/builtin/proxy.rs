@@ -180,6 +180,29 @@ pub struct Running {
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     conns: Arc<Table>,
+    shared: Arc<Shared>,
+}
+
+/// Serves listeners lent while the proxy runs ([`super::lend`]), as its own listeners are
+/// served: the same rules, limits, client rule and log.
+#[derive(Clone)]
+pub struct Lender {
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Lender {
+    /// Accepts on `listener` until `until` completes or the proxy stops; the listener is closed
+    /// then (tunnels already open finish on their own).
+    pub fn serve(&self, listener: TcpListener, until: impl std::future::Future<Output = ()> + Send + 'static) {
+        let (shared, stop) = (self.shared.clone(), self.stop.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = accept_loop(listener, shared, stop) => {}
+                () = until => {}
+            }
+        });
+    }
 }
 
 impl Running {
@@ -193,6 +216,10 @@ impl Running {
     /// The connection table, for live counts in `status`.
     pub fn connections(&self) -> Arc<Table> {
         self.conns.clone()
+    }
+    /// What serves a listener lent to the running proxy.
+    pub fn lender(&self) -> Lender {
+        Lender { shared: self.shared.clone(), stop: self.stop.subscribe() }
     }
 }
 
@@ -223,7 +250,7 @@ pub fn start(
         .into_iter()
         .map(|l| tokio::spawn(accept_loop(l, shared.clone(), stop_rx.clone())))
         .collect();
-    Running { addrs, stop, tasks, conns }
+    Running { addrs, stop, tasks, conns, shared }
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {

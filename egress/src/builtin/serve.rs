@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ocsb_policy::egress::{Policy, load_layers};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Notify;
 
 use super::control::{Ack, ReloadAnswer, Request, StatusAnswer};
+use super::lend;
 use super::logger::Logger;
 use super::proxy::{self, Limits, PolicyCell};
 use crate::error::{Error, Result};
@@ -265,11 +266,12 @@ async fn run(args: ServeArgs) -> Result<()> {
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| Error::net("cannot install the SIGINT handler", e))?;
     let mut addresses = tokio::time::interval(HOST_ADDRESS_REFRESH);
+    let lending = Lending { conns: running.connections(), lender: running.lender() };
     loop {
         tokio::select! {
             c = control.accept() => {
                 if let Ok((stream, _)) = c {
-                    tokio::spawn(control_conn(stream, state.clone(), running.connections()));
+                    tokio::spawn(control_conn(stream, state.clone(), lending.clone()));
                 }
             }
             _ = hup.recv() => { let _ = state.reload(); }
@@ -356,28 +358,35 @@ impl ServeState {
     }
 }
 
-async fn control_conn(
-    stream: tokio::net::UnixStream,
-    state: Arc<ServeState>,
-    conns: Arc<super::conns::Table>,
-) {
-    let open = conns.open();
-    let (r, mut w) = stream.into_split();
-    let mut line = String::new();
-    let mut r = BufReader::new(r);
-    if tokio::time::timeout(Duration::from_secs(5), r.read_line(&mut line)).await.is_err() {
+async fn control_conn(stream: tokio::net::UnixStream, state: Arc<ServeState>, running: Lending) {
+    let open = running.conns.open();
+    let Ok(Ok((line, fd))) = tokio::time::timeout(Duration::from_secs(5), lend::read_request(&stream)).await
+    else {
         return;
-    }
+    };
     let request = Request::parse(&line);
     let stop = request == Ok(Request::Stop);
+    let mut lent = None;
     let answer = match request {
         Ok(Request::Status) => serde_json::to_string(&state.status(open)),
         Ok(Request::Reload) => serde_json::to_string(&state.reload()),
         Ok(Request::Stop) => serde_json::to_string(&Ack { ok: true, error: None }),
+        Ok(Request::Serve) => {
+            let taken = fd.ok_or_else(|| "no descriptor came with `serve`".to_string()).and_then(lend::listener);
+            let ack = match taken {
+                Ok(l) => {
+                    lent = Some(l);
+                    Ack { ok: true, error: None }
+                }
+                Err(e) => Ack { ok: false, error: Some(e) },
+            };
+            serde_json::to_string(&ack)
+        }
         Err(error) => serde_json::to_string(&Ack { ok: false, error: Some(error) }),
     };
     // The answers are plain structs of strings and numbers: serialising them cannot fail, and
     // if it ever did the client's read ends with no line, which it reports.
+    let (r, mut w) = stream.into_split();
     if let Ok(answer) = answer {
         let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
     }
@@ -385,6 +394,21 @@ async fn control_conn(
     if stop {
         state.stop.notify_one();
     }
+    if let Some(listener) = lent {
+        // Served until the lender's end closes (anything it sends is ignored).
+        let until = async move {
+            let (mut r, mut sink) = (r, [0u8; 64]);
+            while matches!(r.read(&mut sink).await, Ok(n) if n > 0) {}
+        };
+        running.lender.serve(listener, until);
+    }
+}
+
+/// What a control connection needs of the running proxy.
+#[derive(Clone)]
+struct Lending {
+    conns: Arc<super::conns::Table>,
+    lender: super::proxy::Lender,
 }
 
 #[cfg(test)]

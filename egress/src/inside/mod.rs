@@ -59,6 +59,10 @@ pub struct Config {
 pub struct Sockets {
     /// Inside `127.0.0.1:port`, relayed to the host's `127.0.0.1:port`.
     pub forward: Vec<(u16, std::net::TcpListener)>,
+    /// A forward whose listener was lent to the filter ([`crate::builtin::lend`]): the filter
+    /// accepts on it while the lease (the control connection) is open; once the filter closes
+    /// it (stopped, restarted), the listener is relayed as a forward.
+    pub lent: Vec<(u16, std::net::TcpListener, std::os::unix::net::UnixStream)>,
     pub transparent: Vec<std::net::TcpListener>,
     pub dns: Vec<std::net::UdpSocket>,
     /// A host listener and the port inside its connections go to (through `dial_in`).
@@ -156,6 +160,17 @@ pub fn serve(cfg: Config, sockets: Sockets, dial_in: Option<DialIn>) -> Result<S
         for (port, l) in sockets.forward {
             let (l, to) = (tcp(l)?, SocketAddr::from(([127, 0, 0, 1], port)));
             tasks.push(tokio::spawn(accept_loop(l, slots.clone(), move |c| relay_to(c, to))));
+        }
+        for (port, l, lease) in sockets.lent {
+            let (l, to) = (tcp(l)?, SocketAddr::from(([127, 0, 0, 1], port)));
+            lease.set_nonblocking(true)?;
+            let lease = tokio::net::UnixStream::from_std(lease)?;
+            let slots = slots.clone();
+            tasks.push(tokio::spawn(async move {
+                let (mut lease, mut sink) = (lease, [0u8; 64]);
+                while matches!(lease.read(&mut sink).await, Ok(n) if n > 0) {}
+                accept_loop(l, slots, move |c| relay_to(c, to)).await;
+            }));
         }
         for l in sockets.transparent {
             let (l, st) = (tcp(l)?, st.clone());

@@ -275,3 +275,62 @@ while True:
     let tunnel = "allow 200 CONNECT 192.0.2.10:8080 rule=connect:local:5 → 192.0.2.10";
     assert!(log.iter().any(|l| l.ends_with(tunnel)), "the transparent tunnel: {out}");
 }
+
+/// The builtin filter serves the proxy port inside the namespace itself (the launcher lends it
+/// the listener, so a tunnel takes no extra hop): while a tunnel from inside is open, the
+/// host's loopback holds no connection to the filter's port. When the filter is restarted, the
+/// lent listener comes back to the launcher, which relays it to the new filter.
+#[test]
+fn the_proxy_port_is_lent_to_the_filter_and_relayed_after_a_restart() {
+    let w = World::new();
+    let body = format!(
+        r#"{ORIGIN_NS}
+        O python3 -c 'import socket, threading, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("192.0.2.1", 9000)); s.listen(8)
+def hold(c):
+    c.sendall(b"hold-ok\n"); time.sleep(20); c.close()
+while True:
+    c, _ = s.accept(); threading.Thread(target=hold, args=(c,), daemon=True).start()' &
+        mkdir -p .opencode-sandbox/local
+        printf 'OCSB_NETWORK=isolated\n' > .opencode-sandbox/local/sandbox.conf
+        printf 'connect 192.0.2.1:9000\n' > .opencode-sandbox/local/egress.conf
+        chown -R 1990 .opencode-sandbox/local
+        I() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" "$@" </dev/null; }}
+        I egress up >/dev/null 2>&1
+        sleep 0.3
+        I exec -- python3 -c 'import os, socket, time
+def tunnel(n):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(b"CONNECT 192.0.2.1:9000 HTTP/1.1\r\nHost: 192.0.2.1:9000\r\n\r\n")
+    data = b""
+    while b"hold-ok" not in data:
+        chunk = s.recv(256)
+        if not chunk: break
+        data += chunk
+    print("tunnel-%d" % n, "ok" if b"hold-ok" in data else data, flush=True)
+    open(".t%d" % n, "w").close()
+    return s
+def wait_for(name):
+    for _ in range(200):
+        if os.path.exists(name): return
+        time.sleep(0.1)
+t1 = tunnel(1); wait_for(".restarted")
+t2 = tunnel(2); wait_for(".done")' > out.txt 2>&1 &
+        E=$!
+        for i in $(seq 100); do [ -e .t1 ] && break; sleep 0.1; done
+        echo "first: to-filter $(ss -Htn state established '( dport = :3128 )' | wc -l) to-origin $(ss -Htn state established '( dport = :9000 )' | wc -l)"
+        I egress down >/dev/null 2>&1; I egress up >/dev/null 2>&1; touch .restarted
+        for i in $(seq 100); do [ -e .t2 ] && break; sleep 0.1; done
+        echo "after restart: to-filter $(ss -Htn state established '( dport = :3128 )' | wc -l)"
+        touch .done; wait $E; cat out.txt
+        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
+    );
+    let (out, err) = scenario(&w, &body);
+    has(&out, "tunnel-1 ok", &err);
+    // The tunnel is up (the filter holds its connection to the origin), and nothing on the
+    // host's loopback carries it to the filter: the filter accepted it inside the namespace.
+    has(&out, "first: to-filter 0 to-origin 1", &err);
+    has(&out, "tunnel-2 ok", &err);
+    // After the restart the launcher relays the port: one connection from it to the filter.
+    has(&out, "after restart: to-filter 1", &err);
+}

@@ -65,13 +65,18 @@ impl Server {
                     // none to take it (squid, a filter not running or started by an older
                     // ocsb): the same filter either way, one hop further.
                     let sock = self.lend_to.as_deref().filter(|_| port == self.filter.port());
-                    match sock.and_then(|sock| lend(sock, &l, LEND_TIMEOUT).ok()) {
-                        Some(lease) => sockets.lent.push((port, l, lease)),
+                    match sock.map(|sock| lend(sock, &l, LEND_TIMEOUT)) {
+                        Some(Ok(lease)) => sockets.lent.push((port, l, lease)),
+                        Some(Err(e)) => {
+                            eprintln!("ocsb: note: the proxy port is relayed: {e}");
+                            sockets.forward.push((port, l));
+                        }
                         None => sockets.forward.push((port, l)),
                     }
                 }
                 Role::Transparent => sockets.transparent.push(TcpListener::from(fd)),
                 Role::Dns => sockets.dns.push(UdpSocket::from(fd)),
+                Role::DnsTcp => sockets.dns_tcp.push(TcpListener::from(fd)),
             }
         }
         for &port in &self.expose {

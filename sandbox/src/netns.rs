@@ -63,6 +63,8 @@ pub enum Role {
     Transparent,
     /// The DNS stub's UDP socket (IPv4 or IPv6).
     Dns,
+    /// The DNS stub's TCP listener (IPv4 or IPv6): a truncated answer is asked again over TCP.
+    DnsTcp,
 }
 
 /// The namespace's nftables table. The DNS redirect comes before the loopback exception, so a
@@ -73,6 +75,7 @@ const TABLE: &str = "table inet ocsb_isolated {
   chain nat {
     type nat hook output priority -100; policy accept;
     udp dport 53 redirect to :53
+    tcp dport 53 redirect to :53
     ip daddr 127.0.0.0/8 accept
     ip6 daddr ::1 accept
     meta l4proto tcp redirect to :1
@@ -155,11 +158,17 @@ pub fn build(req: &NetRequest) -> Result<UnixStream> {
     sockets.push((Role::Transparent, t4.into()));
     let d4 = UdpSocket::bind((Ipv4Addr::LOCALHOST, DNS_PORT)).map_err(|e| fail("bind the DNS port", e))?;
     sockets.push((Role::Dns, d4.into()));
+    let dt4 =
+        TcpListener::bind((Ipv4Addr::LOCALHOST, DNS_PORT)).map_err(|e| fail("listen on the DNS port", e))?;
+    sockets.push((Role::DnsTcp, dt4.into()));
     if let Ok(t6) = TcpListener::bind((Ipv6Addr::LOCALHOST, TRANSPARENT_PORT)) {
         sockets.push((Role::Transparent, t6.into()));
     }
     if let Ok(d6) = UdpSocket::bind((Ipv6Addr::LOCALHOST, DNS_PORT)) {
         sockets.push((Role::Dns, d6.into()));
+    }
+    if let Ok(dt6) = TcpListener::bind((Ipv6Addr::LOCALHOST, DNS_PORT)) {
+        sockets.push((Role::DnsTcp, dt6.into()));
     }
     let chan = UnixStream::connect(&req.channel).map_err(|e| fail("connect to the launcher", e))?;
     let roles = serde_json::to_vec(&sockets.iter().map(|s| s.0).collect::<Vec<_>>())
@@ -346,6 +355,7 @@ fn check_handover(sockets: &[(Role, OwnedFd)], forward: &[u16]) -> Result<()> {
             Role::Forward(p) => return Err(bad(format!("port {p} was not asked for"))),
             Role::Transparent => (SockType::Stream, TRANSPARENT_PORT),
             Role::Dns => (SockType::Datagram, DNS_PORT),
+            Role::DnsTcp => (SockType::Stream, DNS_PORT),
         };
         let addr: Option<SockaddrStorage> = nix::sys::socket::getsockname(fd.as_raw_fd()).ok();
         let local = addr.and_then(|a| {
@@ -366,7 +376,8 @@ fn check_handover(sockets: &[(Role, OwnedFd)], forward: &[u16]) -> Result<()> {
         seen.push((*role, v6));
     }
     let has = |r: Role| seen.iter().any(|(s, v6)| *s == r && !v6);
-    if !(has(Role::Transparent) && has(Role::Dns) && forward.iter().all(|p| has(Role::Forward(*p)))) {
+    let all = [Role::Transparent, Role::Dns, Role::DnsTcp].into_iter().all(has);
+    if !(all && forward.iter().all(|p| has(Role::Forward(*p)))) {
         return Err(bad("a socket is missing".into()));
     }
     Ok(())

@@ -50,7 +50,10 @@ pub fn lend(socket: &Path, listener: &impl AsFd, timeout: Duration) -> Result<Un
     let mut answer = String::new();
     BufReader::new(&s).read_line(&mut answer).map_err(io("no answer on the control socket"))?;
     let ack: Ack = serde_json::from_str(&answer).map_err(|e| {
-        Error::state(format!("unexpected answer on {}: {e}: {answer:?}", socket.display()), "run `ocsb egress up`")
+        Error::state(
+            format!("unexpected answer on {}: {e}: {answer:?}", socket.display()),
+            "run `ocsb egress up`",
+        )
     })?;
     match ack {
         Ack { ok: true, .. } => Ok(s),

@@ -194,7 +194,11 @@ pub struct Lender {
 impl Lender {
     /// Accepts on `listener` until `until` completes or the proxy stops; the listener is closed
     /// then (tunnels already open finish on their own).
-    pub fn serve(&self, listener: TcpListener, until: impl std::future::Future<Output = ()> + Send + 'static) {
+    pub fn serve(
+        &self,
+        listener: TcpListener,
+        until: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
         let (shared, stop) = (self.shared.clone(), self.stop.clone());
         tokio::spawn(async move {
             tokio::select! {

@@ -372,7 +372,8 @@ async fn control_conn(stream: tokio::net::UnixStream, state: Arc<ServeState>, ru
         Ok(Request::Reload) => serde_json::to_string(&state.reload()),
         Ok(Request::Stop) => serde_json::to_string(&Ack { ok: true, error: None }),
         Ok(Request::Serve) => {
-            let taken = fd.ok_or_else(|| "no descriptor came with `serve`".to_string()).and_then(lend::listener);
+            let taken =
+                fd.ok_or_else(|| "no descriptor came with `serve`".to_string()).and_then(lend::listener);
             let ack = match taken {
                 Ok(l) => {
                     lent = Some(l);
@@ -395,9 +396,11 @@ async fn control_conn(stream: tokio::net::UnixStream, state: Arc<ServeState>, ru
         state.stop.notify_one();
     }
     if let Some(listener) = lent {
-        // Served until the lender's end closes (anything it sends is ignored).
+        // Served until the lender's end closes (anything it sends is ignored). The write half
+        // lives as long: dropping it would shut the connection down for writing, and the
+        // lender would take that for the end of the lease.
         let until = async move {
-            let (mut r, mut sink) = (r, [0u8; 64]);
+            let (mut r, _w, mut sink) = (r, w, [0u8; 64]);
             while matches!(r.read(&mut sink).await, Ok(n) if n > 0) {}
         };
         running.lender.serve(listener, until);

@@ -1,5 +1,5 @@
-//! The DNS stub of the isolated network. Every UDP query the sandbox sends, to any server, is
-//! redirected here; a name is looked up (outside, by the launcher) only when the rules could
+//! The DNS stub of the isolated network. Every query the sandbox sends to port 53 of any server,
+//! over UDP or TCP, is redirected here; a name is looked up (outside, by the launcher) only when the rules could
 //! allow a connection to it ([`Policy::lookup`]), and then only for A and AAAA.
 //!
 //! *Rebinding*: an answer holds only addresses that passed the same private-address check the
@@ -14,7 +14,8 @@ use hickory_resolver::proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_resolver::proto::rr::rdata::{A, AAAA};
 use hickory_resolver::proto::rr::{RData, Record, RecordType};
 use ocsb_policy::egress::{Step, Verdict, finish_lookup};
-use tokio::net::UdpSocket;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
 
 use super::State;
 
@@ -41,6 +42,27 @@ pub(super) async fn serve(sock: UdpSocket, st: Arc<State>) {
             }
             drop(slot);
         });
+    }
+}
+
+/// How long a DNS-over-TCP connection may stay without a whole query before it is closed.
+const TCP_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One DNS-over-TCP connection: each message is prefixed with its length (two bytes), answered
+/// in turn, with no truncation (a client asks over TCP for what did not fit a datagram).
+pub(super) async fn serve_tcp(mut c: TcpStream, st: Arc<State>) {
+    loop {
+        let query = tokio::time::timeout(TCP_IDLE, async {
+            let n = c.read_u16().await? as usize;
+            let mut q = vec![0u8; n];
+            c.read_exact(&mut q).await.map(|_| q)
+        });
+        let Ok(Ok(query)) = query.await else { return };
+        let Some(bytes) = answer(&st, &query).await.and_then(|(m, _)| m.to_vec().ok()) else { return };
+        let Ok(len) = u16::try_from(bytes.len()) else { return };
+        if c.write_all(&[&len.to_be_bytes()[..], &bytes].concat()).await.is_err() {
+            return;
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //!   DNS stub answered with for its address, and it goes to the filter as `CONNECT name:port`:
 //!   the same rules, the same decision, the same log line with `file:line` as a proxied request.
 //!   A refused one is reset at once;
-//! - **DNS**: the stub in `dns.rs`;
+//! - **DNS**: the stub in `dns.rs`, over UDP and TCP;
 //! - **exposed ports**: a host listener whose connections go *into* the sandbox (OpenCode's port,
 //!   for the web front), through a socket the sandbox's namespace made.
 
@@ -65,6 +65,8 @@ pub struct Sockets {
     pub lent: Vec<(u16, std::net::TcpListener, std::os::unix::net::UnixStream)>,
     pub transparent: Vec<std::net::TcpListener>,
     pub dns: Vec<std::net::UdpSocket>,
+    /// The stub over TCP, for answers too large for a datagram.
+    pub dns_tcp: Vec<std::net::TcpListener>,
     /// A host listener and the port inside its connections go to (through `dial_in`).
     pub expose: Vec<(std::net::TcpListener, u16)>,
 }
@@ -179,6 +181,10 @@ pub fn serve(cfg: Config, sockets: Sockets, dial_in: Option<DialIn>) -> Result<S
         for u in sockets.dns {
             u.set_nonblocking(true)?;
             tasks.push(tokio::spawn(dns::serve(UdpSocket::from_std(u)?, st.clone())));
+        }
+        for l in sockets.dns_tcp {
+            let (l, st) = (tcp(l)?, st.clone());
+            tasks.push(tokio::spawn(accept_loop(l, slots.clone(), move |c| dns::serve_tcp(c, st.clone()))));
         }
         for (l, port) in sockets.expose {
             let (l, dial) = (tcp(l)?, dial_in.clone());

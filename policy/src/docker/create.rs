@@ -1,0 +1,608 @@
+//! A container's configuration (`POST /containers/create`), checked and completed before the
+//! daemon sees it. Every field is one the gateway knows: a field it does not know is refused
+//! unless it holds its zero value (the Docker CLI sends many fields empty), so a new option of
+//! a newer Docker is closed until it is looked at.
+//!
+//! Completed: the project's label, the project's network (for the default `bridge`), and
+//! published ports bound to 127.0.0.1 when no address was given.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::{Context, PROJECT_LABEL, Refusal, Verdict};
+
+/// What the gateway must check with the daemon before forwarding the configuration.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Needs {
+    /// Containers the configuration names (`--volumes-from`, `--network container:X`, …):
+    /// each must be the project's own.
+    pub containers: Vec<String>,
+    /// Named volumes it mounts: each must be the project's own, or is made for it (labelled).
+    pub volumes: Vec<String>,
+    /// Networks it joins besides the project's: each must be the project's own.
+    pub networks: Vec<String>,
+    /// Hidden host paths inside a bind, with where they appear in the container: the gateway
+    /// covers each (an empty read-only file or directory), as the sandbox does.
+    pub masks: Vec<(PathBuf, String)>,
+}
+
+/// Docker's default capabilities: adding one of these changes nothing; any other is a power
+/// the default container does not have (SYS_ADMIN mounts, NET_ADMIN, SYS_PTRACE, …).
+const DEFAULT_CAPS: &[&str] = &[
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FSETID",
+    "FOWNER",
+    "MKNOD",
+    "NET_RAW",
+    "SETGID",
+    "SETUID",
+    "SETFCAP",
+    "SETPCAP",
+    "NET_BIND_SERVICE",
+    "SYS_CHROOT",
+    "KILL",
+    "AUDIT_WRITE",
+];
+
+/// The top-level fields of a configuration the gateway knows, and where they are checked.
+const CONFIG_FIELDS: &[&str] = &[
+    "Hostname",
+    "Domainname",
+    "User",
+    "AttachStdin",
+    "AttachStdout",
+    "AttachStderr",
+    "ExposedPorts",
+    "Tty",
+    "OpenStdin",
+    "StdinOnce",
+    "Env",
+    "Cmd",
+    "Healthcheck",
+    "ArgsEscaped",
+    "Image",
+    "Volumes",
+    "WorkingDir",
+    "Entrypoint",
+    "NetworkDisabled",
+    "MacAddress",
+    "OnBuild",
+    "Labels",
+    "StopSignal",
+    "StopTimeout",
+    "Shell",
+    "HostConfig",
+    "NetworkingConfig",
+];
+
+/// `HostConfig` fields that are free: resources, restart policy, logging, init, DNS.
+const HOST_FREE: &[&str] = &[
+    "ContainerIDFile",
+    "LogConfig",
+    "RestartPolicy",
+    "AutoRemove",
+    "ConsoleSize",
+    "Dns",
+    "DnsOptions",
+    "DnsSearch",
+    "ExtraHosts",
+    "GroupAdd",
+    "Init",
+    "Isolation",
+    "ShmSize",
+    "Tmpfs",
+    "ReadonlyRootfs",
+    "OomScoreAdj",
+    "Cgroup",
+    "CpuShares",
+    "Memory",
+    "NanoCpus",
+    "CpuPeriod",
+    "CpuQuota",
+    "CpuRealtimePeriod",
+    "CpuRealtimeRuntime",
+    "CpusetCpus",
+    "CpusetMems",
+    "BlkioWeight",
+    "BlkioWeightDevice",
+    "BlkioDeviceReadBps",
+    "BlkioDeviceWriteBps",
+    "BlkioDeviceReadIOps",
+    "BlkioDeviceWriteIOps",
+    "CpuCount",
+    "CpuPercent",
+    "IOMaximumIOps",
+    "IOMaximumBandwidth",
+    "MemoryReservation",
+    "MemorySwap",
+    "MemorySwappiness",
+    "KernelMemory",
+    "KernelMemoryTCP",
+    "OomKillDisable",
+    "PidsLimit",
+    "Ulimits",
+    "MaskedPaths",
+    "ReadonlyPaths",
+    "Annotations",
+    "Links",
+];
+
+/// Checks `body` (the JSON of `POST /containers/create`) and completes it in place. `canonical`
+/// resolves a bind's source on the host (symlinks included), `None` when it does not exist.
+pub fn container(
+    body: &mut Value,
+    ctx: &Context,
+    canonical: &dyn Fn(&Path) -> Option<PathBuf>,
+) -> Verdict<Needs> {
+    let cfg =
+        body.as_object_mut().ok_or_else(|| Refusal::new("body", "the configuration is not a JSON object"))?;
+    unknown(cfg, CONFIG_FIELDS, "")?;
+    let mut needs = Needs::default();
+    let labels = cfg.entry("Labels").or_insert_with(|| Value::Object(Map::new()));
+    if labels.is_null() {
+        *labels = Value::Object(Map::new());
+    }
+    let labels = labels.as_object_mut().ok_or_else(|| Refusal::new("body", "`Labels` is not an object"))?;
+    labels.insert(PROJECT_LABEL.into(), Value::String(ctx.project.clone()));
+
+    let host = cfg.entry("HostConfig").or_insert_with(|| Value::Object(Map::new()));
+    if host.is_null() {
+        *host = Value::Object(Map::new());
+    }
+    let host = host.as_object_mut().ok_or_else(|| Refusal::new("body", "`HostConfig` is not an object"))?;
+    host_config(host, ctx, canonical, &mut needs)?;
+    let default_network = host.get("NetworkMode").and_then(Value::as_str).unwrap_or_default().to_string();
+    networking(cfg.get_mut("NetworkingConfig"), ctx, &default_network, &mut needs)?;
+    Ok(needs)
+}
+
+fn host_config(
+    h: &mut Map<String, Value>,
+    ctx: &Context,
+    canonical: &dyn Fn(&Path) -> Option<PathBuf>,
+    needs: &mut Needs,
+) -> Verdict<()> {
+    let known: Vec<&str> = HOST_FREE
+        .iter()
+        .copied()
+        .chain([
+            "Privileged",
+            "PidMode",
+            "IpcMode",
+            "UTSMode",
+            "UsernsMode",
+            "NetworkMode",
+            "Devices",
+            "DeviceRequests",
+            "DeviceCgroupRules",
+            "CapAdd",
+            "CapDrop",
+            "Capabilities",
+            "SecurityOpt",
+            "Sysctls",
+            "VolumesFrom",
+            "Binds",
+            "Mounts",
+            "VolumeDriver",
+            "PortBindings",
+            "PublishAllPorts",
+            "Runtime",
+            "CgroupParent",
+            "CgroupnsMode",
+            "StorageOpt",
+        ])
+        .collect();
+    unknown(h, &known, "HostConfig.")?;
+
+    if h.get("Privileged").is_some_and(truthy) {
+        return Err(Refusal::new(
+            "privileged",
+            "--privileged gives the container every device and capability of the host",
+        ));
+    }
+    for (field, flag) in
+        [("PidMode", "--pid"), ("IpcMode", "--ipc"), ("UTSMode", "--uts"), ("UsernsMode", "--userns")]
+    {
+        let mode = h.get(field).and_then(Value::as_str).unwrap_or_default();
+        if mode == "host" {
+            return Err(Refusal::new(
+                "host-namespace",
+                format!("{flag} host shares a namespace of the host"),
+            ));
+        }
+        if let Some(c) = mode.strip_prefix("container:") {
+            needs.containers.push(c.to_string());
+        }
+    }
+    if h.get("CgroupnsMode").and_then(Value::as_str) == Some("host") {
+        return Err(Refusal::new("host-namespace", "--cgroupns host shares the host's cgroup namespace"));
+    }
+    for field in ["Devices", "DeviceRequests", "DeviceCgroupRules"] {
+        if h.get(field).is_some_and(truthy) {
+            return Err(Refusal::new("devices", format!("`{field}`: a device of the host in the container")));
+        }
+    }
+    if h.get("Capabilities").is_some_and(truthy) {
+        return Err(Refusal::new("capabilities", "`Capabilities` replaces the default set"));
+    }
+    for cap in strings(h.get("CapAdd")) {
+        let name = cap.trim_start_matches("CAP_").to_ascii_uppercase();
+        if !DEFAULT_CAPS.contains(&name.as_str()) {
+            return Err(Refusal::new(
+                "capabilities",
+                format!("--cap-add {cap}: beyond Docker's default capabilities"),
+            ));
+        }
+    }
+    for opt in strings(h.get("SecurityOpt")) {
+        let o = opt.replace('=', ":").to_ascii_lowercase();
+        let off = o.starts_with("seccomp:unconfined")
+            || o.starts_with("apparmor:unconfined")
+            || o.starts_with("label:disable")
+            || o.starts_with("systempaths:unconfined")
+            || o.starts_with("no-new-privileges:false")
+            || (o.starts_with("seccomp:") && o != "seccomp:default")
+            || (o.starts_with("apparmor:") && o != "apparmor:docker-default");
+        let known = o.starts_with("no-new-privileges")
+            || o.starts_with("label:")
+            || o.starts_with("seccomp:")
+            || o.starts_with("apparmor:");
+        if off || !known {
+            return Err(Refusal::new("security-opt", format!("--security-opt {opt} turns a protection off")));
+        }
+    }
+    if h.get("Sysctls").is_some_and(truthy) {
+        return Err(Refusal::new("sysctls", "--sysctl changes the kernel's settings for the container"));
+    }
+    for field in ["Runtime", "CgroupParent", "VolumeDriver", "StorageOpt"] {
+        let v = h.get(field);
+        if v.is_some_and(truthy) && !(field == "Runtime" && v.and_then(Value::as_str) == Some("runc")) {
+            return Err(Refusal::new("runtime", format!("`{field}` is not served")));
+        }
+    }
+    for from in strings(h.get("VolumesFrom")) {
+        needs.containers.push(from.split(':').next().unwrap_or_default().to_string());
+    }
+    for bind in strings(h.get("Binds")) {
+        binds_entry(&bind, ctx, canonical, needs)?;
+    }
+    if let Some(mounts) = h.get("Mounts").filter(|v| truthy(v)) {
+        for m in mounts.as_array().ok_or_else(|| Refusal::new("body", "`Mounts` is not a list"))? {
+            mount(m, ctx, canonical, needs)?;
+        }
+    }
+    if h.get("PublishAllPorts").is_some_and(truthy) {
+        return Err(Refusal::new("ports", "-P publishes on every address of the host")
+            .allow("publish each port on loopback: -p 127.0.0.1:PORT:PORT"));
+    }
+    if let Some(ports) = h.get_mut("PortBindings").and_then(Value::as_object_mut) {
+        for list in ports.values_mut() {
+            for b in list.as_array_mut().into_iter().flatten() {
+                let Some(b) = b.as_object_mut() else { continue };
+                let ip = b.get("HostIp").and_then(Value::as_str).unwrap_or_default().to_string();
+                match ip.as_str() {
+                    "" => {
+                        b.insert("HostIp".into(), Value::String("127.0.0.1".into()));
+                    }
+                    "127.0.0.1" | "::1" => {}
+                    other => {
+                        return Err(Refusal::new(
+                            "ports",
+                            format!("publishing on {other}: reachable from other machines"),
+                        )
+                        .allow("publish on 127.0.0.1"));
+                    }
+                }
+            }
+        }
+    }
+    let mode = h.get("NetworkMode").and_then(Value::as_str).unwrap_or_default().to_string();
+    match mode.as_str() {
+        "" | "default" | "bridge" => {
+            h.insert("NetworkMode".into(), Value::String(ctx.network.clone()));
+        }
+        "none" => {}
+        "host" => {
+            return Err(Refusal::new(
+                "network",
+                "--network host puts the container on the host's network, outside the filter",
+            ));
+        }
+        m if m.starts_with("container:") => needs.containers.push(m["container:".len()..].to_string()),
+        m if m == ctx.network => {}
+        m => needs.networks.push(m.to_string()),
+    }
+    Ok(())
+}
+
+fn networking(v: Option<&mut Value>, ctx: &Context, default: &str, needs: &mut Needs) -> Verdict<()> {
+    let Some(endpoints) = v.and_then(|v| v.get_mut("EndpointsConfig")).and_then(Value::as_object_mut) else {
+        return Ok(());
+    };
+    // `bridge` (the CLI's default endpoint) is the project's network.
+    if let Some(e) = endpoints.remove("bridge") {
+        endpoints.insert(ctx.network.clone(), e);
+    }
+    for name in endpoints.keys() {
+        if name == "host" {
+            return Err(Refusal::new("network", "the host network is outside the filter"));
+        }
+        if name != &ctx.network && name != default && !needs.networks.contains(name) {
+            needs.networks.push(name.clone());
+        }
+    }
+    Ok(())
+}
+
+/// `SRC:DST[:OPTS]` of `-v`: a host path (a bind) or a volume's name.
+fn binds_entry(
+    bind: &str,
+    ctx: &Context,
+    canonical: &dyn Fn(&Path) -> Option<PathBuf>,
+    needs: &mut Needs,
+) -> Verdict<()> {
+    let mut parts = bind.splitn(3, ':');
+    let src = parts.next().unwrap_or_default();
+    let dst = parts.next().unwrap_or_default();
+    let opts = parts.next().unwrap_or_default();
+    if src.starts_with('/') {
+        bind_source(Path::new(src), dst, ctx, canonical, needs)?;
+        if opts.split(',').any(|o| matches!(o, "shared" | "rshared" | "slave" | "rslave")) {
+            return Err(Refusal::new(
+                "bind",
+                format!("-v {bind}: mount propagation reaches back to the host"),
+            ));
+        }
+    } else if !src.is_empty() {
+        needs.volumes.push(src.to_string());
+    }
+    Ok(())
+}
+
+/// One entry of `--mount`.
+fn mount(
+    m: &Value,
+    ctx: &Context,
+    canonical: &dyn Fn(&Path) -> Option<PathBuf>,
+    needs: &mut Needs,
+) -> Verdict<()> {
+    let o = m.as_object().ok_or_else(|| Refusal::new("body", "a mount is not an object"))?;
+    unknown(
+        o,
+        &[
+            "Type",
+            "Source",
+            "Target",
+            "ReadOnly",
+            "Consistency",
+            "BindOptions",
+            "VolumeOptions",
+            "TmpfsOptions",
+        ],
+        "Mounts[].",
+    )?;
+    let src = o.get("Source").and_then(Value::as_str).unwrap_or_default();
+    let dst = o.get("Target").and_then(Value::as_str).unwrap_or_default();
+    match o.get("Type").and_then(Value::as_str).unwrap_or_default() {
+        "bind" => {
+            bind_source(Path::new(src), dst, ctx, canonical, needs)?;
+            let prop = o
+                .get("BindOptions")
+                .and_then(|b| b.get("Propagation"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if matches!(prop, "shared" | "rshared" | "slave" | "rslave") {
+                return Err(Refusal::new(
+                    "bind",
+                    format!("--mount {src}: mount propagation reaches back to the host"),
+                ));
+            }
+        }
+        "volume" => {
+            if o.get("VolumeOptions").and_then(|v| v.get("DriverConfig")).is_some_and(truthy) {
+                return Err(Refusal::new("volume", "a volume driver's options can bind any host path"));
+            }
+            if !src.is_empty() {
+                needs.volumes.push(src.to_string());
+            }
+        }
+        "tmpfs" => {}
+        other => return Err(Refusal::new("mount", format!("--mount type={other} is not served"))),
+    }
+    Ok(())
+}
+
+/// A bind's source must be inside the sandbox's writable set and not hidden: the container then
+/// sees what the agent can already change, and nothing else of the host. Hidden paths inside
+/// it (a project's `.env` under `OCSB_HIDE`) are covered in the container at `dst`.
+fn bind_source(
+    src: &Path,
+    dst: &str,
+    ctx: &Context,
+    canonical: &dyn Fn(&Path) -> Option<PathBuf>,
+    needs: &mut Needs,
+) -> Verdict<()> {
+    let refuse = |why: &str| {
+        Refusal::new("bind", format!("-v {}: {why}", src.display()))
+            .allow("bind a path inside the project, or add it to OCSB_RW in your sandbox.conf")
+    };
+    if src.components().any(|c| c == Component::ParentDir) || !src.is_absolute() || !dst.starts_with('/') {
+        return Err(refuse("not a plain absolute path"));
+    }
+    let Some(real) = canonical(src) else { return Err(refuse("does not exist")) };
+    if !ctx.writable.iter().any(|w| real.starts_with(w)) {
+        return Err(refuse("outside what the sandbox may write"));
+    }
+    if ctx.hidden.iter().any(|h| real.starts_with(h)) {
+        return Err(Refusal::new("bind", format!("-v {}: hidden from the sandbox", src.display())));
+    }
+    for h in ctx.hidden.iter().filter(|h| h.starts_with(&real)) {
+        let rel = h.strip_prefix(&real).unwrap_or(h);
+        needs.masks.push((h.clone(), Path::new(dst).join(rel).to_string_lossy().into_owned()));
+    }
+    Ok(())
+}
+
+/// Refuses a field not in `known` that holds anything but its zero value.
+fn unknown(o: &Map<String, Value>, known: &[&str], at: &str) -> Verdict<()> {
+    match o.iter().find(|(k, v)| !known.contains(&k.as_str()) && truthy(v)) {
+        Some((k, _)) => {
+            Err(Refusal::new("unknown-field", format!("`{at}{k}` is a field the gateway does not know")))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Not the zero value: null, false, 0, "", [] and {} are all "not set".
+pub(crate) fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array).into_iter().flatten().filter_map(|s| s.as_str().map(String::from)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ctx() -> Context {
+        Context {
+            project: "shop".into(),
+            network: "ocsb-shop".into(),
+            writable: vec!["/home/u/shop".into(), "/home/u/.cache".into()],
+            hidden: vec!["/home/u/shop/.env.secret".into(), "/home/u/.ssh".into()],
+        }
+    }
+
+    fn fs(p: &Path) -> Option<PathBuf> {
+        // A link in the project that leads out, and a missing path.
+        match p.to_str()? {
+            "/home/u/shop/out" => Some("/etc".into()),
+            "/home/u/shop/missing" => None,
+            s => Some(PathBuf::from(s)),
+        }
+    }
+
+    fn check(body: Value) -> Verdict<(Value, Needs)> {
+        let mut b = body;
+        container(&mut b, &ctx(), &fs).map(|n| (b, n))
+    }
+
+    fn refused(body: Value) -> Refusal {
+        check(body).expect_err("refused")
+    }
+
+    #[test]
+    fn a_plain_run_is_completed_with_label_network_and_loopback_ports() {
+        let (b, needs) = check(json!({
+            "Image": "busybox", "Cmd": ["true"], "Env": [], "Labels": null,
+            "HostConfig": {"Binds": ["/home/u/shop:/src", "cache:/c"], "NetworkMode": "default",
+                           "PortBindings": {"80/tcp": [{"HostIp": "", "HostPort": "8080"}]},
+                           "Privileged": false, "CapAdd": null, "Devices": [], "Sysctls": {}},
+            "NetworkingConfig": {"EndpointsConfig": {"bridge": {}}}
+        }))
+        .unwrap();
+        assert_eq!(b["Labels"][PROJECT_LABEL], "shop");
+        assert_eq!(b["HostConfig"]["NetworkMode"], "ocsb-shop");
+        assert_eq!(b["HostConfig"]["PortBindings"]["80/tcp"][0]["HostIp"], "127.0.0.1");
+        assert!(b["NetworkingConfig"]["EndpointsConfig"].get("ocsb-shop").is_some());
+        assert_eq!(needs.volumes, ["cache"]);
+        assert!(needs.containers.is_empty() && needs.networks.is_empty());
+        // The hidden file inside the project is covered where the container sees it.
+        assert_eq!(
+            needs.masks,
+            [(PathBuf::from("/home/u/shop/.env.secret"), "/src/.env.secret".to_string())]
+        );
+    }
+
+    #[test]
+    fn each_way_out_is_refused_by_its_rule() {
+        let host = |h: Value| json!({"Image": "x", "HostConfig": h});
+        for (body, rule, text) in [
+            (host(json!({"Binds": ["/:/host"]})), "bind", "outside"),
+            (host(json!({"Binds": ["/home/u/.ssh:/k:ro"]})), "bind", "outside"),
+            (host(json!({"Binds": ["/var/run/docker.sock:/var/run/docker.sock"]})), "bind", "outside"),
+            (host(json!({"Binds": ["/home/u/shop/out:/x"]})), "bind", "outside"),
+            (host(json!({"Binds": ["/home/u/shop/missing:/x"]})), "bind", "does not exist"),
+            (host(json!({"Binds": ["/home/u/shop/../.ssh:/x"]})), "bind", "plain"),
+            (host(json!({"Binds": ["/home/u/shop/.env.secret:/x"]})), "bind", "hidden"),
+            (host(json!({"Binds": ["/home/u/shop:x"]})), "bind", "plain"),
+            (host(json!({"Binds": ["/home/u/.cache:/x:rshared"]})), "bind", "propagation"),
+            (host(json!({"Mounts": [{"Type": "bind", "Source": "/", "Target": "/h"}]})), "bind", "outside"),
+            (
+                host(
+                    json!({"Mounts": [{"Type": "volume", "Source": "v", "Target": "/h", "VolumeOptions": {"DriverConfig": {"Name": "local", "Options": {"o": "bind", "device": "/"}}}}]}),
+                ),
+                "volume",
+                "driver",
+            ),
+            (host(json!({"Mounts": [{"Type": "npipe", "Source": "x", "Target": "/h"}]})), "mount", "npipe"),
+            (host(json!({"Privileged": true})), "privileged", "--privileged"),
+            (host(json!({"PidMode": "host"})), "host-namespace", "--pid host"),
+            (host(json!({"IpcMode": "host"})), "host-namespace", "--ipc"),
+            (host(json!({"UTSMode": "host"})), "host-namespace", "--uts"),
+            (host(json!({"UsernsMode": "host"})), "host-namespace", "--userns"),
+            (host(json!({"CgroupnsMode": "host"})), "host-namespace", "cgroup"),
+            (host(json!({"NetworkMode": "host"})), "network", "--network host"),
+            (host(json!({"CapAdd": ["SYS_ADMIN"]})), "capabilities", "SYS_ADMIN"),
+            (host(json!({"CapAdd": ["CAP_NET_ADMIN"]})), "capabilities", "NET_ADMIN"),
+            (host(json!({"Capabilities": ["CAP_SYS_ADMIN"]})), "capabilities", "replaces"),
+            (host(json!({"Devices": [{"PathOnHost": "/dev/sda"}]})), "devices", "Devices"),
+            (host(json!({"DeviceRequests": [{"Count": -1}]})), "devices", "DeviceRequests"),
+            (host(json!({"DeviceCgroupRules": ["c 1:3 rwm"]})), "devices", "DeviceCgroupRules"),
+            (host(json!({"SecurityOpt": ["seccomp=unconfined"]})), "security-opt", "seccomp"),
+            (host(json!({"SecurityOpt": ["apparmor:unconfined"]})), "security-opt", "apparmor"),
+            (host(json!({"SecurityOpt": ["label=disable"]})), "security-opt", "label"),
+            (host(json!({"SecurityOpt": ["no-new-privileges=false"]})), "security-opt", "no-new"),
+            (host(json!({"SecurityOpt": ["systempaths=unconfined"]})), "security-opt", "systempaths"),
+            (
+                host(json!({"SecurityOpt": ["seccomp={\"defaultAction\":\"SCMP_ACT_ALLOW\"}"]})),
+                "security-opt",
+                "seccomp",
+            ),
+            (host(json!({"Sysctls": {"net.ipv4.ip_forward": "1"}})), "sysctls", "--sysctl"),
+            (host(json!({"Runtime": "kata"})), "runtime", "Runtime"),
+            (host(json!({"CgroupParent": "/"})), "runtime", "CgroupParent"),
+            (host(json!({"PublishAllPorts": true})), "ports", "-P"),
+            (
+                host(json!({"PortBindings": {"80/tcp": [{"HostIp": "0.0.0.0", "HostPort": "80"}]}})),
+                "ports",
+                "0.0.0.0",
+            ),
+            (host(json!({"NewThing": {"a": 1}})), "unknown-field", "HostConfig.NewThing"),
+            (json!({"Image": "x", "Platform2": "y"}), "unknown-field", "Platform2"),
+            (json!(["not", "an", "object"]), "body", "object"),
+        ] {
+            let r = refused(body.clone());
+            assert_eq!(r.rule, rule, "{body}");
+            assert!(r.what.contains(text), "{body}: {}", r.what);
+        }
+    }
+
+    #[test]
+    fn what_names_other_objects_is_left_for_the_ownership_check() {
+        let (_, needs) = check(json!({"Image": "x", "HostConfig": {
+            "VolumesFrom": ["db:ro"], "PidMode": "container:web", "NetworkMode": "other",
+            "Mounts": [{"Type": "volume", "Source": "data", "Target": "/d"}]
+        }}))
+        .unwrap();
+        assert_eq!(needs.containers, ["web", "db"]);
+        assert_eq!(needs.networks, ["other"]);
+        assert_eq!(needs.volumes, ["data"]);
+        // Zero values of unknown fields are what the CLI sends: not refused.
+        assert!(check(json!({"Image": "x", "Future": null, "HostConfig": {"Later": false}})).is_ok());
+        // Defaults and a read-only bind of the cache pass.
+        assert!(check(json!({"Image": "x", "HostConfig": {"CapAdd": ["NET_BIND_SERVICE"], "SecurityOpt": ["no-new-privileges"], "Binds": ["/home/u/.cache/pip:/p:ro"]}})).is_ok());
+    }
+}

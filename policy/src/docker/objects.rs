@@ -1,0 +1,194 @@
+//! Networks, volumes, builds and pulls the agent asks for.
+
+use serde_json::{Map, Value};
+
+use super::create::truthy;
+use super::{Context, PROJECT_LABEL, Refusal, Verdict};
+
+/// `POST /networks/create`: made internal (no route out of the host: the filter, reached at
+/// the network's gateway address, is the way out) and labelled. Only the `bridge` driver.
+pub fn network(body: &mut Value, ctx: &Context) -> Verdict<()> {
+    let o = object(body)?;
+    known(
+        o,
+        &[
+            "Name",
+            "CheckDuplicate",
+            "Driver",
+            "Scope",
+            "Internal",
+            "Attachable",
+            "Ingress",
+            "IPAM",
+            "EnableIPv6",
+            "EnableIPv4",
+            "Options",
+            "Labels",
+            "ConfigOnly",
+            "ConfigFrom",
+        ],
+        "",
+    )?;
+    let driver = o.get("Driver").and_then(Value::as_str).unwrap_or_default();
+    if !matches!(driver, "" | "bridge") {
+        return Err(Refusal::new(
+            "network",
+            format!("network driver {driver}: only bridge networks are served"),
+        ));
+    }
+    if o.get("Options").is_some_and(truthy)
+        || o.get("ConfigFrom").is_some_and(truthy)
+        || o.get("Ingress").is_some_and(truthy)
+    {
+        return Err(Refusal::new("network", "network driver options are not served"));
+    }
+    o.insert("Internal".into(), Value::Bool(true));
+    label(o, ctx);
+    Ok(())
+}
+
+/// `POST /volumes/create`: labelled, the `local` driver without options (`o=bind` with a
+/// `device` would be a bind of any host path).
+pub fn volume(body: &mut Value, ctx: &Context) -> Verdict<()> {
+    let o = object(body)?;
+    known(o, &["Name", "Driver", "DriverOpts", "Labels", "ClusterVolumeSpec"], "")?;
+    let driver = o.get("Driver").and_then(Value::as_str).unwrap_or_default();
+    if !matches!(driver, "" | "local") || o.get("DriverOpts").is_some_and(truthy) {
+        return Err(Refusal::new("volume", "volume drivers and their options can bind any host path")
+            .allow("a plain named volume: docker volume create NAME"));
+    }
+    label(o, ctx);
+    Ok(())
+}
+
+/// The query of `POST /build`: the classic builder, its `RUN` steps on the project's network
+/// (so through the filter), and no context the daemon would fetch itself.
+pub fn build(query: &mut Vec<(String, String)>, ctx: &Context) -> Verdict<()> {
+    for (k, v) in query.iter() {
+        match k.as_str() {
+            "remote" if !v.is_empty() => {
+                return Err(Refusal::new(
+                    "build",
+                    "a remote build context is fetched by the daemon, outside the filter",
+                )
+                .allow("clone or download it in the sandbox and build from a directory"));
+            }
+            "version" if v == "2" => {
+                return Err(
+                    Refusal::new("build", "BuildKit is not served").allow("DOCKER_BUILDKIT=0 docker build …")
+                );
+            }
+            "session" | "buildid" | "outputs" if !v.is_empty() => {
+                return Err(
+                    Refusal::new("build", "BuildKit is not served").allow("DOCKER_BUILDKIT=0 docker build …")
+                );
+            }
+            "networkmode"
+                if !matches!(v.as_str(), "" | "default" | "bridge" | "none") && v != &ctx.network =>
+            {
+                return Err(Refusal::new("network", format!("a build on network {v}: outside the filter")));
+            }
+            _ => {}
+        }
+    }
+    query.retain(|(k, _)| k != "networkmode");
+    query.push(("networkmode".into(), ctx.network.clone()));
+    Ok(())
+}
+
+/// The query of `POST /images/create`: a pull by name (the daemon fetches it), or an import of
+/// the request's body; never an import the daemon would fetch from a URL.
+pub fn pull(query: &[(String, String)]) -> Verdict<()> {
+    match query.iter().find(|(k, _)| k == "fromSrc") {
+        Some((_, src)) if src != "-" => {
+            Err(Refusal::new("pull", "an import from a URL is fetched by the daemon, outside the filter")
+                .allow("download the file in the sandbox and import it: docker import FILE"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn object(body: &mut Value) -> Verdict<&mut Map<String, Value>> {
+    body.as_object_mut().ok_or_else(|| Refusal::new("body", "the body is not a JSON object"))
+}
+
+fn known(o: &Map<String, Value>, fields: &[&str], at: &str) -> Verdict<()> {
+    match o.iter().find(|(k, v)| !fields.contains(&k.as_str()) && truthy(v)) {
+        Some((k, _)) => {
+            Err(Refusal::new("unknown-field", format!("`{at}{k}` is a field the gateway does not know")))
+        }
+        None => Ok(()),
+    }
+}
+
+fn label(o: &mut Map<String, Value>, ctx: &Context) {
+    let labels = o.entry("Labels").or_insert_with(|| Value::Object(Map::new()));
+    if !labels.is_object() {
+        *labels = Value::Object(Map::new());
+    }
+    if let Some(l) = labels.as_object_mut() {
+        l.insert(PROJECT_LABEL.into(), Value::String(ctx.project.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ctx() -> Context {
+        Context { project: "shop".into(), network: "ocsb-shop".into(), ..Context::default() }
+    }
+
+    #[test]
+    fn networks_become_internal_and_labelled() {
+        let mut b = json!({"Name": "shop_default", "Driver": "bridge", "Labels": {"com.docker.compose.project": "shop"}});
+        network(&mut b, &ctx()).unwrap();
+        assert_eq!(b["Internal"], true);
+        assert_eq!(b["Labels"][PROJECT_LABEL], "shop");
+        assert_eq!(b["Labels"]["com.docker.compose.project"], "shop");
+        assert_eq!(
+            network(&mut json!({"Name": "n", "Driver": "macvlan"}), &ctx()).unwrap_err().rule,
+            "network"
+        );
+        assert_eq!(
+            network(&mut json!({"Name": "n", "Options": {"com.docker.network.bridge.name": "eth0"}}), &ctx())
+                .unwrap_err()
+                .rule,
+            "network"
+        );
+        assert_eq!(
+            network(&mut json!({"Name": "n", "Peer": "x"}), &ctx()).unwrap_err().rule,
+            "unknown-field"
+        );
+    }
+
+    #[test]
+    fn volumes_are_plain_and_labelled() {
+        let mut b = json!({"Name": "data"});
+        volume(&mut b, &ctx()).unwrap();
+        assert_eq!(b["Labels"][PROJECT_LABEL], "shop");
+        let bind = json!({"Name": "v", "Driver": "local", "DriverOpts": {"type": "none", "o": "bind", "device": "/"}});
+        assert_eq!(volume(&mut bind.clone(), &ctx()).unwrap_err().rule, "volume");
+        assert_eq!(volume(&mut json!({"Name": "v", "Driver": "nfs"}), &ctx()).unwrap_err().rule, "volume");
+    }
+
+    #[test]
+    fn builds_run_on_the_projects_network_with_a_local_context() {
+        let mut q = vec![("t".to_string(), "app".to_string()), ("networkmode".into(), "default".into())];
+        build(&mut q, &ctx()).unwrap();
+        assert_eq!(q, [("t".to_string(), "app".to_string()), ("networkmode".into(), "ocsb-shop".into())]);
+        for (k, v, rule) in [
+            ("remote", "https://x/y.git", "build"),
+            ("version", "2", "build"),
+            ("session", "s1", "build"),
+            ("networkmode", "host", "network"),
+        ] {
+            let mut q = vec![(k.to_string(), v.to_string())];
+            assert_eq!(build(&mut q, &ctx()).unwrap_err().rule, rule, "{k}={v}");
+        }
+        assert!(pull(&[("fromImage".into(), "busybox".into())]).is_ok());
+        assert!(pull(&[("fromSrc".into(), "-".into())]).is_ok());
+        assert_eq!(pull(&[("fromSrc".into(), "http://10.0.0.1/x.tar".into())]).unwrap_err().rule, "pull");
+    }
+}

@@ -49,8 +49,13 @@ impl EgressPaths {
     }
     /// The access log opened for appending, readable by this user alone (0600).
     pub fn open_access_log(&self) -> std::io::Result<std::fs::File> {
+        self.open_log("access.log")
+    }
+    /// A log of this directory (`name`), opened for appending, readable by this user alone.
+    pub fn open_log(&self, name: &str) -> std::io::Result<std::fs::File> {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        let f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(self.access_log())?;
+        let f =
+            std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(self.dir.join(name))?;
         f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
         Ok(f)
     }

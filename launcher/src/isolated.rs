@@ -117,7 +117,11 @@ pub fn run(spec: &SandboxSpec, server: Option<&Server>) -> Result<i32> {
 }
 
 /// [`run`] for a project: the server built from its settings and `policy`.
+/// With `OCSB_DOCKER=1` the Docker gateway serves the sandbox too, for as long as it runs.
 pub fn run_for(project: &Project, policy: &Policy, spec: &SandboxSpec) -> Result<i32> {
+    let mut spec = spec.clone();
+    let _docker = crate::docker_gw::attach(project, &mut spec)?;
+    let spec = &spec;
     let server = match spec.network {
         Network::Host => None,
         Network::Isolated { .. } => Some(Server::new(project, policy)?),

@@ -6,6 +6,7 @@
 
 pub mod cli;
 mod commands;
+mod docker_gw;
 mod doctor;
 mod egress_cmd;
 mod error;

@@ -6,6 +6,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ocsb_policy::settings::DockerMode;
 use ocsb_policy::settings::{CacheUse, NetlockAcquire, NetworkMode, Settings};
 use ocsb_sandbox::spec::{DOCKER_SOCKETS, TcpPorts, parse_port_range};
 use ocsb_sandbox::{Acquire, Limits, Netlock, Network, SandboxSpec, TtyMode};
@@ -118,11 +119,13 @@ pub fn spec(
         hide,
         hide_home: s.hide_home(),
         tmp: s.tmp().into(),
-        docker_socket: if s.docker_allowed() {
+        docker_socket: if s.docker() == DockerMode::Raw {
             DOCKER_SOCKETS.iter().map(PathBuf::from).find(|p| p.exists())
         } else {
             None
         },
+        // Set by the run itself, which serves the gateway (`docker_gw::attach`).
+        docker_gateway: None,
         ssh_agent,
         env,
         argv,

@@ -19,6 +19,9 @@ mod suite {
     // `ocsb wt add | rm | list` against real git repositories.
     mod worktree;
 
+    // host: the Docker gateway against the real daemon: each way out refused, the project's own used.
+    #[cfg(feature = "host-tests")]
+    mod docker_gateway;
     // host: `ocsb doctor` on real machine states, each check made to fail in turn.
     #[cfg(feature = "host-tests")]
     mod doctor;

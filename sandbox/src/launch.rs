@@ -6,7 +6,7 @@
 //! parent-death signal follows the thread that forked stage 2.
 
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
@@ -103,6 +103,12 @@ fn create_placeholder(p: &plan::Placeholder) -> std::io::Result<()> {
     }
 }
 
+/// The mount plan the sandbox of `spec` is built from, the checkout rule applied: what it may
+/// write, and what inside that is read-only or hidden (the Docker gateway keeps containers to it).
+pub fn plan_of(spec: &SandboxSpec) -> Result<Plan> {
+    plan::build(&with_checkout_rule(spec)?, &RealFs)
+}
+
 /// The spec with the checkout rule (`ocsb_policy::guard`) applied to every writable checkout it
 /// names; what the spec said about protections before is replaced.
 fn with_checkout_rule(spec: &SandboxSpec) -> Result<SandboxSpec> {
@@ -125,6 +131,7 @@ pub fn request(spec: &SandboxSpec, plan: Option<Plan>) -> Request {
                 .iter()
                 .chain(spec.docker_socket.iter())
                 .filter_map(|s| std::fs::canonicalize(s).ok())
+                .chain(spec.docker_gateway.iter().map(|_| PathBuf::from(crate::spec::DOCKER_GATEWAY_INSIDE)))
                 .collect(),
             tcp: spec.tcp.clone(),
             isolated: spec.network != Network::Host,

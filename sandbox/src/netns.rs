@@ -249,6 +249,24 @@ fn runtime_dir() -> Option<PathBuf> {
     (d.is_absolute() && private).then_some(d)
 }
 
+/// A fresh directory only this user may enter, for a socket the launcher serves to one
+/// sandbox: in `$XDG_RUNTIME_DIR` when it is private (no sandbox sees `/run`), else in the
+/// temporary directory. `tag` starts its name.
+pub fn private_dir(tag: &str) -> Result<PathBuf> {
+    let base = runtime_dir().unwrap_or_else(std::env::temp_dir);
+    let dir = (0..16)
+        .map(|i| base.join(format!("{tag}-{}-{i}-{:x}", std::process::id(), rand_u32())))
+        .find_map(|d| std::fs::DirBuilder::new().mode(0o700).create(&d).ok().map(|()| d))
+        .ok_or_else(|| Error::io("create", &base, std::io::Error::other("no fresh directory name")))?;
+    // A directory that was there already would have failed `create`; the mode is checked
+    // anyway (a umask cannot widen it, but a shared /tmp deserves the look).
+    let meta = std::fs::symlink_metadata(&dir).map_err(|e| Error::io("inspect", &dir, e))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(Error::refused(format!("{} is not private", dir.display()), "check /tmp"));
+    }
+    Ok(dir)
+}
+
 /// Whether `pid` is `ancestor` or a descendant of it (a few generations: `sg` may fork).
 fn descends_from(pid: i32, ancestor: u32) -> bool {
     let mut p = pid;
@@ -271,17 +289,7 @@ impl Channel {
     /// `forward`: the ports stage 2 is asked to listen on (the hand-over is checked against it).
     pub fn bind(forward: &[u16]) -> Result<Channel> {
         let io = |what: &'static str, p: &Path, e| Error::io(what, p, e);
-        let base = runtime_dir().unwrap_or_else(std::env::temp_dir);
-        let dir = (0..16)
-            .map(|i| base.join(format!("ocsb-net-{}-{i}-{:x}", std::process::id(), rand_u32())))
-            .find_map(|d| std::fs::DirBuilder::new().mode(0o700).create(&d).ok().map(|()| d))
-            .ok_or_else(|| io("create", &base, std::io::Error::other("no fresh directory name")))?;
-        // A directory that was there already would have failed `create`; the mode is checked
-        // anyway (a umask cannot widen it, but a shared /tmp deserves the look).
-        let meta = std::fs::symlink_metadata(&dir).map_err(|e| io("inspect", &dir, e))?;
-        if meta.permissions().mode() & 0o077 != 0 {
-            return Err(Error::refused(format!("{} is not private", dir.display()), "check /tmp"));
-        }
+        let dir = private_dir("ocsb-net")?;
         let sock = dir.join("s");
         let listener = UnixListener::bind(&sock).map_err(|e| io("listen on", &sock, e))?;
         Ok(Channel { dir, listener: Some(listener), forward: forward.to_vec() })

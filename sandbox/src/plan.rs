@@ -629,6 +629,11 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
     if let Some(s) = &spec.docker_socket {
         b.expose_socket(s, "docker socket")?;
     }
+    if let Some(g) = &spec.docker_gateway {
+        absolute(g, "Docker gateway socket")?;
+        let dst = PathBuf::from(super::spec::DOCKER_GATEWAY_INSIDE);
+        b.plan.ops.push(Op::Bind { src: g.clone(), dst, access: Access::Ro, dir: false });
+    }
     b.plan.cwd = match &spec.cwd {
         Some(c) => {
             absolute(c, "working directory")?;
@@ -803,6 +808,7 @@ mod tests {
             hide_home: vec!["/home/u/.aws".into(), "/home/u/.kube/config".into()],
             tmp: TmpMode::Private,
             docker_socket: None,
+            docker_gateway: None,
             ssh_agent: None,
             env: vec![],
             argv: vec!["true".into()],

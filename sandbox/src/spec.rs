@@ -35,6 +35,10 @@ pub struct SandboxSpec {
     pub tmp: TmpMode,
     /// The Docker socket to expose (`OCSB_DOCKER=1`); `None` hides every known Docker socket.
     pub docker_socket: Option<PathBuf>,
+    /// The Docker gateway's socket on the host (`OCSB_DOCKER=1`), bound at
+    /// [`DOCKER_GATEWAY_INSIDE`] with `DOCKER_HOST` pointing there.
+    #[serde(default)]
+    pub docker_gateway: Option<PathBuf>,
     /// The ssh-agent socket (`SSH_AUTH_SOCK`) to expose, as the seed does: the host agent signs,
     /// the private keys stay hidden.
     pub ssh_agent: Option<PathBuf>,
@@ -223,6 +227,9 @@ impl Default for Limits {
 
 /// Host programs that must not run inside (the seed disables `xdg-open`).
 pub const DISABLED_PROGRAMS: &[&str] = &["/usr/bin/xdg-open", "/bin/xdg-open"];
+
+/// Where the Docker gateway's socket is inside the sandbox: where tools look first.
+pub const DOCKER_GATEWAY_INSIDE: &str = "/run/docker.sock";
 
 /// Docker sockets hidden unless `docker_socket` is set.
 pub const DOCKER_SOCKETS: &[&str] = &["/run/docker.sock", "/var/run/docker.sock"];

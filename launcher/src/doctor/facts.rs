@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use ocsb_policy::settings::NetlockAcquire;
+use ocsb_policy::settings::{DockerMode, NetlockAcquire};
 
 #[derive(Debug, Clone)]
 pub struct Facts {
@@ -20,8 +20,8 @@ pub struct Facts {
     pub network: ocsb_policy::settings::NetworkMode,
     /// `ip` and `nft`, which build an isolated sandbox's namespace: found, or what is missing.
     pub isolated_tools: Result<(), String>,
-    /// `OCSB_DOCKER=1`: the agent gets the Docker socket.
-    pub docker_allowed: bool,
+    /// `OCSB_DOCKER`: none, the gateway, or the raw socket.
+    pub docker: DockerMode,
     pub opencode: OpencodeFacts,
     pub ports: Vec<PortFacts>,
     /// `OCSB_NOTIFICATIONS=1`.

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use ocsb_policy::settings::{NetlockAcquire, NetworkMode};
+use ocsb_policy::settings::{DockerMode, NetlockAcquire, NetworkMode};
 
 use super::check::Check;
 use super::facts::{
@@ -49,7 +49,7 @@ pub fn judge(f: &Facts) -> Vec<Check> {
     }
     out.push(loopback(f));
     out.push(egress(&f.egress));
-    out.push(docker_access(f.docker_allowed, settings_file(&f.project)));
+    out.push(docker_access(f.docker, settings_file(&f.project)));
     out.push(opencode(&f.opencode, settings_file(&f.project)));
     for p in &f.ports {
         out.push(port(p, settings_file(&f.project)));
@@ -475,17 +475,21 @@ fn loopback(f: &Facts) -> Check {
     }
 }
 
-fn docker_access(allowed: bool, file: &str) -> Check {
-    if allowed {
-        Check::warn(
+fn docker_access(mode: DockerMode, file: &str) -> Check {
+    match mode {
+        DockerMode::Raw => Check::warn(
             "docker-access",
-            "OCSB_DOCKER=1: the agent may use the Docker socket, and Docker is a way out of the sandbox: \
+            "OCSB_DOCKER=raw: the agent has the host's Docker socket, and that is a way out of the sandbox: \
              `docker run -v /:/host` is root on this machine, and containers' traffic goes around the netlock \
              and the filter (dockerd makes their sockets as root, on the forward path)",
-            Some(format!("echo OCSB_DOCKER=0 >> {file}")),
-        )
-    } else {
-        Check::ok("docker-access", "OCSB_DOCKER=0: the Docker socket is not given to the agent")
+            Some(format!("echo OCSB_DOCKER=1 >> {file}")),
+        ),
+        DockerMode::Gateway => Check::ok(
+            "docker-access",
+            "OCSB_DOCKER=1: Docker through the gateway (no privileged containers or host namespaces, binds \
+             only of what the sandbox may write, the project's own containers, networks and volumes)",
+        ),
+        DockerMode::Off => Check::ok("docker-access", "OCSB_DOCKER=0: no Docker socket in the sandbox"),
     }
 }
 
@@ -644,7 +648,7 @@ mod tests {
             loopback_ports: vec![],
             network: NetworkMode::Netlock,
             isolated_tools: Ok(()),
-            docker_allowed: false,
+            docker: DockerMode::Off,
             opencode: OpencodeFacts {
                 setting: "opencode".into(),
                 found: Some("/usr/bin/opencode".into()),
@@ -795,11 +799,13 @@ mod tests {
         let c = judge(&f);
         assert!(c.iter().all(|c| c.status == Status::Ok), "{c:#?}");
         assert!(!c.iter().any(|c| c.id == "egress-rules"));
-        f.docker_allowed = true;
-        assert_eq!(
-            find(&judge(&f), "docker-access").fix.as_deref(),
-            Some("echo OCSB_DOCKER=0 >> ~/.config/opencode-sandbox/sandbox.conf")
-        );
+        f.docker = DockerMode::Raw;
+        let raw = find(&judge(&f), "docker-access");
+        assert_eq!(raw.status, Status::Warn, "{raw:?}");
+        assert!(raw.message.contains("way out"), "{raw:?}");
+        assert_eq!(raw.fix.as_deref(), Some("echo OCSB_DOCKER=1 >> ~/.config/opencode-sandbox/sandbox.conf"));
+        f.docker = DockerMode::Gateway;
+        assert_eq!(find(&judge(&f), "docker-access").status, Status::Ok);
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
         loopback_ports: settings.loopback_ports(),
         network: settings.network(),
         isolated_tools: isolated_tools(),
-        docker_allowed: settings.docker_allowed(),
+        docker: settings.docker(),
         opencode: opencode(&settings, untrusted),
         ports,
         notifications: settings.notifications(),

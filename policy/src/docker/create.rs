@@ -25,6 +25,9 @@ pub struct Needs {
     /// Hidden host paths inside a bind, with where they appear in the container: the gateway
     /// covers each (an empty read-only file or directory), as the sandbox does.
     pub masks: Vec<(PathBuf, String)>,
+    /// Read-only host paths inside a bind, with where they appear: bound again read-only
+    /// there, so a container cannot change what the sandbox may not (a hook in `.git/hooks`).
+    pub read_only: Vec<(PathBuf, String)>,
 }
 
 /// Docker's default capabilities: adding one of these changes nothing; any other is a power
@@ -438,10 +441,15 @@ fn bind_source(
     if ctx.hidden.iter().any(|h| real.starts_with(h)) {
         return Err(Refusal::new("bind", format!("-v {}: hidden from the sandbox", src.display())));
     }
-    for h in ctx.hidden.iter().filter(|h| h.starts_with(&real)) {
-        let rel = h.strip_prefix(&real).unwrap_or(h);
-        needs.masks.push((h.clone(), Path::new(dst).join(rel).to_string_lossy().into_owned()));
+    let inside = |p: &PathBuf| {
+        (p.clone(), Path::new(dst).join(p.strip_prefix(&real).unwrap_or(p)).to_string_lossy().into_owned())
+    };
+    needs.masks.extend(ctx.hidden.iter().filter(|h| h.starts_with(&real)).map(inside));
+    if let Some(ro) = ctx.read_only.iter().find(|r| real.starts_with(r)) {
+        // A bind of something the sandbox sees read-only is read-only as a whole.
+        needs.read_only.push((ro.clone(), dst.to_string()));
     }
+    needs.read_only.extend(ctx.read_only.iter().filter(|r| r.starts_with(&real) && **r != real).map(inside));
     Ok(())
 }
 
@@ -482,6 +490,7 @@ mod tests {
             network: "ocsb-shop".into(),
             writable: vec!["/home/u/shop".into(), "/home/u/.cache".into()],
             hidden: vec!["/home/u/shop/.env.secret".into(), "/home/u/.ssh".into()],
+            read_only: vec!["/home/u/shop/.git/hooks".into()],
         }
     }
 

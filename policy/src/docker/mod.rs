@@ -44,8 +44,12 @@ pub struct Context {
     pub network: String,
     /// Canonical host paths the sandbox may write: the only sources a bind may have.
     pub writable: Vec<PathBuf>,
-    /// Canonical host paths hidden from the sandbox: no bind may reach into or contain one.
+    /// Canonical host paths hidden from the sandbox: no bind may reach into one, and one
+    /// inside a bind is covered in the container.
     pub hidden: Vec<PathBuf>,
+    /// Canonical host paths the sandbox sees read-only inside its writable set (the checkout's
+    /// git metadata and the other names of the checkout rule): read-only in the container too.
+    pub read_only: Vec<PathBuf>,
 }
 
 impl Context {

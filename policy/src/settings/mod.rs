@@ -228,6 +228,17 @@ pub enum EgressBackend {
     Squid,
 }
 
+/// `OCSB_DOCKER`: what of Docker the agent gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DockerMode {
+    /// No Docker socket in the sandbox.
+    Off,
+    /// The gateway: a Docker socket that lets through only what `crate::docker` allows.
+    Gateway,
+    /// The host's raw `docker.sock`: root on the host, traffic outside the filter.
+    Raw,
+}
+
 /// `OCSB_NETWORK`: where the sandbox's network comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NetworkMode {
@@ -506,9 +517,13 @@ impl Settings {
         }
     }
 
-    /// `OCSB_DOCKER=1`: the agent may use the Docker socket.
-    pub fn docker_allowed(&self) -> bool {
-        self.flag("OCSB_DOCKER")
+    /// `OCSB_DOCKER`: `0` (none), `1` (the gateway, the default) or `raw` (the host's socket).
+    pub fn docker(&self) -> DockerMode {
+        match self.scalar("OCSB_DOCKER") {
+            "0" => DockerMode::Off,
+            "raw" => DockerMode::Raw,
+            _ => DockerMode::Gateway,
+        }
     }
 
     pub fn netlock_acquire(&self) -> NetlockAcquire {

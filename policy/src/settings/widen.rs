@@ -44,7 +44,12 @@ enum Rule {
 const WATCHED: &[(&str, Rule, &str)] = &[
     ("OCSB_SANDBOX", Rule::Becomes("0"), "turns the namespace sandbox off"),
     ("OCSB_TMP", Rule::Becomes("shared"), "the host's /tmp holds sockets that lead out of the sandbox"),
-    ("OCSB_DOCKER", Rule::Becomes("1"), "the Docker socket can mount any host path"),
+    ("OCSB_DOCKER", Rule::Becomes("1"), "gives the agent Docker (through the gateway)"),
+    (
+        "OCSB_DOCKER",
+        Rule::Becomes("raw"),
+        "the raw Docker socket is root on this machine and goes around the filter",
+    ),
     ("OCSB_RW", Rule::Added, "makes a host path writable for the agent"),
     ("OCSB_RW_HOME", Rule::Added, "makes a directory in your home writable for the agent"),
     (

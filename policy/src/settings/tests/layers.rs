@@ -23,7 +23,8 @@ fn settings_defaults_without_any_file() {
     );
     assert_eq!(st.skills(), ["opencode-sandbox"]);
     assert_eq!(st.plugins(), ["skill-compact-resurrect"]);
-    assert!(st.panel() && st.notifications() && st.sandbox_enabled() && st.docker_allowed());
+    assert!(st.panel() && st.notifications() && st.sandbox_enabled());
+    assert_eq!(st.docker(), crate::settings::DockerMode::Gateway);
     assert_eq!(st.tmp(), TmpMode::Private);
     assert!(st.tmp_private());
     assert_eq!(st.worktrees_dir(), f.home().join("src/shop-worktrees"));

@@ -1,0 +1,239 @@
+//! One client connection of the gateway: one request, judged by the policy, completed, and
+//! forwarded to the daemon with `Connection: close`; the answer streams back as it comes. A
+//! call that attaches (exec start, attach) becomes a raw stream both ways after the answer.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use ocsb_policy::docker::route::{Call, Owned, route};
+use ocsb_policy::docker::{Refusal, create, objects};
+use serde_json::{Value, json};
+
+use super::Shared;
+use super::http::{self, Framing, Head};
+
+/// How long a client may take to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Hop-by-hop headers, and the framing the gateway sets itself.
+const DROPPED: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+];
+
+/// What goes to the daemon once the call passed.
+struct Forward {
+    /// The body as the gateway completed it; `None`: the client's, copied as it is framed.
+    body: Option<Vec<u8>>,
+    /// The connection becomes a raw stream both ways (attach, exec start).
+    stream: bool,
+}
+
+pub(super) fn serve(client: UnixStream, gw: &Shared) {
+    if let Err(e) = handle(client, gw) {
+        gw.note(&format!("connection ended: {e}"));
+    }
+}
+
+fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
+    client.set_read_timeout(Some(HEAD_TIMEOUT))?;
+    let mut r = BufReader::new(client.try_clone()?);
+    let mut w = client;
+    let mut head = match http::read_head(&mut r) {
+        Ok(Some(h)) => h,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            return http::answer(&mut w, 400, "Bad Request", &Refusal::new("request", e.to_string()).body());
+        }
+    };
+    let framing = match head.framing() {
+        Ok(f) => f,
+        Err(e) => return refuse(&mut w, gw, &head, Refusal::new("request", e.to_string())),
+    };
+    let fwd = match judge(&mut head, framing, &mut r, gw) {
+        Ok(f) => f,
+        Err(refusal) => return refuse(&mut w, gw, &head, refusal),
+    };
+    w.set_read_timeout(None)?;
+    let mut up = UnixStream::connect(&gw.daemon.socket)?;
+    let mut out = format!("{} {} HTTP/1.1\r\n", head.method, head.target());
+    for (k, v) in &head.headers {
+        if !DROPPED.contains(&k.to_ascii_lowercase().as_str()) {
+            out += &format!("{k}: {v}\r\n");
+        }
+    }
+    let upgrade = fwd.stream && head.header("upgrade").is_some();
+    out += if upgrade { "Connection: Upgrade\r\nUpgrade: tcp\r\n" } else { "Connection: close\r\n" };
+    match (&fwd.body, framing) {
+        (Some(b), _) => out += &format!("Content-Length: {}\r\n", b.len()),
+        (None, Framing::Length(n)) => out += &format!("Content-Length: {n}\r\n"),
+        (None, Framing::Chunked) => out += "Transfer-Encoding: chunked\r\n",
+        (None, Framing::None) => {}
+    }
+    out += "\r\n";
+    up.write_all(out.as_bytes())?;
+    match &fwd.body {
+        Some(b) => up.write_all(b)?,
+        None => http::copy_body(&mut r, &mut up, framing, None)?,
+    }
+    if fwd.stream {
+        // The container's stdin: whatever the client sends from now on (the reader may hold
+        // some of it already).
+        let mut up_in = up.try_clone()?;
+        std::thread::spawn(move || {
+            let _ = io::copy(&mut r, &mut up_in);
+            let _ = up_in.shutdown(std::net::Shutdown::Write);
+        });
+    }
+    io::copy(&mut up, &mut w)?;
+    let _ = w.shutdown(std::net::Shutdown::Both);
+    Ok(())
+}
+
+/// The policy's verdict on one call, with what the gateway must check with the daemon.
+fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -> Result<Forward, Refusal> {
+    let ctx = &gw.ctx;
+    let call = route(&head.method, &head.path)?;
+    let plain = Forward { body: None, stream: false };
+    let daemon_err =
+        |e: io::Error| Refusal::new("daemon", format!("the gateway could not ask the daemon: {e}"));
+    let owned = |obj: &Owned| -> Result<(), Refusal> {
+        if gw.daemon.owns(ctx, obj).map_err(daemon_err)? {
+            Ok(())
+        } else {
+            Err(Refusal::new(
+                "ownership",
+                format!("{} is not one this project made (or does not exist)", describe(obj)),
+            ))
+        }
+    };
+    let mut json_body = || -> Result<Value, Refusal> {
+        let bytes =
+            http::read_body(r, framing, http::MAX_JSON).map_err(|e| Refusal::new("body", e.to_string()))?;
+        if bytes.is_empty() {
+            return Ok(json!({}));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| Refusal::new("body", format!("the body is not JSON: {e}")))
+    };
+    match call {
+        Call::Plain => Ok(plain),
+        Call::Pull => objects::pull(&head.query).map(|()| plain),
+        Call::On(obj) => owned(&obj).map(|()| plain),
+        Call::Stream(obj) => owned(&obj).map(|()| Forward { body: None, stream: true }),
+        Call::List => {
+            add_label_filter(&mut head.query, ctx);
+            Ok(plain)
+        }
+        Call::Build => {
+            objects::build(&mut head.query, ctx)?;
+            gw.daemon.ensure_network(ctx).map_err(daemon_err)?;
+            Ok(plain)
+        }
+        Call::CreateNetwork | Call::CreateVolume => {
+            let mut v = json_body()?;
+            if call == Call::CreateNetwork {
+                objects::network(&mut v, ctx)?;
+            } else {
+                objects::volume(&mut v, ctx)?;
+            }
+            Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
+        }
+        Call::Connect { network } => {
+            owned(&Owned::Network(network))?;
+            let v = json_body()?;
+            let container = v.get("Container").and_then(Value::as_str).unwrap_or_default().to_string();
+            owned(&Owned::Container(container))?;
+            Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
+        }
+        Call::CreateContainer => {
+            let mut v = json_body()?;
+            let canonical = |p: &Path| std::fs::canonicalize(p).ok();
+            let needs = create::container(&mut v, ctx, &canonical)?;
+            for c in &needs.containers {
+                owned(&Owned::Container(c.clone()))?;
+            }
+            for n in &needs.networks {
+                owned(&Owned::Network(n.clone()))?;
+            }
+            for vol in &needs.volumes {
+                let obj = Owned::Volume(vol.clone());
+                if gw.daemon.exists(&obj).map_err(daemon_err)? {
+                    owned(&obj)?;
+                } else {
+                    gw.daemon.ensure_volume(ctx, vol).map_err(daemon_err)?;
+                }
+            }
+            cover(&mut v, &needs, gw);
+            if v["HostConfig"]["NetworkMode"].as_str() == Some(ctx.network.as_str()) {
+                gw.daemon.ensure_network(ctx).map_err(daemon_err)?;
+            }
+            Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
+        }
+    }
+}
+
+/// Covers each hidden path inside a bind where the container sees it (a directory with an
+/// empty read-only tmpfs, a file with the gateway's empty read-only file), and binds each
+/// read-only path again read-only.
+fn cover(v: &mut Value, needs: &create::Needs, gw: &Shared) {
+    if needs.masks.is_empty() && needs.read_only.is_empty() {
+        return;
+    }
+    let host = &mut v["HostConfig"];
+    if !host["Mounts"].is_array() {
+        host["Mounts"] = json!([]);
+    }
+    let Some(mounts) = host["Mounts"].as_array_mut() else { return };
+    for (hidden, target) in &needs.masks {
+        mounts.push(if hidden.is_dir() {
+            json!({"Type": "tmpfs", "Target": target, "ReadOnly": true, "TmpfsOptions": {"SizeBytes": 4096, "Mode": 0o555}})
+        } else {
+            json!({"Type": "bind", "Source": gw.empty_file, "Target": target, "ReadOnly": true})
+        });
+    }
+    for (src, target) in &needs.read_only {
+        mounts.push(json!({"Type": "bind", "Source": src, "Target": target, "ReadOnly": true}));
+    }
+}
+
+/// Lists show the project's objects only: its label joins the client's `filters`.
+fn add_label_filter(query: &mut Vec<(String, String)>, ctx: &ocsb_policy::docker::Context) {
+    let label = format!("{}={}", ocsb_policy::docker::PROJECT_LABEL, ctx.project);
+    let mut filters = query
+        .iter()
+        .find(|(k, _)| k == "filters")
+        .and_then(|(_, v)| serde_json::from_str::<Value>(v).ok())
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    match &mut filters["label"] {
+        Value::Array(a) => a.push(Value::String(label)),
+        Value::Object(o) => {
+            o.insert(label, Value::Bool(true));
+        }
+        other => *other = json!([label]),
+    }
+    query.retain(|(k, _)| k != "filters");
+    query.push(("filters".into(), filters.to_string()));
+}
+
+fn describe(obj: &Owned) -> String {
+    match obj {
+        Owned::Container(c) => format!("container {c}"),
+        Owned::Exec(e) => format!("exec instance {e}"),
+        Owned::Network(n) => format!("network {n}"),
+        Owned::Volume(v) => format!("volume {v}"),
+    }
+}
+
+fn refuse(w: &mut UnixStream, gw: &Shared, head: &Head, r: Refusal) -> io::Result<()> {
+    gw.log(&format!("DENY {} {} rule={} {}", head.method, head.path, r.rule, r.what));
+    http::answer(w, 403, "Forbidden", &r.body())
+}

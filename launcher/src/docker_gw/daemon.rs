@@ -1,0 +1,140 @@
+//! The gateway's own calls to the real daemon: who owns an object, and making the project's
+//! network and volumes.
+
+use std::io::{self, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ocsb_policy::docker::route::Owned;
+use ocsb_policy::docker::{Context, PROJECT_LABEL};
+use serde_json::{Value, json};
+
+use super::http::{self, Framing};
+
+/// How long one of the gateway's own calls may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct Daemon {
+    pub socket: PathBuf,
+}
+
+impl Daemon {
+    /// One call with `Connection: close`; the status and the whole body.
+    pub fn call(&self, method: &str, target: &str, body: Option<&Value>) -> io::Result<(u16, Value)> {
+        let mut s = UnixStream::connect(&self.socket)?;
+        s.set_read_timeout(Some(CALL_TIMEOUT))?;
+        s.set_write_timeout(Some(CALL_TIMEOUT))?;
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        write!(
+            s,
+            "{method} {target} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut r = BufReader::new(s);
+        let lines = http::read_lines(&mut r)?;
+        let status = lines
+            .first()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| io::Error::other("the daemon's answer has no status"))?;
+        let header = |n: &str| {
+            lines.iter().skip(1).find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case(n).then(|| v.trim().to_string())
+            })
+        };
+        let framing = if header("transfer-encoding").is_some() {
+            Framing::Chunked
+        } else {
+            header("content-length").and_then(|n| n.parse().ok()).map_or(Framing::None, Framing::Length)
+        };
+        let bytes = match framing {
+            Framing::None => {
+                let mut b = Vec::new();
+                r.take(http::MAX_JSON as u64).read_to_end(&mut b)?;
+                b
+            }
+            f => http::read_body(&mut r, f, http::MAX_JSON)?,
+        };
+        Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+    }
+
+    /// Whether `obj` exists and carries the project's label. An exec instance is the project's
+    /// when its container is.
+    pub fn owns(&self, ctx: &Context, obj: &Owned) -> io::Result<bool> {
+        let (target, labels): (String, &[&str]) = match obj {
+            Owned::Container(id) => (format!("/containers/{}/json", seg(id)), &["Config", "Labels"]),
+            Owned::Network(id) => (format!("/networks/{}", seg(id)), &["Labels"]),
+            Owned::Volume(name) => (format!("/volumes/{}", seg(name)), &["Labels"]),
+            Owned::Exec(id) => {
+                let (code, v) = self.call("GET", &format!("/exec/{}/json", seg(id)), None)?;
+                let Some(container) = v.get("ContainerID").and_then(Value::as_str).filter(|_| code == 200)
+                else {
+                    return Ok(false);
+                };
+                return self.owns(ctx, &Owned::Container(container.to_string()));
+            }
+        };
+        let (code, v) = self.call("GET", &target, None)?;
+        let label = labels.iter().fold(&v, |v, k| &v[*k]).get(PROJECT_LABEL).and_then(Value::as_str);
+        Ok(code == 200 && label == Some(ctx.project.as_str()))
+    }
+
+    /// Whether an object of that kind and name exists at all.
+    pub fn exists(&self, obj: &Owned) -> io::Result<bool> {
+        let target = match obj {
+            Owned::Volume(n) => format!("/volumes/{}", seg(n)),
+            Owned::Network(n) => format!("/networks/{}", seg(n)),
+            Owned::Container(n) => format!("/containers/{}/json", seg(n)),
+            Owned::Exec(n) => format!("/exec/{}/json", seg(n)),
+        };
+        Ok(self.call("GET", &target, None)?.0 == 200)
+    }
+
+    /// The project's internal network, made when it is missing.
+    pub fn ensure_network(&self, ctx: &Context) -> io::Result<()> {
+        if self.exists(&Owned::Network(ctx.network.clone()))? {
+            return Ok(());
+        }
+        let body =
+            json!({"Name": ctx.network, "Internal": true, "Labels": ctx.labels(), "CheckDuplicate": true});
+        match self.call("POST", "/networks/create", Some(&body))? {
+            (201 | 409, _) => Ok(()),
+            (code, v) => Err(io::Error::other(format!("creating network {}: {code} {v}", ctx.network))),
+        }
+    }
+
+    /// A named volume the agent mounts but has not made: made now, labelled.
+    pub fn ensure_volume(&self, ctx: &Context, name: &str) -> io::Result<()> {
+        let body = json!({"Name": name, "Labels": ctx.labels()});
+        match self.call("POST", "/volumes/create", Some(&body))? {
+            (201, _) => Ok(()),
+            (code, v) => Err(io::Error::other(format!("creating volume {name}: {code} {v}"))),
+        }
+    }
+}
+
+/// An id or name as one path segment (nothing that would change the path).
+fn seg(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Where the gateway finds the real daemon: `DOCKER_HOST` when it is a unix socket, else the
+/// default socket.
+pub fn upstream() -> Option<PathBuf> {
+    match std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()) {
+        Some(h) => h.strip_prefix("unix://").map(PathBuf::from),
+        None => ["/run/docker.sock", "/var/run/docker.sock"].iter().map(PathBuf::from).find(|p| p.exists()),
+    }
+    .filter(|p: &PathBuf| Path::new(p).is_absolute())
+}

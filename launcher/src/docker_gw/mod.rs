@@ -1,0 +1,166 @@
+//! The Docker gateway (`OCSB_DOCKER=1`): a Docker API socket for the sandbox that forwards to
+//! the real daemon only what `ocsb_policy::docker` allows, with containers, networks and
+//! volumes labelled as the project's and kept to its shape. Refusals answer with a Docker
+//! error body naming the rule, and go to `<state>/egress/docker.log` (hidden from the sandbox).
+//!
+//! The socket lives in a private directory of `$XDG_RUNTIME_DIR` (no sandbox sees `/run`), or
+//! of the temporary directory, and is bound into the sandbox at `/run/docker.sock`.
+
+mod conn;
+mod daemon;
+mod http;
+
+use std::io::Write;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ocsb_policy::docker::Context;
+use ocsb_sandbox::SandboxSpec;
+use ocsb_sandbox::plan::{Access, Op};
+
+pub use daemon::{Daemon, upstream};
+
+use crate::error::{Error, Result};
+use crate::project::Project;
+
+/// Client connections served at once; more wait in the listen queue.
+const MAX_CONNECTIONS: usize = 256;
+
+/// What every connection needs.
+pub(crate) struct Shared {
+    ctx: Context,
+    daemon: Daemon,
+    /// An empty read-only file that covers a hidden file inside a bind.
+    empty_file: PathBuf,
+    log: Mutex<Option<std::fs::File>>,
+}
+
+impl Shared {
+    fn log(&self, line: &str) {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        if let Some(f) = self.log.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            let _ = writeln!(f, "{}.{:03} {line}", t.as_secs(), t.subsec_millis());
+        }
+    }
+
+    fn note(&self, line: &str) {
+        self.log(&format!("note {line}"));
+    }
+}
+
+/// A running gateway; it stops serving new connections when dropped.
+pub struct Gateway {
+    dir: PathBuf,
+}
+
+impl Gateway {
+    /// Starts a gateway for `project`'s sandbox `spec`, in front of `daemon`.
+    pub fn start(project: &Project, spec: &SandboxSpec, daemon: Daemon) -> Result<Gateway> {
+        let ctx = context(project, spec)?;
+        let paths = crate::egress_cmd::instance(project)?.paths();
+        paths.create_private().map_err(|e| Error::io("create", &paths.dir, e))?;
+        let empty_file = paths.dir.join("docker-empty");
+        write_empty(&empty_file)?;
+        let log = paths.open_log("docker.log").ok();
+        let dir = ocsb_sandbox::netns::private_dir("ocsb-docker")?;
+        let sock = dir.join("docker.sock");
+        let listener = UnixListener::bind(&sock).map_err(|e| Error::io("listen on", &sock, e))?;
+        let shared = Arc::new(Shared { ctx, daemon, empty_file, log: Mutex::new(log) });
+        let busy = Arc::new(AtomicUsize::new(0));
+        std::thread::Builder::new()
+            .name("ocsb-docker".into())
+            .spawn(move || {
+                for c in listener.incoming() {
+                    let Ok(c) = c else { continue };
+                    if busy.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+                        continue; // dropped: the client sees the connection close
+                    }
+                    busy.fetch_add(1, Ordering::SeqCst);
+                    let (shared, busy) = (shared.clone(), busy.clone());
+                    let spawned =
+                        std::thread::Builder::new().name("ocsb-docker-conn".into()).spawn(move || {
+                            conn::serve(c, &shared);
+                            busy.fetch_sub(1, Ordering::SeqCst);
+                        });
+                    if spawned.is_err() {
+                        // The closure (and its count) went with the failed spawn.
+                        continue;
+                    }
+                }
+            })
+            .map_err(|e| Error::failed(format!("cannot start the Docker gateway: {e}"), "report this"))?;
+        Ok(Gateway { dir })
+    }
+
+    /// The gateway's socket on the host.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("docker.sock")
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.socket());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Starts the gateway for a sandbox of `project` when `OCSB_DOCKER=1` and a daemon answers on
+/// a unix socket, and puts it into `spec` (its socket, `DOCKER_HOST`). With no daemon there is
+/// nothing to serve, as there was no socket to pass before.
+pub fn attach(project: &Project, spec: &mut SandboxSpec) -> Result<Option<Gateway>> {
+    if project.settings.docker() != ocsb_policy::settings::DockerMode::Gateway || !spec.namespaces {
+        return Ok(None);
+    }
+    let Some(socket) = upstream() else { return Ok(None) };
+    let gw = Gateway::start(project, spec, Daemon { socket })?;
+    spec.docker_gateway = Some(gw.socket());
+    spec.env.retain(|(k, _)| k != "DOCKER_HOST");
+    spec.env.push(("DOCKER_HOST".into(), format!("unix://{}", ocsb_sandbox::spec::DOCKER_GATEWAY_INSIDE)));
+    Ok(Some(gw))
+}
+
+/// The policy's view of the sandbox: the host paths it may write (the sources of its
+/// read-write binds) and what is hidden inside them, from the sandbox's own plan.
+fn context(project: &Project, spec: &SandboxSpec) -> Result<Context> {
+    let plan = ocsb_sandbox::launch::plan_of(spec)?;
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let writable: Vec<PathBuf> = plan
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Bind { src, access: Access::Rw, dir: true, .. } => Some(canonical(src)),
+            _ => None,
+        })
+        .collect();
+    let inside = |dst: &PathBuf| writable.iter().any(|w| dst.starts_with(w) && dst != w);
+    let (mut hidden, mut read_only) = (Vec::new(), Vec::new());
+    for op in &plan.ops {
+        match op {
+            Op::Mask { dst } | Op::Tmpfs { dst, .. } if inside(dst) => hidden.push(canonical(dst)),
+            Op::Bind { dst, access: Access::Ro, .. } if inside(dst) => read_only.push(canonical(dst)),
+            _ => {}
+        }
+    }
+    let name = project.settings.name().to_string();
+    Ok(Context { network: format!("ocsb-{name}"), project: name, writable, hidden, read_only })
+}
+
+/// The empty file masks are bound from, in a directory hidden from the sandbox.
+fn write_empty(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+        return Ok(());
+    }
+    let _ = std::fs::remove_file(path);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o444)
+        .open(path)
+        .map_err(|e| Error::io("create", path, e))?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o444)).map_err(|e| Error::io("chmod", path, e))
+}

@@ -1,0 +1,212 @@
+//! The Docker gateway (`OCSB_DOCKER=1`) against the real daemon, as the ordinary user types
+//! `ocsb exec -- docker …` (the user is in the group `docker`, as Docker's users are). Each way
+//! out is refused with its rule in the error the Docker CLI prints, and the daemon is checked
+//! afterwards for what must not exist; the positive controls write the project from a
+//! container and run the project's own containers.
+//!
+//! No container here has a network (`--network none`): the daemon runs in the machine's own
+//! network namespace, and these tests send no packet there. Refused calls never reach it.
+
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::support::sandbox::{World, has, scenario};
+
+const IMAGE: &str = "ocsb-test-busybox";
+
+/// Fail (never skip) unless dockerd answers; import the test image once (busybox-static).
+fn require_docker() {
+    static READY: OnceLock<()> = OnceLock::new();
+    READY.get_or_init(|| {
+        let up = Command::new("docker").args(["version", "--format", "{{.Server.APIVersion}}"]).output();
+        assert!(
+            up.is_ok_and(|o| o.status.success()),
+            "Docker is not answering: start dockerd (tests/install-deps.sh installs docker.io; `make test` starts it)"
+        );
+        let have = Command::new("docker").args(["image", "inspect", IMAGE]).output();
+        if !have.is_ok_and(|o| o.status.success()) {
+            assert!(std::path::Path::new("/bin/busybox").exists(), "apt-get install busybox-static");
+            let script = format!(
+                "set -e; d=$(mktemp -d); mkdir -p $d/bin $d/tmp; cp /bin/busybox $d/bin/; \
+                 for c in sh echo cat ls sleep true id touch; do ln -s busybox $d/bin/$c; done; \
+                 tar -C $d -c . | docker import - {IMAGE} >/dev/null; rm -rf $d"
+            );
+            let o = Command::new("sh").args(["-c", &script]).output().unwrap();
+            assert!(o.status.success(), "importing {IMAGE}: {}", String::from_utf8_lossy(&o.stderr));
+        }
+    });
+}
+
+/// A scenario whose `D cmd` runs `ocsb exec -- sh -c cmd` as the user with the group `docker`,
+/// with the project's label `NAME`.
+fn docker_scenario(w: &World, body: &str) -> (String, String) {
+    require_docker();
+    let g = crate::support::sandbox::netlock_gid();
+    let script = format!(
+        r#"DG=$(getent group docker | cut -d: -f3)
+        D() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid {g} --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null 2>&1; }}
+        NAME=$(basename "$P")
+        {body}"#
+    );
+    scenario(w, &script)
+}
+
+/// What the Docker CLI prints for a refusal of `rule`.
+fn refused(out: &str, rule: &str, err: &str) {
+    let needle = format!("refused by the Docker gateway (rule {rule})");
+    assert!(out.contains(&needle), "expected {needle:?}\nstdout:\n{out}\nstderr:\n{err}");
+}
+
+/// `docker run ARGS` in the sandbox must be refused by `rule`, and no container may exist.
+fn run_refused(args: &str, rule: &str) {
+    let w = World::new();
+    let body = format!(
+        "D 'docker run --rm --network none {args} {IMAGE} true'
+        echo \"containers: $(docker ps -aq --filter label=dev.ocsb.project=$NAME | wc -l)\""
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    refused(&out, rule, &err);
+    has(&out, "containers: 0", &err);
+}
+
+#[test]
+fn a_bind_of_the_root_is_refused() {
+    run_refused("-v /:/host", "bind");
+}
+
+#[test]
+fn privileged_is_refused() {
+    run_refused("--privileged", "privileged");
+}
+
+#[test]
+fn the_host_pid_namespace_is_refused() {
+    run_refused("--pid host", "host-namespace");
+}
+
+#[test]
+fn the_host_network_is_refused() {
+    let w = World::new();
+    let (out, err) = docker_scenario(&w, &format!("D 'docker run --rm --network host {IMAGE} true'"));
+    refused(&out, "network", &err);
+}
+
+#[test]
+fn an_added_capability_is_refused() {
+    run_refused("--cap-add SYS_ADMIN", "capabilities");
+}
+
+#[test]
+fn a_device_is_refused() {
+    run_refused("--device /dev/null", "devices");
+}
+
+#[test]
+fn seccomp_unconfined_is_refused() {
+    run_refused("--security-opt seccomp=unconfined", "security-opt");
+}
+
+#[test]
+fn a_bind_of_the_ssh_keys_is_refused() {
+    let w = World::new();
+    let body = format!("D 'docker run --rm --network none -v $HOME/.ssh:/k:ro {IMAGE} cat /k/id_ed25519'");
+    let (out, err) = docker_scenario(&w, &body);
+    refused(&out, "bind", &err);
+    assert!(!out.contains("PRIVATE KEY"), "{out}");
+}
+
+#[test]
+fn a_bind_of_the_docker_socket_is_refused() {
+    run_refused("-v /var/run/docker.sock:/var/run/docker.sock", "bind");
+}
+
+#[test]
+fn a_body_with_an_unknown_field_is_refused() {
+    let w = World::new();
+    let body = format!(
+        "D 'curl -s --unix-socket /run/docker.sock -H Content-Type:application/json \
+         -d \"{{\\\"Image\\\":\\\"{IMAGE}\\\",\\\"HostConfig\\\":{{\\\"Future\\\":1}}}}\" http://docker/v1.41/containers/create'"
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    refused(&out, "unknown-field", &err);
+    assert!(out.contains("HostConfig.Future"), "{out}");
+}
+
+#[test]
+fn a_container_the_project_did_not_make_is_out_of_reach() {
+    let w = World::new();
+    let body = format!(
+        "C=$(docker create --network none {IMAGE} sleep 30)
+        D \"docker start $C; docker exec $C true; docker rm -f $C; docker logs $C\"
+        echo \"still there: $(docker inspect -f '{{{{.Id}}}}' $C | cut -c1-12) running: $(docker inspect -f '{{{{.State.Running}}}}' $C)\"
+        docker rm -f $C >/dev/null"
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    refused(&out, "ownership", &err);
+    assert_eq!(out.matches("(rule ownership)").count(), 4, "start, exec, rm and logs: {out}");
+    assert!(out.contains("running: false"), "the host's container was not started: {out}");
+}
+
+#[test]
+fn the_projects_containers_write_the_project_and_are_its_own() {
+    let w = World::new();
+    let body = format!(
+        "D 'docker run --rm --network none -v \"$PWD\":/src {IMAGE} sh -c \"echo from-container > /src/written\"; \
+            echo rc=$?; docker run -d --name keep-$$ --network none {IMAGE} sleep 30 >/dev/null; \
+            docker exec keep-$$ echo exec-ok; docker ps --format \"{{{{.Names}}}}\"; docker rm -f keep-$$ >/dev/null; echo done'
+        echo \"host sees: $(cat written)\"
+        echo \"left: $(docker ps -aq --filter label=dev.ocsb.project=$NAME | wc -l)\"
+        echo \"denied: $(grep -c DENY \"$HOME/.local/share/opencode-sandbox/$NAME/egress/docker.log\" 2>/dev/null || echo 0)\""
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "rc=0", &err);
+    has(&out, "host sees: from-container", &err);
+    has(&out, "exec-ok", &err);
+    has(&out, "done", &err);
+    has(&out, "left: 0", &err);
+    has(&out, "denied: 0", &err);
+}
+
+#[test]
+fn the_checkout_rule_holds_in_a_container_too() {
+    let w = World::new();
+    let body = format!(
+        "D 'docker run --rm --network none -v \"$PWD\":/src {IMAGE} sh -c \"echo evil > /src/.git/hooks/pre-commit; echo hook=\\$?\"'
+        echo \"hook on the host: $(cat .git/hooks/pre-commit 2>/dev/null | head -c 20)\"
+        cat \"$HOME/.local/share/opencode-sandbox/$NAME/egress/docker.log\""
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    assert!(out.contains("hook=1") || out.contains("Read-only file system"), "{out}\n{err}");
+    assert!(!out.contains("hook on the host: evil"), "a container wrote a git hook: {out}");
+}
+
+#[test]
+fn refusals_are_logged_on_the_host() {
+    let w = World::new();
+    let body = format!(
+        "D 'docker run --rm --privileged {IMAGE} true' >/dev/null
+        cat \"$HOME/.local/share/opencode-sandbox/$NAME/egress/docker.log\""
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    assert!(
+        out.lines().any(|l| l.contains("DENY POST") && l.contains("/containers/create rule=privileged")),
+        "{out}\n{err}"
+    );
+}
+
+#[test]
+fn a_hidden_file_stays_hidden_in_a_container() {
+    let w = World::new();
+    let body = format!(
+        "mkdir -p .opencode-sandbox/local; echo 'OCSB_HIDE=(secret.env)' > .opencode-sandbox/local/sandbox.conf
+        echo TOPSECRET > secret.env; chown -R 1990 .opencode-sandbox/local secret.env
+        D 'echo sandbox sees: $(cat secret.env); docker run --rm --network none -v \"$PWD\":/src {IMAGE} sh -c \"echo container sees: \\$(cat /src/secret.env); echo x > /src/secret.env; echo write=\\$?\"'
+        echo \"host file: $(cat secret.env)\""
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "sandbox sees:", &err); // the positive control of the setting: hidden in the sandbox
+    has(&out, "container sees:", &err);
+    assert!(!out.contains("sees: TOPSECRET"), "{out}");
+    assert!(!out.contains("write=0"), "{out}");
+    has(&out, "host file: TOPSECRET", &err);
+}

@@ -183,6 +183,9 @@ pub struct Running {
     shared: Arc<Shared>,
 }
 
+/// The connections a lent listener accepted, to end with its lease.
+type Accepted = Arc<std::sync::Mutex<Vec<std::sync::Weak<super::conns::Slot>>>>;
+
 /// Serves listeners lent while the proxy runs ([`super::lend`]), as its own listeners are
 /// served: the same rules, limits, client rule and log.
 #[derive(Clone)]
@@ -193,17 +196,24 @@ pub struct Lender {
 
 impl Lender {
     /// Accepts on `listener` until `until` completes or the proxy stops; the listener is closed
-    /// then (tunnels already open finish on their own).
+    /// then, and the connections accepted on it end too when `until` completed: the lender is
+    /// gone (its sandbox ended), and each of them would hold the sandbox's network namespace.
     pub fn serve(
         &self,
         listener: TcpListener,
         until: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
         let (shared, stop) = (self.shared.clone(), self.stop.clone());
+        let accepted: Accepted = Arc::default();
         tokio::spawn(async move {
             tokio::select! {
-                () = accept_loop(listener, shared, stop) => {}
+                () = accept_loop(listener, shared, stop, Some(accepted.clone())) => {}
                 () = until => {}
+            }
+            let slots = std::mem::take(&mut *accepted.lock().unwrap_or_else(|p| p.into_inner()));
+            for slot in slots.iter().filter_map(std::sync::Weak::upgrade) {
+                slot.kill.notify_waiters();
+                slot.kill.notify_one();
             }
         });
     }
@@ -252,12 +262,17 @@ pub fn start(
     let (stop, stop_rx) = watch::channel(false);
     let tasks = listeners
         .into_iter()
-        .map(|l| tokio::spawn(accept_loop(l, shared.clone(), stop_rx.clone())))
+        .map(|l| tokio::spawn(accept_loop(l, shared.clone(), stop_rx.clone(), None)))
         .collect();
     Running { addrs, stop, tasks, conns, shared }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    track: Option<Accepted>,
+) {
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -290,6 +305,11 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
                 continue;
             }
         };
+        if let Some(t) = &track {
+            let mut t = t.lock().unwrap_or_else(|p| p.into_inner());
+            t.retain(|w| w.strong_count() > 0);
+            t.push(Arc::downgrade(&slot));
+        }
         let _ = stream.set_nodelay(true);
         tokio::spawn(serve_connection(stream, peer, shared.clone(), slot));
     }

@@ -359,6 +359,14 @@ impl ServeState {
 }
 
 async fn control_conn(stream: tokio::net::UnixStream, state: Arc<ServeState>, running: Lending) {
+    if !same_user_namespace(&stream) {
+        let refusal = Ack { ok: false, error: Some(OUTSIDE_ONLY.into()) };
+        if let Ok(answer) = serde_json::to_string(&refusal) {
+            let (_, mut w) = stream.into_split();
+            let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
+        }
+        return;
+    }
     let open = running.conns.open();
     let Ok(Ok((line, fd))) = tokio::time::timeout(Duration::from_secs(5), lend::read_request(&stream)).await
     else {
@@ -405,6 +413,18 @@ async fn control_conn(stream: tokio::net::UnixStream, state: Arc<ServeState>, ru
         };
         running.lender.serve(listener, until);
     }
+}
+
+const OUTSIDE_ONLY: &str = "the filter's control socket answers only outside the sandbox (a process in another user namespace asked)";
+
+/// Whether the peer runs in this process's user namespace. *Why*: the socket is the user's
+/// own, but a sandbox that can reach it (a state directory outside the hidden tree) runs in a
+/// user namespace of its own, and must not stop the filter, reload it, or lend it a listener
+/// of its own (which would give it another project's rules).
+fn same_user_namespace(stream: &tokio::net::UnixStream) -> bool {
+    let Some(pid) = stream.peer_cred().ok().and_then(|c| c.pid()) else { return false };
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/user")).ok();
+    ns(&pid.to_string()).is_some_and(|theirs| Some(theirs) == ns("self"))
 }
 
 /// What a control connection needs of the running proxy.

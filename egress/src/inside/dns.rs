@@ -25,16 +25,27 @@ const ANSWER_TTL: u32 = 10;
 /// for slow names cannot pile up lookups in the launcher.
 const MAX_PENDING: usize = 256;
 
+/// Connections over TCP served at once, and queries and time each may take: TCP is for the few
+/// answers that do not fit a datagram, so a handful of clients is plenty, and idle ones must not
+/// hold the launcher's connection slots.
+pub(super) const TCP_CONNECTIONS: usize = 64;
+const TCP_QUERIES: usize = 64;
+const TCP_LIFETIME: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The lookups in flight, over UDP and TCP together.
+pub(super) fn lookups() -> Arc<tokio::sync::Semaphore> {
+    Arc::new(tokio::sync::Semaphore::new(MAX_PENDING))
+}
+
 pub(super) async fn serve(sock: UdpSocket, st: Arc<State>) {
     let sock = Arc::new(sock);
-    let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING));
     let mut buf = vec![0u8; 4096];
     loop {
         let Ok((n, from)) = sock.recv_from(&mut buf).await else {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
-        let Ok(slot) = pending.clone().try_acquire_owned() else { continue };
+        let Ok(slot) = st.lookups.clone().try_acquire_owned() else { continue };
         let (query, sock, st) = (buf[..n].to_vec(), sock.clone(), st.clone());
         tokio::spawn(async move {
             if let Some(reply) = answer(&st, &query).await.and_then(|(m, edns)| fit(m, edns)) {
@@ -50,14 +61,24 @@ const TCP_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One DNS-over-TCP connection: each message is prefixed with its length (two bytes), answered
 /// in turn, with no truncation (a client asks over TCP for what did not fit a datagram).
-pub(super) async fn serve_tcp(mut c: TcpStream, st: Arc<State>) {
-    loop {
+pub(super) async fn serve_tcp(c: TcpStream, st: Arc<State>) {
+    let _ = tokio::time::timeout(TCP_LIFETIME, serve_tcp_queries(c, st)).await;
+}
+
+async fn serve_tcp_queries(mut c: TcpStream, st: Arc<State>) {
+    for _ in 0..TCP_QUERIES {
         let query = tokio::time::timeout(TCP_IDLE, async {
-            let n = c.read_u16().await? as usize;
-            let mut q = vec![0u8; n];
-            c.read_exact(&mut q).await.map(|_| q)
+            let n = c.read_u16().await? as u64;
+            // Grown as the bytes arrive: a length prefix alone reserves nothing.
+            let mut q = Vec::new();
+            (&mut c).take(n).read_to_end(&mut q).await?;
+            if (q.len() as u64) < n {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+            }
+            Ok::<_, std::io::Error>(q)
         });
         let Ok(Ok(query)) = query.await else { return };
+        let Ok(_lookup) = st.lookups.clone().acquire_owned().await else { return };
         let Some(bytes) = answer(&st, &query).await.and_then(|(m, _)| m.to_vec().ok()) else { return };
         let Ok(len) = u16::try_from(bytes.len()) else { return };
         if c.write_all(&[&len.to_be_bytes()[..], &bytes].concat()).await.is_err() {

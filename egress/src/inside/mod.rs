@@ -80,6 +80,8 @@ struct State {
     resolver: Resolver,
     log: Mutex<Option<std::fs::File>>,
     names: Mutex<HashMap<IpAddr, String>>,
+    /// The DNS stub's lookups in flight (UDP and TCP share the cap).
+    lookups: Arc<tokio::sync::Semaphore>,
 }
 
 impl State {
@@ -146,6 +148,7 @@ pub fn serve(cfg: Config, sockets: Sockets, dial_in: Option<DialIn>) -> Result<S
         resolver,
         log: Mutex::new(cfg.log),
         names: Mutex::default(),
+        lookups: dns::lookups(),
     });
     crate::builtin::serve::raise_nofile();
     let soft =
@@ -182,9 +185,13 @@ pub fn serve(cfg: Config, sockets: Sockets, dial_in: Option<DialIn>) -> Result<S
             u.set_nonblocking(true)?;
             tasks.push(tokio::spawn(dns::serve(UdpSocket::from_std(u)?, st.clone())));
         }
+        // Slots of their own: idle DNS connections must not take the relays' and the web front's.
+        let dns_slots = Arc::new(tokio::sync::Semaphore::new(dns::TCP_CONNECTIONS));
         for l in sockets.dns_tcp {
             let (l, st) = (tcp(l)?, st.clone());
-            tasks.push(tokio::spawn(accept_loop(l, slots.clone(), move |c| dns::serve_tcp(c, st.clone()))));
+            tasks.push(tokio::spawn(accept_loop(l, dns_slots.clone(), move |c| {
+                dns::serve_tcp(c, st.clone())
+            })));
         }
         for (l, port) in sockets.expose {
             let (l, dial) = (tcp(l)?, dial_in.clone());

@@ -38,14 +38,16 @@ fn require_docker() {
 }
 
 /// A scenario whose `D cmd` runs `ocsb exec -- sh -c cmd` as the user with the group `docker`,
-/// with the project's label `NAME`.
+/// in a project named `NAME` (its label, and its state directory's name).
 fn docker_scenario(w: &World, body: &str) -> (String, String) {
     require_docker();
     let g = crate::support::sandbox::netlock_gid();
     let script = format!(
         r#"DG=$(getent group docker | cut -d: -f3)
         D() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid {g} --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null 2>&1; }}
-        NAME=$(basename "$P")
+        # A name of its own: the tests run side by side, and the label is the project's name.
+        NAME=gw$$; mkdir -p .opencode-sandbox/local; echo "OCSB_NAME=$NAME" >> .opencode-sandbox/local/sandbox.conf
+        chown -R 1990 .opencode-sandbox/local
         {body}"#
     );
     scenario(w, &script)
@@ -198,7 +200,7 @@ fn refusals_are_logged_on_the_host() {
 fn a_hidden_file_stays_hidden_in_a_container() {
     let w = World::new();
     let body = format!(
-        "mkdir -p .opencode-sandbox/local; echo 'OCSB_HIDE=(secret.env)' > .opencode-sandbox/local/sandbox.conf
+        "echo 'OCSB_HIDE=(secret.env)' >> .opencode-sandbox/local/sandbox.conf
         echo TOPSECRET > secret.env; chown -R 1990 .opencode-sandbox/local secret.env
         D 'echo sandbox sees: $(cat secret.env); docker run --rm --network none -v \"$PWD\":/src {IMAGE} sh -c \"echo container sees: \\$(cat /src/secret.env); echo x > /src/secret.env; echo write=\\$?\"'
         echo \"host file: $(cat secret.env)\""

@@ -341,3 +341,48 @@ t2 = tunnel(2); wait_for(".done")' > out.txt 2>&1 &
     // After the restart the launcher relays the port: one connection from it to the filter.
     has(&out, "after restart: to-filter 1", &err);
 }
+
+/// When the sandbox ends, the filter ends the connections it accepted on the lent listener,
+/// even where the origin never closes: each would otherwise keep the sandbox's network
+/// namespace alive.
+#[test]
+fn the_filter_lets_go_of_a_finished_sandbox() {
+    let w = World::new();
+    let body = format!(
+        r#"{ORIGIN_NS}
+        O python3 -c 'import socket, threading, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("192.0.2.1", 9000)); s.listen(8)
+held = []
+while True:
+    c, _ = s.accept(); c.sendall(b"hold-ok\n"); held.append(c)' &
+        mkdir -p .opencode-sandbox/local
+        printf 'OCSB_NETWORK=isolated\n' > .opencode-sandbox/local/sandbox.conf
+        printf 'connect 192.0.2.1:9000\n' > .opencode-sandbox/local/egress.conf
+        chown -R 1990 .opencode-sandbox/local
+        I() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" "$@" </dev/null; }}
+        I egress up >/dev/null 2>&1
+        sleep 0.3
+        F=$(cat "$HOME/.local/share/opencode-sandbox/proj/egress/serve.pid")
+        socks() {{ ls -l /proc/$F/fd | grep -c socket; }}
+        BEFORE=$(socks); echo "filter $F holds $BEFORE sockets"
+        I exec -- python3 -c 'import socket
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"CONNECT 192.0.2.1:9000 HTTP/1.1\r\nHost: 192.0.2.1:9000\r\n\r\n")
+data = b""
+while b"hold-ok" not in data:
+    chunk = s.recv(256)
+    if not chunk: break
+    data += chunk
+print("tunnel", "ok" if b"hold-ok" in data else data, flush=True)' 2>&1 | grep tunnel
+        for i in $(seq 30); do [ "$(socks)" = "$BEFORE" ] && break; sleep 0.1; done
+        echo "after the sandbox: the filter holds $(( $(socks) - BEFORE )) more sockets"
+        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
+    );
+    let (out, err) = scenario(&w, &body);
+    has(&out, "tunnel ok", &err);
+    let before = out.lines().find_map(|l| l.strip_prefix("filter ")).unwrap_or_default();
+    let n: usize = before.split_whitespace().nth(2).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(n > 0, "the filter's descriptors were not found: {out}\n{err}");
+    // Neither the accepted connection (in the sandbox's namespace) nor its tunnel to the origin.
+    has(&out, "after the sandbox: the filter holds 0 more sockets", &err);
+}

@@ -359,7 +359,7 @@ impl ServeState {
 }
 
 async fn control_conn(stream: tokio::net::UnixStream, state: Arc<ServeState>, running: Lending) {
-    if !same_user_namespace(&stream) {
+    if !same_pid_namespace(&stream) {
         let refusal = Ack { ok: false, error: Some(OUTSIDE_ONLY.into()) };
         if let Ok(answer) = serde_json::to_string(&refusal) {
             let (_, mut w) = stream.into_split();
@@ -415,16 +415,22 @@ async fn control_conn(stream: tokio::net::UnixStream, state: Arc<ServeState>, ru
     }
 }
 
-const OUTSIDE_ONLY: &str = "the filter's control socket answers only outside the sandbox (a process in another user namespace asked)";
+const OUTSIDE_ONLY: &str =
+    "the filter's control socket answers only outside the sandbox (a process in another pid namespace asked)";
 
-/// Whether the peer runs in this process's user namespace. *Why*: the socket is the user's
-/// own, but a sandbox that can reach it (a state directory outside the hidden tree) runs in a
-/// user namespace of its own, and must not stop the filter, reload it, or lend it a listener
-/// of its own (which would give it another project's rules).
-fn same_user_namespace(stream: &tokio::net::UnixStream) -> bool {
+/// Whether the peer runs in this process's pid namespace. *Why*: the socket is the user's own,
+/// but a sandbox that can reach it (a state directory outside the hidden tree) runs in a pid
+/// namespace of its own, and must not stop the filter, reload it, or lend it a listener of its
+/// own (which would give it another project's rules). *Why the pid namespace*: the depth of
+/// `NSpid` in `/proc/PID/status` can be read for every process of the user, while
+/// `/proc/PID/ns/` cannot for one that changed its gid (the netlock shim's).
+fn same_pid_namespace(stream: &tokio::net::UnixStream) -> bool {
     let Some(pid) = stream.peer_cred().ok().and_then(|c| c.pid()) else { return false };
-    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/user")).ok();
-    ns(&pid.to_string()).is_some_and(|theirs| Some(theirs) == ns("self"))
+    let depth = |p: &str| {
+        let status = std::fs::read_to_string(format!("/proc/{p}/status")).ok()?;
+        status.lines().find_map(|l| l.strip_prefix("NSpid:")).map(|v| v.split_whitespace().count())
+    };
+    depth(&pid.to_string()).is_some_and(|theirs| Some(theirs) == depth("self"))
 }
 
 /// What a control connection needs of the running proxy.

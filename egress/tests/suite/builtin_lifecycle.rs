@@ -281,11 +281,11 @@ fn a_lent_listener_is_served_until_its_lender_hangs_up() {
     assert_eq!(after, "ConnectionRefused", "closed once the lender hung up");
 }
 
-/// The control socket answers only in the filter's own user namespace: a sandbox (always in a
-/// user namespace of its own) that could reach the socket can neither stop the filter nor lend
+/// The control socket answers only in the filter's own pid namespace: a sandbox (always in a
+/// pid namespace of its own) that could reach the socket can neither stop the filter nor lend
 /// it a listener.
 #[test]
-fn the_control_socket_refuses_another_user_namespace() {
+fn the_control_socket_refuses_another_pid_namespace() {
     let mut lab = Lab::new(RULES);
     lab.start_builtin();
     let sock = lab.instance().paths().control_socket();
@@ -293,8 +293,10 @@ fn the_control_socket_refuses_another_user_namespace() {
         "import socket; c = socket.socket(socket.AF_UNIX); c.connect({:?}); c.sendall(b'stop\\n'); print(c.recv(4096).decode().strip())",
         sock.display().to_string()
     );
-    let o =
-        std::process::Command::new("unshare").args(["--user", "python3", "-c", &script]).output().unwrap();
+    let o = std::process::Command::new("unshare")
+        .args(["--user", "--pid", "--fork", "python3", "-c", &script])
+        .output()
+        .unwrap();
     let answer = String::from_utf8_lossy(&o.stdout);
     assert!(
         answer.contains(r#""ok":false"#) && answer.contains("outside the sandbox"),

@@ -359,20 +359,14 @@ impl ServeState {
 }
 
 async fn control_conn(stream: tokio::net::UnixStream, state: Arc<ServeState>, running: Lending) {
-    if !same_pid_namespace(&stream) {
-        let refusal = Ack { ok: false, error: Some(OUTSIDE_ONLY.into()) };
-        if let Ok(answer) = serde_json::to_string(&refusal) {
-            let (_, mut w) = stream.into_split();
-            let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
-        }
-        return;
-    }
     let open = running.conns.open();
     let Ok(Ok((line, fd))) = tokio::time::timeout(Duration::from_secs(5), lend::read_request(&stream)).await
     else {
         return;
     };
-    let request = Request::parse(&line);
+    // Read first, so that the refused client gets its answer rather than a broken pipe; a
+    // descriptor it sent is closed here, unused.
+    let request = if same_pid_namespace(&stream) { Request::parse(&line) } else { Err(OUTSIDE_ONLY.into()) };
     let stop = request == Ok(Request::Stop);
     let mut lent = None;
     let answer = match request {

@@ -100,6 +100,10 @@ pub enum Command {
     #[command(subcommand)]
     Sandbox(SandboxCommand),
 
+    /// Docker through the gateway (`OCSB_DOCKER=1`): what the project's sessions made.
+    #[command(subcommand)]
+    Docker(DockerCommand),
+
     /// Check the project's checkouts for what a sandbox planted that host git or host tools
     /// would run: a `commondir` in `.git`, a nested repository, a new `.envrc`, …
     ///
@@ -182,6 +186,14 @@ pub enum SandboxCommand {
     /// What this host can enforce: namespaces, landlock ABI, seccomp, relevant sysctls.
     #[command(after_help = EXIT_CODES)]
     Status,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DockerCommand {
+    /// The project's containers and networks (labelled `dev.ocsb.project=NAME`), with the
+    /// session that made each.
+    #[command(after_help = EXIT_CODES)]
+    Ls(JsonArg),
 }
 
 #[derive(Debug, Args)]

@@ -8,7 +8,7 @@ pub mod sandbox;
 
 use clap::CommandFactory;
 
-use crate::cli::{Cli, Command, EgressCommand, SandboxCommand, WtCommand};
+use crate::cli::{Cli, Command, DockerCommand, EgressCommand, SandboxCommand, WtCommand};
 use crate::error::Result;
 use crate::project::{self, Project};
 use crate::{doctor, egress_cmd, netlock, opencode, run, web, worktree};
@@ -38,6 +38,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Exec(args) => std::process::exit(sandbox::exec(&project()?, args.command)?),
         Command::Shell => std::process::exit(sandbox::shell(&project()?)?),
         Command::Sandbox(SandboxCommand::Status) => sandbox::status(),
+        Command::Docker(DockerCommand::Ls(a)) => crate::docker_gw::list(&project()?, a.json),
         Command::Audit(args) => sandbox::audit(&project()?, args.accept),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ocsb", &mut std::io::stdout());

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ocsb_policy::docker::route::Owned;
-use ocsb_policy::docker::{Context, PROJECT_LABEL};
+use ocsb_policy::docker::{Context, PROJECT_LABEL, SESSION_LABEL};
 use serde_json::{Value, json};
 
 use super::http::{self, Framing};
@@ -114,6 +114,62 @@ impl Daemon {
             (code, v) => Err(io::Error::other(format!("creating volume {name}: {code} {v}"))),
         }
     }
+}
+
+/// A container or network the gateway let the agent make: its id and name.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Made {
+    pub id: String,
+    pub name: String,
+    /// A container's state (`running`, `exited`, …), a network's driver.
+    pub state: String,
+    pub session: String,
+}
+
+impl Daemon {
+    /// The containers and networks labelled `key=value` (all states).
+    pub fn labelled(&self, key: &str, value: &str) -> io::Result<(Vec<Made>, Vec<Made>)> {
+        let filters = json!({"label": [format!("{key}={value}")]}).to_string();
+        let q = seg_query(&filters);
+        let (_, containers) = self.call("GET", &format!("/containers/json?all=1&filters={q}"), None)?;
+        let (_, networks) = self.call("GET", &format!("/networks?filters={q}"), None)?;
+        let made = |v: &Value, name: &dyn Fn(&Value) -> String, state: &str, labels: &str| Made {
+            id: v["Id"].as_str().unwrap_or_default().chars().take(12).collect(),
+            name: name(v),
+            state: v[state].as_str().unwrap_or_default().to_string(),
+            session: v[labels][SESSION_LABEL].as_str().unwrap_or_default().to_string(),
+        };
+        let cname =
+            |v: &Value| v["Names"][0].as_str().unwrap_or_default().trim_start_matches('/').to_string();
+        let nname = |v: &Value| v["Name"].as_str().unwrap_or_default().to_string();
+        let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
+        Ok((
+            list(&containers).iter().map(|c| made(c, &cname, "State", "Labels")).collect(),
+            list(&networks).iter().map(|n| made(n, &nname, "Driver", "Labels")).collect(),
+        ))
+    }
+
+    /// Removes a container (forced: it may run) or a network.
+    pub fn remove(&self, container: bool, id: &str) -> io::Result<u16> {
+        let target = if container {
+            format!("/containers/{}?force=1", seg(id))
+        } else {
+            format!("/networks/{}", seg(id))
+        };
+        Ok(self.call("DELETE", &target, None)?.0)
+    }
+}
+
+fn seg_query(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 /// An id or name as one path segment (nothing that would change the path).

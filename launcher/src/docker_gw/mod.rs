@@ -50,9 +50,12 @@ impl Shared {
     }
 }
 
-/// A running gateway; it stops serving new connections when dropped.
+/// A running gateway. When it is dropped (the session ended) it stops serving, and removes
+/// what the session made (`OCSB_DOCKER_CLEANUP=1`) or says that it is kept.
 pub struct Gateway {
     dir: PathBuf,
+    shared: Arc<Shared>,
+    cleanup: bool,
 }
 
 impl Gateway {
@@ -68,6 +71,7 @@ impl Gateway {
         let sock = dir.join("docker.sock");
         let listener = UnixListener::bind(&sock).map_err(|e| Error::io("listen on", &sock, e))?;
         let shared = Arc::new(Shared { ctx, daemon, empty_file, log: Mutex::new(log) });
+        let gateway = Gateway { dir, shared: shared.clone(), cleanup: project.settings.docker_cleanup() };
         let busy = Arc::new(AtomicUsize::new(0));
         std::thread::Builder::new()
             .name("ocsb-docker".into())
@@ -91,7 +95,7 @@ impl Gateway {
                 }
             })
             .map_err(|e| Error::failed(format!("cannot start the Docker gateway: {e}"), "report this"))?;
-        Ok(Gateway { dir })
+        Ok(gateway)
     }
 
     /// The gateway's socket on the host.
@@ -104,7 +108,59 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(self.socket());
         let _ = std::fs::remove_dir(&self.dir);
+        let (ctx, daemon) = (&self.shared.ctx, &self.shared.daemon);
+        let Ok((containers, networks)) = daemon.labelled(ocsb_policy::docker::SESSION_LABEL, &ctx.session)
+        else {
+            return;
+        };
+        if containers.is_empty() && networks.is_empty() {
+            return;
+        }
+        let what = format!("{} container(s) and {} network(s)", containers.len(), networks.len());
+        if self.cleanup {
+            // Containers first: a network in use cannot go.
+            containers.iter().for_each(|c| drop(daemon.remove(true, &c.id)));
+            networks.iter().for_each(|n| drop(daemon.remove(false, &n.id)));
+            eprintln!("ocsb: docker: removed the {what} this session made (OCSB_DOCKER_CLEANUP=1)");
+        } else {
+            eprintln!(
+                "ocsb: docker: the {what} this session made are kept; `ocsb docker ls` lists the project's, \
+                 and OCSB_DOCKER_CLEANUP=1 removes a session's when it ends"
+            );
+        }
     }
+}
+
+/// `ocsb docker ls`: the project's containers and networks, made through the gateway.
+pub fn list(project: &Project, json: bool) -> Result<()> {
+    let socket = upstream().ok_or_else(|| {
+        Error::failed(
+            "no Docker daemon answers on a unix socket",
+            "start dockerd, or set DOCKER_HOST=unix://PATH",
+        )
+    })?;
+    let daemon = Daemon { socket };
+    let name = project.settings.name();
+    let (containers, networks) = daemon
+        .labelled(ocsb_policy::docker::PROJECT_LABEL, name)
+        .map_err(|e| Error::failed(format!("cannot ask the Docker daemon: {e}"), "check `docker version`"))?;
+    if json {
+        let v = serde_json::json!({"containers": containers, "networks": networks});
+        println!("{v}");
+        return Ok(());
+    }
+    for (kind, list) in [("container", &containers), ("network", &networks)] {
+        for m in list {
+            println!("{kind:<9} {:<12} {:<24} {:<10} session {}", m.id, m.name, m.state, m.session);
+        }
+    }
+    if containers.is_empty() && networks.is_empty() {
+        println!(
+            "no containers or networks of project {name} (label {}={name})",
+            ocsb_policy::docker::PROJECT_LABEL
+        );
+    }
+    Ok(())
 }
 
 /// Starts the gateway for a sandbox of `project` when `OCSB_DOCKER=1` and a daemon answers on
@@ -145,7 +201,15 @@ fn context(project: &Project, spec: &SandboxSpec) -> Result<Context> {
         }
     }
     let name = project.settings.name().to_string();
-    Ok(Context { network: format!("ocsb-{name}"), project: name, writable, hidden, read_only })
+    let session = format!(
+        "{}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    );
+    Ok(Context { network: format!("ocsb-{name}"), project: name, session, writable, hidden, read_only })
 }
 
 /// The empty file masks are bound from, in a directory hidden from the sandbox.

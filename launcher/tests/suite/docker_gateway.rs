@@ -212,3 +212,27 @@ fn a_hidden_file_stays_hidden_in_a_container() {
     assert!(!out.contains("write=0"), "{out}");
     has(&out, "host file: TOPSECRET", &err);
 }
+
+#[test]
+fn a_sessions_containers_are_kept_and_listed_or_removed_when_it_ends() {
+    let w = World::new();
+    let body = format!(
+        "D \"docker run -d --name keep-$NAME --network none {IMAGE} sleep 60 >/dev/null\"
+        echo \"kept: $(docker ps -aq --filter label=dev.ocsb.project=$NAME | wc -l)\"
+        env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid 1990 --groups \"$DG\" -- \"$OCSB\" docker ls
+        echo OCSB_DOCKER_CLEANUP=1 >> .opencode-sandbox/local/sandbox.conf
+        D \"docker run -d --name gone-$NAME --network none {IMAGE} sleep 60 >/dev/null\"
+        echo \"after cleanup: $(docker ps -a --filter label=dev.ocsb.project=$NAME --format '{{{{.Names}}}}' | tr '\\n' ' ')\"
+        docker rm -f keep-$NAME >/dev/null"
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    assert!(out.contains("are kept; `ocsb docker ls` lists the project's"), "{out}\n{err}");
+    has(&out, "kept: 1", &err);
+    assert!(
+        out.lines().any(|l| l.starts_with("container") && l.contains("keep-gw") && l.contains("running")),
+        "{out}"
+    );
+    assert!(out.contains("removed the 1 container(s) and 0 network(s) this session made"), "{out}");
+    // Only the session's own: the first session's container stays.
+    assert!(out.lines().any(|l| l.starts_with("after cleanup: keep-gw") && !l.contains("gone-")), "{out}");
+}

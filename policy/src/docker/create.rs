@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::{Context, PROJECT_LABEL, Refusal, Verdict};
+use super::{Context, Refusal, Verdict};
 
 /// What the gateway must check with the daemon before forwarding the configuration.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -148,7 +148,9 @@ pub fn container(
         *labels = Value::Object(Map::new());
     }
     let labels = labels.as_object_mut().ok_or_else(|| Refusal::new("body", "`Labels` is not an object"))?;
-    labels.insert(PROJECT_LABEL.into(), Value::String(ctx.project.clone()));
+    for (k, v) in ctx.labels() {
+        labels.insert(k, Value::String(v));
+    }
 
     let host = cfg.entry("HostConfig").or_insert_with(|| Value::Object(Map::new()));
     if host.is_null() {
@@ -481,12 +483,14 @@ fn strings(v: Option<&Value>) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{PROJECT_LABEL, SESSION_LABEL};
     use super::*;
     use serde_json::json;
 
     fn ctx() -> Context {
         Context {
             project: "shop".into(),
+            session: "s1".into(),
             network: "ocsb-shop".into(),
             writable: vec!["/home/u/shop".into(), "/home/u/.cache".into()],
             hidden: vec!["/home/u/shop/.env.secret".into(), "/home/u/.ssh".into()],
@@ -523,6 +527,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(b["Labels"][PROJECT_LABEL], "shop");
+        assert_eq!(b["Labels"][SESSION_LABEL], "s1");
         assert_eq!(b["HostConfig"]["NetworkMode"], "ocsb-shop");
         assert_eq!(b["HostConfig"]["PortBindings"]["80/tcp"][0]["HostIp"], "127.0.0.1");
         assert!(b["NetworkingConfig"]["EndpointsConfig"].get("ocsb-shop").is_some());

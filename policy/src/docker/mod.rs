@@ -29,6 +29,8 @@ use serde::Serialize;
 
 /// The label every object the gateway lets the agent make carries, with the project's name.
 pub const PROJECT_LABEL: &str = "dev.ocsb.project";
+/// The label with the session (one gateway, one `ocsb run` or `exec`) that made the object.
+pub const SESSION_LABEL: &str = "dev.ocsb.session";
 
 /// The Engine API versions the gateway was written against (the Docker CLI negotiates down to
 /// what the daemon offers; a newer one may carry fields this policy does not know).
@@ -40,6 +42,8 @@ pub const API_MAX: (u32, u32) = (1, 47);
 pub struct Context {
     /// The project's name: the value of [`PROJECT_LABEL`].
     pub project: String,
+    /// The session's id: the value of [`SESSION_LABEL`].
+    pub session: String,
     /// The network the project's containers join (internal, made by the gateway).
     pub network: String,
     /// Canonical host paths the sandbox may write: the only sources a bind may have.
@@ -55,7 +59,10 @@ pub struct Context {
 impl Context {
     /// The labels an object made through the gateway gets.
     pub fn labels(&self) -> BTreeMap<String, String> {
-        BTreeMap::from([(PROJECT_LABEL.to_string(), self.project.clone())])
+        BTreeMap::from([
+            (PROJECT_LABEL.to_string(), self.project.clone()),
+            (SESSION_LABEL.to_string(), self.session.clone()),
+        ])
     }
 }
 

@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 use super::create::truthy;
-use super::{Context, PROJECT_LABEL, Refusal, Verdict};
+use super::{Context, Refusal, Verdict};
 
 /// `POST /networks/create`: made internal (no route out of the host: the filter, reached at
 /// the network's gateway address, is the way out) and labelled. Only the `bridge` driver.
@@ -127,12 +127,15 @@ fn label(o: &mut Map<String, Value>, ctx: &Context) {
         *labels = Value::Object(Map::new());
     }
     if let Some(l) = labels.as_object_mut() {
-        l.insert(PROJECT_LABEL.into(), Value::String(ctx.project.clone()));
+        for (k, v) in ctx.labels() {
+            l.insert(k, Value::String(v));
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::PROJECT_LABEL;
     use super::*;
     use serde_json::json;
 

@@ -517,6 +517,11 @@ impl Settings {
         }
     }
 
+    /// `OCSB_DOCKER_CLEANUP=1`: the gateway removes what a session made when it ends.
+    pub fn docker_cleanup(&self) -> bool {
+        self.flag("OCSB_DOCKER_CLEANUP")
+    }
+
     /// `OCSB_DOCKER`: `0` (none), `1` (the gateway, the default) or `raw` (the host's socket).
     pub fn docker(&self) -> DockerMode {
         match self.scalar("OCSB_DOCKER") {

@@ -161,6 +161,8 @@ pub static SCHEMA: &[Spec] = &[
         "egress filter: builtin proxy, or squid in Docker"),
     spec("OCSB_DOCKER", Scalar, D::Str("1"), "1", C::OneOf(&["0", "1", "raw"]), Paths::No,
         "1 = Docker through the gateway (its policy: the README's Docker section); raw = the host's socket (a way out); 0 = none"),
+    spec("OCSB_DOCKER_CLEANUP", Scalar, D::Str("0"), "0", C::Bool, Paths::No,
+        "1 = remove the containers and networks a session made through the Docker gateway when it ends"),
     spec("OCSB_NETLOCK_ACQUIRE", Scalar, D::Str("exec"), "exec", C::OneOf(&["exec", "sg"]), Paths::No,
         "how the agent joins the netlock group: the setgid exec shim, or sg(1)"),
     spec("OCSB_RW_TOOL_FILES", Array, D::List(&[]), "()", C::ToolFile, Paths::No,

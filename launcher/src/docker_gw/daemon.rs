@@ -130,7 +130,7 @@ impl Daemon {
     /// The containers and networks labelled `key=value` (all states).
     pub fn labelled(&self, key: &str, value: &str) -> io::Result<(Vec<Made>, Vec<Made>)> {
         let filters = json!({"label": [format!("{key}={value}")]}).to_string();
-        let q = seg_query(&filters);
+        let q = seg(&filters);
         let (_, containers) = self.call("GET", &format!("/containers/json?all=1&filters={q}"), None)?;
         let (_, networks) = self.call("GET", &format!("/networks?filters={q}"), None)?;
         let made = |v: &Value, name: &dyn Fn(&Value) -> String, state: &str, labels: &str| Made {
@@ -160,19 +160,8 @@ impl Daemon {
     }
 }
 
-fn seg_query(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-/// An id or name as one path segment (nothing that would change the path).
+/// An id, a name or a query value as one percent-encoded segment (nothing that would change
+/// the path or the query).
 fn seg(s: &str) -> String {
     s.bytes()
         .map(|b| {

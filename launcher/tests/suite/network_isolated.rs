@@ -283,6 +283,24 @@ while True:
     assert!(log.iter().any(|l| l.ends_with(tunnel)), "the transparent tunnel: {out}");
 }
 
+/// For the lending tests: an origin at 192.0.2.1:9000 that greets and then holds every
+/// connection open, an isolated project whose one rule is `connect 192.0.2.1:9000`, and `I` to
+/// run `ocsb` as the user with the user's own gid (the filter it starts reaches the origin).
+const HOLD: &str = r#"
+        O python3 -c 'import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("192.0.2.1", 9000)); s.listen(8)
+held = []
+while True:
+    c, _ = s.accept(); c.sendall(b"hold-ok\n"); held.append(c)' &
+        mkdir -p .opencode-sandbox/local
+        printf 'OCSB_NETWORK=isolated\n' > .opencode-sandbox/local/sandbox.conf
+        printf 'connect 192.0.2.1:9000\n' > .opencode-sandbox/local/egress.conf
+        chown -R 1990 .opencode-sandbox/local
+        I() { env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" "$@" </dev/null; }
+        I egress up >/dev/null 2>&1
+        sleep 0.3
+"#;
+
 /// The builtin filter serves the proxy port inside the namespace itself (the launcher lends it
 /// the listener, so a tunnel takes no extra hop): while a tunnel from inside is open, the
 /// host's loopback holds no connection to the filter's port. When the filter is restarted, the
@@ -292,20 +310,7 @@ fn the_proxy_port_is_lent_to_the_filter_and_relayed_after_a_restart() {
     let w = World::new();
     let body = format!(
         r#"{ORIGIN_NS}
-        O python3 -c 'import socket, threading, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("192.0.2.1", 9000)); s.listen(8)
-def hold(c):
-    c.sendall(b"hold-ok\n"); time.sleep(20); c.close()
-while True:
-    c, _ = s.accept(); threading.Thread(target=hold, args=(c,), daemon=True).start()' &
-        mkdir -p .opencode-sandbox/local
-        printf 'OCSB_NETWORK=isolated\n' > .opencode-sandbox/local/sandbox.conf
-        printf 'connect 192.0.2.1:9000\n' > .opencode-sandbox/local/egress.conf
-        chown -R 1990 .opencode-sandbox/local
-        I() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" "$@" </dev/null; }}
-        I egress up >/dev/null 2>&1
-        sleep 0.3
-        I exec -- python3 -c 'import os, socket, time
+{HOLD}        I exec -- python3 -c 'import os, socket, time
 def tunnel(n):
     s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
     s.sendall(b"CONNECT 192.0.2.1:9000 HTTP/1.1\r\nHost: 192.0.2.1:9000\r\n\r\n")
@@ -350,19 +355,7 @@ fn the_filter_lets_go_of_a_finished_sandbox() {
     let w = World::new();
     let body = format!(
         r#"{ORIGIN_NS}
-        O python3 -c 'import socket, threading, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("192.0.2.1", 9000)); s.listen(8)
-held = []
-while True:
-    c, _ = s.accept(); c.sendall(b"hold-ok\n"); held.append(c)' &
-        mkdir -p .opencode-sandbox/local
-        printf 'OCSB_NETWORK=isolated\n' > .opencode-sandbox/local/sandbox.conf
-        printf 'connect 192.0.2.1:9000\n' > .opencode-sandbox/local/egress.conf
-        chown -R 1990 .opencode-sandbox/local
-        I() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" "$@" </dev/null; }}
-        I egress up >/dev/null 2>&1
-        sleep 0.3
-        F=$(cat "$HOME/.local/share/opencode-sandbox/proj/egress/serve.pid")
+{HOLD}        F=$(cat "$HOME/.local/share/opencode-sandbox/proj/egress/serve.pid")
         socks() {{ ls -l /proc/$F/fd | grep -c socket; }}
         BEFORE=$(socks); echo "filter $F holds $BEFORE sockets"
         I exec -- python3 -c 'import socket

@@ -83,7 +83,6 @@ const CONFIG_FIELDS: &[&str] = &[
 /// `HostConfig` fields that are free: resources, restart policy, logging, init, DNS.
 const HOST_FREE: &[&str] = &[
     "ContainerIDFile",
-    "LogConfig",
     "RestartPolicy",
     "AutoRemove",
     "ConsoleSize",
@@ -98,7 +97,6 @@ const HOST_FREE: &[&str] = &[
     "Tmpfs",
     "ReadonlyRootfs",
     "OomScoreAdj",
-    "Cgroup",
     "CpuShares",
     "Memory",
     "NanoCpus",
@@ -126,10 +124,6 @@ const HOST_FREE: &[&str] = &[
     "OomKillDisable",
     "PidsLimit",
     "Ulimits",
-    "MaskedPaths",
-    "ReadonlyPaths",
-    "Annotations",
-    "Links",
 ];
 
 /// Checks `body` (the JSON of `POST /containers/create`) and completes it in place. `canonical`
@@ -197,6 +191,12 @@ fn host_config(
             "CgroupParent",
             "CgroupnsMode",
             "StorageOpt",
+            "MaskedPaths",
+            "ReadonlyPaths",
+            "Annotations",
+            "Links",
+            "Cgroup",
+            "LogConfig",
         ])
         .collect();
     unknown(h, &known, "HostConfig.")?;
@@ -258,6 +258,42 @@ fn host_config(
             return Err(Refusal::new("security-opt", format!("--security-opt {opt} turns a protection off")));
         }
     }
+    // Set at all (even empty), these replace Docker's own lists of masked and read-only paths
+    // in /proc and /sys: `systempaths=unconfined` by another name.
+    for field in ["MaskedPaths", "ReadonlyPaths"] {
+        if h.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(Refusal::new(
+                "security-opt",
+                format!("`{field}` replaces the paths Docker masks in /proc and /sys"),
+            ));
+        }
+    }
+    if h.get("Annotations").is_some_and(truthy) {
+        return Err(Refusal::new("runtime", "runtime annotations are not served"));
+    }
+    if h.get("Cgroup").is_some_and(truthy) {
+        return Err(Refusal::new("host-namespace", "`Cgroup` joins another cgroup"));
+    }
+    for link in strings(h.get("Links")) {
+        // `--link` hands the other container's environment over: it must be the project's.
+        needs.containers.push(link.split(':').next().unwrap_or_default().trim_start_matches('/').to_string());
+    }
+    if let Some(log) = h.get("LogConfig").filter(|v| truthy(v)) {
+        // Other log drivers (syslog, gelf, fluentd, splunk, …) send from the host, around the filter.
+        let ty = log.get("Type").and_then(Value::as_str).unwrap_or_default();
+        if !matches!(ty, "" | "json-file" | "local" | "none") {
+            return Err(Refusal::new(
+                "log-driver",
+                format!("log driver {ty}: it sends from the host, outside the filter"),
+            )
+            .allow("the default json-file or local driver"));
+        }
+        let opts = log.get("Config").and_then(Value::as_object);
+        let known = ["max-size", "max-file", "compress", "mode", "max-buffer-size", "labels", "env", "tag"];
+        if let Some(k) = opts.and_then(|o| o.keys().find(|k| !known.contains(&k.as_str()))) {
+            return Err(Refusal::new("log-driver", format!("log option {k} is not served")));
+        }
+    }
     if h.get("Sysctls").is_some_and(truthy) {
         return Err(Refusal::new("sysctls", "--sysctl changes the kernel's settings for the container"));
     }
@@ -270,11 +306,15 @@ fn host_config(
     for from in strings(h.get("VolumesFrom")) {
         needs.containers.push(from.split(':').next().unwrap_or_default().to_string());
     }
+    let mut binds = Vec::new();
     for bind in strings(h.get("Binds")) {
-        binds_entry(&bind, ctx, canonical, needs)?;
+        binds.push(binds_entry(&bind, ctx, canonical, needs)?);
     }
-    if let Some(mounts) = h.get("Mounts").filter(|v| truthy(v)) {
-        for m in mounts.as_array().ok_or_else(|| Refusal::new("body", "`Mounts` is not a list"))? {
+    if !binds.is_empty() {
+        h.insert("Binds".into(), Value::from(binds));
+    }
+    if let Some(mounts) = h.get_mut("Mounts").filter(|v| truthy(v)) {
+        for m in mounts.as_array_mut().ok_or_else(|| Refusal::new("body", "`Mounts` is not a list"))? {
             mount(m, ctx, canonical, needs)?;
         }
     }
@@ -341,39 +381,42 @@ fn networking(v: Option<&mut Value>, ctx: &Context, default: &str, needs: &mut N
     Ok(())
 }
 
-/// `SRC:DST[:OPTS]` of `-v`: a host path (a bind) or a volume's name.
+/// `SRC:DST[:OPTS]` of `-v`: a host path (a bind) or a volume's name. The entry as forwarded:
+/// a bind's source is replaced by the path that was checked.
 fn binds_entry(
     bind: &str,
     ctx: &Context,
     canonical: &dyn Fn(&Path) -> Option<PathBuf>,
     needs: &mut Needs,
-) -> Verdict<()> {
+) -> Verdict<String> {
     let mut parts = bind.splitn(3, ':');
     let src = parts.next().unwrap_or_default();
     let dst = parts.next().unwrap_or_default();
-    let opts = parts.next().unwrap_or_default();
-    if src.starts_with('/') {
-        bind_source(Path::new(src), dst, ctx, canonical, needs)?;
-        if opts.split(',').any(|o| matches!(o, "shared" | "rshared" | "slave" | "rslave")) {
-            return Err(Refusal::new(
-                "bind",
-                format!("-v {bind}: mount propagation reaches back to the host"),
-            ));
+    let opts = parts.next();
+    if !src.starts_with('/') {
+        if !src.is_empty() {
+            needs.volumes.push(src.to_string());
         }
-    } else if !src.is_empty() {
-        needs.volumes.push(src.to_string());
+        return Ok(bind.to_string());
     }
-    Ok(())
+    let real = bind_source(Path::new(src), dst, ctx, canonical, needs)?;
+    if opts.unwrap_or_default().split(',').any(|o| matches!(o, "shared" | "rshared" | "slave" | "rslave")) {
+        return Err(Refusal::new("bind", format!("-v {bind}: mount propagation reaches back to the host")));
+    }
+    Ok(match opts {
+        Some(o) => format!("{}:{dst}:{o}", real.display()),
+        None => format!("{}:{dst}", real.display()),
+    })
 }
 
-/// One entry of `--mount`.
+/// One entry of `--mount`; a bind's source is replaced by the path that was checked.
 fn mount(
-    m: &Value,
+    m: &mut Value,
     ctx: &Context,
     canonical: &dyn Fn(&Path) -> Option<PathBuf>,
     needs: &mut Needs,
 ) -> Verdict<()> {
-    let o = m.as_object().ok_or_else(|| Refusal::new("body", "a mount is not an object"))?;
+    let o = m.as_object_mut().ok_or_else(|| Refusal::new("body", "a mount is not an object"))?;
     unknown(
         o,
         &[
@@ -388,11 +431,11 @@ fn mount(
         ],
         "Mounts[].",
     )?;
-    let src = o.get("Source").and_then(Value::as_str).unwrap_or_default();
-    let dst = o.get("Target").and_then(Value::as_str).unwrap_or_default();
+    let src = o.get("Source").and_then(Value::as_str).unwrap_or_default().to_string();
+    let dst = o.get("Target").and_then(Value::as_str).unwrap_or_default().to_string();
     match o.get("Type").and_then(Value::as_str).unwrap_or_default() {
         "bind" => {
-            bind_source(Path::new(src), dst, ctx, canonical, needs)?;
+            let real = bind_source(Path::new(&src), &dst, ctx, canonical, needs)?;
             let prop = o
                 .get("BindOptions")
                 .and_then(|b| b.get("Propagation"))
@@ -404,13 +447,14 @@ fn mount(
                     format!("--mount {src}: mount propagation reaches back to the host"),
                 ));
             }
+            o.insert("Source".into(), Value::String(real.to_string_lossy().into_owned()));
         }
         "volume" => {
             if o.get("VolumeOptions").and_then(|v| v.get("DriverConfig")).is_some_and(truthy) {
                 return Err(Refusal::new("volume", "a volume driver's options can bind any host path"));
             }
             if !src.is_empty() {
-                needs.volumes.push(src.to_string());
+                needs.volumes.push(src);
             }
         }
         "tmpfs" => {}
@@ -419,40 +463,46 @@ fn mount(
     Ok(())
 }
 
-/// A bind's source must be inside the sandbox's writable set and not hidden: the container then
-/// sees what the agent can already change, and nothing else of the host. Hidden paths inside
-/// it (a project's `.env` under `OCSB_HIDE`) are covered in the container at `dst`.
+/// A bind's source must be a whole directory the sandbox may write — the project, a worktree,
+/// an `OCSB_RW` entry, the state directory: one that is not inside another — and not hidden.
+/// The container then sees what the agent can already change, and nothing else of the host.
+/// *Why whole*: the agent could swap a part of a deeper path for a symbolic link between the
+/// check and the daemon's mount, while the parents of these directories are out of its reach.
+/// Hidden paths inside (a project's `.env` under `OCSB_HIDE`) are covered in the container at
+/// `dst`, and what the sandbox sees read-only inside stays read-only. Returns the checked path.
 fn bind_source(
     src: &Path,
     dst: &str,
     ctx: &Context,
     canonical: &dyn Fn(&Path) -> Option<PathBuf>,
     needs: &mut Needs,
-) -> Verdict<()> {
+) -> Verdict<PathBuf> {
     let refuse = |why: &str| {
         Refusal::new("bind", format!("-v {}: {why}", src.display()))
-            .allow("bind a path inside the project, or add it to OCSB_RW in your sandbox.conf")
+            .allow("bind the whole project (-v \"$PWD\":/src from its top) and use the subdirectory inside, or add the directory to OCSB_RW")
     };
     if src.components().any(|c| c == Component::ParentDir) || !src.is_absolute() || !dst.starts_with('/') {
         return Err(refuse("not a plain absolute path"));
     }
     let Some(real) = canonical(src) else { return Err(refuse("does not exist")) };
+    if ctx.hidden.iter().any(|h| real.starts_with(h)) {
+        return Err(Refusal::new("bind", format!("-v {}: hidden from the sandbox", src.display())));
+    }
     if !ctx.writable.iter().any(|w| real.starts_with(w)) {
         return Err(refuse("outside what the sandbox may write"));
     }
-    if ctx.hidden.iter().any(|h| real.starts_with(h)) {
-        return Err(Refusal::new("bind", format!("-v {}: hidden from the sandbox", src.display())));
+    let top = |w: &PathBuf| !ctx.writable.iter().any(|o| o != w && w.starts_with(o));
+    if !ctx.writable.iter().any(|w| real == *w && top(w)) {
+        return Err(refuse(
+            "a subdirectory: the agent could swap a part of its path for a link before the mount",
+        ));
     }
     let inside = |p: &PathBuf| {
         (p.clone(), Path::new(dst).join(p.strip_prefix(&real).unwrap_or(p)).to_string_lossy().into_owned())
     };
     needs.masks.extend(ctx.hidden.iter().filter(|h| h.starts_with(&real)).map(inside));
-    if let Some(ro) = ctx.read_only.iter().find(|r| real.starts_with(r)) {
-        // A bind of something the sandbox sees read-only is read-only as a whole.
-        needs.read_only.push((ro.clone(), dst.to_string()));
-    }
     needs.read_only.extend(ctx.read_only.iter().filter(|r| r.starts_with(&real) && **r != real).map(inside));
-    Ok(())
+    Ok(real)
 }
 
 /// Refuses a field not in `known` that holds anything but its zero value.
@@ -545,14 +595,34 @@ mod tests {
         let host = |h: Value| json!({"Image": "x", "HostConfig": h});
         for (body, rule, text) in [
             (host(json!({"Binds": ["/:/host"]})), "bind", "outside"),
-            (host(json!({"Binds": ["/home/u/.ssh:/k:ro"]})), "bind", "outside"),
+            (host(json!({"Binds": ["/home/u/.ssh:/k:ro"]})), "bind", "hidden"),
             (host(json!({"Binds": ["/var/run/docker.sock:/var/run/docker.sock"]})), "bind", "outside"),
             (host(json!({"Binds": ["/home/u/shop/out:/x"]})), "bind", "outside"),
+            (host(json!({"Binds": ["/home/u/shop/src:/x"]})), "bind", "subdirectory"),
+            (host(json!({"Binds": ["/home/u/.cache/pip:/x"]})), "bind", "subdirectory"),
+            (host(json!({"MaskedPaths": []})), "security-opt", "MaskedPaths"),
+            (host(json!({"ReadonlyPaths": []})), "security-opt", "ReadonlyPaths"),
+            (
+                host(
+                    json!({"LogConfig": {"Type": "syslog", "Config": {"syslog-address": "tcp://10.0.0.1:514"}}}),
+                ),
+                "log-driver",
+                "syslog",
+            ),
+            (
+                host(json!({"LogConfig": {"Type": "json-file", "Config": {"path": "/etc/x"}}})),
+                "log-driver",
+                "path",
+            ),
+            (host(json!({"Annotations": {"run.oci.x": "1"}})), "runtime", "annotations"),
+            (host(json!({"Cgroup": "container:x"})), "host-namespace", "Cgroup"),
+            (host(json!({"privileged": true})), "unknown-field", "HostConfig.privileged"),
+            (json!({"Image": "x", "hostconfig": {"Privileged": true}}), "unknown-field", "hostconfig"),
             (host(json!({"Binds": ["/home/u/shop/missing:/x"]})), "bind", "does not exist"),
             (host(json!({"Binds": ["/home/u/shop/../.ssh:/x"]})), "bind", "plain"),
             (host(json!({"Binds": ["/home/u/shop/.env.secret:/x"]})), "bind", "hidden"),
             (host(json!({"Binds": ["/home/u/shop:x"]})), "bind", "plain"),
-            (host(json!({"Binds": ["/home/u/.cache:/x:rshared"]})), "bind", "propagation"),
+            (host(json!({"Binds": ["/home/u/shop:/x:rshared"]})), "bind", "propagation"),
             (host(json!({"Mounts": [{"Type": "bind", "Source": "/", "Target": "/h"}]})), "bind", "outside"),
             (
                 host(
@@ -607,16 +677,16 @@ mod tests {
     #[test]
     fn what_names_other_objects_is_left_for_the_ownership_check() {
         let (_, needs) = check(json!({"Image": "x", "HostConfig": {
-            "VolumesFrom": ["db:ro"], "PidMode": "container:web", "NetworkMode": "other",
+            "VolumesFrom": ["db:ro"], "PidMode": "container:web", "NetworkMode": "other", "Links": ["/cache:c"],
             "Mounts": [{"Type": "volume", "Source": "data", "Target": "/d"}]
         }}))
         .unwrap();
-        assert_eq!(needs.containers, ["web", "db"]);
+        assert_eq!(needs.containers, ["web", "cache", "db"]);
         assert_eq!(needs.networks, ["other"]);
         assert_eq!(needs.volumes, ["data"]);
         // Zero values of unknown fields are what the CLI sends: not refused.
         assert!(check(json!({"Image": "x", "Future": null, "HostConfig": {"Later": false}})).is_ok());
         // Defaults and a read-only bind of the cache pass.
-        assert!(check(json!({"Image": "x", "HostConfig": {"CapAdd": ["NET_BIND_SERVICE"], "SecurityOpt": ["no-new-privileges"], "Binds": ["/home/u/.cache/pip:/p:ro"]}})).is_ok());
+        assert!(check(json!({"Image": "x", "HostConfig": {"CapAdd": ["NET_BIND_SERVICE"], "SecurityOpt": ["no-new-privileges"], "Binds": ["/home/u/.cache:/p:ro"], "LogConfig": {"Type": "json-file", "Config": {"max-size": "10m"}}, "MaskedPaths": null}})).is_ok());
     }
 }

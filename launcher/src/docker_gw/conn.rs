@@ -128,6 +128,12 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
         Call::Pull => objects::pull(&head.query).map(|()| plain),
         Call::On(obj) => owned(&obj).map(|()| plain),
         Call::Stream(obj) => owned(&obj).map(|()| Forward { body: None, stream: true }),
+        Call::Exec(obj) => {
+            owned(&obj)?;
+            let v = json_body()?;
+            create::exec(&v)?;
+            Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
+        }
         Call::List => {
             add_label_filter(&mut head.query, ctx);
             Ok(plain)

@@ -73,6 +73,14 @@ pub fn read_head(r: &mut impl BufRead) -> io::Result<Option<Head>> {
         return Err(bad("a malformed method"));
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    // The path goes to the daemon as it came, so it must mean nothing but itself: no escapes
+    // (decoded, `%0D%0A` would start a second request), no dot or empty segments.
+    let safe = |b: u8| b.is_ascii_alphanumeric() || b"-._~/:@!$&'()*+,;=".contains(&b);
+    let odd_segment =
+        path != "/" && path.split('/').skip(1).any(|seg| seg.is_empty() || seg == "." || seg == "..");
+    if !path.bytes().all(safe) || odd_segment {
+        return Err(bad("a path with escapes, or with empty or dot segments"));
+    }
     let query = query
         .split('&')
         .filter(|p| !p.is_empty())
@@ -89,7 +97,7 @@ pub fn read_head(r: &mut impl BufRead) -> io::Result<Option<Head>> {
         }
         headers.push((k.to_string(), v.trim().to_string()));
     }
-    Ok(Some(Head { method: method.into(), path: decode(path)?, query, headers }))
+    Ok(Some(Head { method: method.into(), path: path.to_string(), query, headers }))
 }
 
 /// The lines of a head up to the empty line (CRLF or LF), within [`MAX_HEAD`].

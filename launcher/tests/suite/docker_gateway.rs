@@ -236,3 +236,38 @@ fn a_sessions_containers_are_kept_and_listed_or_removed_when_it_ends() {
     // Only the session's own: the first session's container stays.
     assert!(out.lines().any(|l| l.starts_with("after cleanup: keep-gw") && !l.contains("gone-")), "{out}");
 }
+
+/// A second request hidden in an escaped path (`%0D%0A`) never reaches the daemon: the path is
+/// forwarded as it came, and one with escapes is refused.
+#[test]
+fn a_request_smuggled_in_the_path_is_refused() {
+    let w = World::new();
+    let script = w.root.join("bin/smuggle.py");
+    std::fs::write(
+        &script,
+        format!(
+            r#"import socket, urllib.parse
+body = '{{"Image":"{IMAGE}","Labels":{{"atk":"smuggled"}},"HostConfig":{{"Privileged":true,"NetworkMode":"none"}}}}'
+inner = "x HTTP/1.1\r\nHost: d\r\n\r\nPOST /v1.41/containers/create HTTP/1.1\r\nHost: d\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%sGET /images/y" % (len(body), body)
+path = "/images/" + urllib.parse.quote(inner, safe="") + "/json"
+s = socket.socket(socket.AF_UNIX); s.connect("/run/docker.sock")
+s.sendall(("GET %s HTTP/1.1\r\nHost: d\r\n\r\n" % path).encode())
+data = b""
+while b"\r\n" not in data:
+    chunk = s.recv(4096)
+    if not chunk: break
+    data += chunk
+print("answer:", data.decode(errors="replace").split("\r\n")[0])
+"#
+        ),
+    )
+    .unwrap();
+    let body = format!(
+        "D 'python3 {}'
+        sleep 0.5; echo \"smuggled: $(docker ps -aq --filter label=atk=smuggled | wc -l)\"",
+        script.display()
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "answer: HTTP/1.1 400 Bad Request", &err);
+    has(&out, "smuggled: 0", &err);
+}

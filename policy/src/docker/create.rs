@@ -157,6 +157,32 @@ pub fn container(
     Ok(needs)
 }
 
+/// Checks the configuration of `POST /containers/{id}/exec`: no privileged exec (it would have
+/// every capability in the container), and every field one the gateway knows.
+pub fn exec(body: &Value) -> Verdict<()> {
+    let o = body
+        .as_object()
+        .ok_or_else(|| Refusal::new("body", "the exec configuration is not a JSON object"))?;
+    let known = [
+        "AttachStdin",
+        "AttachStdout",
+        "AttachStderr",
+        "DetachKeys",
+        "Tty",
+        "ConsoleSize",
+        "Env",
+        "Cmd",
+        "Privileged",
+        "User",
+        "WorkingDir",
+    ];
+    unknown(o, &known, "")?;
+    if o.get("Privileged").is_some_and(truthy) {
+        return Err(Refusal::new("privileged", "a privileged exec has every capability in the container"));
+    }
+    Ok(())
+}
+
 fn host_config(
     h: &mut Map<String, Value>,
     ctx: &Context,
@@ -278,6 +304,13 @@ fn host_config(
         // `--link` hands the other container's environment over: it must be the project's.
         needs.containers.push(link.split(':').next().unwrap_or_default().trim_start_matches('/').to_string());
     }
+    for (field, keys) in
+        [("LogConfig", &["Type", "Config"][..]), ("RestartPolicy", &["Name", "MaximumRetryCount"][..])]
+    {
+        if let Some(o) = h.get(field).and_then(Value::as_object) {
+            unknown(o, keys, &format!("HostConfig.{field}."))?;
+        }
+    }
     if let Some(log) = h.get("LogConfig").filter(|v| truthy(v)) {
         // Other log drivers (syslog, gelf, fluentd, splunk, …) send from the host, around the filter.
         let ty = log.get("Type").and_then(Value::as_str).unwrap_or_default();
@@ -326,6 +359,7 @@ fn host_config(
         for list in ports.values_mut() {
             for b in list.as_array_mut().into_iter().flatten() {
                 let Some(b) = b.as_object_mut() else { continue };
+                unknown(b, &["HostIp", "HostPort"], "HostConfig.PortBindings[].")?;
                 let ip = b.get("HostIp").and_then(Value::as_str).unwrap_or_default().to_string();
                 match ip.as_str() {
                     "" => {
@@ -363,6 +397,9 @@ fn host_config(
 }
 
 fn networking(v: Option<&mut Value>, ctx: &Context, default: &str, needs: &mut Needs) -> Verdict<()> {
+    if let Some(o) = v.as_deref().and_then(Value::as_object) {
+        unknown(o, &["EndpointsConfig"], "NetworkingConfig.")?;
+    }
     let Some(endpoints) = v.and_then(|v| v.get_mut("EndpointsConfig")).and_then(Value::as_object_mut) else {
         return Ok(());
     };
@@ -505,14 +542,29 @@ fn bind_source(
     Ok(real)
 }
 
-/// Refuses a field not in `known` that holds anything but its zero value.
-fn unknown(o: &Map<String, Value>, known: &[&str], at: &str) -> Verdict<()> {
-    match o.iter().find(|(k, v)| !known.contains(&k.as_str()) && truthy(v)) {
-        Some((k, _)) => {
-            Err(Refusal::new("unknown-field", format!("`{at}{k}` is a field the gateway does not know")))
+/// Refuses a field not in `known` that holds anything but its zero value, and any spelling
+/// of a known field in another case. *Why the case*: the daemon's decoder matches field names
+/// regardless of case and the last one wins, so `"networkmode": ""` after the gateway's
+/// `"NetworkMode"` would undo what the gateway set.
+pub(crate) fn unknown(o: &Map<String, Value>, known: &[&str], at: &str) -> Verdict<()> {
+    for (k, v) in o {
+        if known.contains(&k.as_str()) {
+            continue;
         }
-        None => Ok(()),
+        if let Some(field) = known.iter().find(|f| f.eq_ignore_ascii_case(k)) {
+            return Err(Refusal::new(
+                "unknown-field",
+                format!("`{at}{k}`: the field is spelled `{at}{field}`"),
+            ));
+        }
+        if truthy(v) {
+            return Err(Refusal::new(
+                "unknown-field",
+                format!("`{at}{k}` is a field the gateway does not know"),
+            ));
+        }
     }
+    Ok(())
 }
 
 /// Not the zero value: null, false, 0, "", [] and {} are all "not set".
@@ -617,6 +669,20 @@ mod tests {
             (host(json!({"Annotations": {"run.oci.x": "1"}})), "runtime", "annotations"),
             (host(json!({"Cgroup": "container:x"})), "host-namespace", "Cgroup"),
             (host(json!({"privileged": true})), "unknown-field", "HostConfig.privileged"),
+            (host(json!({"networkmode": ""})), "unknown-field", "spelled `HostConfig.NetworkMode`"),
+            (host(json!({"mounts": null})), "unknown-field", "HostConfig.Mounts"),
+            (json!({"Image": "x", "labels": null}), "unknown-field", "Labels"),
+            (
+                host(json!({"PortBindings": {"80/tcp": [{"hostip": "0.0.0.0", "HostPort": "80"}]}})),
+                "unknown-field",
+                "HostIp",
+            ),
+            (host(json!({"LogConfig": {"type": "syslog"}})), "unknown-field", "LogConfig.Type"),
+            (
+                json!({"Image": "x", "NetworkingConfig": {"endpointsconfig": {"host": {}}}}),
+                "unknown-field",
+                "EndpointsConfig",
+            ),
             (json!({"Image": "x", "hostconfig": {"Privileged": true}}), "unknown-field", "hostconfig"),
             (host(json!({"Binds": ["/home/u/shop/missing:/x"]})), "bind", "does not exist"),
             (host(json!({"Binds": ["/home/u/shop/../.ssh:/x"]})), "bind", "plain"),
@@ -672,6 +738,13 @@ mod tests {
             assert_eq!(r.rule, rule, "{body}");
             assert!(r.what.contains(text), "{body}: {}", r.what);
         }
+    }
+
+    #[test]
+    fn an_exec_is_plain() {
+        assert!(exec(&json!({"Cmd": ["sh"], "AttachStdout": true, "Privileged": false})).is_ok());
+        assert_eq!(exec(&json!({"Cmd": ["sh"], "Privileged": true})).unwrap_err().rule, "privileged");
+        assert_eq!(exec(&json!({"Cmd": ["sh"], "privileged": true})).unwrap_err().rule, "unknown-field");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::create::truthy;
+use super::create::{truthy, unknown as known};
 use super::{Context, Refusal, Verdict};
 
 /// `POST /networks/create`: made internal (no route out of the host: the filter, reached at
@@ -110,15 +110,6 @@ pub fn pull(query: &[(String, String)]) -> Verdict<()> {
 
 fn object(body: &mut Value) -> Verdict<&mut Map<String, Value>> {
     body.as_object_mut().ok_or_else(|| Refusal::new("body", "the body is not a JSON object"))
-}
-
-fn known(o: &Map<String, Value>, fields: &[&str], at: &str) -> Verdict<()> {
-    match o.iter().find(|(k, v)| !fields.contains(&k.as_str()) && truthy(v)) {
-        Some((k, _)) => {
-            Err(Refusal::new("unknown-field", format!("`{at}{k}` is a field the gateway does not know")))
-        }
-        None => Ok(()),
-    }
 }
 
 fn label(o: &mut Map<String, Value>, ctx: &Context) {

@@ -35,6 +35,9 @@ pub enum Call {
     Build,
     /// Listing containers, networks or volumes: only the project's are shown.
     List,
+    /// `POST /containers/{id}/exec`: the container must be the project's, and the exec's
+    /// configuration is checked ([`super::create::exec`]).
+    Exec(Owned),
     /// `POST /images/create`: a pull through the daemon, or an import of the body
     /// ([`super::objects::pull`]).
     Pull,
@@ -77,7 +80,7 @@ pub fn route(method: &str, path: &str) -> Verdict<Call> {
                 "start" | "stop" | "restart" | "kill" | "wait" | "resize" | "pause" | "unpause" | "rename",
             ],
         ) => Call::On(Owned::Container(id(1))),
-        ("POST", ["containers", _, "exec"]) => Call::On(Owned::Container(id(1))),
+        ("POST", ["containers", _, "exec"]) => Call::Exec(Owned::Container(id(1))),
         ("POST", ["containers", _, "attach"]) => Call::Stream(Owned::Container(id(1))),
         ("GET" | "HEAD" | "PUT", ["containers", _, "archive"]) => Call::On(Owned::Container(id(1))),
         ("DELETE", ["containers", _]) => Call::On(Owned::Container(id(1))),

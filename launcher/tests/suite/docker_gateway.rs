@@ -271,3 +271,18 @@ print("answer:", data.decode(errors="replace").split("\r\n")[0])
     has(&out, "answer: HTTP/1.1 400 Bad Request", &err);
     has(&out, "smuggled: 0", &err);
 }
+
+/// A link in the project that leads elsewhere, or any subdirectory, is not bound: the agent
+/// could point it at `/` between the check and the daemon's mount at `start`.
+#[test]
+fn a_link_in_the_project_is_not_bound() {
+    let w = World::new();
+    let body = format!(
+        "D 'mkdir -p sub; ln -s sub lnk; docker create --network none -v \"$PWD/lnk\":/h {IMAGE} cat /h/etc/shadow'
+        echo \"created: $(docker ps -aq --filter label=dev.ocsb.project=$NAME | wc -l)\""
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    refused(&out, "bind", &err);
+    assert!(out.contains("a subdirectory"), "{out}");
+    has(&out, "created: 0", &err);
+}

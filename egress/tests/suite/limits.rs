@@ -1,6 +1,7 @@
 //! Resource limits and connection ends: a client that half-closes after its request still gets
 //! the answer (both backends); a tunnel in which nothing moves ends, and a quiet tunnel makes
-//! room for a new client at the connection cap (builtin, with small limits).
+//! room for a new client at the connection cap (builtin, with small limits); edge and malformed
+//! inputs get the answers the README lists from each backend.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::client;
 use crate::support::lab::{BUILTIN_PORT, Lab, RULES, SILENT_ORIGIN, SQUID_PORT};
+use ocsb_policy::egress::Target;
 
 fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
@@ -259,5 +261,154 @@ fn edge_inputs_get_the_same_answer_from_both() {
                 "{name}, {what}: {first:?}"
             );
         }
+    }
+}
+
+/// The first line of each backend's answer to `raw`, sent whole on a fresh connection.
+fn first_line(lab: &Lab, port: u16, raw: &'static str) -> String {
+    let p = addr(port);
+    lab.client(move || {
+        let mut s = TcpStream::connect_timeout(&p, Duration::from_secs(5)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let _ = s.write_all(raw.as_bytes());
+        // Up to the end of the answer's head: an open tunnel sends nothing more.
+        let (mut b, mut c) = (Vec::new(), [0u8; 1]);
+        while !b.ends_with(b"\r\n\r\n") && matches!(s.read(&mut c), Ok(1)) {
+            b.push(c[0]);
+        }
+        String::from_utf8_lossy(&b).lines().next().unwrap_or("").to_string()
+    })
+}
+
+fn log_lines(path: &std::path::Path) -> Vec<ocsb_policy::egress::LogLine> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter_map(ocsb_policy::egress::LogLine::parse).filter(|l| l.method != "-").collect()
+}
+
+/// Malformed request lines and heads. A lower-case `get` is an extension method to both
+/// backends; a port out of range or empty is refused by both. Everything else here the builtin
+/// proxy (and `egress explain`) refuses as a bad request while squid reads it leniently: the
+/// leading digits of a port, HTTP/0.9 and /1.2 lines, a lower-case `connect`, folded header
+/// lines. squid's lenient reading is still judged by the rules (the port it reads is the port it
+/// checks and dials, so `:8080abc` is refused as port 8080): a difference in what is malformed,
+/// never a way around a rule.
+#[test]
+fn malformed_requests_get_the_answers_the_readme_lists() {
+    let mut lab = Lab::new(RULES);
+    lab.start_builtin();
+    lab.start_squid();
+    // (request, builtin's status line, squid's status line)
+    let same: &[(&'static str, &str, &str)] = &[
+        (
+            "get http://pub.test.net/ HTTP/1.1\r\nHost: pub.test.net\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 200",
+            "HTTP/1.1 200",
+        ),
+        (
+            "GET http://pub.test.net:65616/ HTTP/1.1\r\nHost: pub.test.net\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 400",
+            "HTTP/1.1 400",
+        ),
+        (
+            "GET http://pub.test.net:/ HTTP/1.1\r\nHost: pub.test.net\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 400",
+            "HTTP/1.1 400",
+        ),
+        (
+            "GET http://pub.test.net/ HTTP/1.1\nHost: pub.test.net\nConnection: close\n\n",
+            "HTTP/1.1 200",
+            "HTTP/1.1 200",
+        ),
+        // squid says 505 where the builtin says 400: both refuse.
+        (
+            "GET http://pub.test.net/ HTTP/2.0\r\nHost: pub.test.net\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 400",
+            "HTTP/1.1 505",
+        ),
+    ];
+    for (req, want_builtin, want_squid) in same {
+        for (name, port, want) in [("builtin", BUILTIN_PORT, want_builtin), ("squid", SQUID_PORT, want_squid)]
+        {
+            let got = first_line(&lab, port, req);
+            assert!(got.starts_with(want), "{name}, {:?}: {got:?} (want {want})", req.lines().next());
+        }
+    }
+    // (request, squid's status line, squid's rule)
+    let lenient: &[(&'static str, &str, &str)] = &[
+        (
+            "GET http://pub.test.net:80abc/ HTTP/1.1\r\nHost: pub.test.net\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 200",
+            "default",
+        ),
+        (
+            "GET http://pub.test.net:+80/ HTTP/1.1\r\nHost: pub.test.net\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 200",
+            "default",
+        ),
+        (
+            "GET http://pub.test.net:443.0/ HTTP/1.1\r\nHost: pub.test.net\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 200",
+            "default",
+        ),
+        (
+            "GET http://pub.test.net:8080abc/ HTTP/1.1\r\nHost: pub.test.net\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 403",
+            "port",
+        ),
+        (
+            "CONNECT git.example.com:2222.5 HTTP/1.1\r\nHost: git.example.com\r\n\r\n",
+            "HTTP/1.1 200",
+            "connect:project:5",
+        ),
+        ("CONNECT git.example.com:2223.5 HTTP/1.1\r\nHost: git.example.com\r\n\r\n", "HTTP/1.1 403", "port"),
+        ("CONNECT pub.test.net:+443 HTTP/1.1\r\nHost: pub.test.net\r\n\r\n", "HTTP/1.1 200", "default"),
+        (
+            "CONNECT www.example.com:443abc HTTP/1.1\r\nHost: www.example.com\r\n\r\n",
+            "HTTP/1.1 403",
+            "block:project:3",
+        ),
+        ("connect pub.test.net:443 HTTP/1.1\r\nHost: pub.test.net\r\n\r\n", "HTTP/1.1 200", "default"),
+        (
+            "connect www.example.com:443 HTTP/1.1\r\nHost: www.example.com\r\n\r\n",
+            "HTTP/1.1 403",
+            "block:project:3",
+        ),
+        ("GET http://pub.test.net/\r\n", "HTTP/1.1 200", "default"),
+        ("GET http://www.example.com/\r\n", "HTTP/1.1 403", "block:project:3"),
+        (
+            "GET http://pub.test.net/ HTTP/1.2\r\nHost: pub.test.net\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 200",
+            "default",
+        ),
+        (
+            "GET http://pub.test.net/ HTTP/1.1\r\nHost: pub.test.net\r\nX-A: a\r\n b\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 200",
+            "default",
+        ),
+    ];
+    for (req, want, rule) in lenient {
+        let what = req.lines().next().unwrap_or("");
+        let got = first_line(&lab, BUILTIN_PORT, req);
+        assert!(got.starts_with("HTTP/1.1 400"), "builtin, {what:?}: {got:?}");
+        let before = log_lines(&lab.squid_log()).len();
+        let got = first_line(&lab, SQUID_PORT, req);
+        assert!(got.starts_with(want), "squid, {what:?}: {got:?} (want {want})");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let line = loop {
+            let lines = log_lines(&lab.squid_log());
+            if lines.len() > before {
+                break lines[lines.len() - 1].clone();
+            }
+            assert!(Instant::now() < deadline, "squid, {what:?}: no log line");
+            std::thread::sleep(Duration::from_millis(30));
+        };
+        assert_eq!(line.rule, *rule, "squid, {what:?}: {line}");
+    }
+    // explain reads a port as the builtin does: these are not targets it can judge.
+    for t in ["http://pub.test.net:80abc/", "http://pub.test.net:+80/", "http://pub.test.net:443.0/"] {
+        assert!(Target::from_absolute_uri("GET", t).is_err(), "explain accepted {t}");
+    }
+    for t in ["git.example.com:2222.5", "pub.test.net:+443", "www.example.com:443abc"] {
+        assert!(Target::from_connect(t).is_err(), "explain accepted CONNECT {t}");
     }
 }

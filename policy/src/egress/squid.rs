@@ -218,7 +218,6 @@ impl Policy {
             let _ = writeln!(w, "acl {name} annotate_transaction egress_rule={note}");
         }
 
-        // (acl definitions, http_access lines) per rule, in evaluation order.
         let _ = writeln!(w, "acl mark_denied annotate_transaction egress_denied=1");
         let _ = writeln!(w, "acl denied_by_rule note egress_denied 1");
         let _ = writeln!(w, "acl cache_manager proto cache_object");

@@ -3,9 +3,13 @@
 //! ratios. Run: `cargo bench -p ocsb-egress --bench proxy`.
 //!
 //! Measured: plain-HTTP requests/s over keep-alive client connections (by name and by IP
-//! literal: the builtin proxy resolves every request afresh, squid caches DNS), added latency per
-//! request with a new client connection each time (p50/p99), CONNECT tunnel throughput (median
-//! of 3 × 256 MiB), and idle memory (RSS) of each backend.
+//! literal; both backends cache answers), added latency per request with a new client
+//! connection each time (p50/p99), CONNECT tunnel throughput (median of 3 × 256 MiB), and the
+//! memory of each backend (RSS, and the part of it that is the process's own rather than file
+//! pages shared with other processes).
+//!
+//! The builtin filter runs as users run it: `ocsb egress serve` from the launcher's release
+//! binary, which must be built first (`cargo build --release -p ocsb`).
 // A benchmark is a test harness: a failed unwrap is a failed run with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -159,13 +163,35 @@ fn tunnel_mbps(lab: &Lab, via: Via) -> f64 {
     })
 }
 
-fn rss_kib(pid: u32) -> u64 {
+/// A `/proc/PID/status` field in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+fn memory(what: &str, builtin: u32, squid: u32) {
+    let (b, s) = (status_kib(builtin, "VmRSS:"), status_kib(squid, "VmRSS:"));
+    let (ba, sa) = (status_kib(builtin, "RssAnon:"), status_kib(squid, "RssAnon:"));
+    println!(
+        "{what} memory: RSS builtin {b} KiB, squid {s} KiB, builtin/squid {:.2}; anonymous builtin {ba} KiB, squid {sa} KiB, builtin/squid {:.2}",
+        b as f64 / s as f64,
+        ba as f64 / sa as f64
+    );
+}
+
+/// `ocsb` next to this benchmark's own binary (`target/release/deps/proxy-…`).
+fn launcher_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let ocsb = exe.parent().and_then(|d| d.parent()).unwrap().join("ocsb");
+    if !ocsb.is_file() {
+        eprintln!("{} is missing: build the launcher first (cargo build --release -p ocsb)", ocsb.display());
+        std::process::exit(1);
+    }
+    ocsb
 }
 
 fn main() {
@@ -174,12 +200,13 @@ fn main() {
         std::process::exit(1);
     }
     let mut lab = Lab::new("allow pub.test.net\n");
+    lab.serve_program = vec![launcher_binary().into(), "egress".into(), "serve".into()];
     lab.start_builtin();
     lab.start_squid();
     std::thread::sleep(Duration::from_millis(500));
     let builtin_pid: u32 = ocsb_egress::status(&lab.instance()).unwrap().process.unwrap().parse().unwrap();
     let squid_pid = lab.squid.as_ref().unwrap().id();
-    println!("idle RSS: builtin {} KiB, squid {} KiB", rss_kib(builtin_pid), rss_kib(squid_pid));
+    memory("idle", builtin_pid, squid_pid);
 
     let vias = [Via::Direct, Via::Proxy(BUILTIN_PORT), Via::Proxy(SQUID_PORT)];
     for (label, host) in [("by name (pub.test.net)", "pub.test.net"), ("by IP literal", ORIGIN)] {
@@ -216,5 +243,5 @@ fn main() {
         t[1] / t[0],
         t[1] / t[2]
     );
-    println!("busy RSS: builtin {} KiB, squid {} KiB", rss_kib(builtin_pid), rss_kib(squid_pid));
+    memory("busy", builtin_pid, squid_pid);
 }

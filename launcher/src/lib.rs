@@ -37,6 +37,13 @@ pub fn main() -> ExitCode {
     if let Some(code) = ocsb_sandbox::stage2_dispatch() {
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    // The detached filter (`ocsb egress serve ARGS`) parses its own arguments and runs for the
+    // whole session: started before the command line is parsed, it never maps the code of the
+    // rest of `ocsb` (its resident memory is what the filter uses).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "egress") && args.get(2).is_some_and(|a| a == "serve") {
+        std::process::exit(ocsb_egress::builtin::serve::main(&args[3..]));
+    }
     match commands::dispatch(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

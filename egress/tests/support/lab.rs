@@ -43,6 +43,9 @@ pub struct Lab {
     pub squid: Option<Child>,
     pub squid_dir: PathBuf,
     pub builtin_started: bool,
+    /// The program that serves, up to its options: this crate's `ocsb-egress serve` unless set
+    /// (the benchmark runs `ocsb egress serve`, as users do).
+    pub serve_program: Vec<OsString>,
     /// Extra `serve` options (small limits), given before the lifecycle's own arguments.
     pub serve_extra: Vec<OsString>,
 }
@@ -130,6 +133,7 @@ impl Lab {
             squid: None,
             squid_dir,
             builtin_started: false,
+            serve_program: vec![env!("CARGO_BIN_EXE_ocsb-egress").into(), "serve".into()],
             serve_extra: Vec::new(),
         };
         lab.write_rules(rules);
@@ -163,10 +167,9 @@ impl Lab {
                 "netns".into(),
                 "exec".into(),
                 OsString::from(self.topo.filter.name()),
-                env!("CARGO_BIN_EXE_ocsb-egress").into(),
-                "serve".into(),
             ]
             .into_iter()
+            .chain(self.serve_program.iter().cloned())
             .chain(self.serve_extra.iter().cloned())
             .collect(),
             image_source: ImageSource::HostSquid,

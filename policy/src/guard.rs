@@ -420,11 +420,62 @@ impl Rule<'_> {
                 }
             }
         }
+        let pins = self.pins(&out, &granted, fs);
+        out.extend(pins);
         let mut seen = BTreeSet::new();
         out.retain(|p| seen.insert((p.path.clone(), p.access)));
         // Shallowest first; at equal depth a writable grant before what is protected in it.
         out.sort_by_key(|p| (p.path.components().count(), p.access == Access::ReadOnly));
         out
+    }
+
+    /// Every directory on the way from the writable root that holds a read-only protection
+    /// down to it, bound onto itself (writable, as it was). *Why*: a mount point cannot be
+    /// renamed. Without it the agent could move an ancestor aside (`mv tools t` when
+    /// `core.hooksPath` is `tools/hooks`, `mv .git/refs r` around `refs/replace`) and create a
+    /// new one in its place: the mount moves with the old directory, and host git, reading by
+    /// path, would run what the agent wrote. Containers the Docker gateway starts bind the same
+    /// paths by name, so they rely on the same stability. A directory inside something
+    /// read-only is never made writable by this.
+    fn pins(&self, out: &[Protection], granted: &[PathBuf], fs: &dyn Lookup) -> Vec<Protection> {
+        let read_only: Vec<&Path> =
+            out.iter().filter(|p| p.access == Access::ReadOnly).map(|p| p.path.as_path()).collect();
+        let mut pins: Vec<Protection> = Vec::new();
+        for p in out.iter().filter(|p| p.access == Access::ReadOnly) {
+            let roots = self
+                .writable
+                .iter()
+                .chain(granted)
+                .chain(out.iter().filter(|o| o.access == Access::Writable).map(|o| &o.path));
+            let Some(root) = roots.filter(|w| p.path.starts_with(w)).max_by_key(|w| w.components().count())
+            else {
+                continue;
+            };
+            let Ok(rel) = p.path.strip_prefix(root) else { continue };
+            let mut cur = root.clone();
+            let parts: Vec<_> = rel.components().collect();
+            for part in parts.iter().take(parts.len().saturating_sub(1)) {
+                cur.push(part);
+                if fs.entry(&cur) != Entry::Dir || read_only.iter().any(|r| cur.starts_with(r)) {
+                    break;
+                }
+                if !pins.iter().any(|q| q.path == cur) {
+                    pins.push(Protection {
+                        path: cur.clone(),
+                        access: Access::Writable,
+                        dir: true,
+                        placeholder: false,
+                        fill: String::new(),
+                        anchor: root.clone(),
+                        why: format!(
+                            "a mount point, so the way to {} cannot be renamed and replaced",
+                            p.path.display()
+                        ),
+                    });
+                }
+            }
+        }
+        pins
     }
 
     /// Paths whose *appearance* during a sandbox's life means something was planted where no
@@ -636,6 +687,41 @@ mod tests {
         assert_eq!(v[0].path, Path::new("/p/.git"), "the grant comes first");
         // The main checkout's work tree stays out of the writable set.
         assert!(!v.iter().any(|x| x.path == Path::new("/p/.vscode")));
+    }
+
+    #[test]
+    fn the_way_to_each_protected_path_is_pinned_and_nothing_read_only_becomes_writable() {
+        let writable = vec![PathBuf::from("/p")];
+        let rule = Rule { writable: &writable, rw_tool_files: &[] };
+        let fs = repo()
+            .with("/p/tools", Entry::Dir)
+            .with("/p/tools/git", Entry::Dir)
+            .with("/p/tools/git/hooks", Entry::Dir)
+            .with("/p/.git/refs", Entry::Dir)
+            .with("/p/.git/refs/replace", Entry::Dir);
+        let c = Checkout { hooks_path: Some("/p/tools/git/hooks".into()), ..main_checkout() };
+        let v = rule.protections(&[c], &fs);
+        for p in ["/p/tools", "/p/tools/git", "/p/.git/refs"] {
+            let x = find(&v, p);
+            assert_eq!(x.access, Access::Writable, "{p}: bound onto itself");
+            assert!(x.why.contains("cannot be renamed"), "{p}: {}", x.why);
+        }
+        assert_eq!(find(&v, "/p/tools/git/hooks").access, Access::ReadOnly);
+        assert_eq!(find(&v, "/p/.git/refs/replace").access, Access::ReadOnly);
+        // A pin comes before what it holds (the sandbox mounts in this order).
+        let at = |p: &str| v.iter().position(|x| x.path == Path::new(p)).unwrap();
+        assert!(at("/p/tools") < at("/p/tools/git") && at("/p/tools/git") < at("/p/tools/git/hooks"));
+        // Nothing at or under a read-only protection is made writable.
+        for w in v.iter().filter(|x| x.access == Access::Writable) {
+            let under =
+                v.iter().filter(|r| r.access == Access::ReadOnly).find(|r| w.path.starts_with(&r.path));
+            assert!(
+                under.is_none() || w.path == Path::new("/p/.git/worktrees/feat"),
+                "{} is writable inside read-only {:?}",
+                w.path.display(),
+                under.map(|r| &r.path)
+            );
+        }
     }
 
     #[test]

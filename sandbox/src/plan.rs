@@ -256,8 +256,42 @@ impl Builder<'_> {
                     Op::Mask { dst: c.clone() }
                 };
                 self.layered.push((depth(&c), 1, op));
+                self.pin_way_to(&c);
                 Ok(())
             }
+        }
+    }
+
+    /// Binds onto itself every directory between the writable root holding `p` and `p`.
+    /// *Why*: a mount point cannot be renamed. A hidden file's mask moves with its directory,
+    /// so in the sandbox it stays hidden, but the Docker gateway covers it in a container by
+    /// its path: `mv secrets s` would leave the real file at `s/key` uncovered there.
+    fn pin_way_to(&mut self, p: &Path) {
+        let Some(root) = self
+            .plan
+            .writable
+            .iter()
+            .filter(|w| p.starts_with(w) && p != w.as_path())
+            .max_by_key(|w| depth(w))
+            .cloned()
+        else {
+            return;
+        };
+        let mut cur = root.clone();
+        let parts: Vec<PathBuf> = p
+            .strip_prefix(&root)
+            .map(|r| r.components().map(|c| PathBuf::from(c.as_os_str())).collect())
+            .unwrap_or_default();
+        for part in parts.iter().take(parts.len().saturating_sub(1)) {
+            cur.push(part);
+            if self.fs.kind(&cur) != Kind::Dir {
+                return;
+            }
+            self.layered.push((
+                depth(&cur),
+                0,
+                Op::Bind { src: cur.clone(), dst: cur.clone(), access: Access::Rw, dir: true },
+            ));
         }
     }
 
@@ -619,9 +653,19 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
     // Phase 4: the checkout rule, last of all, so no writable bind can re-expose what it
     // protects. A `.git` directory is bound onto itself there, so it cannot be renamed away and
     // replaced by one with the agent's hooks (`mv .git g && mkdir -p .git/hooks` gets EBUSY).
+    let before_rule = b.plan.ops.len();
     for g in &spec.protect {
         b.guard(g)?;
     }
+    // A hidden path inside a protected one was covered by the protection's fresh bind: cover it
+    // again on top (`OCSB_HIDE=.vscode/token` with `.vscode` read-only).
+    let again: Vec<Op> = b.plan.ops[..before_rule]
+        .iter()
+        .filter(|op| matches!(op, Op::Mask { .. } | Op::Tmpfs { .. }) && b.hidden.contains(op.dst()))
+        .filter(|op| spec.protect.iter().any(|g| op.dst().starts_with(&g.path) && op.dst() != g.path))
+        .cloned()
+        .collect();
+    b.plan.ops.extend(again);
     // Phase 5: sockets passed in.
     if let Some(s) = &spec.ssh_agent {
         b.expose_socket(s, "ssh-agent socket")?;
@@ -1129,6 +1173,35 @@ mod tests {
         assert!(err.contains(".git/hooks is a symbolic link"), "{err}");
         let fs = host().link("/home/u/p/.git", "/home/u/.ssh");
         assert!(ruled(spec(), &fs).is_err());
+    }
+
+    #[test]
+    fn the_way_to_a_hidden_path_in_the_project_is_pinned_and_a_protection_does_not_uncover_it() {
+        let fs = host()
+            .with("/home/u/p/secrets", Kind::Dir)
+            .with("/home/u/p/secrets/deploy", Kind::Dir)
+            .with("/home/u/p/secrets/deploy/key", Kind::File)
+            .with("/home/u/p/.vscode", Kind::Dir)
+            .with("/home/u/p/.vscode/token", Kind::File);
+        let mut s = spec();
+        s.hide = vec!["/home/u/p/secrets/deploy/key".into(), "/home/u/p/.vscode/token".into()];
+        let plan = ruled(s, &fs).unwrap();
+        let pinned = |d: &str| Op::Bind { src: d.into(), dst: d.into(), access: Access::Rw, dir: true };
+        let at = |op: &Op| plan.ops.iter().position(|o| o == op).unwrap_or_else(|| panic!("{op:?} missing"));
+        let key = Op::Mask { dst: "/home/u/p/secrets/deploy/key".into() };
+        assert!(at(&pinned("/home/u/p/secrets")) < at(&pinned("/home/u/p/secrets/deploy")));
+        assert!(at(&pinned("/home/u/p/secrets/deploy")) < at(&key));
+        // `.vscode` is bound read-only by the checkout rule after the hidden file's mask: the
+        // mask is the last word again.
+        let vscode = Op::Bind {
+            src: "/home/u/p/.vscode".into(),
+            dst: "/home/u/p/.vscode".into(),
+            access: Access::Ro,
+            dir: true,
+        };
+        let token = Op::Mask { dst: "/home/u/p/.vscode/token".into() };
+        let last = plan.ops.iter().rposition(|o| *o == token).unwrap();
+        assert!(at(&vscode) < last, "{:#?}", plan.ops);
     }
 
     #[test]

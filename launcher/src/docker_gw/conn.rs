@@ -187,10 +187,11 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
 }
 
 /// Covers each hidden path inside a bind where the container sees it (a directory with an
-/// empty read-only tmpfs, a file with the gateway's empty read-only file), and binds each
-/// read-only path again read-only.
+/// empty read-only tmpfs, a file with the gateway's empty read-only file), binds each
+/// read-only path again read-only, and each pinned directory onto itself. The daemon mounts
+/// them shallowest first.
 fn cover(v: &mut Value, needs: &create::Needs, gw: &Shared) {
-    if needs.masks.is_empty() && needs.read_only.is_empty() {
+    if needs.masks.is_empty() && needs.read_only.is_empty() && needs.pins.is_empty() {
         return;
     }
     let host = &mut v["HostConfig"];
@@ -207,6 +208,9 @@ fn cover(v: &mut Value, needs: &create::Needs, gw: &Shared) {
     }
     for (src, target) in &needs.read_only {
         mounts.push(json!({"Type": "bind", "Source": src, "Target": target, "ReadOnly": true}));
+    }
+    for (src, target) in &needs.pins {
+        mounts.push(json!({"Type": "bind", "Source": src, "Target": target}));
     }
 }
 

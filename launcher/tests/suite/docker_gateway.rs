@@ -12,7 +12,9 @@ use std::sync::OnceLock;
 
 use crate::support::sandbox::{World, has, scenario};
 
-const IMAGE: &str = "ocsb-test-busybox";
+/// Tagged by what it holds: a new tool in the list below gets a new tag, so a machine that has
+/// the old image builds the new one.
+const IMAGE: &str = "ocsb-test-busybox:2";
 
 /// Fail (never skip) unless dockerd answers; import the test image once (busybox-static).
 fn require_docker() {
@@ -28,7 +30,7 @@ fn require_docker() {
             assert!(std::path::Path::new("/bin/busybox").exists(), "apt-get install busybox-static");
             let script = format!(
                 "set -e; d=$(mktemp -d); mkdir -p $d/bin $d/tmp; cp /bin/busybox $d/bin/; \
-                 for c in sh echo cat ls sleep true id touch; do ln -s busybox $d/bin/$c; done; \
+                 for c in sh echo cat ls sleep true id touch mv mkdir; do ln -s busybox $d/bin/$c; done; \
                  tar -C $d -c . | docker import - {IMAGE} >/dev/null; rm -rf $d"
             );
             let o = Command::new("sh").args(["-c", &script]).output().unwrap();
@@ -180,6 +182,27 @@ fn the_checkout_rule_holds_in_a_container_too() {
     let (out, err) = docker_scenario(&w, &body);
     assert!(out.contains("hook=1") || out.contains("Read-only file system"), "{out}\n{err}");
     assert!(!out.contains("hook on the host: evil"), "a container wrote a git hook: {out}");
+}
+
+/// The directories the sandbox pins (`.git`, the way to a hidden file) are mount points in a
+/// container too: a container that could move `.git` aside would leave the next container's
+/// read-only `.git/hooks` bound on a directory of its own making, and the real hooks writable.
+#[test]
+fn a_container_cannot_move_what_the_sandbox_pinned() {
+    let w = World::new();
+    let body = format!(
+        "echo 'OCSB_HIDE=(secrets/deploy/key)' >> .opencode-sandbox/local/sandbox.conf
+        mkdir -p secrets/deploy; echo KEY > secrets/deploy/key; chown -R 1990 .opencode-sandbox/local secrets
+        D 'docker run --rm --network none -v \"$PWD\":/src {IMAGE} sh -c \"mv /src/.git /src/g; echo git=\\$?; mv /src/secrets /src/s; echo secrets=\\$?; mv /src/secrets/deploy /src/secrets/d; echo deploy=\\$?; echo ok > /src/out; echo write=\\$?; mkdir /src/tools; mv /src/tools /src/t; echo control=\\$?\"'
+        echo \"host: $(ls -d .git secrets/deploy g s secrets/d 2>/dev/null | tr '\\n' ' ')out=$(cat out) t=$(ls -d t)\""
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    for moved in ["git=", "secrets=", "deploy="] {
+        assert!(out.contains(moved) && !out.contains(&format!("{moved}0")), "{moved}: {out}\n{err}");
+    }
+    has(&out, "write=0", &err);
+    has(&out, "control=0", &err); // an ordinary directory moves
+    has(&out, "host: .git secrets/deploy out=ok t=t", &err);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! the exact errno, and a host-side check where something could have been written.
 //! The numbers in the test names are that document's rows (what each attacks, what must hold).
 
-use crate::support::sandbox::{World, read};
+use crate::support::sandbox::{World, read, run_ok};
 
 /// Every attempt runs twice: with the sandbox on the host's network (the netlock mode) and in
 /// a network namespace of its own (`OCSB_NETWORK=isolated`). Where the two differ, the test says
@@ -47,6 +47,7 @@ battery! {
     e1_e2_e3_tiocsti_and_tioclinux_denied,
     e9_host_binaries_cannot_be_overwritten,
     e16_git_dir_cannot_be_swapped,
+    e16_e19_the_way_to_protected_and_hidden_paths_cannot_be_renamed,
     e25_abstract_unix_sockets_outside_are_unreachable,
     e26_pathname_sockets_that_lead_out_are_absent,
     e30_e33_landlock_tcp_ports,
@@ -352,6 +353,42 @@ fn e16_git_dir_cannot_be_swapped(w: World) {
     assert_eq!(w.probe(&["rename", &git, &s(&w.proj.join("g2"))]), "ERR EBUSY");
     assert!(w.proj.join(".git/hooks/pre-commit").exists());
     assert!(!w.proj.join("g2").exists());
+}
+
+/// Every directory between the project and a protected or hidden path is a mount point: moving
+/// one aside (and creating a new one of the same name) would leave host git, or a container of
+/// the Docker gateway, reading the agent's files by the old path.
+fn e16_e19_the_way_to_protected_and_hidden_paths_cannot_be_renamed(w: World) {
+    let p = |r: &str| w.proj.join(r);
+    run_ok(std::process::Command::new("git").args(["init", "-q"]).arg(&w.proj));
+    std::fs::write(p(".git/config"), "[core]\n\thooksPath = tools/hooks\n").unwrap();
+    for d in ["tools/hooks", ".git/refs/replace", "secrets/deploy", ".vscode"] {
+        std::fs::create_dir_all(p(d)).unwrap();
+    }
+    std::fs::write(p("tools/hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+    std::fs::write(p("secrets/deploy/key"), "KEY\n").unwrap();
+    std::fs::write(p(".vscode/token"), "TOKEN\n").unwrap();
+    run_ok(std::process::Command::new("chown").arg("-R").arg("1990:1990").arg(&w.proj));
+    let mut spec = w.spec();
+    spec["hide"] = serde_json::json!([p("secrets/deploy/key"), p(".vscode/token")]);
+    assert_eq!(w.probe_outside(&["rename", &s(&p("tools")), &s(&p("t0"))]), "OK", "control");
+    std::fs::rename(p("t0"), p("tools")).unwrap();
+    for (from, to) in
+        [("tools", "t2"), (".git/refs", ".git/r2"), ("secrets", "s2"), ("secrets/deploy", "secrets/d2")]
+    {
+        assert_eq!(w.probe_with(&spec, &["rename", &s(&p(from)), &s(&p(to))]), "ERR EBUSY", "mv {from} {to}");
+        assert!(p(from).is_dir() && !p(to).exists(), "host: {from} stayed where it was");
+    }
+    // A hidden file inside a read-only tool directory stays hidden (the read-only bind of
+    // `.vscode` came after its mask and covered it before).
+    assert_eq!(w.probe_with(&spec, &["read", &s(&p(".vscode/token"))]), "OK");
+    assert_eq!(w.probe_with(&spec, &["read", &s(&p("secrets/deploy/key"))]), "OK");
+    assert_eq!(w.probe_with(&spec, &["write", &s(&p("tools/hooks/pre-commit"))]), "ERR EROFS");
+    assert_eq!(read(&p("tools/hooks/pre-commit")), "#!/bin/sh\n");
+    // What is not protected stays writable.
+    assert_eq!(w.probe_with(&spec, &["write", &s(&p("tools/build.sh"))]), "OK");
+    assert_eq!(w.probe_with(&spec, &["write", &s(&p("secrets/deploy/notes"))]), "OK");
+    assert_eq!(w.probe_with(&spec, &["write", &s(&p(".git/refs/heads-new"))]), "OK");
 }
 
 fn e25_abstract_unix_sockets_outside_are_unreachable(w: World) {

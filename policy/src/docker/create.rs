@@ -28,6 +28,13 @@ pub struct Needs {
     /// Read-only host paths inside a bind, with where they appear: bound again read-only
     /// there, so a container cannot change what the sandbox may not (a hook in `.git/hooks`).
     pub read_only: Vec<(PathBuf, String)>,
+    /// Directories inside a bind that the sandbox has bound onto themselves (`.git`, the way to
+    /// every protected or hidden path), with where they appear: bound again, writable as they
+    /// are, so that no container can rename one. *Why*: the daemon mounts the masks and the
+    /// read-only binds above by path when each container starts; a container that moved `.git`
+    /// aside would leave the next container's read-only `.git/hooks` bound on a directory of its
+    /// making, and the real one writable.
+    pub pins: Vec<(PathBuf, String)>,
 }
 
 /// Docker's default capabilities: adding one of these changes nothing; any other is a power
@@ -539,6 +546,7 @@ fn bind_source(
     };
     needs.masks.extend(ctx.hidden.iter().filter(|h| h.starts_with(&real)).map(inside));
     needs.read_only.extend(ctx.read_only.iter().filter(|r| r.starts_with(&real) && **r != real).map(inside));
+    needs.pins.extend(ctx.writable.iter().filter(|w| w.starts_with(&real) && **w != real).map(inside));
     Ok(real)
 }
 
@@ -594,7 +602,7 @@ mod tests {
             project: "shop".into(),
             session: "s1".into(),
             network: "ocsb-shop".into(),
-            writable: vec!["/home/u/shop".into(), "/home/u/.cache".into()],
+            writable: vec!["/home/u/shop".into(), "/home/u/.cache".into(), "/home/u/shop/.git".into()],
             hidden: vec!["/home/u/shop/.env.secret".into(), "/home/u/.ssh".into()],
             read_only: vec!["/home/u/shop/.git/hooks".into()],
         }
@@ -640,6 +648,13 @@ mod tests {
             needs.masks,
             [(PathBuf::from("/home/u/shop/.env.secret"), "/src/.env.secret".to_string())]
         );
+        // What the sandbox sees read-only is read-only there, and `.git` (a mount point in the
+        // sandbox) is one in the container too, so no container can rename it.
+        assert_eq!(
+            needs.read_only,
+            [(PathBuf::from("/home/u/shop/.git/hooks"), "/src/.git/hooks".to_string())]
+        );
+        assert_eq!(needs.pins, [(PathBuf::from("/home/u/shop/.git"), "/src/.git".to_string())]);
     }
 
     #[test]

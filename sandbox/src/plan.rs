@@ -200,6 +200,8 @@ struct Builder<'a> {
     layered: Vec<(usize, u8, Op)>,
     hidden: BTreeSet<PathBuf>,
     private_tmp: bool,
+    /// The checkout rule's read-only paths: nothing at or under one is pinned writable.
+    read_only_rule: Vec<PathBuf>,
 }
 
 impl Builder<'_> {
@@ -256,7 +258,6 @@ impl Builder<'_> {
                     Op::Mask { dst: c.clone() }
                 };
                 self.layered.push((depth(&c), 1, op));
-                self.pin_way_to(&c);
                 Ok(())
             }
         }
@@ -266,17 +267,28 @@ impl Builder<'_> {
     /// *Why*: a mount point cannot be renamed. A hidden file's mask moves with its directory,
     /// so in the sandbox it stays hidden, but the Docker gateway covers it in a container by
     /// its path: `mv secrets s` would leave the real file at `s/key` uncovered there.
+    /// Only under a root bound from the same host path (never a private cache or `/tmp`, whose
+    /// sources are copies), and never at or under a hidden or read-only path: a pin there would
+    /// uncover it (the pin is a fresh bind of the host directory).
     fn pin_way_to(&mut self, p: &Path) {
-        let Some(root) = self
-            .plan
-            .writable
+        let root = self
+            .layered
             .iter()
-            .filter(|w| p.starts_with(w) && p != w.as_path())
-            .max_by_key(|w| depth(w))
-            .cloned()
-        else {
+            .filter_map(|(_, _, op)| match op {
+                Op::Bind { src, dst, access: Access::Rw, dir: true }
+                    if p.starts_with(dst) && p != dst.as_path() =>
+                {
+                    Some((src, dst))
+                }
+                _ => None,
+            })
+            .max_by_key(|(_, dst)| depth(dst));
+        let Some((src, root)) = root else { return };
+        if src != root {
             return;
-        };
+        }
+        let root = root.clone();
+        let covered = |b: &Self, d: &Path| b.hidden.iter().chain(&b.read_only_rule).any(|h| d.starts_with(h));
         let mut cur = root.clone();
         let parts: Vec<PathBuf> = p
             .strip_prefix(&root)
@@ -284,19 +296,16 @@ impl Builder<'_> {
             .unwrap_or_default();
         for part in parts.iter().take(parts.len().saturating_sub(1)) {
             cur.push(part);
-            if self.fs.kind(&cur) != Kind::Dir {
+            if self.fs.kind(&cur) != Kind::Dir || covered(self, &cur) {
                 return;
             }
-            self.layered.push((
-                depth(&cur),
-                0,
-                Op::Bind { src: cur.clone(), dst: cur.clone(), access: Access::Rw, dir: true },
-            ));
+            let pin = Op::Bind { src: cur.clone(), dst: cur.clone(), access: Access::Rw, dir: true };
+            if !self.layered.iter().any(|(_, _, op)| *op == pin) {
+                self.layered.push((depth(&cur), 0, pin));
+            }
         }
     }
 
-    /// The project's own copy `own` mounted writable over the host cache `dir`, so builds keep a
-    /// warm cache while nothing the agent writes there reaches the host's builds.
     fn private_cache(&mut self, dir: &Path, own: &Path) -> Result<()> {
         absolute(dir, "cache directory")?;
         if self.fs.kind(dir) == Kind::Missing {
@@ -471,6 +480,9 @@ impl Builder<'_> {
         let mut cur = g.anchor.clone();
         let mut kind = self.fs.kind(&cur);
         let mut missing = false;
+        // Directories created on the way: pinned like existing ones (the rule pins only those
+        // that exist), so `mv tools t` fails when `tools/hooks` was made for `core.hooksPath`.
+        let mut made: Vec<PathBuf> = Vec::new();
         for (i, part) in std::iter::once(None).chain(rel.components().map(Some)).enumerate() {
             if let Some(part) = part {
                 cur.push(part);
@@ -495,6 +507,9 @@ impl Builder<'_> {
                 Kind::Missing if i == 0 || !g.placeholder => return Ok(()),
                 Kind::Missing => {
                     missing = true;
+                    if !last {
+                        made.push(cur.clone());
+                    }
                     let dir = !last || g.dir;
                     let text = if last { g.fill.clone() } else { String::new() };
                     self.plan.placeholders.push(Placeholder {
@@ -516,6 +531,13 @@ impl Builder<'_> {
                 Access::Rw
             }
         };
+        for d in made {
+            let pin = Op::Bind { src: d.clone(), dst: d.clone(), access: Access::Rw, dir: true };
+            let covered = self.hidden.iter().chain(&self.read_only_rule).any(|h| d.starts_with(h));
+            if !covered && !self.plan.ops.contains(&pin) {
+                self.plan.ops.push(pin);
+            }
+        }
         let op = Op::Bind { src: g.path.clone(), dst: g.path.clone(), access, dir };
         if !self.plan.ops.contains(&op) {
             self.plan.ops.push(op);
@@ -557,8 +579,19 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
         ));
     }
     let private_tmp = spec.tmp == TmpMode::Private;
-    let mut b =
-        Builder { fs, plan: Plan::default(), layered: Vec::new(), hidden: BTreeSet::new(), private_tmp };
+    let mut b = Builder {
+        fs,
+        plan: Plan::default(),
+        layered: Vec::new(),
+        hidden: BTreeSet::new(),
+        private_tmp,
+        read_only_rule: spec
+            .protect
+            .iter()
+            .filter(|g| g.access == GuardAccess::ReadOnly)
+            .map(|g| g.path.clone())
+            .collect(),
+    };
     b.base()?;
     b.run_dir()?;
     b.dev(spec.limits.shm_bytes);
@@ -640,6 +673,10 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
             continue;
         }
         b.hide(&p, what)?;
+    }
+    // After every hide: a pin may not reach into a hidden directory made later.
+    for h in b.hidden.clone() {
+        b.pin_way_to(&h);
     }
     let mut layered = std::mem::take(&mut b.layered);
     layered.sort_by_key(|(d, class, _)| (*d, *class));
@@ -1202,6 +1239,76 @@ mod tests {
         let token = Op::Mask { dst: "/home/u/p/.vscode/token".into() };
         let last = plan.ops.iter().rposition(|o| *o == token).unwrap();
         assert!(at(&vscode) < last, "{:#?}", plan.ops);
+    }
+
+    #[test]
+    fn no_pin_reaches_into_a_private_cache_a_hidden_directory_or_a_protection() {
+        let own = "/home/u/.local/share/ocsb/p/home-caches";
+        let fs = host()
+            .with("/home/u/.cache/hf", Kind::Dir)
+            .with("/home/u/.cache/hf/token", Kind::File)
+            .with(own, Kind::Dir)
+            .with(&format!("{own}/.cache"), Kind::Dir)
+            .with("/home/u/p/secrets", Kind::Dir)
+            .with("/home/u/p/secrets/deploy", Kind::Dir)
+            .with("/home/u/p/secrets/deploy/key", Kind::File);
+        let mut s = spec();
+        s.rw_home.clear();
+        s.caches = vec![("/home/u/.cache".into(), format!("{own}/.cache").into())];
+        s.hide = vec![
+            "/home/u/.cache/hf/token".into(),
+            "/home/u/p/secrets/deploy/key".into(),
+            "/home/u/p/secrets".into(),
+        ];
+        let plan = ruled(s, &fs).unwrap();
+        // The cache is the private copy: the host's `.cache/hf` is never bound over it.
+        assert!(
+            !plan.ops.iter().any(|o| matches!(o, Op::Bind { src, .. } if src.starts_with("/home/u/.cache"))),
+            "{:#?}",
+            plan.ops
+        );
+        // `secrets` is hidden whole: nothing of the host's `secrets/deploy` is bound above it.
+        assert!(
+            !plan
+                .ops
+                .iter()
+                .any(|o| matches!(o, Op::Bind { src, .. } if src.starts_with("/home/u/p/secrets"))),
+            "{:#?}",
+            plan.ops
+        );
+    }
+
+    #[test]
+    fn directories_made_for_a_protected_path_are_pinned_before_it() {
+        use ocsb_policy::guard::{Access as G, Protection};
+        let mut s = spec();
+        s.protect = vec![Protection {
+            path: "/home/u/p/tools/hooks".into(),
+            access: G::ReadOnly,
+            dir: true,
+            placeholder: true,
+            fill: String::new(),
+            anchor: "/home/u/p".into(),
+            why: "core.hooksPath".into(),
+        }];
+        let plan = build(&s, &host()).unwrap();
+        let pin = Op::Bind {
+            src: "/home/u/p/tools".into(),
+            dst: "/home/u/p/tools".into(),
+            access: Access::Rw,
+            dir: true,
+        };
+        let hooks = Op::Bind {
+            src: "/home/u/p/tools/hooks".into(),
+            dst: "/home/u/p/tools/hooks".into(),
+            access: Access::Ro,
+            dir: true,
+        };
+        let at = |op: &Op| {
+            plan.ops.iter().position(|o| o == op).unwrap_or_else(|| panic!("{op:?} missing: {:#?}", plan.ops))
+        };
+        assert!(at(&pin) < at(&hooks));
+        assert!(plan.placeholders.iter().any(|p| p.path == Path::new("/home/u/p/tools") && p.dir));
     }
 
     #[test]

@@ -200,6 +200,11 @@ fn context(project: &Project, spec: &SandboxSpec) -> Result<Context> {
             _ => {}
         }
     }
+    // A mask inside a protected directory is in the plan twice (made again after it).
+    for v in [&mut hidden, &mut read_only] {
+        v.sort();
+        v.dedup();
+    }
     let name = project.settings.name().to_string();
     let session = format!(
         "{}-{:x}",

@@ -191,15 +191,18 @@ fn the_checkout_rule_holds_in_a_container_too() {
 fn a_container_cannot_move_what_the_sandbox_pinned() {
     let w = World::new();
     let body = format!(
-        "echo 'OCSB_HIDE=(secrets/deploy/key)' >> .opencode-sandbox/local/sandbox.conf
-        mkdir -p secrets/deploy; echo KEY > secrets/deploy/key; chown -R 1990 .opencode-sandbox/local secrets
-        D 'docker run --rm --network none -v \"$PWD\":/src {IMAGE} sh -c \"mv /src/.git /src/g; echo git=\\$?; mv /src/secrets /src/s; echo secrets=\\$?; mv /src/secrets/deploy /src/secrets/d; echo deploy=\\$?; echo ok > /src/out; echo write=\\$?; mkdir /src/tools; mv /src/tools /src/t; echo control=\\$?\"'
+        "echo 'OCSB_HIDE=(secrets/deploy/key .vscode/token)' >> .opencode-sandbox/local/sandbox.conf
+        mkdir -p secrets/deploy .vscode; echo KEY > secrets/deploy/key; echo TOKEN > .vscode/token
+        chown -R 1990 .opencode-sandbox/local secrets .vscode
+        D 'docker run --rm --network none -v \"$PWD\":/src {IMAGE} sh -c \"echo key=\\$(cat /src/secrets/deploy/key) token=\\$(cat /src/.vscode/token); echo x > /src/.vscode/t; echo vscode=\\$?; mv /src/.git /src/g; echo git=\\$?; mv /src/secrets /src/s; echo secrets=\\$?; mv /src/secrets/deploy /src/secrets/d; echo deploy=\\$?; echo ok > /src/out; echo write=\\$?; mkdir /src/tools; mv /src/tools /src/t; echo control=\\$?\"'
         echo \"host: $(ls -d .git secrets/deploy g s secrets/d 2>/dev/null | tr '\\n' ' ')out=$(cat out) t=$(ls -d t)\""
     );
     let (out, err) = docker_scenario(&w, &body);
     for moved in ["git=", "secrets=", "deploy="] {
         assert!(out.contains(moved) && !out.contains(&format!("{moved}0")), "{moved}: {out}\n{err}");
     }
+    has(&out, "key= token=", &err); // still hidden alongside the pins
+    assert!(out.contains("vscode=") && !out.contains("vscode=0"), ".vscode is read-only: {out}");
     has(&out, "write=0", &err);
     has(&out, "control=0", &err); // an ordinary directory moves
     has(&out, "host: .git secrets/deploy out=ok t=t", &err);

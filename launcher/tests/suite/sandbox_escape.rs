@@ -384,6 +384,11 @@ fn e16_e19_the_way_to_protected_and_hidden_paths_cannot_be_renamed(w: World) {
     assert_eq!(w.probe_with(&spec, &["read", &s(&p(".vscode/token"))]), "OK");
     assert_eq!(w.probe_with(&spec, &["read", &s(&p("secrets/deploy/key"))]), "OK");
     assert_eq!(w.probe_with(&spec, &["write", &s(&p("tools/hooks/pre-commit"))]), "ERR EROFS");
+    assert_eq!(
+        w.probe_with(&spec, &["write", &s(&p(".vscode/tasks.json"))]),
+        "ERR EROFS",
+        ".vscode stays read-only"
+    );
     assert_eq!(read(&p("tools/hooks/pre-commit")), "#!/bin/sh\n");
     // What is not protected stays writable.
     assert_eq!(w.probe_with(&spec, &["write", &s(&p("tools/build.sh"))]), "OK");

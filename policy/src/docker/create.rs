@@ -546,7 +546,11 @@ fn bind_source(
     };
     needs.masks.extend(ctx.hidden.iter().filter(|h| h.starts_with(&real)).map(inside));
     needs.read_only.extend(ctx.read_only.iter().filter(|r| r.starts_with(&real) && **r != real).map(inside));
-    needs.pins.extend(ctx.writable.iter().filter(|w| w.starts_with(&real) && **w != real).map(inside));
+    // A pin at or under what is hidden or read-only would uncover it, or double its mount.
+    let covered = |w: &PathBuf| ctx.hidden.iter().chain(&ctx.read_only).any(|r| w.starts_with(r));
+    needs.pins.extend(
+        ctx.writable.iter().filter(|w| w.starts_with(&real) && **w != real && !covered(w)).map(inside),
+    );
     Ok(real)
 }
 

@@ -48,6 +48,25 @@ pub fn interface_v4(name: &str) -> Option<Ipv4Addr> {
     None
 }
 
+/// The IPv4 network of the interface that holds `ip`, from its netmask. *Why exact*: a
+/// listener lent on a Docker network's gateway serves that network's containers as clients,
+/// and no more of the address space around it (a /20 from Docker's pools sits in a /16 that may
+/// hold the LAN).
+pub fn interface_network(ip: IpAddr) -> Option<IpNet> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for a in addrs {
+        let (Some(addr), Some(mask)) = (a.address, a.netmask) else { continue };
+        let (Some(sin), Some(m)) = (addr.as_sockaddr_in(), mask.as_sockaddr_in()) else { continue };
+        if IpAddr::V4(sin.ip()) != ip {
+            continue;
+        }
+        let bits = u32::from(m.ip());
+        let net = u32::from(sin.ip()) & bits;
+        return Some(IpNet { addr: IpAddr::V4(Ipv4Addr::from(net)), prefix: bits.count_ones() as u8 });
+    }
+    None
+}
+
 /// Every address of every interface of this host (in the caller's network namespace).
 ///
 /// *Why*: a service bound to the host's public or global IPv6 address is the host itself, as
@@ -126,6 +145,14 @@ pub fn plan(port: u16, setting: GatewaySetting) -> ListenPlan {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_network_of_an_interface_address_is_its_own() {
+        let lo = interface_network("127.0.0.1".parse().unwrap());
+        assert_eq!(lo, Some(IpNet { addr: "127.0.0.0".parse().unwrap(), prefix: 8 }));
+        assert_eq!(interface_network("192.0.2.77".parse().unwrap()), None, "on no interface here");
+    }
+
     use super::*;
 
     #[test]

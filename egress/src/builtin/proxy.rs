@@ -187,7 +187,10 @@ pub struct Running {
 type Accepted = Arc<std::sync::Mutex<Vec<std::sync::Weak<super::conns::Slot>>>>;
 
 /// Serves listeners lent while the proxy runs ([`super::lend`]), as its own listeners are
-/// served: the same rules, limits, client rule and log.
+/// served: the same rules, limits and log. The client rule grows by the lent listener's own
+/// network (of the interface that holds its address, [`crate::listen::interface_network`]): a
+/// listener lent on a Docker network's gateway serves that network's containers, and only on
+/// that listener.
 #[derive(Clone)]
 pub struct Lender {
     shared: Arc<Shared>,
@@ -205,9 +208,17 @@ impl Lender {
     ) {
         let (shared, stop) = (self.shared.clone(), self.stop.clone());
         let accepted: Accepted = Arc::default();
+        let mut clients = shared.clients.clone();
+        let own = listener.local_addr().ok().map(|a| a.ip()).filter(|ip| !ip.is_loopback());
+        if let Some(n) = own.and_then(crate::listen::interface_network)
+            && !clients.contains(&n)
+        {
+            clients.push(n);
+        }
+        let clients = Arc::new(clients);
         tokio::spawn(async move {
             tokio::select! {
-                () = accept_loop(listener, shared, stop, Some(accepted.clone())) => {}
+                () = accept_loop(listener, shared, stop, Some(accepted.clone()), clients) => {}
                 () = until => {}
             }
             let slots = std::mem::take(&mut *accepted.lock().unwrap_or_else(|p| p.into_inner()));
@@ -262,7 +273,10 @@ pub fn start(
     let (stop, stop_rx) = watch::channel(false);
     let tasks = listeners
         .into_iter()
-        .map(|l| tokio::spawn(accept_loop(l, shared.clone(), stop_rx.clone(), None)))
+        .map(|l| {
+            let clients = Arc::new(shared.clients.clone());
+            tokio::spawn(accept_loop(l, shared.clone(), stop_rx.clone(), None, clients))
+        })
         .collect();
     Running { addrs, stop, tasks, conns, shared }
 }
@@ -272,6 +286,7 @@ async fn accept_loop(
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
     track: Option<Accepted>,
+    clients: Arc<Vec<IpNet>>,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -289,7 +304,7 @@ async fn accept_loop(
         };
         let client = dial::canonical(peer.ip());
         let table =
-            if shared.clients.iter().any(|n| n.contains(client)) { &shared.conns } else { &shared.outsiders };
+            if clients.iter().any(|n| n.contains(client)) { &shared.conns } else { &shared.outsiders };
         // Every loopback address is the same host: one client, however many 127/8 addresses a
         // process binds to.
         let key = if client.is_loopback() { IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) } else { client };
@@ -311,7 +326,7 @@ async fn accept_loop(
             t.push(Arc::downgrade(&slot));
         }
         let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_connection(stream, peer, shared.clone(), slot));
+        tokio::spawn(serve_connection(stream, peer, shared.clone(), slot, clients.clone()));
     }
 }
 
@@ -335,7 +350,13 @@ fn fmt_time(ms: u64) -> String {
 /// What an HTTP/2 client sends first; the filter speaks HTTP/1 only and says so, as squid does.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, slot: Arc<Slot>) {
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    slot: Arc<Slot>,
+    clients: Arc<Vec<IpNet>>,
+) {
     let mut first = [0u8; H2_PREFACE.len()];
     if let Ok(Ok(n)) = tokio::time::timeout(shared.limits.idle_timeout, stream.peek(&mut first)).await
         && n == first.len()
@@ -353,7 +374,7 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Share
     let svc_slot = slot.clone();
     let service = hyper::service::service_fn(move |req| {
         let guard = svc_slot.enter();
-        handle(req, peer, svc_shared.clone(), guard)
+        handle(req, peer, svc_shared.clone(), guard, clients.clone())
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -460,6 +481,7 @@ async fn handle(
     peer: SocketAddr,
     shared: Arc<Shared>,
     guard: BusyGuard,
+    clients: Arc<Vec<IpNet>>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let is_connect = req.method() == HttpMethod::CONNECT;
     let mut txn = Txn {
@@ -471,7 +493,7 @@ async fn handle(
     };
 
     // 0. Only the filter's clients (loopback, the containers behind the gateway) are served.
-    if let Some(d) = Decision::for_client(&shared.clients, txn.client) {
+    if let Some(d) = Decision::for_client(&clients, txn.client) {
         txn.decision = Some(d.clone());
         shared.logger.log(&txn.line("TCP_DENIED", 403, 0, None));
         return Ok(denial(&d, "this client", "the filter serves only this host and its containers"));

@@ -141,6 +141,9 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
         Call::Build => {
             objects::build(&mut head.query, ctx)?;
             gw.daemon.ensure_network(ctx).map_err(daemon_err)?;
+            if let Some(url) = proxy_for(gw, &ctx.network) {
+                objects::build_with_proxy(&mut head.query, &url);
+            }
             Ok(plain)
         }
         Call::CreateNetwork | Call::CreateVolume => {
@@ -181,9 +184,26 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
             if v["HostConfig"]["NetworkMode"].as_str() == Some(ctx.network.as_str()) {
                 gw.daemon.ensure_network(ctx).map_err(daemon_err)?;
             }
+            let network = v["HostConfig"]["NetworkMode"].as_str().unwrap_or_default().to_string();
+            if !matches!(network.as_str(), "" | "none")
+                && !network.starts_with("container:")
+                && let Some(url) = proxy_for(gw, &network)
+            {
+                create::with_proxy(&mut v, &url);
+            }
             Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
         }
     }
+}
+
+/// The filter's address on `network`, made reachable there; `None` (and a note in the log)
+/// when it cannot be: the container then reaches nothing, as before.
+fn proxy_for(gw: &Shared, network: &str) -> Option<String> {
+    let egress = gw.egress.as_ref()?;
+    egress
+        .proxy_for(&gw.daemon, network)
+        .map_err(|e| gw.note(&format!("no filter on network {network}: {e}")))
+        .ok()
 }
 
 /// Covers each hidden path inside a bind where the container sees it (a directory with an

@@ -106,6 +106,17 @@ impl Daemon {
         }
     }
 
+    /// A network's id and IPv4 gateway (the address of its bridge on the host), if it has one.
+    pub fn bridge_of(&self, network: &str) -> io::Result<Option<(String, std::net::Ipv4Addr)>> {
+        let (code, v) = self.call("GET", &format!("/networks/{}", seg(network)), None)?;
+        if code != 200 {
+            return Err(io::Error::other(format!("inspecting network {network}: {code} {v}")));
+        }
+        let id = v["Id"].as_str().unwrap_or_default().to_string();
+        let configs = v["IPAM"]["Config"].as_array().cloned().unwrap_or_default();
+        Ok(configs.iter().find_map(|c| c["Gateway"].as_str()?.parse().ok()).map(|gw| (id, gw)))
+    }
+
     /// A named volume the agent mounts but has not made: made now, labelled.
     pub fn ensure_volume(&self, ctx: &Context, name: &str) -> io::Result<()> {
         let body = json!({"Name": name, "Labels": ctx.labels()});

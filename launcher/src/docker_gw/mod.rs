@@ -8,6 +8,7 @@
 
 mod conn;
 mod daemon;
+mod egress;
 mod http;
 
 use std::io::Write;
@@ -34,6 +35,9 @@ pub(crate) struct Shared {
     daemon: Daemon,
     /// An empty read-only file that covers a hidden file inside a bind.
     empty_file: PathBuf,
+    /// The builtin filter, lent a listener on each network containers are created on; `None`
+    /// with the squid backend (containers then have no way out).
+    egress: Option<egress::Egress>,
     log: Mutex<Option<std::fs::File>>,
 }
 
@@ -62,7 +66,10 @@ impl Gateway {
     /// Starts a gateway for `project`'s sandbox `spec`, in front of `daemon`.
     pub fn start(project: &Project, spec: &SandboxSpec, daemon: Daemon) -> Result<Gateway> {
         let ctx = context(project, spec)?;
-        let paths = crate::egress_cmd::instance(project)?.paths();
+        let inst = crate::egress_cmd::instance(project)?;
+        let paths = inst.paths();
+        let egress = (inst.backend == ocsb_egress::Backend::Builtin)
+            .then(|| egress::Egress::new(paths.control_socket(), inst.port));
         paths.create_private().map_err(|e| Error::io("create", &paths.dir, e))?;
         let empty_file = paths.dir.join("docker-empty");
         write_empty(&empty_file)?;
@@ -70,7 +77,7 @@ impl Gateway {
         let dir = ocsb_sandbox::netns::private_dir("ocsb-docker")?;
         let sock = dir.join("docker.sock");
         let listener = UnixListener::bind(&sock).map_err(|e| Error::io("listen on", &sock, e))?;
-        let shared = Arc::new(Shared { ctx, daemon, empty_file, log: Mutex::new(log) });
+        let shared = Arc::new(Shared { ctx, daemon, empty_file, egress, log: Mutex::new(log) });
         let gateway = Gateway { dir, shared: shared.clone(), cleanup: project.settings.docker_cleanup() };
         let busy = Arc::new(AtomicUsize::new(0));
         std::thread::Builder::new()

@@ -4,8 +4,9 @@
 //! afterwards for what must not exist; the positive controls write the project from a
 //! container and run the project's own containers.
 //!
-//! No container here has a network (`--network none`): the daemon runs in the machine's own
-//! network namespace, and these tests send no packet there. Refused calls never reach it.
+//! Containers of the machine's daemon have no network (`--network none`): that daemon runs in
+//! the machine's own network namespace, and these tests send no packet there. Refused calls
+//! never reach it. The test of container traffic starts a daemon of its own in its namespace.
 
 use std::process::Command;
 use std::sync::OnceLock;
@@ -14,7 +15,10 @@ use crate::support::sandbox::{World, has, scenario};
 
 /// Tagged by what it holds: a new tool in the list below gets a new tag, so a machine that has
 /// the old image builds the new one.
-const IMAGE: &str = "ocsb-test-busybox:2";
+const IMAGE: &str = "ocsb-test-busybox:3";
+
+/// The busybox tools the test image links.
+const APPLETS: &str = "sh echo cat ls sleep true id touch mv mkdir nc env grep printf sed";
 
 /// Fail (never skip) unless dockerd answers; import the test image once (busybox-static).
 fn require_docker() {
@@ -30,7 +34,7 @@ fn require_docker() {
             assert!(std::path::Path::new("/bin/busybox").exists(), "apt-get install busybox-static");
             let script = format!(
                 "set -e; d=$(mktemp -d); mkdir -p $d/bin $d/tmp; cp /bin/busybox $d/bin/; \
-                 for c in sh echo cat ls sleep true id touch mv mkdir; do ln -s busybox $d/bin/$c; done; \
+                 for c in {APPLETS}; do ln -s busybox $d/bin/$c; done; \
                  tar -C $d -c . | docker import - {IMAGE} >/dev/null; rm -rf $d"
             );
             let o = Command::new("sh").args(["-c", &script]).output().unwrap();
@@ -54,6 +58,22 @@ fn docker_scenario(w: &World, body: &str) -> (String, String) {
     );
     scenario(w, &script)
 }
+
+/// Shell lines that start a Docker daemon of the scenario's own, in its network namespace, so
+/// that containers send packets only where the test built the network: `$DD` is its directory,
+/// `$DH` its `DOCKER_HOST`, and `D` talks to it. `DOCKERD_STOP` ends it.
+const OWN_DOCKERD: &str = r#"DD=$(mktemp -d /var/tmp/ocsb-dockerd-XXXXXX); chmod 711 "$DD"; DH="unix://$DD/sock"
+dockerd --data-root "$DD/data" --exec-root "$DD/x" --pidfile "$DD/pid" -H "$DH" --group docker \
+  --iptables=false --ip6tables=false --bridge=none --storage-driver vfs >"$DD/log" 2>&1 & DPID=$!
+for i in $(seq 150); do DOCKER_HOST="$DH" docker version >/dev/null 2>&1 && break; sleep 0.2; done
+im=$(mktemp -d); mkdir -p $im/bin $im/tmp; cp /bin/busybox $im/bin/
+for c in $APPLETS; do ln -s busybox $im/bin/$c; done
+tar -C $im -c . | DOCKER_HOST="$DH" docker import - "$IMAGE" >/dev/null; rm -rf $im
+D() { env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid $G --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null 2>&1; }
+"#;
+const DOCKERD_STOP: &str = r#"kill "$DPID"; for i in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
+umount "$DD/data" 2>/dev/null; rm -rf "$DD" 2>/dev/null || true
+"#;
 
 /// What the Docker CLI prints for a refusal of `rule`.
 fn refused(out: &str, rule: &str, err: &str) {
@@ -206,6 +226,92 @@ fn a_container_cannot_move_what_the_sandbox_pinned() {
     has(&out, "write=0", &err);
     has(&out, "control=0", &err); // an ordinary directory moves
     has(&out, "host: .git secrets/deploy out=ok t=t", &err);
+}
+
+/// A container reaches the world only through the filter, judged by the project's rules: an
+/// allowed origin answers, a blocked one gets the filter's 403 (logged with the container's
+/// address and the rule), and a direct connection has no route. Its own daemon, in the
+/// scenario's namespace, with the world on documentation addresses.
+#[test]
+fn a_container_reaches_the_world_only_through_the_filter() {
+    let w = World::new();
+    // What the container runs: busybox's `nc` through the proxy the gateway set (its wget
+    // crashes when statically linked), and once directly.
+    std::fs::write(
+        w.proj.join("net.sh"),
+        r#"env | grep ^http_proxy=
+p=${http_proxy#http://}
+get() { printf 'GET http://%s/hello.txt HTTP/1.0\r\n\r\n' "$1" | nc -w 10 "${p%:*}" "${p##*:}"; }
+get 192.0.2.1 | sed 's/^/allowed:/'
+get 192.0.2.2 | sed 's/^/denied:/'
+echo | nc -w 5 192.0.2.1 80; echo direct=$?
+"#,
+    )
+    .unwrap();
+    let body = format!(
+        r#"{ORIGIN_NS}ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
+        SRV=$(mktemp -d); echo origin-ok > "$SRV/hello.txt"; chmod -R a+rX "$SRV"; OL=$(mktemp)
+        O python3 -m http.server 80 --bind 0.0.0.0 --directory "$SRV" >"$OL" 2>&1 &
+        G={g}; APPLETS="{APPLETS}"; IMAGE={IMAGE}
+        {OWN_DOCKERD}
+        # Docker keeps an internal network's traffic in with iptables rules; this daemon runs
+        # without them (no rules in any namespace but the test's), so forwarding is turned off
+        # the way those rules would drop it.
+        sysctl -qw net.ipv4.ip_forward=0
+        # The isolated mode: the launcher runs as the user (here no setgid shim gives only the
+        # sandbox the netlock group, as an installed system does).
+        D() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid 1990 --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null 2>&1; }}
+        printf 'OCSB_NETWORK=isolated\n' >> .opencode-sandbox/local/sandbox.conf
+        printf 'block 192.0.2.2\n' > .opencode-sandbox/local/egress.conf; chown -R 1990 .opencode-sandbox/local
+        env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" egress up >/dev/null 2>&1
+        D 'docker run --rm -v "$PWD":/src {IMAGE} sh /src/net.sh; touch phase1; while [ ! -e phase2 ]; do sleep 0.2; done' & DJ=$!
+        for i in $(seq 300); do [ -e phase1 ] && break; sleep 0.2; done
+        # While the session still holds its lease: the project's network goes, and another
+        # network (someone else's) gets the same subnet. Its containers must not reach the
+        # listener lent for the old one.
+        N=$(DOCKER_HOST="$DH" docker network ls -q --filter label=dev.ocsb.project=$NAME)
+        SUB=$(DOCKER_HOST="$DH" docker network inspect -f '{{{{range .IPAM.Config}}}}{{{{.Subnet}}}}{{{{end}}}}' $N)
+        GWA=$(DOCKER_HOST="$DH" docker network inspect -f '{{{{range .IPAM.Config}}}}{{{{.Gateway}}}}{{{{end}}}}' $N)
+        DOCKER_HOST="$DH" docker network rm $N >/dev/null
+        DOCKER_HOST="$DH" docker network create --internal --subnet "$SUB" other >/dev/null
+        DOCKER_HOST="$DH" docker run --rm --network other {IMAGE} sh -c "printf 'GET http://192.0.2.1/hello.txt HTTP/1.0\r\n\r\n' | nc -w 5 $GWA 3128; echo other=\$?" 2>&1 | sed 's/^/other: /'
+        touch phase2; wait $DJ
+        echo "origin saw $(grep -c 'GET /hello.txt' "$OL")"
+        tail -5 "$DD/log" >&2
+        sed 's/^/log: /' "$HOME/.local/share/opencode-sandbox/$NAME/egress/access.log"
+        {DOCKERD_STOP}
+        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
+        g = crate::support::sandbox::netlock_gid(),
+        ORIGIN_NS = crate::support::sandbox::ORIGIN_NS,
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "allowed:origin-ok", &err);
+    assert!(out.lines().any(|l| l.starts_with("denied:HTTP/1.0 403")), "the filter's 403: {out}\n{err}");
+    has(&out, "denied:x-egress-decision: block:local:1", &err);
+    assert!(!out.contains("denied:origin-ok"), "the blocked origin answered: {out}\n{err}");
+    assert!(
+        out.contains("direct=") && !out.contains("direct=0"),
+        "a direct connection went out: {out}\n{err}"
+    );
+    assert!(out.lines().any(|l| l.starts_with("http_proxy=http://") && l.ends_with(":3128")), "{out}");
+    // Host side: the origin saw the one request the filter let through, and the filter logged
+    // both, with the container's own address and the deciding rule.
+    has(&out, "origin saw 1", &err);
+    // Another network on the same subnet after the project's was removed: nothing answers.
+    has(&out, "other: other=1", &err);
+    assert!(!out.contains("other: HTTP/"), "a stale lease served another network: {out}");
+    let log: Vec<&str> = out.lines().filter(|l| l.starts_with("log: ")).collect();
+    let from_container = |l: &&str| l.split_whitespace().nth(2).is_some_and(|c| c.starts_with("172."));
+    assert!(
+        log.iter().any(|l| from_container(l)
+            && l.contains("rule=default")
+            && l.contains("http://192.0.2.1/hello.txt")),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter().any(|l| from_container(l) && l.contains("rule=block:") && l.contains("192.0.2.2")),
+        "{log:#?}"
+    );
 }
 
 #[test]

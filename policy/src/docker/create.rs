@@ -103,7 +103,6 @@ const HOST_FREE: &[&str] = &[
     "ShmSize",
     "Tmpfs",
     "ReadonlyRootfs",
-    "OomScoreAdj",
     "CpuShares",
     "Memory",
     "NanoCpus",
@@ -200,6 +199,7 @@ fn host_config(
         .iter()
         .copied()
         .chain([
+            "OomScoreAdj",
             "Privileged",
             "PidMode",
             "IpcMode",
@@ -233,6 +233,15 @@ fn host_config(
         ])
         .collect();
     unknown(h, &known, "HostConfig.")?;
+
+    // A negative score makes the kernel's OOM killer take the host's processes first.
+    if h.get("OomScoreAdj").and_then(Value::as_i64).is_some_and(|n| n < 0) {
+        return Err(Refusal::new(
+            "resources",
+            "a negative --oom-score-adj makes the host's processes die first when memory runs out",
+        )
+        .allow("leave --oom-score-adj at 0 or above"));
+    }
 
     if h.get("Privileged").is_some_and(truthy) {
         return Err(Refusal::new(
@@ -410,9 +419,12 @@ fn networking(v: Option<&mut Value>, ctx: &Context, default: &str, needs: &mut N
     let Some(endpoints) = v.and_then(|v| v.get_mut("EndpointsConfig")).and_then(Value::as_object_mut) else {
         return Ok(());
     };
-    // `bridge` (the CLI's default endpoint) is the project's network.
-    if let Some(e) = endpoints.remove("bridge") {
-        endpoints.insert(ctx.network.clone(), e);
+    // `bridge` and `default` (the endpoint the CLI names when no network is given; newer
+    // CLIs say `default`) are the project's network.
+    for key in ["bridge", "default"] {
+        if let Some(e) = endpoints.remove(key) {
+            endpoints.entry(ctx.network.clone()).or_insert(e);
+        }
     }
     for name in endpoints.keys() {
         if name == "host" {
@@ -554,6 +566,35 @@ fn bind_source(
     Ok(real)
 }
 
+/// The variables that send a client through the filter at `url`.
+pub fn proxy_vars(url: &str) -> Vec<(&'static str, String)> {
+    let local = "localhost,127.0.0.1".to_string();
+    vec![
+        ("HTTP_PROXY", url.to_string()),
+        ("HTTPS_PROXY", url.to_string()),
+        ("http_proxy", url.to_string()),
+        ("https_proxy", url.to_string()),
+        ("NO_PROXY", local.clone()),
+        ("no_proxy", local),
+    ]
+}
+
+/// Gives a container the proxy settings for the filter at `url` (the gateway lends the filter
+/// a listener on the container's network first). A variable the configuration sets already
+/// is kept: on an internal network it can lead nowhere else.
+pub fn with_proxy(body: &mut Value, url: &str) {
+    if !body["Env"].is_array() {
+        body["Env"] = Value::Array(Vec::new());
+    }
+    let Some(env) = body["Env"].as_array_mut() else { return };
+    for (k, v) in proxy_vars(url) {
+        let set = env.iter().any(|e| e.as_str().and_then(|e| e.split_once('=')).is_some_and(|(n, _)| n == k));
+        if !set {
+            env.push(Value::String(format!("{k}={v}")));
+        }
+    }
+}
+
 /// Refuses a field not in `known` that holds anything but its zero value, and any spelling
 /// of a known field in another case. *Why the case*: the daemon's decoder matches field names
 /// regardless of case and the last one wins, so `"networkmode": ""` after the gateway's
@@ -640,6 +681,10 @@ mod tests {
             "NetworkingConfig": {"EndpointsConfig": {"bridge": {}}}
         }))
         .unwrap();
+        let (newer, _) = check(json!({"Image": "busybox", "HostConfig": {"NetworkMode": "default"},
+            "NetworkingConfig": {"EndpointsConfig": {"default": {}}}}))
+        .unwrap();
+        assert_eq!(newer["NetworkingConfig"]["EndpointsConfig"], json!({"ocsb-shop": {}}), "Docker 28's CLI");
         assert_eq!(b["Labels"][PROJECT_LABEL], "shop");
         assert_eq!(b["Labels"][SESSION_LABEL], "s1");
         assert_eq!(b["HostConfig"]["NetworkMode"], "ocsb-shop");
@@ -659,6 +704,21 @@ mod tests {
             [(PathBuf::from("/home/u/shop/.git/hooks"), "/src/.git/hooks".to_string())]
         );
         assert_eq!(needs.pins, [(PathBuf::from("/home/u/shop/.git"), "/src/.git".to_string())]);
+    }
+
+    #[test]
+    fn the_proxy_settings_are_added_and_the_containers_own_are_kept() {
+        let mut b = json!({"Image": "x", "Env": ["http_proxy=http://mine:1", "A=b"]});
+        with_proxy(&mut b, "http://172.18.0.1:3128");
+        let env: Vec<&str> = b["Env"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert!(env.contains(&"http_proxy=http://mine:1") && env.contains(&"A=b"), "{env:?}");
+        assert!(env.contains(&"HTTP_PROXY=http://172.18.0.1:3128"), "{env:?}");
+        assert!(env.contains(&"https_proxy=http://172.18.0.1:3128"), "{env:?}");
+        assert!(env.contains(&"no_proxy=localhost,127.0.0.1"), "{env:?}");
+        assert_eq!(env.iter().filter(|e| e.starts_with("http_proxy=")).count(), 1);
+        let mut b = json!({"Image": "x", "Env": null});
+        with_proxy(&mut b, "http://172.18.0.1:3128");
+        assert_eq!(b["Env"].as_array().unwrap().len(), 6);
     }
 
     #[test]
@@ -724,6 +784,7 @@ mod tests {
             (host(json!({"UsernsMode": "host"})), "host-namespace", "--userns"),
             (host(json!({"CgroupnsMode": "host"})), "host-namespace", "cgroup"),
             (host(json!({"NetworkMode": "host"})), "network", "--network host"),
+            (host(json!({"OomScoreAdj": -500})), "resources", "oom-score-adj"),
             (host(json!({"CapAdd": ["SYS_ADMIN"]})), "capabilities", "SYS_ADMIN"),
             (host(json!({"CapAdd": ["CAP_NET_ADMIN"]})), "capabilities", "NET_ADMIN"),
             (host(json!({"Capabilities": ["CAP_SYS_ADMIN"]})), "capabilities", "replaces"),

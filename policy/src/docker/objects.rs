@@ -42,6 +42,26 @@ pub fn network(body: &mut Value, ctx: &Context) -> Verdict<()> {
     {
         return Err(Refusal::new("network", "network driver options are not served"));
     }
+    // Addresses are Docker's to choose from its pools, which keep clear of the host's routes:
+    // a subnet or gateway of the agent's could take the LAN's router address onto a bridge of
+    // this host, and the filter would serve that network's clients there.
+    if let Some(ipam) = o.get("IPAM").and_then(Value::as_object) {
+        known(ipam, &["Driver", "Config", "Options"], "IPAM.")?;
+        let driver = ipam.get("Driver").and_then(Value::as_str).unwrap_or_default();
+        let configs = ipam.get("Config").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        // Any field of a pool set, in whatever case it is spelled, is an address chosen.
+        let chosen = |c: &Value| c.as_object().map_or(truthy(c), |m| m.values().any(truthy));
+        if !matches!(driver, "" | "default")
+            || ipam.get("Options").is_some_and(truthy)
+            || configs.iter().any(chosen)
+        {
+            return Err(Refusal::new(
+                "network",
+                "addresses of the agent's choosing (--subnet, --gateway, --ip-range, IPAM drivers)",
+            )
+            .allow("let Docker choose the network's addresses (no --subnet or --gateway)"));
+        }
+    }
     o.insert("Internal".into(), Value::Bool(true));
     label(o, ctx);
     Ok(())
@@ -83,6 +103,12 @@ pub fn build(query: &mut Vec<(String, String)>, ctx: &Context) -> Verdict<()> {
                     Refusal::new("build", "BuildKit is not served").allow("DOCKER_BUILDKIT=0 docker build …")
                 );
             }
+            "cgroupparent" if !v.is_empty() => {
+                return Err(Refusal::new(
+                    "runtime",
+                    "a build in another cgroup escapes the limits the daemon sets",
+                ));
+            }
             "networkmode"
                 if !matches!(v.as_str(), "" | "default" | "bridge" | "none") && v != &ctx.network =>
             {
@@ -94,6 +120,22 @@ pub fn build(query: &mut Vec<(String, String)>, ctx: &Context) -> Verdict<()> {
     query.retain(|(k, _)| k != "networkmode");
     query.push(("networkmode".into(), ctx.network.clone()));
     Ok(())
+}
+
+/// Gives a build's `RUN` steps the proxy settings for the filter at `url`, as build
+/// arguments (Docker's predefined proxy arguments: they are not kept in the image). An
+/// argument the client passes already is kept.
+pub fn build_with_proxy(query: &mut Vec<(String, String)>, url: &str) {
+    let mut args = query
+        .iter()
+        .find(|(k, _)| k == "buildargs")
+        .and_then(|(_, v)| serde_json::from_str::<serde_json::Map<String, Value>>(v).ok())
+        .unwrap_or_default();
+    for (k, v) in super::create::proxy_vars(url) {
+        args.entry(k).or_insert(Value::String(v));
+    }
+    query.retain(|(k, _)| k != "buildargs");
+    query.push(("buildargs".into(), Value::Object(args).to_string()));
 }
 
 /// The query of `POST /images/create`: a pull by name (the daemon fetches it), or an import of
@@ -155,6 +197,23 @@ mod tests {
             network(&mut json!({"Name": "n", "Peer": "x"}), &ctx()).unwrap_err().rule,
             "unknown-field"
         );
+        for ipam in [
+            json!({"Config": [{"Subnet": "192.168.1.0/24", "Gateway": "192.168.1.1"}]}),
+            json!({"Config": [{"subnet": "10.0.0.0/8"}]}),
+            json!({"Driver": "other"}),
+            json!({"config": [{"Subnet": "10.0.0.0/8"}]}),
+        ] {
+            let e = network(&mut json!({"Name": "n", "IPAM": ipam}), &ctx()).unwrap_err();
+            assert!(matches!(e.rule, "network" | "unknown-field"), "{ipam}: {e:?}");
+        }
+        // What Compose and the CLI send when no address is chosen passes.
+        let mut b =
+            json!({"Name": "n", "IPAM": {"Driver": "default", "Config": [{"Subnet": ""}], "Options": null}});
+        network(&mut b, &ctx()).unwrap();
+        assert_eq!(
+            network(&mut json!({"Name": "n", "Peer": "x"}), &ctx()).unwrap_err().rule,
+            "unknown-field"
+        );
     }
 
     #[test]
@@ -177,10 +236,17 @@ mod tests {
             ("version", "2", "build"),
             ("session", "s1", "build"),
             ("networkmode", "host", "network"),
+            ("cgroupparent", "/system.slice", "runtime"),
         ] {
             let mut q = vec![(k.to_string(), v.to_string())];
             assert_eq!(build(&mut q, &ctx()).unwrap_err().rule, rule, "{k}={v}");
         }
+        // The build's RUN steps get the proxy; an argument the client passes is kept.
+        let mut q = vec![("buildargs".to_string(), r#"{"HTTP_PROXY":"http://mine:1"}"#.to_string())];
+        build_with_proxy(&mut q, "http://172.18.0.1:3128");
+        let args: Value = serde_json::from_str(&q[0].1).unwrap();
+        assert_eq!(args["HTTP_PROXY"], "http://mine:1");
+        assert_eq!(args["https_proxy"], "http://172.18.0.1:3128");
         assert!(pull(&[("fromImage".into(), "busybox".into())]).is_ok());
         assert!(pull(&[("fromSrc".into(), "-".into())]).is_ok());
         assert_eq!(pull(&[("fromSrc".into(), "http://10.0.0.1/x.tar".into())]).unwrap_err().rule, "pull");

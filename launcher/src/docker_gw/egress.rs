@@ -1,0 +1,121 @@
+//! The filter, reachable from the project's containers.
+//!
+//! Containers join internal networks: nothing routes out of them. The one way out is the
+//! filter, which the gateway makes reachable on each network a container is created on: it
+//! binds a listener on the network's gateway address (its bridge's own address on the host) at
+//! the filter's port and lends it to the builtin filter ([`ocsb_egress::builtin::lend`]).
+//! The filter serves that bridge's network as clients on that listener only, with the
+//! project's rules and log, for as long as the gateway holds the lease; the container gets the
+//! proxy settings at create. *Why lent, not relayed*: the filter then sees each container's own
+//! address (in its log), and the connections it accepts are its own, outside the netlock group
+//! the launcher may run in.
+//!
+//! *Why bound to the bridge device*: a socket stays bound to an address after the interface
+//! that held it is gone, and Docker gives the same subnet to the next network it makes, which
+//! may be another project's. Bound to this network's bridge (`br-<id>`), the listener never
+//! receives from a bridge made later; a lease whose bridge is gone is dropped.
+//!
+//! With the squid backend nothing is lent, and containers have no way out at all (closed).
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::Daemon;
+
+/// Networks served at once; a container on one more gets no proxy (and no way out).
+const MAX_LEASES: usize = 32;
+
+/// One network served: its bridge, the listener (kept, to lend again after a filter restart)
+/// and the lease (the control connection; the filter serves the listener while it is open).
+struct Lease {
+    bridge: String,
+    ifindex: u32,
+    gateway: Ipv4Addr,
+    listener: TcpListener,
+    control: UnixStream,
+}
+
+/// The filter's side: its control socket and port, and the leases held, by network id.
+pub(super) struct Egress {
+    control: PathBuf,
+    port: u16,
+    leases: Mutex<HashMap<String, Lease>>,
+}
+
+impl Egress {
+    pub fn new(control: PathBuf, port: u16) -> Egress {
+        Egress { control, port, leases: Mutex::new(HashMap::new()) }
+    }
+
+    /// The proxy URL for containers on `network`: the filter at the network's gateway address,
+    /// lent a listener there first when it has none (or lost it in a restart).
+    pub fn proxy_for(&self, daemon: &Daemon, network: &str) -> Result<String, String> {
+        let (id, gateway) = daemon
+            .bridge_of(network)
+            .map_err(|e| format!("cannot ask the daemon for network {network}: {e}"))?
+            .ok_or_else(|| format!("network {network} has no IPv4 gateway"))?;
+        let bridge = format!("br-{}", id.get(..12).unwrap_or(&id));
+        let url = format!("http://{gateway}:{}", self.port);
+        let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        // Networks removed since (their bridge is gone, or is another one by now) let go.
+        leases.retain(|_, l| ifindex(&l.bridge) == Some(l.ifindex));
+        if let Some(l) = leases.get_mut(&id)
+            && l.gateway == gateway
+        {
+            if !alive(&l.control) {
+                l.control = lend(&self.control, &l.listener)?;
+            }
+            return Ok(url);
+        }
+        if leases.len() >= MAX_LEASES {
+            return Err(format!("{MAX_LEASES} networks are served already"));
+        }
+        let listener = listen(&bridge, gateway, self.port)?;
+        let ifindex = ifindex(&bridge).ok_or_else(|| format!("no interface {bridge}"))?;
+        let control = lend(&self.control, &listener)?;
+        leases.insert(id, Lease { bridge, ifindex, gateway, listener, control });
+        Ok(url)
+    }
+}
+
+fn lend(control: &std::path::Path, listener: &TcpListener) -> Result<UnixStream, String> {
+    ocsb_egress::builtin::lend::lend(control, listener, Duration::from_secs(5))
+        .map_err(|e| format!("the filter took no listener: {e}"))
+}
+
+/// A listening socket on `gateway:port`, bound to the device `bridge` before the address.
+fn listen(bridge: &str, gateway: Ipv4Addr, port: u16) -> Result<TcpListener, String> {
+    use nix::sys::socket::{
+        AddressFamily, Backlog, SockFlag, SockType, SockaddrIn, bind, listen, setsockopt, socket, sockopt,
+    };
+    let err = |what: &str, e: nix::Error| format!("cannot {what} {gateway}:{port} on {bridge}: {e}");
+    let fd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)
+        .map_err(|e| err("open a socket for", e))?;
+    setsockopt(&fd, sockopt::BindToDevice, &std::ffi::OsString::from(bridge))
+        .map_err(|e| err("bind to", e))?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true).map_err(|e| err("set SO_REUSEADDR for", e))?;
+    let [a, b, c, d] = gateway.octets();
+    bind(fd.as_raw_fd(), &SockaddrIn::new(a, b, c, d, port)).map_err(|e| err("listen on", e))?;
+    listen(&fd, Backlog::new(1024).unwrap_or(Backlog::MAXCONN)).map_err(|e| err("listen on", e))?;
+    Ok(TcpListener::from(fd))
+}
+
+/// The index of the interface `name`, if it exists.
+fn ifindex(name: &str) -> Option<u32> {
+    nix::net::if_::if_nametoindex(name).ok()
+}
+
+/// Whether the filter still holds its end of a lease: a closed connection reads end-of-file.
+fn alive(lease: &UnixStream) -> bool {
+    use nix::sys::socket::{MsgFlags, recv};
+    let mut b = [0u8; 1];
+    matches!(
+        recv(lease.as_raw_fd(), &mut b, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT),
+        Err(nix::errno::Errno::EAGAIN)
+    )
+}

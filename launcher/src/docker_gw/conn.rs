@@ -95,6 +95,17 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
     }
     io::copy(&mut up, &mut w)?;
     let _ = w.shutdown(std::net::Shutdown::Both);
+    // A container that started may publish ports, which Docker does not forward from an
+    // internal network: the gateway does.
+    let path = head.path.split('?').next().unwrap_or_default();
+    if head.method == "POST"
+        && path.ends_with("/start")
+        && let Ok(Call::On(Owned::Container(id))) = route(&head.method, &head.path)
+    {
+        for n in gw.ports.publish(&gw.daemon, &id) {
+            gw.note(&n);
+        }
+    }
     Ok(())
 }
 

@@ -173,7 +173,7 @@ impl Daemon {
 
 /// An id, a name or a query value as one percent-encoded segment (nothing that would change
 /// the path or the query).
-fn seg(s: &str) -> String {
+pub(super) fn seg(s: &str) -> String {
     s.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b"-_.".contains(&b) {

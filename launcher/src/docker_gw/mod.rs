@@ -10,6 +10,7 @@ mod conn;
 mod daemon;
 mod egress;
 mod http;
+mod ports;
 
 use std::io::Write;
 use std::os::unix::net::UnixListener;
@@ -38,6 +39,8 @@ pub(crate) struct Shared {
     /// The builtin filter, lent a listener on each network containers are created on; `None`
     /// with the squid backend (containers then have no way out).
     egress: Option<egress::Egress>,
+    /// The ports the project's containers publish, forwarded by the gateway.
+    ports: ports::Ports,
     log: Mutex<Option<std::fs::File>>,
 }
 
@@ -77,7 +80,14 @@ impl Gateway {
         let dir = ocsb_sandbox::netns::private_dir("ocsb-docker")?;
         let sock = dir.join("docker.sock");
         let listener = UnixListener::bind(&sock).map_err(|e| Error::io("listen on", &sock, e))?;
-        let shared = Arc::new(Shared { ctx, daemon, empty_file, egress, log: Mutex::new(log) });
+        let shared = Arc::new(Shared {
+            ctx,
+            daemon,
+            empty_file,
+            egress,
+            ports: ports::Ports::default(),
+            log: Mutex::new(log),
+        });
         let gateway = Gateway { dir, shared: shared.clone(), cleanup: project.settings.docker_cleanup() };
         let busy = Arc::new(AtomicUsize::new(0));
         std::thread::Builder::new()
@@ -221,7 +231,16 @@ fn context(project: &Project, spec: &SandboxSpec) -> Result<Context> {
             .map(|d| d.subsec_nanos())
             .unwrap_or(0)
     );
-    Ok(Context { network: format!("ocsb-{name}"), project: name, session, writable, hidden, read_only })
+    let ports = project.settings.loopback_ports();
+    Ok(Context {
+        network: format!("ocsb-{name}"),
+        project: name,
+        session,
+        writable,
+        hidden,
+        read_only,
+        ports,
+    })
 }
 
 /// The empty file masks are bound from, in a directory hidden from the sandbox.

@@ -15,10 +15,10 @@ use crate::support::sandbox::{World, has, scenario};
 
 /// Tagged by what it holds: a new tool in the list below gets a new tag, so a machine that has
 /// the old image builds the new one.
-const IMAGE: &str = "ocsb-test-busybox:3";
+const IMAGE: &str = "ocsb-test-busybox:4";
 
 /// The busybox tools the test image links.
-const APPLETS: &str = "sh echo cat ls sleep true id touch mv mkdir nc env grep printf sed";
+const APPLETS: &str = "sh echo cat ls sleep true id touch mv mkdir nc env grep printf sed httpd";
 
 /// Fail (never skip) unless dockerd answers; import the test image once (busybox-static).
 fn require_docker() {
@@ -312,6 +312,34 @@ echo | nc -w 5 192.0.2.1 80; echo direct=$?
         log.iter().any(|l| from_container(l) && l.contains("rule=block:") && l.contains("192.0.2.2")),
         "{log:#?}"
     );
+}
+
+/// A port a container publishes is forwarded by the gateway (Docker forwards none from an
+/// internal network) on the host's loopback, and an isolated sandbox reaches it through
+/// `OCSB_FORWARD_PORTS`; a port not declared there is refused.
+#[test]
+fn a_published_port_is_reached_through_the_forwards() {
+    let w = World::new();
+    std::fs::write(w.proj.join("hello.txt"), "from-web\n").unwrap();
+    let body = format!(
+        r#"G={g}; APPLETS="{APPLETS}"; IMAGE={IMAGE}
+        {OWN_DOCKERD}
+        D() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid 1990 --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null 2>&1; }}
+        printf 'OCSB_NETWORK=isolated\nOCSB_FORWARD_PORTS=(18080)\n' >> .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox/local hello.txt
+        env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" egress up >/dev/null 2>&1
+        D 'docker run -d --name web-$NAME -p 18080:80 -v "$PWD":/www {IMAGE} httpd -f -p 80 -h /www >/dev/null
+           for i in $(seq 50); do curl -s --noproxy "*" -o /dev/null http://127.0.0.1:18080/ && break; sleep 0.1; done
+           echo "forwarded: $(curl -s --noproxy "*" --max-time 5 http://127.0.0.1:18080/hello.txt)"
+           docker run --rm -p 18081:80 {IMAGE} true
+           docker rm -f web-$NAME >/dev/null'
+        {DOCKERD_STOP}"#,
+        g = crate::support::sandbox::netlock_gid(),
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "forwarded: from-web", &err);
+    // A port the user did not declare for the sandbox is not published at all.
+    refused(&out, "ports", &err);
+    assert!(out.contains("publishing on 18081: not a port declared for the sandbox"), "{out}");
 }
 
 #[test]

@@ -390,6 +390,15 @@ fn host_config(
                         .allow("publish on 127.0.0.1"));
                     }
                 }
+                // The gateway forwards published ports itself, on the host's loopback: only
+                // the ports the user declared for the sandbox, so a container cannot take a
+                // port another service (another project's filter) would bind.
+                let port = b.get("HostPort").and_then(Value::as_str).and_then(|p| p.parse::<u16>().ok());
+                if !port.is_some_and(|p| ctx.ports.contains(&p)) {
+                    let shown = port.map_or_else(|| "a port Docker picks".to_string(), |p| p.to_string());
+                    return Err(Refusal::new("ports", format!("publishing on {shown}: not a port declared for the sandbox"))
+                        .allow("give the host port (-p 18080:80) and add it to OCSB_FORWARD_PORTS (or OCSB_LOOPBACK_PORTS) in the project's sandbox.conf"));
+                }
             }
         }
     }
@@ -650,6 +659,7 @@ mod tests {
             writable: vec!["/home/u/shop".into(), "/home/u/.cache".into(), "/home/u/shop/.git".into()],
             hidden: vec!["/home/u/shop/.env.secret".into(), "/home/u/.ssh".into()],
             read_only: vec!["/home/u/shop/.git/hooks".into()],
+            ports: vec![8080],
         }
     }
 
@@ -784,6 +794,12 @@ mod tests {
             (host(json!({"UsernsMode": "host"})), "host-namespace", "--userns"),
             (host(json!({"CgroupnsMode": "host"})), "host-namespace", "cgroup"),
             (host(json!({"NetworkMode": "host"})), "network", "--network host"),
+            (
+                host(json!({"PortBindings": {"80/tcp": [{"HostPort": "3128"}]}})),
+                "ports",
+                "not a port declared",
+            ),
+            (host(json!({"PortBindings": {"80/tcp": [{"HostPort": ""}]}})), "ports", "a port Docker picks"),
             (host(json!({"OomScoreAdj": -500})), "resources", "oom-score-adj"),
             (host(json!({"CapAdd": ["SYS_ADMIN"]})), "capabilities", "SYS_ADMIN"),
             (host(json!({"CapAdd": ["CAP_NET_ADMIN"]})), "capabilities", "NET_ADMIN"),

@@ -54,6 +54,9 @@ pub struct Context {
     /// Canonical host paths the sandbox sees read-only inside its writable set (the checkout's
     /// git metadata and the other names of the checkout rule): read-only in the container too.
     pub read_only: Vec<PathBuf>,
+    /// The host loopback ports the sandbox may reach (`OCSB_FORWARD_PORTS`,
+    /// `OCSB_LOOPBACK_PORTS`): the only ones a container may publish on.
+    pub ports: Vec<u16>,
 }
 
 impl Context {

@@ -342,6 +342,37 @@ fn a_published_port_is_reached_through_the_forwards() {
     assert!(out.contains("publishing on 18081: not a port declared for the sandbox"), "{out}");
 }
 
+/// `docker events` shows the project's own objects only: a container another user made is not
+/// named, one of the project's is.
+#[test]
+fn events_show_only_the_projects_objects() {
+    let w = World::new();
+    let body = format!(
+        "C=$(docker create --name outside-$NAME --network none {IMAGE} true)
+        D \"docker create --name mine-$NAME --network none {IMAGE} true >/dev/null; \
+           sleep 1; docker events --since 0 --until \\$(date +%s) --format '{{{{.Actor.Attributes.name}}}}' | sort -u | sed 's/^/event: /'; \
+           docker rm mine-$NAME >/dev/null\"
+        docker rm -f $C >/dev/null"
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    assert!(out.lines().any(|l| l.starts_with("event: mine-gw")), "the project's own event: {out}\n{err}");
+    assert!(!out.contains("outside-"), "another's container was named: {out}");
+}
+
+/// A container gets the sandbox's process limit when it asks for none, and cannot ask for more.
+#[test]
+fn a_container_gets_a_process_limit() {
+    let w = World::new();
+    let body = format!(
+        "D \"docker create --name pl-$NAME --network none {IMAGE} true >/dev/null; \
+            docker run --rm --network none --pids-limit 100000 {IMAGE} true\"
+        echo \"pids $(docker inspect -f '{{{{.HostConfig.PidsLimit}}}}' pl-$NAME)\"; docker rm pl-$NAME >/dev/null"
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "pids 4096", &err); // what the daemon holds
+    refused(&out, "resources", &err);
+}
+
 #[test]
 fn refusals_are_logged_on_the_host() {
     let w = World::new();

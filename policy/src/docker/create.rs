@@ -56,6 +56,10 @@ const DEFAULT_CAPS: &[&str] = &[
     "AUDIT_WRITE",
 ];
 
+/// The most processes a container may have (the sandbox's own limit): set when the client sets
+/// none, refused above it.
+const MAX_PIDS: i64 = 4096;
+
 /// The top-level fields of a configuration the gateway knows, and where they are checked.
 const CONFIG_FIELDS: &[&str] = &[
     "Hostname",
@@ -128,7 +132,6 @@ const HOST_FREE: &[&str] = &[
     "KernelMemory",
     "KernelMemoryTCP",
     "OomKillDisable",
-    "PidsLimit",
     "Ulimits",
 ];
 
@@ -200,6 +203,7 @@ fn host_config(
         .copied()
         .chain([
             "OomScoreAdj",
+            "PidsLimit",
             "Privileged",
             "PidMode",
             "IpcMode",
@@ -241,6 +245,18 @@ fn host_config(
             "a negative --oom-score-adj makes the host's processes die first when memory runs out",
         )
         .allow("leave --oom-score-adj at 0 or above"));
+    }
+
+    // A container without a process limit can fork until the host's process table is full.
+    match h.get("PidsLimit").and_then(Value::as_i64) {
+        Some(n) if n > MAX_PIDS => {
+            return Err(Refusal::new("resources", format!("--pids-limit {n}: more than {MAX_PIDS}"))
+                .allow(format!("--pids-limit {MAX_PIDS} or less")));
+        }
+        Some(n) if n > 0 => {}
+        _ => {
+            h.insert("PidsLimit".into(), Value::from(MAX_PIDS));
+        }
     }
 
     if h.get("Privileged").is_some_and(truthy) {
@@ -699,6 +715,7 @@ mod tests {
         assert_eq!(b["Labels"][SESSION_LABEL], "s1");
         assert_eq!(b["HostConfig"]["NetworkMode"], "ocsb-shop");
         assert_eq!(b["HostConfig"]["PortBindings"]["80/tcp"][0]["HostIp"], "127.0.0.1");
+        assert_eq!(b["HostConfig"]["PidsLimit"], 4096, "a process limit when the client sets none");
         assert!(b["NetworkingConfig"]["EndpointsConfig"].get("ocsb-shop").is_some());
         assert_eq!(needs.volumes, ["cache"]);
         assert!(needs.containers.is_empty() && needs.networks.is_empty());
@@ -801,6 +818,7 @@ mod tests {
             ),
             (host(json!({"PortBindings": {"80/tcp": [{"HostPort": ""}]}})), "ports", "a port Docker picks"),
             (host(json!({"OomScoreAdj": -500})), "resources", "oom-score-adj"),
+            (host(json!({"PidsLimit": 100000})), "resources", "pids-limit"),
             (host(json!({"CapAdd": ["SYS_ADMIN"]})), "capabilities", "SYS_ADMIN"),
             (host(json!({"CapAdd": ["CAP_NET_ADMIN"]})), "capabilities", "NET_ADMIN"),
             (host(json!({"Capabilities": ["CAP_SYS_ADMIN"]})), "capabilities", "replaces"),

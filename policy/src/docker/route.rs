@@ -66,7 +66,8 @@ pub fn route(method: &str, path: &str) -> Verdict<Call> {
     let id = |i: usize| parts.get(i).map(|s| s.to_string()).unwrap_or_default();
     let call = match (method, parts.as_slice()) {
         ("GET" | "HEAD", ["_ping"]) | ("GET", ["version" | "info"]) => Call::Plain,
-        ("GET", ["events"]) => Call::Plain,
+        // Events name other projects' containers and images: only the project's are shown.
+        ("GET", ["events"]) => Call::List,
         ("GET", ["containers", "json"]) => Call::List,
         ("POST", ["containers", "create"]) => Call::CreateContainer,
         ("GET", ["containers", _, "json" | "logs" | "top" | "stats" | "changes"]) => {
@@ -149,6 +150,7 @@ mod tests {
         assert_eq!(route("GET", "/v1.41/images/library/busybox/json"), Ok(Call::Plain));
         assert_eq!(route("POST", "/v1.41/networks/n1/connect"), Ok(Call::Connect { network: "n1".into() }));
         assert_eq!(route("GET", "/v1.41/volumes"), Ok(Call::List));
+        assert_eq!(route("GET", "/v1.41/events?since=1"), Ok(Call::List));
     }
 
     #[test]

@@ -102,7 +102,7 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
         && path.ends_with("/start")
         && let Ok(Call::On(Owned::Container(id))) = route(&head.method, &head.path)
     {
-        for n in gw.ports.publish(&gw.daemon, &id) {
+        for n in gw.ports.publish(&gw.daemon, &id, &gw.ctx.ports) {
             gw.note(&n);
         }
     }

@@ -98,6 +98,8 @@ fn listen(bridge: &str, gateway: Ipv4Addr, port: u16) -> Result<TcpListener, Str
         .map_err(|e| err("open a socket for", e))?;
     setsockopt(&fd, sockopt::BindToDevice, &std::ffi::OsString::from(bridge))
         .map_err(|e| err("bind to", e))?;
+    // A lease dropped a moment ago leaves its connections in TIME_WAIT on this address; the
+    // network's next container must still get a listener.
     setsockopt(&fd, sockopt::ReuseAddr, &true).map_err(|e| err("set SO_REUSEADDR for", e))?;
     let [a, b, c, d] = gateway.octets();
     bind(fd.as_raw_fd(), &SockaddrIn::new(a, b, c, d, port)).map_err(|e| err("listen on", e))?;

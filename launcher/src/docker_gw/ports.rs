@@ -29,9 +29,11 @@ pub(super) struct Ports {
 }
 
 impl Ports {
-    /// Forwards the ports `container` publishes, now that it has started. What cannot be
-    /// forwarded is returned as notes for the log.
-    pub fn publish(&self, daemon: &Daemon, container: &str) -> Vec<String> {
+    /// Forwards the ports `container` publishes, now that it has started, where they are among
+    /// `allowed` (the ports declared for the sandbox: a container made in an earlier session,
+    /// under other settings, is held to today's). What cannot be forwarded is returned as notes
+    /// for the log.
+    pub fn publish(&self, daemon: &Daemon, container: &str, allowed: &[u16]) -> Vec<String> {
         let v = match daemon.call("GET", &format!("/containers/{}/json", super::daemon::seg(container)), None)
         {
             Ok((200, v)) => v,
@@ -42,6 +44,12 @@ impl Ports {
         let mut notes = Vec::new();
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         for (host, port) in published(&v) {
+            if !allowed.contains(&host) {
+                notes.push(format!(
+                    "not publishing 127.0.0.1:{host}: not declared for the sandbox (OCSB_FORWARD_PORTS)"
+                ));
+                continue;
+            }
             let to = SocketAddr::from((ip, port));
             if let Some(target) = open.get(&host) {
                 // The same port again (a restart, or the next container on it): it leads here now.

@@ -257,7 +257,7 @@ echo | nc -w 5 192.0.2.1 80; echo direct=$?
         # Docker keeps an internal network's traffic in with iptables rules; this daemon runs
         # without them (no rules in any namespace but the test's), so forwarding is turned off
         # the way those rules would drop it.
-        sysctl -qw net.ipv4.ip_forward=0
+        echo 0 > /proc/sys/net/ipv4/ip_forward
         # The isolated mode: the launcher runs as the user (here no setgid shim gives only the
         # sandbox the netlock group, as an installed system does).
         D() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid 1990 --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null 2>&1; }}

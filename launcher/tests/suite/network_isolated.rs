@@ -283,6 +283,23 @@ while True:
     assert!(log.iter().any(|l| l.ends_with(tunnel)), "the transparent tunnel: {out}");
 }
 
+/// For the lending tests, inside `python3 -c '…'`: `tunnel(n)` opens a CONNECT tunnel through
+/// the proxy port to the holding origin, prints `tunnel-N ok` once it greets, and leaves a mark
+/// file `.tN` for the shell to wait on.
+const TUNNEL_PY: &str = r#"import os, socket, time
+def tunnel(n):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(b"CONNECT 192.0.2.1:9000 HTTP/1.1\r\nHost: 192.0.2.1:9000\r\n\r\n")
+    data = b""
+    while b"hold-ok" not in data:
+        chunk = s.recv(256)
+        if not chunk: break
+        data += chunk
+    print("tunnel-%d" % n, "ok" if b"hold-ok" in data else data, flush=True)
+    open(".t%d" % n, "w").close()
+    return s
+"#;
+
 /// For the lending tests: an origin at 192.0.2.1:9000 that greets and then holds every
 /// connection open, an isolated project whose one rule is `connect 192.0.2.1:9000`, and `I` to
 /// run `ocsb` as the user with the user's own gid (the filter it starts reaches the origin).
@@ -310,18 +327,7 @@ fn the_proxy_port_is_lent_to_the_filter_and_relayed_after_a_restart() {
     let w = World::new();
     let body = format!(
         r#"{ORIGIN_NS}
-{HOLD}        I exec -- python3 -c 'import os, socket, time
-def tunnel(n):
-    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
-    s.sendall(b"CONNECT 192.0.2.1:9000 HTTP/1.1\r\nHost: 192.0.2.1:9000\r\n\r\n")
-    data = b""
-    while b"hold-ok" not in data:
-        chunk = s.recv(256)
-        if not chunk: break
-        data += chunk
-    print("tunnel-%d" % n, "ok" if b"hold-ok" in data else data, flush=True)
-    open(".t%d" % n, "w").close()
-    return s
+{HOLD}        I exec -- python3 -c '{TUNNEL_PY}
 def wait_for(name):
     for _ in range(200):
         if os.path.exists(name): return
@@ -358,21 +364,14 @@ fn the_filter_lets_go_of_a_finished_sandbox() {
 {HOLD}        F=$(cat "$HOME/.local/share/opencode-sandbox/proj/egress/serve.pid")
         socks() {{ ls -l /proc/$F/fd | grep -c socket; }}
         BEFORE=$(socks); echo "filter $F holds $BEFORE sockets"
-        I exec -- python3 -c 'import socket
-s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
-s.sendall(b"CONNECT 192.0.2.1:9000 HTTP/1.1\r\nHost: 192.0.2.1:9000\r\n\r\n")
-data = b""
-while b"hold-ok" not in data:
-    chunk = s.recv(256)
-    if not chunk: break
-    data += chunk
-print("tunnel", "ok" if b"hold-ok" in data else data, flush=True)' 2>&1 | grep tunnel
+        I exec -- python3 -c '{TUNNEL_PY}
+tunnel(1)' 2>&1 | grep tunnel
         for i in $(seq 30); do [ "$(socks)" = "$BEFORE" ] && break; sleep 0.1; done
         echo "after the sandbox: the filter holds $(( $(socks) - BEFORE )) more sockets"
         ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
     );
     let (out, err) = scenario(&w, &body);
-    has(&out, "tunnel ok", &err);
+    has(&out, "tunnel-1 ok", &err);
     let before = out.lines().find_map(|l| l.strip_prefix("filter ")).unwrap_or_default();
     let n: usize = before.split_whitespace().nth(2).and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(n > 0, "the filter's descriptors were not found: {out}\n{err}");

@@ -104,6 +104,11 @@ pub enum Command {
     #[command(subcommand)]
     Docker(DockerCommand),
 
+    /// What the project's model requests cost through the key broker: today (UTC) and in this
+    /// (or the last) `ocsb run`, against `OCSB_SPEND_LIMIT`.
+    #[command(after_help = EXIT_CODES)]
+    Spend(JsonArg),
+
     /// Check the project's checkouts for what a sandbox planted that host git or host tools
     /// would run: a `commondir` in `.git`, a nested repository, a new `.envrc`, …
     ///

@@ -73,6 +73,21 @@ pub fn netlock(settings: &Settings) -> Result<Netlock> {
     Ok(Netlock::Required { gid, acquire, probe_interval: Duration::from_secs(5) })
 }
 
+/// Let the sandbox reach a port the launcher serves on the host's loopback (the model-key
+/// broker's): a landlock connect rule on the host's network, a relay into an isolated one.
+pub fn reach_host_port(spec: &mut SandboxSpec, port: u16) {
+    if let Some(tcp) = spec.tcp.as_mut()
+        && !tcp.connect.contains(&port)
+    {
+        tcp.connect.push(port);
+    }
+    if let Network::Isolated { forward } = &mut spec.network
+        && !forward.contains(&port)
+    {
+        forward.push(port);
+    }
+}
+
 /// The sandbox for this project, from its settings (the seed's policy).
 pub fn spec(
     project: &Project,
@@ -95,6 +110,9 @@ pub fn spec(
     });
     let mut hide = s.hide();
     hide.extend(state::hidden_from_sandbox(&state));
+    // The files that hold model-provider keys, wherever the user keeps them (a readable part
+    // of `~` included): the broker reads them outside, nothing inside may.
+    hide.extend(crate::broker::key_files(s));
     // Other projects' state (their web passwords, sessions, /tmp) and the trust and audit
     // records beside each state directory; this project's own state directory is mounted
     // writable on top (a deeper mount comes later in the plan).

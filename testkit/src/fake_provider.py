@@ -10,8 +10,13 @@ text answer. A summarization request (OpenCode's compaction: the system prompt o
 OpenCode's title requests) gets "Test title" text. Every reply reports fixed usage (prompt 1002
 with 200 cached, completion 50) and streams its chunks over ~0.5 s so output speed is
 measurable. Each request body is appended as one JSON line to requests.jsonl next to this
-script (if that directory is writable), for tests that check what OpenCode sent. Prints the
-port on stdout, then serves until killed.
+script (if that directory is writable), with the credential it came with under "_auth", for
+tests that check what OpenCode sent. Prints the port on stdout, then serves until killed.
+
+Environment: FAKE_PROVIDER_BIND (default 127.0.0.1) is the address to listen on;
+FAKE_PROVIDER_TLS=<cert.pem>:<key.pem> serves HTTPS; FAKE_PROVIDER_TITLE_DELAY=<s> holds a
+request that offers no tools (OpenCode's title request) that long before it answers, so that a
+test can order it after the turn's own request.
 """
 import json
 import os
@@ -78,8 +83,9 @@ class H(BaseHTTPRequestHandler):
         n = int(self.headers.get("content-length", 0))
         req = json.loads(self.rfile.read(n) or b"{}")
         try:
+            logged = dict(req, _auth=self.headers.get("authorization") or self.headers.get("x-api-key"))
             with LOG_LOCK, open(LOG, "a") as log:
-                log.write(json.dumps(req) + "\n")
+                log.write(json.dumps(logged) + "\n")
         except OSError:
             pass  # a directory the provider may not write to: no log
         msgs = req.get("messages", [])
@@ -89,6 +95,8 @@ class H(BaseHTTPRequestHandler):
             if m.get("role") == "user":
                 c = m.get("content")
                 text = c if isinstance(c, str) else " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+        if not req.get("tools") and not summarizing(msgs):
+            time.sleep(float(os.environ.get("FAKE_PROVIDER_TITLE_DELAY", "0")))
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
@@ -129,6 +137,13 @@ class H(BaseHTTPRequestHandler):
 
 
 if __name__ == "__main__":
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv = ThreadingHTTPServer((os.environ.get("FAKE_PROVIDER_BIND", "127.0.0.1"), 0), H)
+    tls = os.environ.get("FAKE_PROVIDER_TLS")
+    if tls:
+        import ssl
+        cert, key = tls.split(":")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     print(srv.server_address[1], flush=True)
     srv.serve_forever()

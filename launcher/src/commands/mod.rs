@@ -5,6 +5,7 @@ pub mod config;
 pub mod egress;
 pub mod init;
 pub mod sandbox;
+pub mod spend;
 
 use clap::CommandFactory;
 
@@ -39,6 +40,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Shell => std::process::exit(sandbox::shell(&project()?)?),
         Command::Sandbox(SandboxCommand::Status) => sandbox::status(),
         Command::Docker(DockerCommand::Ls(a)) => crate::docker_gw::list(&project()?, a.json),
+        Command::Spend(a) => spend::run(&project()?, a.json),
         Command::Audit(args) => sandbox::audit(&project()?, args.accept),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ocsb", &mut std::io::stdout());

@@ -8,13 +8,11 @@ use crate::project::Project;
 
 use ocsb_sandbox::{Netlock, TtyMode, audit};
 
-/// Environment for a command the user runs by hand: `OCSB_ENV_FILE`, then `OCSB_ENV`.
+/// Environment for a command the user runs by hand: `OCSB_ENV_FILE` without its model-provider
+/// keys (they never enter a sandbox; only `ocsb run`'s broker uses them), then `OCSB_ENV`.
 fn extra_env(project: &Project) -> Result<Vec<(String, String)>> {
     let s = &project.settings;
-    let mut env = match s.env_file() {
-        Some(p) => crate::opencode::envfile::load(&p)?,
-        None => Vec::new(),
-    };
+    let mut env = crate::broker::Keys::load(s)?.env_file;
     env.extend(s.env_vars());
     Ok(env)
 }

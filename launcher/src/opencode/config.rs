@@ -37,10 +37,14 @@ pub fn permission() -> Value {
     })
 }
 
-/// The whole content: permissions, `skills.paths` (directories scanned for `SKILL.md`), and
-/// `plugin` entries as `file://` URLs.
-pub fn content(skill_paths: &[PathBuf], plugins: &[PathBuf]) -> Value {
+/// The whole content: permissions, `skills.paths` (directories scanned for `SKILL.md`),
+/// `plugin` entries as `file://` URLs, and the model-key broker's `provider` options (a
+/// provider's `baseURL` and key here win over the project's own).
+pub fn content(skill_paths: &[PathBuf], plugins: &[PathBuf], providers: Option<Value>) -> Value {
     let mut v = json!({ "permission": permission() });
+    if let Some(p) = providers.filter(|p| p.as_object().is_some_and(|o| !o.is_empty())) {
+        v["provider"] = p;
+    }
     if !skill_paths.is_empty() {
         v["skills"] = json!({ "paths": skill_paths.iter().map(|p| p.to_string_lossy()).collect::<Vec<_>>() });
     }
@@ -67,10 +71,12 @@ mod tests {
 
     #[test]
     fn content_has_skills_and_plugins() {
-        let c = content(&[PathBuf::from("/s/skills")], &[PathBuf::from("/p/x.js")]);
+        let providers = json!({"fake": {"options": {"baseURL": "http://127.0.0.1:9/fake", "apiKey": "ph"}}});
+        let c = content(&[PathBuf::from("/s/skills")], &[PathBuf::from("/p/x.js")], Some(providers));
         assert_eq!(c["skills"]["paths"][0], "/s/skills");
         assert_eq!(c["plugin"][0], "file:///p/x.js");
-        let c = content(&[], &[]);
-        assert!(c.get("skills").is_none() && c.get("plugin").is_none());
+        assert_eq!(c["provider"]["fake"]["options"]["apiKey"], "ph");
+        let c = content(&[], &[], Some(json!({})));
+        assert!(c.get("skills").is_none() && c.get("plugin").is_none() && c.get("provider").is_none());
     }
 }

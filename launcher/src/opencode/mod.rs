@@ -191,16 +191,16 @@ fn kubeconfig(settings: &Settings, state: &StateDir) -> Result<Option<PathBuf>> 
 
 /// Prepare OpenCode's files in the state directory and compute its command line and
 /// environment. Fails before anything starts when an input is bad (env file line, missing skill).
+/// `env_file` is `OCSB_ENV_FILE` without its provider keys; `broker` is where OpenCode finds
+/// those providers instead (see [`crate::broker`]).
 pub fn setup(
     settings: &Settings,
     user_config_dir: &Path,
     state: &StateDir,
     extra_args: &[String],
+    env_file: &[(String, String)],
+    broker: Option<&crate::broker::Endpoint>,
 ) -> Result<Setup> {
-    let env_file = match settings.env_file() {
-        Some(p) => envfile::load(&p)?,
-        None => Vec::new(),
-    };
     let bin = find_binary(&settings.opencode_bin(), std::env::var("PATH").ok().as_deref())?;
     let (global, _) = global_config(settings, user_config_dir)?;
     state.write(Path::new("config/opencode/opencode.jsonc"), global.as_bytes(), 0o644)?;
@@ -208,7 +208,7 @@ pub fn setup(
     let warmed = plugin_cache::warm(state, &global, &bin)?;
     let skill_paths = resolve_skills(settings, state)?;
     let plugins = resolve_plugins(settings, state)?;
-    let content = config::content(&skill_paths, &plugins);
+    let content = config::content(&skill_paths, &plugins, broker.map(|b| b.opencode_providers()));
     let server_secret = crate::web::auth::random_secret()?;
 
     let mut env: Vec<(String, String)> = Vec::new();
@@ -260,7 +260,7 @@ pub fn config_for_tests(dir: &Path) -> Result<String> {
     std::fs::create_dir_all(dir)
         .and_then(|()| std::fs::write(&guard, GUARD_PLUGIN))
         .map_err(|e| Error::io("write", &guard, e))?;
-    Ok(config::content(&[], &[guard]).to_string())
+    Ok(config::content(&[], &[guard], None).to_string())
 }
 
 #[cfg(test)]

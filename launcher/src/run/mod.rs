@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::project::Project;
-use crate::{opencode, sandbox_spec, signals, web};
+use crate::{broker, opencode, sandbox_spec, signals, web};
 
 /// How long OpenCode may take to answer `/global/health` after it started.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -97,6 +97,56 @@ fn latest_session(addr: SocketAddr, authorization: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The model-key broker for this run: its ledger (the day's spend so far), its prices, and a
+/// line saying what stays outside.
+fn start_broker(
+    project: &Project,
+    sd: &ocsb_sandbox::statefs::StateDir,
+    bound: broker::Bound,
+    upstreams: Vec<broker::keys::Upstream>,
+) -> Result<broker::Broker> {
+    let s = &project.settings;
+    let (_, started) = broker::ledger::utc(std::time::SystemTime::now());
+    let session = format!("{}-{}", started.replace([':', '-'], ""), &web::auth::random_secret()?[..6]);
+    let limit = s.spend_limit();
+    let ledger = broker::ledger::Ledger::open(sd, &session, limit)?;
+    let prices = broker::prices(s, &project.user_config_dir, &project.checkout, sd);
+    let limit_set_at = s
+        .get("OCSB_SPEND_LIMIT")
+        .map(|e| e.origin.to_string())
+        .filter(|o| o != "defaults")
+        .unwrap_or_else(|| "in .opencode-sandbox/local/sandbox.conf".into());
+    let ids: Vec<&str> = upstreams.iter().map(|u| u.id.as_str()).collect();
+    println!(
+        "broker:     keys of {} stay outside the sandbox; OpenCode asks http://{}/ (spend limit {})",
+        ids.join(", "),
+        bound.endpoint.addr,
+        match (limit.day, limit.session) {
+            (None, None) => "none: OCSB_SPEND_LIMIT".to_string(),
+            (d, r) => [d.map(|d| format!("${d:.2} per day")), r.map(|r| format!("${r:.2} per run"))]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    );
+    let unpinned = prices.by_agent_only();
+    if limit.is_set() && !unpinned.is_empty() {
+        println!(
+            "            prices of {} come only from files the agent can write (the project's config, OpenCode's cache): \
+             give them a `cost` in your global OpenCode config to pin them",
+            unpinned.join(", ")
+        );
+    }
+    if !s.sandbox_enabled() {
+        eprintln!(
+            "ocsb: warning: OCSB_SANDBOX=0: the agent can read the key files themselves ({}); only the environment is kept clean",
+            broker::key_files(s).iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" ")
+        );
+    }
+    broker::Broker::start(broker::Start { bound, upstreams, prices, ledger, limit_set_at })
+}
+
 fn check_port_free(addr: SocketAddr, setting: &str) -> Result<()> {
     TcpListener::bind(addr).map(drop).map_err(|e| web::port_busy(addr, setting, &e))
 }
@@ -115,10 +165,25 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     check_port_free(web_addr, "OCSB_WEB_PORT")?;
     check_port_free(oc_addr, "OCSB_WEB_PORT (OpenCode listens on the next port)")?;
 
-    // Bad inputs (env file, skills, plugins) fail before anything starts.
-    let setup = opencode::setup(s, &project.user_config_dir, &sd, opencode_args)?;
+    // Bad inputs (env file, provider keys, skills, plugins) fail before anything starts.
+    let keys = broker::Keys::load(s)?;
+    keys.require_meter(s)?;
+    broker::check_configs(s, &project.user_config_dir, &project.checkout)?;
+    let bound = if keys.upstreams.is_empty() { None } else { Some(broker::bind(&keys)?) };
+    let setup = opencode::setup(
+        s,
+        &project.user_config_dir,
+        &sd,
+        opencode_args,
+        &keys.env_file,
+        bound.as_ref().map(|b| &b.endpoint),
+    )?;
     let prepared = prepare::bring_up(project, sd, false)?;
     let sd = &prepared.state;
+    let broker = match bound {
+        Some(bound) => Some(start_broker(project, sd, bound, keys.upstreams)?),
+        None => None,
+    };
     let password = state::password(sd)?;
     // OpenCode's own secret, for a user who opens its port directly (no panel). It changes every
     // run and is not the web password: the agent can read OpenCode's environment.
@@ -175,7 +240,10 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     } else {
         None
     };
-    let spec = sandbox_spec::spec(project, prepared.netlock, &env, setup.argv.clone());
+    let mut spec = sandbox_spec::spec(project, prepared.netlock, &env, setup.argv.clone());
+    if let Some(b) = &broker {
+        sandbox_spec::reach_host_port(&mut spec, b.endpoint.addr.port());
+    }
     // In an isolated sandbox OpenCode listens inside; the host's port leads in to it, so the
     // web front and the browser reach it as they do on the host's network.
     let server = match spec.network {
@@ -236,6 +304,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         panel: s.panel(),
         cookie: web::auth::random_secret()?,
         log: panel_log,
+        spend: broker.as_ref().map(|b| b.ledger.clone()),
     });
     let front = match front {
         Ok(f) => f,

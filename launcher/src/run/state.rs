@@ -27,9 +27,16 @@ pub fn lock_file(state: &Path) -> PathBuf {
 }
 
 /// Paths in the (writable) state directory the sandbox must not see: the user's web password,
-/// the copy of OpenCode's secret, the filter's control socket and pid file, and the lock.
+/// the copy of OpenCode's secret, the filter's control socket and pid file, the lock, and the
+/// model-key broker's ledger (what the cap counts must not be the agent's to rewrite).
 pub fn hidden_from_sandbox(state: &Path) -> Vec<PathBuf> {
-    vec![password_file(state), state.join(OPENCODE_PASSWORD), state.join("egress"), lock_file(state)]
+    vec![
+        password_file(state),
+        state.join(OPENCODE_PASSWORD),
+        state.join("egress"),
+        lock_file(state),
+        state.join(crate::broker::ledger::DIR),
+    ]
 }
 
 /// The launcher's private files in the state directory, made before any sandbox starts: they
@@ -38,6 +45,7 @@ pub fn hidden_from_sandbox(state: &Path) -> Vec<PathBuf> {
 /// choosing). Returns whether the web password was created now (`run` prints it once).
 pub fn ensure_private(sd: &StateDir) -> Result<bool> {
     sd.dir(Path::new("egress"))?;
+    sd.dir(Path::new(crate::broker::ledger::DIR))?;
     sd.private_file(Path::new(OPENCODE_PASSWORD), || Ok::<_, Error>(Vec::new()))?;
     sd.private_file(Path::new("run.lock"), || Ok::<_, Error>(Vec::new()))?;
     sd.private_file(Path::new("password"), || {

@@ -37,6 +37,8 @@ pub struct FrontConfig {
     pub cookie: String,
     /// `context-panel.log` in the state directory (none for the hidden `__web-front`).
     pub log: Option<std::sync::Arc<panel_log::PanelLog>>,
+    /// The model-key broker's ledger: the panel shows the spend it measured against the limit.
+    pub spend: Option<std::sync::Arc<crate::broker::ledger::Ledger>>,
 }
 
 impl FrontConfig {
@@ -137,6 +139,7 @@ pub fn serve_alone(args: &crate::cli::WebFrontArgs) -> Result<()> {
         panel: !args.no_panel,
         cookie: auth::random_secret()?,
         log: None,
+        spend: None,
     };
     crate::signals::install();
     let front = start(cfg)?;

@@ -69,7 +69,11 @@
     row("  messages (est.)", "messages", "estimated from the size of the conversation") +
     row("  cache read", "cache_read") +
     row("  cache write", "cache_write") +
-    row("spend", "cost") +
+    row("spend", "cost", "what OpenCode computed for this session") +
+    '<div data-field="limit_row" style="display:none">' +
+    row("  today (ocsb)", "spend_today", "measured by ocsb's key broker on the wire, UTC day") +
+    row("  this run (ocsb)", "spend_run", "measured by ocsb's key broker since `ocsb run` started") +
+    '<div data-field="limit_note" style="color:#c65"></div></div>' +
     row("output", "output") +
     row("speed (last)", "speed_last", "output tokens per second of the last message") +
     row("speed (avg)", "speed_avg", "output tokens per second over the session") +
@@ -97,6 +101,17 @@
     set("cache_read", fmtInt(c.cache_read));
     set("cache_write", fmtInt(c.cache_write));
     set("cost", fmtCost(d.cost));
+    var sp = d.spend;
+    box.querySelector('[data-field="limit_row"]').style.display = sp ? "" : "none";
+    if (sp) {
+      var of = function (v, l) {
+        return fmtCost(v) + (l != null ? " / $" + l.toFixed(2) : "");
+      };
+      set("spend_today", of(sp.today, sp.limit_day));
+      set("spend_run", of(sp.session, sp.limit_session));
+      var over = (sp.limit_day != null && sp.today >= sp.limit_day) || (sp.limit_session != null && sp.session >= sp.limit_session);
+      set("limit_note", over ? "spend limit reached: model requests are refused (OCSB_SPEND_LIMIT)" : "");
+    }
     set("output", fmtInt((d.tokens || {}).output));
     set("speed_last", fmtRate((d.speed || {}).last));
     set("speed_avg", fmtRate((d.speed || {}).average));

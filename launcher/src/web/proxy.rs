@@ -479,7 +479,15 @@ async fn tokens_endpoint(req: &Request<Incoming>, cfg: &FrontConfig) -> Response
     };
     let directory = query_param(req.uri(), "directory").filter(|d| d.starts_with('/'));
     match summary(cfg, &session, directory.as_deref()).await {
-        Ok(s) => full(StatusCode::OK, "application/json", serde_json::to_vec(&s).unwrap_or_default()),
+        Ok(s) => {
+            let mut v = serde_json::to_value(&s).unwrap_or_default();
+            // What the broker measured on the wire (OpenCode's own `cost` is the agent's to
+            // change), against the limit.
+            if let Some(l) = &cfg.spend {
+                v["spend"] = serde_json::to_value(l.view()).unwrap_or_default();
+            }
+            full(StatusCode::OK, "application/json", serde_json::to_vec(&v).unwrap_or_default())
+        }
         Err(e) => {
             cfg.log(format_args!("tokens for {session}: OpenCode's API failed: {e}"));
             full(

@@ -57,6 +57,8 @@ struct World {
     state: PathBuf,
     bin: PathBuf,
     web: SocketAddr,
+    /// `NAME=value` added to `ocsb run`'s environment.
+    launcher_env: Vec<String>,
 }
 
 impl Drop for World {
@@ -168,7 +170,15 @@ fn world_at(provider_port: u16, tag: &str, base: u16) -> World {
     sh(&format!("chown -R {UID}:{UID} {} && chmod -R a+rX {}", home.display(), root.display()));
     sh(&format!("chown {UID}:{UID} {0} && chmod 700 {0}", root.join("bus").display()));
     sh(&format!("chown root:opencode-sandbox {0} && chmod 2755 {0}", shim.display()));
-    World { root, home, proj, state, bin, web: SocketAddr::from(([127, 0, 0, 1], web)) }
+    World {
+        root,
+        home,
+        proj,
+        state,
+        bin,
+        web: SocketAddr::from(([127, 0, 0, 1], web)),
+        launcher_env: Vec::new(),
+    }
 }
 
 /// The shim built beside the ocsb binary (`cargo build -p ocsb-netlock-helper` builds it).
@@ -244,6 +254,7 @@ fn start_run(ns: &Netns, w: &World, project: &Path, log: &Path, browser: bool) -
     } else {
         cmd.arg("PATH=/usr/local/bin:/usr/bin:/bin");
     }
+    cmd.args(&w.launcher_env);
     cmd.arg(&w.bin).arg("-C").arg(project).arg("run");
     if !browser {
         cmd.arg("--no-browser");
@@ -762,9 +773,10 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
 
 /// `OCSB_NETWORK=isolated` end to end, as an ordinary user with no netlock group, no shim and
 /// no netlock table: `run` starts, the web front and OpenCode's own port answer (bridged into
-/// the sandbox's namespace), the model provider on the host's loopback is reached through
-/// `OCSB_FORWARD_PORTS`, the agent's tools reach an allowed origin without any proxy settings
-/// and not a blocked one, and the Tokens panel fills in headless Chromium.
+/// the sandbox's namespace), the model provider on the host's loopback is reached through the
+/// model-key broker (its port relayed in; the provider's own port is not), the agent's tools
+/// reach an allowed origin without any proxy settings and not a blocked one, and the Tokens
+/// panel fills in headless Chromium with OpenCode's numbers and the broker's.
 #[test]
 fn run_works_in_an_isolated_network_without_the_netlock() {
     require_host();
@@ -778,7 +790,11 @@ fn run_works_in_an_isolated_network_without_the_netlock() {
     std::fs::remove_file(w.root.join("prefix/libexec/ocsb/ocsb-netlock-exec")).unwrap();
     let conf = w.proj.join(".opencode-sandbox/local/sandbox.conf");
     let mut text = std::fs::read_to_string(&conf).unwrap();
-    text += &format!("OCSB_NETWORK=isolated\nOCSB_FORWARD_PORTS=({provider_port})\nOCSB_NOTIFICATIONS=0\n");
+    // The provider's key in the user's key file; its port is not forwarded into the sandbox.
+    let keys = w.home.join("provider-keys");
+    std::fs::write(&keys, format!("fake REAL-ISO-KEY http://127.0.0.1:{provider_port}/v1\n")).unwrap();
+    sh(&format!("chown {UID}:{UID} {}", keys.display()));
+    text += &format!("OCSB_NETWORK=isolated\nOCSB_PROVIDER_KEYS={}\nOCSB_NOTIFICATIONS=0\n", keys.display());
     std::fs::write(&conf, text).unwrap();
     let _origin = Proc(
         origins
@@ -821,12 +837,325 @@ fn run_works_in_an_isolated_network_without_the_netlock() {
     // Refused at once: the connection is reset (OpenCode's shell reports no exit status).
     assert!(out.contains("curl: (56) Recv failure: Connection reset by peer"), "{out}\n{access}");
     assert!(access.contains("TCP_DENIED/403 rule=block:project:1 CONNECT 192.0.2.2:80"), "{access}");
-    // A model turn through the forwarded provider, then the panel.
+    // The provider's port is not reachable from inside; a model turn through the broker is.
+    let direct = shell(
+        &w,
+        &auth,
+        &id,
+        &format!(
+            "curl -s -m 5 -o /dev/null -w 'code=%{{http_code}}' http://127.0.0.1:{provider_port}/v1/models"
+        ),
+    );
+    assert!(direct.contains("code=000"), "{direct}");
     let p = agent_runs(w.web, &auth, &id, "echo turn-done");
     assert!(p["state"]["output"].as_str().unwrap_or_default().contains("turn-done"), "{p:#}");
+    let seen = std::fs::read_to_string(tmp.path().join("requests.jsonl")).unwrap();
+    assert!(
+        seen.lines().count() >= 2 && seen.lines().all(|l| l.contains("\"_auth\": \"Bearer REAL-ISO-KEY\"")),
+        "{seen}"
+    );
     let mut browser = Browser::open(&session_url(w.web, &w.proj.display().to_string(), &id, &password));
-    let panel = read_panel(&mut browser, &|v| v["model"] == "fake/m1");
+    let panel = read_panel(&mut browser, &|v| {
+        v["model"] == "fake/m1"
+            && v["spend_run"].as_str().is_some_and(|s| s.starts_with('$') && s != "$0.0000")
+    });
     assert!(panel["context"].as_str().is_some_and(|c| c.ends_with("/ 100,000")), "{panel}");
+    assert!(panel["output"].as_str().is_some_and(|o| o != "0" && o != "–"), "{panel}");
     drop(browser);
     interrupt(&mut run);
+}
+
+/// The netlock table of the main test, installed in `ns`: the netlock group reaches loopback only.
+fn install_netlock_table(ns: &Netns, w: &World, gid: u32) {
+    let table = format!(
+        "table inet ocsb_netlock {{\n chain output {{\n  type filter hook output priority filter; policy accept;\n  meta skgid {gid} jump locked\n }}\n \
+         chain locked {{\n  ip daddr 127.0.0.0/8 accept\n  ip6 daddr ::1 accept\n  reject with icmpx admin-prohibited\n }}\n}}\n"
+    );
+    let nft = w.root.join("netlock.nft");
+    std::fs::write(&nft, table).unwrap();
+    ns.sh(&format!("nft -f {}", nft.display()));
+}
+
+/// A test CA and a server certificate for `ip` signed by it, in `dir`: (ca.pem, cert.pem, key.pem).
+fn test_ca(dir: &Path, ip: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let d = dir.display();
+    sh(&format!(
+        "cd {d} && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key \
+         -out ca.pem -days 2 -subj /CN=ocsb-test-ca 2>/dev/null && \
+         openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout key.pem -out leaf.csr \
+         -subj /CN={ip} 2>/dev/null && \
+         printf 'subjectAltName=IP:{ip}\\nbasicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth\\n' > leaf.ext && \
+         openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out cert.pem -days 2 \
+         -extfile leaf.ext 2>/dev/null && chmod a+r ca.pem cert.pem key.pem"
+    ));
+    (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"))
+}
+
+/// The model-key broker end to end, in the default network mode. The provider's real key is in
+/// the user's `OCSB_PROVIDER_KEYS` file (a readable part of `~`) with the provider's HTTPS
+/// address (a test CA the launcher is told to trust); a second key sits in `OCSB_ENV_FILE` as
+/// `OPENAI_API_KEY`. The provider's address is blocked by the egress rules, and the project's
+/// `opencode.json` names another address. The agent's shell finds neither key in any sandbox
+/// process's environment, in OpenCode's config, data and cache, in the state directory as it
+/// sees it, or in the key files; the provider receives the real key on every request; a
+/// streamed tool call arrives intact and runs; a spend limit below one reply's cost refuses
+/// the next request with a message OpenCode shows; the Tokens panel shows the spend against
+/// the limit in headless Chromium; `ocsb spend --json` reports the totals.
+#[test]
+fn run_keeps_model_keys_outside_the_sandbox_and_caps_the_spend() {
+    require_host();
+    testkit::host::require_all(&[("openssl", "openssl")]);
+    let _turn = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let gid = netlock_gid();
+    let (ns, origins) = world_netns();
+    let tmp = tempfile::tempdir().unwrap();
+    sh(&format!("chmod 755 {}", tmp.path().display()));
+    let (ca, cert, key) = test_ca(tmp.path(), "192.0.2.2");
+    // The provider on the blocked origin, over HTTPS; OpenCode's title request answers after the
+    // turn's own first request has (so the refusal below is the turn's second request).
+    let tls = format!("FAKE_PROVIDER_TLS={}:{}", cert.display(), key.display());
+    let provider_cmd = origins.exec(&[
+        "env",
+        "FAKE_PROVIDER_BIND=192.0.2.2",
+        &tls,
+        "FAKE_PROVIDER_TITLE_DELAY=3",
+        "python3",
+    ]);
+    let (_provider, provider_port) = spawn_fake_provider(provider_cmd, tmp.path());
+    // The project's config points elsewhere (the agent may have edited it): it never decides
+    // where a key goes.
+    let mut w = world_at(9, "-key", 30000);
+    // OpenCode's title requests go to a cheap model: the broker reserves what a call may cost
+    // while it runs, and the turn's first call must not wait on the title's reservation.
+    let mut oc: serde_json::Value = serde_json::from_str(&provider_config(9)).unwrap();
+    oc["provider"]["fake"]["models"]["m0"] = serde_json::json!({"name": "M0", "limit": {"context": 100000, "output": 64},
+        "cost": {"input": 0.001, "output": 0.001, "cache_read": 0.001, "cache_write": 0.001}});
+    oc["small_model"] = "fake/m0".into();
+    std::fs::write(w.proj.join("opencode.json"), oc.to_string()).unwrap();
+    w.launcher_env.push(format!("SSL_CERT_FILE={}", ca.display()));
+    let real = format!("REAL-{}", std::process::id());
+    let secret = "4f9c1e7a5b";
+    let env_key = "sk-proj-ENVKEY0123456789abcdef";
+    let keys_file = w.home.join(".config/opencode-sandbox/provider-keys");
+    std::fs::create_dir_all(keys_file.parent().unwrap()).unwrap();
+    std::fs::write(
+        &keys_file,
+        format!("# mine\nfake {real}-{secret} https://192.0.2.2:{provider_port}/v1\n"),
+    )
+    .unwrap();
+    let env_file = w.home.join("agent.env");
+    let mut text = std::fs::read_to_string(&env_file).unwrap();
+    text += &format!("OPENAI_API_KEY={env_key}\n");
+    std::fs::write(&env_file, text).unwrap();
+    let conf = w.proj.join(".opencode-sandbox/local/sandbox.conf");
+    let mut text = std::fs::read_to_string(&conf).unwrap();
+    text += &format!(
+        "OCSB_PROVIDER_KEYS={}\nOCSB_SPEND_LIMIT=/0.50\nOCSB_NOTIFICATIONS=0\n",
+        keys_file.display()
+    );
+    std::fs::write(&conf, text).unwrap();
+    sh(&format!("chown -R {UID}:{UID} {}", w.home.display()));
+    install_netlock_table(&ns, &w, gid);
+    // The allowed origin of the project's expect-pass line.
+    let _origin = Proc(
+        origins
+            .cmd()
+            .args(["python3", "-m", "http.server", "--bind", "192.0.2.1", "80", "--directory"])
+            .arg(w.root.join("www1"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    ns.sh("for i in $(seq 100); do curl -s -m 1 -o /dev/null http://192.0.2.1/ && exit 0; sleep 0.1; done; exit 1");
+
+    let log = w.root.join("run.log");
+    let mut run = start_run(&ns, &w, &w.proj, &log, false);
+    wait_ready(&log, &mut run);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("broker:     keys of fake, openai stay outside the sandbox"), "{text}");
+    assert!(text.contains("spend limit $0.50 per run"), "{text}");
+    let password = std::fs::read_to_string(w.state.join("password")).unwrap().trim().to_string();
+
+    ns.enter();
+    let auth = basic("opencode", &password);
+    let ses = http(w.web, "POST", "/session", &[("Authorization", &auth)], Some("{}"), T).json();
+    let id = ses["id"].as_str().unwrap_or_else(|| panic!("{ses}")).to_string();
+    // The searches never spell a key out (the command is stored in OpenCode's data, which is
+    // searched): each is put together by the script. It is a file because OpenCode's shell
+    // endpoint expands a command once more before running it.
+    let state = w.state.display();
+    let script = w.proj.join("check-keys.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "K={real}-; K=${{K}}{secret}; E=sk-proj-ENVKEY; E=${{E}}0123456789abcdef\n\
+             envs=$(for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null)\n\
+             echo procs=$(ls -d /proc/[0-9]* | wc -l) placeholder=$(printf '%s\\n' \"$envs\" | grep -c ocsb-broker-)\n\
+             echo mcp=$(printf '%s\\n' \"$envs\" | grep -c '^MCP_TOKEN=tok-')\n\
+             echo env-hits=$(printf '%s\\n' \"$envs\" | grep -c -e \"$K\" -e \"$E\")\n\
+             echo file-hits=$(grep -rIl -e \"$K\" -e \"$E\" \"$XDG_CONFIG_HOME\" \"$XDG_DATA_HOME\" \"$XDG_CACHE_HOME\" {state} $HOME/.config 2>/dev/null | wc -l)\n\
+             echo searched=$(grep -rIl -e opencode \"$XDG_CONFIG_HOME\" {state} 2>/dev/null | wc -l)\n\
+             echo keys-file=$(cat {} 2>&1 | grep -c fake) env-file=$(cat {} 2>&1 | grep -c MCP_TOKEN)\n\
+             echo ledger=$(ls -A {state}/spend 2>&1 | wc -w)\n",
+            keys_file.display(),
+            env_file.display()
+        ),
+    )
+    .unwrap();
+    sh(&format!("chown {UID}:{UID} {}", script.display()));
+    let out = shell(&w, &auth, &id, &format!("sh {}", script.display()));
+    assert!(out.contains("env-hits=0") && out.contains("file-hits=0"), "{out}");
+    assert!(out.contains("keys-file=0") && out.contains("env-file=0") && out.contains("ledger=0"), "{out}");
+    // Positive controls: the search saw OpenCode's environment (its placeholder is there), and
+    // MCP tokens still go in through the environment.
+    let placeholder: u32 =
+        out.split("placeholder=").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().parse().unwrap();
+    assert!(placeholder >= 1, "{out}");
+    assert!(out.contains("mcp=1"), "{out}");
+    let searched: u32 =
+        out.split("searched=").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().parse().unwrap();
+    assert!(searched >= 1, "the search reads OpenCode's files: {out}");
+    // The provider's host is blocked for the sandbox.
+    let direct = shell(
+        &w,
+        &auth,
+        &id,
+        &format!(
+            "curl -sk -m 10 -o /dev/null -w 'code=%{{http_code}}' https://192.0.2.2:{provider_port}/v1/models"
+        ),
+    );
+    assert!(!direct.contains("code=200"), "{direct}");
+
+    // A model turn: the streamed tool call arrives intact and runs; the reply's cost (0.922 at
+    // the project's prices) is over the limit, so the turn's next request is refused.
+    let p = agent_runs(w.web, &auth, &id, "echo broker-$((6*7))");
+    assert!(p["state"]["output"].as_str().unwrap_or_default().contains("broker-42"), "{p:#}");
+    let msgs =
+        http(w.web, "GET", &format!("/session/{id}/message"), &[("Authorization", &auth)], None, T).body;
+    assert!(msgs.contains("spend limit of $0.50 per run (OCSB_SPEND_LIMIT) is reached"), "{msgs}");
+    let seen: Vec<serde_json::Value> = std::fs::read_to_string(tmp.path().join("requests.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!seen.is_empty());
+    for r in &seen {
+        assert_eq!(r["_auth"], format!("Bearer {real}-{secret}"), "the provider gets the real key");
+    }
+    let turn: Vec<_> = seen.iter().filter(|r| r["tools"].is_array()).collect();
+    assert_eq!(turn.len(), 1, "the turn's second request never reached the provider");
+    assert_eq!(turn[0]["stream_options"]["include_usage"], true);
+
+    // The panel shows the broker's spend against the limit. (OpenCode records no tokens for a
+    // turn that ended in an error; the isolated test checks its numbers after a whole turn.)
+    let mut browser = Browser::open(&session_url(w.web, &w.proj.display().to_string(), &id, &password));
+    let panel = read_panel(&mut browser, &|v| {
+        v["spend_run"].as_str().is_some_and(|s| s.ends_with("/ $0.50") && !s.starts_with("$0.0000"))
+    });
+    assert!(panel["limit_note"].as_str().is_some_and(|n| n.contains("spend limit reached")), "{panel}");
+    drop(browser);
+
+    // `ocsb spend`, as the user types it.
+    let out = Command::new("setpriv")
+        .args(&as_user()[1..])
+        .args(ocsb_as(&w, &w.proj))
+        .args(["spend", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cost = v["session"]["totals"]["cost"].as_f64().unwrap();
+    assert!(cost >= 0.922 - 1e-9, "{v}");
+    assert!(v["today"]["cost"].as_f64().unwrap() >= cost && v["limit"]["session"] == 0.5, "{v}");
+    assert_eq!(v["session"]["totals"]["output"].as_u64().unwrap() % 50, 0, "{v}");
+    let ledger = std::fs::read_to_string(w.state.join("spend/ledger.jsonl")).unwrap();
+    assert!(ledger.contains("\"status\":402") && !ledger.contains(&real), "{ledger}");
+    interrupt(&mut run);
+}
+
+/// The real OpenCode, given the `provider` block the launcher writes for the key broker
+/// (`baseURL` `http://<broker>/<id>`, the placeholder as `apiKey`), sends each built-in provider's
+/// model call there, with the placeholder where that provider's key goes, on a path the broker
+/// forwards (`messages`, `responses`, `chat/completions`). A recorder on the namespace's loopback
+/// stands in for the broker.
+#[test]
+fn opencode_sends_the_known_providers_to_the_broker() {
+    require_host();
+    let ns = Netns::new("prov");
+    let tmp = tempfile::tempdir().unwrap();
+    let recorder = tmp.path().join("rec.py");
+    std::fs::write(
+        &recorder,
+        "import json, sys\nfrom http.server import BaseHTTPRequestHandler, HTTPServer\n\
+         class H(BaseHTTPRequestHandler):\n    def log_message(self, *a): pass\n\
+         \x20   def do_POST(self):\n        n = int(self.headers.get('content-length', 0)); self.rfile.read(n)\n\
+         \x20       with open(sys.argv[1], 'a') as f: f.write(json.dumps([self.command, self.path, \
+         self.headers.get('x-api-key'), self.headers.get('authorization')]) + '\\n')\n\
+         \x20       b = b'{\"error\":{\"message\":\"recorded\"}}'\n        self.send_response(400); \
+         self.send_header('content-length', str(len(b))); self.end_headers(); self.wfile.write(b)\n\
+         srv = HTTPServer(('127.0.0.1', 0), H); print(srv.server_address[1], flush=True); srv.serve_forever()\n",
+    )
+    .unwrap();
+    let log = tmp.path().join("seen.jsonl");
+    let mut child = ns
+        .exec(&["python3", recorder.to_str().unwrap(), log.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line)
+        .unwrap();
+    let _recorder = Proc(child);
+    let port: u16 = line.trim().parse().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    for (id, model) in [
+        ("anthropic", "claude-sonnet-4-5"),
+        ("openai", "gpt-5"),
+        ("openrouter", "anthropic/claude-sonnet-4.5"),
+    ] {
+        let cfg = serde_json::json!({
+            "provider": {id: {"options": {"baseURL": format!("http://127.0.0.1:{port}/{id}"), "apiKey": format!("ocsb-broker-{id}")}}},
+            "model": format!("{id}/{model}"), "small_model": format!("{id}/{model}"),
+        });
+        let st = ns
+            .exec(&["env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin"])
+            .arg(format!("HOME={}", home.display()))
+            .arg(format!("OPENCODE_CONFIG_CONTENT={cfg}"))
+            .args(["OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_AUTOUPDATE=1"])
+            .arg(opencode_bin())
+            .args(["run", "hi"])
+            .current_dir(tmp.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(!st.success(), "{id}: the recorder refuses every call");
+    }
+    let seen: Vec<serde_json::Value> =
+        std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let first = |id: &str| {
+        seen.iter().find(|s| s[1].as_str().is_some_and(|p| p.starts_with(&format!("/{id}/")))).cloned()
+    };
+    assert_eq!(
+        first("anthropic"),
+        Some(serde_json::json!(["POST", "/anthropic/messages", "ocsb-broker-anthropic", null])),
+        "{seen:?}"
+    );
+    assert_eq!(
+        first("openai"),
+        Some(serde_json::json!(["POST", "/openai/responses", null, "Bearer ocsb-broker-openai"])),
+        "{seen:?}"
+    );
+    assert_eq!(
+        first("openrouter"),
+        Some(serde_json::json!([
+            "POST",
+            "/openrouter/chat/completions",
+            null,
+            "Bearer ocsb-broker-openrouter"
+        ])),
+        "{seen:?}"
+    );
 }

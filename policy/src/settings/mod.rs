@@ -239,6 +239,44 @@ pub enum DockerMode {
     Raw,
 }
 
+/// `OCSB_SPEND_LIMIT`: what the project may spend on model requests, in USD, per day (UTC) and
+/// per `ocsb run`. The model-key broker enforces it; without the broker there is nothing to
+/// meter, so the launcher refuses a limit when no provider key is configured.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SpendLimit {
+    pub day: Option<f64>,
+    pub session: Option<f64>,
+}
+
+impl SpendLimit {
+    /// `""` (none), `DAY`, `DAY/SESSION` or `/SESSION`; each amount a plain decimal number.
+    pub fn parse(v: &str) -> std::result::Result<SpendLimit, &'static str> {
+        let amount = |s: &str| -> std::result::Result<Option<f64>, &'static str> {
+            let s = s.trim();
+            if s.is_empty() {
+                return Ok(None);
+            }
+            let plain = s.chars().all(|c| c.is_ascii_digit() || c == '.') && s.matches('.').count() <= 1;
+            match s.parse::<f64>() {
+                Ok(f) if plain && f.is_finite() => Ok(Some(f)),
+                _ => Err("an amount must be a plain decimal number of USD, like 5 or 0.50"),
+            }
+        };
+        let (day, session) = match v.split_once('/') {
+            Some((d, s)) => (amount(d)?, amount(s)?),
+            None => (amount(v)?, None),
+        };
+        if v.contains('/') && session.is_none() {
+            return Err("nothing after the /");
+        }
+        Ok(SpendLimit { day, session })
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.day.is_some() || self.session.is_some()
+    }
+}
+
 /// `OCSB_NETWORK`: where the sandbox's network comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NetworkMode {
@@ -357,6 +395,16 @@ impl Settings {
 
     pub fn env_file(&self) -> Option<PathBuf> {
         self.opt_path("OCSB_ENV_FILE")
+    }
+
+    /// `OCSB_PROVIDER_KEYS`: the file of model-provider keys the broker adds on the way out.
+    pub fn provider_keys(&self) -> Option<PathBuf> {
+        self.opt_path("OCSB_PROVIDER_KEYS")
+    }
+
+    /// `OCSB_SPEND_LIMIT` (checked when loading).
+    pub fn spend_limit(&self) -> SpendLimit {
+        SpendLimit::parse(self.scalar("OCSB_SPEND_LIMIT")).unwrap_or_default()
     }
 
     pub fn kubeconfig(&self) -> Option<PathBuf> {

@@ -66,6 +66,8 @@ pub(crate) enum Check {
     Plugin,
     /// A name of [`crate::guard::TOOL_FILES`].
     ToolFile,
+    /// `OCSB_SPEND_LIMIT`: empty, `DAY`, `DAY/SESSION` or `/SESSION` (USD amounts).
+    SpendLimit,
 }
 
 /// One setting of the table.
@@ -167,6 +169,10 @@ pub static SCHEMA: &[Spec] = &[
         "how the agent joins the netlock group: the setgid exec shim, or sg(1)"),
     spec("OCSB_RW_TOOL_FILES", Array, D::List(&[]), "()", C::ToolFile, Paths::No,
         "files that host tools act on (.envrc .vscode .idea …) the agent may write anyway"),
+    spec("OCSB_PROVIDER_KEYS", Scalar, D::Str(""), "—", C::Any, Paths::Project,
+        "model-provider keys, one `<provider> <key> [<base URL>]` per line: kept outside the sandbox, added by the broker"),
+    spec("OCSB_SPEND_LIMIT", Scalar, D::Str(""), "no limit", C::SpendLimit, Paths::No,
+        "USD the project may spend on model requests per day (UTC), and after a / per `ocsb run`: 5, 5/1 or /1"),
 ];
 
 /// Default writable toolchain directories under HOME (mounted only if they exist).
@@ -378,6 +384,13 @@ pub(crate) fn check(s: &Spec, v: &str, at: &Location) -> Result<()> {
             let names: Vec<&str> = crate::guard::TOOL_FILES.iter().map(|(n, _)| *n).collect();
             bad(format!("`{v}` is not a protected tool file"), &format!("write one of: {}", names.join(" ")))
         }
+        C::SpendLimit => match super::SpendLimit::parse(v) {
+            Ok(_) => Ok(()),
+            Err(why) => bad(
+                format!("`{v}` is not a spend limit: {why}"),
+                "write USD per day, per day/per run, or /per run: 5, 5/1.50 or /2; empty for none",
+            ),
+        },
     }
 }
 

@@ -76,6 +76,8 @@ const WATCHED: &[(&str, Rule, &str)] = &[
     ("OCSB_NETLOCK_ACQUIRE", Rule::Changed, "changes how the network lock is acquired"),
     ("OCSB_DOCKER_GW", Rule::Changed, "makes the filter listen on another address"),
     ("OCSB_RW_TOOL_FILES", Rule::Added, "lets the agent write a file that a host tool runs or obeys"),
+    ("OCSB_PROVIDER_KEYS", Rule::Changed, "sends your model-provider keys to the addresses that file names"),
+    ("OCSB_SPEND_LIMIT", Rule::Changed, "changes how much the agent may spend on model requests"),
 ];
 
 /// The ways `.opencode-sandbox/sandbox.conf` widens the sandbox compared with the other layers

@@ -207,3 +207,17 @@ pub(super) fn bash_values(f: &Fixture, text: &str) -> Vec<Value> {
         })
         .collect()
 }
+
+#[test]
+fn spend_limits_parse_or_name_the_problem() {
+    use crate::settings::SpendLimit;
+    let l = |day, session| SpendLimit { day, session };
+    assert_eq!(SpendLimit::parse("").unwrap(), l(None, None));
+    assert_eq!(SpendLimit::parse("5").unwrap(), l(Some(5.0), None));
+    assert_eq!(SpendLimit::parse("5/1.50").unwrap(), l(Some(5.0), Some(1.5)));
+    assert_eq!(SpendLimit::parse("/0.5").unwrap(), l(None, Some(0.5)));
+    assert!(!SpendLimit::parse("").unwrap().is_set());
+    for bad in ["-1", "1e3", "five", "5/", "1.2.3", "inf", "NaN", "5/1/2", "$5"] {
+        assert!(SpendLimit::parse(bad).is_err(), "{bad} must be refused");
+    }
+}

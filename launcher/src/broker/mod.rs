@@ -1,0 +1,311 @@
+//! The model-key broker: model-provider keys stay outside the sandbox, and the spend cap is
+//! enforced where the agent cannot reach it.
+//!
+//! OpenCode runs inside the sandbox, and anything in its environment or files is the agent's to
+//! read (and, through the filter, to send wherever the rules allow). So OpenCode gets a
+//! per-run placeholder instead of each key and a `baseURL` on the host's loopback; the broker,
+//! in the launcher (outside the sandbox, as the user), checks the placeholder, forwards the
+//! model call to the provider's real address with the real key, streams the reply back
+//! unchanged, and counts what it cost. The placeholder opens the broker and nothing else: the
+//! broker forwards model calls only ([`route`]), to addresses from the user's files only
+//! ([`keys`]), and refuses new calls once `OCSB_SPEND_LIMIT` is reached ([`ledger`]).
+//!
+//! The modules: [`keys`] (whose keys, sent where), [`route`] (which calls), [`usage`] and
+//! [`prices`] (what a reply cost), [`ledger`] (the record and the cap), [`server`] and
+//! [`upstream`] (the enforcement: HTTP in, HTTPS out).
+
+pub mod keys;
+pub mod ledger;
+pub mod prices;
+pub mod route;
+pub mod server;
+pub mod upstream;
+pub mod usage;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ocsb_policy::settings::Settings;
+use serde_json::{Value, json};
+
+use crate::error::{Error, Result};
+use keys::Upstream;
+use ledger::Ledger;
+use ocsb_sandbox::statefs::StateDir;
+use prices::Prices;
+
+/// The keys of the user's files, split from what the sandbox may get.
+#[derive(Debug, Default)]
+pub struct Keys {
+    /// `OCSB_ENV_FILE` without the provider keys: for OpenCode's environment.
+    pub env_file: Vec<(String, String)>,
+    /// The providers the broker serves.
+    pub upstreams: Vec<Upstream>,
+}
+
+impl Keys {
+    /// Reads `OCSB_ENV_FILE` and `OCSB_PROVIDER_KEYS` (parsed, never run) and checks that no
+    /// provider-shaped value is left for the sandbox (`OCSB_ENV` included).
+    pub fn load(settings: &Settings) -> Result<Keys> {
+        let (env_file, from_env) = match settings.env_file() {
+            Some(p) => keys::split_env_file(crate::opencode::envfile::load(&p)?, &p)?,
+            None => (Vec::new(), Vec::new()),
+        };
+        let from_file = match settings.provider_keys() {
+            Some(p) => {
+                let text = std::fs::read_to_string(&p)
+                    .map_err(|e| Error::io("read the OCSB_PROVIDER_KEYS file", &p, e))?;
+                keys::parse_keys_file(&text, &p)?
+            }
+            None => Vec::new(),
+        };
+        for (k, v) in settings.env_vars() {
+            if keys::looks_like_provider_key(&v) {
+                return Err(keys::unmapped_key(&format!("OCSB_ENV: {k}")));
+            }
+        }
+        let upstreams = keys::merge(from_env, from_file);
+        Ok(Keys { env_file, upstreams })
+    }
+
+    /// A spend limit needs the broker: without a key given to it, nothing would meter.
+    pub fn require_meter(&self, settings: &Settings) -> Result<()> {
+        if self.upstreams.is_empty() && settings.spend_limit().is_set() {
+            return Err(Error::failed(
+                "OCSB_SPEND_LIMIT is set, but no model-provider key is given to the broker, so nothing meters the spend",
+                "put your provider keys in the OCSB_PROVIDER_KEYS file (or as ANTHROPIC_API_KEY, OPENAI_API_KEY, \
+                 OPENROUTER_API_KEY in OCSB_ENV_FILE), or remove OCSB_SPEND_LIMIT",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// OpenCode's configs that the sandbox reads (the global one is copied into the state
+/// directory; the project's is in the project): a provider key written into one of them as a
+/// literal would be the agent's to read. Refused, with where it is.
+pub fn check_configs(settings: &Settings, user_config_dir: &Path, project_dir: &Path) -> Result<()> {
+    fn find(v: &Value, path: &mut Vec<String>) -> Option<String> {
+        match v {
+            Value::String(s) if keys::looks_like_provider_key(s) => Some(path.join(".")),
+            Value::Object(m) => m.iter().find_map(|(k, v)| {
+                path.push(k.clone());
+                let r = find(v, path);
+                path.pop();
+                r
+            }),
+            Value::Array(a) => a.iter().enumerate().find_map(|(i, v)| {
+                path.push(i.to_string());
+                let r = find(v, path);
+                path.pop();
+                r
+            }),
+            _ => None,
+        }
+    }
+    let (global, from) = crate::opencode::global_config(settings, user_config_dir)?;
+    let mut texts = vec![(global, from)];
+    for name in PROJECT_CONFIGS {
+        let p = project_dir.join(name);
+        if let Some(text) = read_untrusted(&p) {
+            texts.push((text, p.display().to_string()));
+        }
+    }
+    for (text, from) in texts {
+        let Ok(v) = serde_json::from_str::<Value>(&crate::opencode::plugin_cache::jsonc_to_json(&text))
+        else {
+            continue;
+        };
+        if let Some(at) = find(&v, &mut Vec::new()) {
+            return Err(keys::unmapped_key(&format!("OpenCode config {from}: `{at}`")));
+        }
+    }
+    Ok(())
+}
+
+/// The files that hold keys: hidden from the sandbox wherever they are.
+pub fn key_files(settings: &Settings) -> Vec<PathBuf> {
+    [settings.env_file(), settings.provider_keys()].into_iter().flatten().filter(|p| p.exists()).collect()
+}
+
+/// What OpenCode is told: where each provider is and the placeholder it sends.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub token: String,
+    pub providers: Vec<String>,
+}
+
+impl Endpoint {
+    /// The `provider` block of `OPENCODE_CONFIG_CONTENT` (the layer a project cannot override):
+    /// each provider's `baseURL` and `apiKey` point at the broker.
+    pub fn opencode_providers(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        for id in &self.providers {
+            m.insert(
+                id.clone(),
+                json!({"options": {"baseURL": format!("http://{}/{id}", self.addr), "apiKey": self.token}}),
+            );
+        }
+        Value::Object(m)
+    }
+}
+
+/// The broker's port, bound before OpenCode's config is written (which names it).
+pub struct Bound {
+    listener: TcpListener,
+    pub endpoint: Endpoint,
+}
+
+pub fn bind(keys: &Keys) -> Result<Bound> {
+    let listener = TcpListener::bind(("127.0.0.1", 0))
+        .map_err(|e| Error::io("listen on 127.0.0.1 for", "the model-key broker", e))?;
+    let addr =
+        listener.local_addr().map_err(|e| Error::io("read the address of", "the broker's socket", e))?;
+    let token = format!("ocsb-broker-{}", crate::web::auth::random_secret()?);
+    let providers = keys.upstreams.iter().map(|u| u.id.clone()).collect();
+    Ok(Bound { listener, endpoint: Endpoint { addr, token, providers } })
+}
+
+/// The project's OpenCode config files, as OpenCode looks for them.
+const PROJECT_CONFIGS: &[&str] =
+    &["opencode.json", "opencode.jsonc", ".opencode/opencode.json", ".opencode/opencode.jsonc"];
+
+/// The prices the broker uses: OpenCode's global config, the project's config, OpenCode's model
+/// lists (the user's own cache and the sandbox's), and the highest price remembered from
+/// earlier runs. Each source can only raise a price (see [`prices`]).
+pub fn prices(settings: &Settings, user_config_dir: &Path, project_dir: &Path, sd: &StateDir) -> Prices {
+    use prices::Source;
+    let mut p = Prices::default();
+    let json =
+        |text: &str| serde_json::from_str::<Value>(&crate::opencode::plugin_cache::jsonc_to_json(text)).ok();
+    if let Ok((global, _)) = crate::opencode::global_config(settings, user_config_dir) {
+        json(&global).inspect(|v| p.add_config(v, Source::User));
+    }
+    for name in PROJECT_CONFIGS {
+        if let Some(text) = read_untrusted(&project_dir.join(name)) {
+            json(&text).inspect(|v| p.add_config(v, Source::Agent));
+        }
+    }
+    // The user's own OpenCode cache is the agent's to write only where a setting makes it
+    // writable (`OCSB_CACHES=shared`, `OCSB_RW`).
+    let host_cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute())
+        .unwrap_or_else(|| settings.home().join(".cache"));
+    let overlaps = |d: &Path| host_cache.starts_with(d) || d.starts_with(&host_cache);
+    let agent_writes = settings
+        .home_dirs()
+        .iter()
+        .any(|(d, u)| overlaps(d) && *u == ocsb_policy::settings::CacheUse::Shared)
+        || settings.rw().iter().any(|d| overlaps(d));
+    if let Some(text) = read_untrusted(&host_cache.join("opencode/models.json")) {
+        json(&text)
+            .inspect(|v| p.add_models_list(v, if agent_writes { Source::Agent } else { Source::User }));
+    }
+    if let Some(b) = sd.read(Path::new("cache/opencode/models.json")) {
+        json(&String::from_utf8_lossy(&b)).inspect(|v| p.add_models_list(v, Source::Agent));
+    }
+    if let Some(b) = sd.read(Path::new(ledger::PRICES))
+        && let Ok(seen) = serde_json::from_slice::<Prices>(&b)
+    {
+        p.add_all(&seen);
+    }
+    if let Ok(text) = serde_json::to_vec(&p)
+        && let Err(e) = crate::run::state::rewrite_private(sd, Path::new(ledger::PRICES), &text)
+    {
+        eprintln!("ocsb: warning: broker: {e}");
+    }
+    p
+}
+
+/// A file the agent may have written or replaced (the project's config; `~/.cache` with
+/// `OCSB_CACHES=shared`): a regular file reached without a final symlink, opened without
+/// blocking (a planted FIFO fails), read up to 16 MiB. `None` for anything else.
+fn read_untrusted(p: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(p)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut buf = Vec::new();
+    f.take(16 << 20).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// A running broker.
+pub struct Broker {
+    pub endpoint: Endpoint,
+    pub ledger: Arc<Ledger>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the broker serves with.
+pub struct Start {
+    pub bound: Bound,
+    pub upstreams: Vec<Upstream>,
+    pub prices: Prices,
+    pub ledger: Ledger,
+    /// Where OCSB_SPEND_LIMIT is set (named in the refusal).
+    pub limit_set_at: String,
+}
+
+impl Broker {
+    pub fn start(s: Start) -> Result<Broker> {
+        let tls = upstream::tls_config()?;
+        let ledger = Arc::new(s.ledger);
+        let endpoint = s.bound.endpoint.clone();
+        let cfg = Arc::new(server::Config {
+            upstreams: s.upstreams,
+            token: endpoint.token.clone(),
+            prices: s.prices,
+            ledger: ledger.clone(),
+            limit_set_at: s.limit_set_at,
+            tls,
+        });
+        let listener = s.bound.listener;
+        listener.set_nonblocking(true).map_err(|e| Error::io("configure", "the broker's socket", e))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ocsb-broker")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("start the runtime of", "the model-key broker", e))?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("ocsb-broker".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => server::serve(l, cfg, rx).await,
+                        Err(e) => eprintln!("ocsb: broker: {e}"),
+                    }
+                });
+                rt.shutdown_timeout(std::time::Duration::from_millis(500));
+            })
+            .map_err(|e| Error::io("start a thread for", "the model-key broker", e))?;
+        Ok(Broker { endpoint, ledger, stop: Some(tx), thread: Some(thread) })
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.ledger.close();
+    }
+}

@@ -6,9 +6,9 @@
 //! a source could lower a price, the agent could switch the spend cap off by writing a price of
 //! zero. So every source can only raise a price, and the broker remembers the highest price it
 //! has seen for each model in a file the sandbox cannot see: a price, once seen, stays at least
-//! as high until the user deletes that file. What stays open is a model the user's own files
-//! never priced: the agent can write its first price. The broker names such models when it
-//! starts, and refuses a model whose price is zero while a limit is set.
+//! as high until the user deletes that file. A model the user's own files never priced could
+//! still get its first price from the agent: while a spend limit is set, only a price a file
+//! of the user's gave counts ([`Prices::by_user`]), and a zero price counts as none.
 
 use std::collections::BTreeMap;
 
@@ -137,9 +137,15 @@ impl Prices {
         self.0.get(&format!("{provider}/{model}")).map(|k| k.price)
     }
 
-    /// Models whose price only files the agent can write gave (`provider/model`): the agent
-    /// could have set it low before the broker first saw it.
-    pub fn by_agent_only(&self) -> Vec<&str> {
+    /// The price, when a file of the user's gave it: what a spend limit is judged by (a price
+    /// only the agent's files give could be the agent's choice).
+    pub fn by_user(&self, provider: &str, model: &str) -> Option<Price> {
+        self.0.get(&format!("{provider}/{model}")).filter(|k| k.by_user).map(|k| k.price)
+    }
+
+    /// Models whose price only files the agent can write gave (`provider/model`).
+    #[cfg(test)]
+    fn by_agent_only(&self) -> Vec<&str> {
         self.0.iter().filter(|(_, k)| !k.by_user).map(|(m, _)| m.as_str()).collect()
     }
 }
@@ -176,11 +182,13 @@ mod tests {
             Some(Price { input: 3.0, output: 15.0, cache_read: 0.3, cache_write: 1.0 })
         );
         assert!(prices.by_agent_only().is_empty());
+        assert!(prices.by_user("fake", "m1").is_some());
         prices.add_config(
             &json!({"provider": {"fake": {"models": {"m2": {"cost": {"input": 1}}}}}}),
             Source::Agent,
         );
         assert_eq!(prices.by_agent_only(), vec!["fake/m2"]);
+        assert_eq!(prices.by_user("fake", "m2"), None, "the agent's price does not count for a limit");
         assert_eq!(
             prices.get("fake", "m2").unwrap().cache_read,
             1.0,

@@ -60,16 +60,17 @@ pub fn call(method: &str, rest: &str) -> Result<Call, String> {
 /// A model call's body as the broker forwards it.
 #[derive(Debug, Default, PartialEq)]
 pub struct Body {
-    /// `None`: forwarded as it came.
-    pub rewritten: Option<Vec<u8>>,
+    /// The body as the broker parsed and judged it, serialized again: the provider reads what
+    /// was judged (a duplicate key, which parsers settle differently, is gone).
+    pub bytes: Vec<u8>,
     pub model: String,
-    /// The most output tokens the call may produce (what it asked for, or a high default):
-    /// what the broker reserves against the cap while the call runs.
+    /// The most output tokens the call may produce (what it asked for, times the choices it
+    /// asked for, or a high default): what the broker reserves against the cap while it runs.
     pub max_output: u64,
 }
 
 /// Output tokens reserved for a call that names no maximum.
-const DEFAULT_MAX_OUTPUT: u64 = 32_000;
+const DEFAULT_MAX_OUTPUT: u64 = 128_000;
 
 /// Tool types the client runs itself (OpenCode's tools, Anthropic's client tools). Any other
 /// type is a server tool: it runs at the provider (web search and fetch, code execution, MCP,
@@ -88,12 +89,68 @@ fn client_tool(t: &Value) -> bool {
 /// Fields that make the provider do what the broker cannot meter or the rules cannot judge.
 const REFUSED_FIELDS: &[(&str, &str)] = &[
     ("mcp_servers", "makes the provider connect to MCP servers, around the egress rules"),
+    ("web_search_options", "makes the provider search the web, around the egress rules"),
     ("background", "runs the call in the background, where its usage never reaches the broker"),
     ("conversation", "reads conversations stored in the account"),
     ("prompt", "runs a prompt stored in the account"),
+    ("previous_response_id", "reads a response stored in the account"),
     ("models", "lets the provider fall back to other models, at their prices"),
     ("plugins", "turns on the provider's paid plugins"),
+    ("modalities", "asks for audio or other output priced apart from the model's text prices"),
+    ("audio", "asks for audio output, priced apart from the model's text prices"),
 ];
+
+/// A content part that makes the provider fetch something: a URL (an image, a document, a
+/// file) or a file stored in the account. The fetch is a request to an address of the caller's
+/// choosing that the egress rules never judge, and its content is input the broker cannot
+/// see. Inline data (`data:` URLs, base64 sources) is what OpenCode sends.
+fn fetching_part(o: &serde_json::Map<String, Value>) -> Option<String> {
+    let remote = |v: &Value| match v {
+        Value::String(s) => !s.starts_with("data:"),
+        Value::Object(m) => m.get("url").and_then(Value::as_str).is_some_and(|s| !s.starts_with("data:")),
+        _ => false,
+    };
+    let has = |k: &str| o.get(k).is_some_and(|v| !v.is_null());
+    let what = match o.get("type").and_then(Value::as_str).unwrap_or_default() {
+        ty @ ("image" | "document")
+            if o.get("source")
+                .and_then(|s| s.get("type"))
+                .and_then(Value::as_str)
+                .is_some_and(|t| t != "base64" && t != "text" && t != "content") =>
+        {
+            format!("a `{ty}` from a URL or a stored file")
+        }
+        "image_url" if o.get("image_url").is_some_and(remote) => {
+            "an `image_url` that is not a data: URL".into()
+        }
+        "input_image" if o.get("image_url").is_some_and(remote) || has("file_id") => {
+            "an `input_image` by URL or by id".into()
+        }
+        "input_file" if has("file_url") || has("file_id") => "an `input_file` by URL or by id".into(),
+        "file" if o.get("file").is_some_and(|f| f.get("file_id").is_some_and(|v| !v.is_null())) => {
+            "a stored `file`".into()
+        }
+        _ => return None,
+    };
+    Some(what)
+}
+
+/// The first fetching part anywhere in the messages or input.
+fn find_fetch(v: &Value) -> Option<String> {
+    match v {
+        Value::Object(o) => fetching_part(o).or_else(|| o.values().find_map(find_fetch)),
+        Value::Array(a) => a.iter().find_map(find_fetch),
+        _ => None,
+    }
+}
+
+/// An integer field, if present; `Err` when it is present but not a whole number.
+fn count(v: &Value, key: &str) -> Result<Option<u64>, String> {
+    match &v[key] {
+        Value::Null => Ok(None),
+        n => n.as_u64().map(Some).ok_or_else(|| format!("`{key}` must be a whole number")),
+    }
+}
 
 /// Check a model call's body and prepare it. A streamed chat completion without
 /// `stream_options.include_usage` would end without a usage report (OpenAI reports it only when
@@ -108,6 +165,9 @@ pub fn prepare(rest: &str, body: &[u8]) -> Result<Body, String> {
     let plain = |c: char| c.is_ascii_alphanumeric() || "._:/@+-".contains(c);
     if model.is_empty() || model.len() > 200 || !model.chars().all(plain) {
         return Err("`model` must name a model (letters, digits and ._:/@+-, at most 200)".into());
+    }
+    if model.ends_with(":online") {
+        return Err("`:online` turns on the provider's web search, around the egress rules".into());
     }
     for (field, why) in REFUSED_FIELDS {
         let set = match &v[*field] {
@@ -128,21 +188,32 @@ pub fn prepare(rest: &str, body: &[u8]) -> Result<Body, String> {
             t["type"]
         ));
     }
-    let max_output = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
-        .iter()
-        .find_map(|k| v[*k].as_u64())
-        .unwrap_or(DEFAULT_MAX_OUTPUT);
+    for key in ["messages", "input", "system"] {
+        if let Some(what) = find_fetch(&v[key]) {
+            return Err(format!("{what} makes the provider fetch it, around the egress rules"));
+        }
+    }
+    let mut max_output = 0;
+    for key in ["max_tokens", "max_completion_tokens", "max_output_tokens"] {
+        max_output = max_output.max(count(&v, key)?.unwrap_or(0));
+    }
+    let thinking = count(&v["thinking"], "budget_tokens")?.unwrap_or(0);
+    let reasoning = count(&v["reasoning"], "max_tokens")?.unwrap_or(0);
+    if max_output == 0 {
+        max_output = DEFAULT_MAX_OUTPUT;
+    }
+    let choices = count(&v, "n")?.unwrap_or(1).max(count(&v, "best_of")?.unwrap_or(1)).max(1);
+    let max_output = max_output.saturating_add(thinking.max(reasoning)).saturating_mul(choices);
     let streamed_chat =
         matches!(rest, "chat/completions" | "completions") && v["stream"] == Value::Bool(true);
-    let mut rewritten = None;
     if streamed_chat && v["stream_options"]["include_usage"] != Value::Bool(true) {
         if !v["stream_options"].is_object() {
             v["stream_options"] = Value::Object(serde_json::Map::new());
         }
         v["stream_options"]["include_usage"] = Value::Bool(true);
-        rewritten = serde_json::to_vec(&v).ok();
     }
-    Ok(Body { rewritten, model, max_output })
+    let bytes = serde_json::to_vec(&v).map_err(|e| format!("the body cannot be written again: {e}"))?;
+    Ok(Body { bytes, model, max_output })
 }
 
 #[cfg(test)]
@@ -175,7 +246,7 @@ mod tests {
     #[test]
     fn streamed_chat_asks_for_usage() {
         let b = prepare("chat/completions", br#"{"model":"m1","stream":true,"messages":[]}"#).unwrap();
-        let v: Value = serde_json::from_slice(&b.rewritten.unwrap()).unwrap();
+        let v: Value = serde_json::from_slice(&b.bytes).unwrap();
         assert_eq!(v["stream_options"]["include_usage"], true);
         assert_eq!((b.model.as_str(), b.max_output), ("m1", DEFAULT_MAX_OUTPUT));
         let b = prepare(
@@ -184,18 +255,43 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            serde_json::from_slice::<Value>(&b.rewritten.unwrap()).unwrap()["stream_options"]["include_usage"],
+            serde_json::from_slice::<Value>(&b.bytes).unwrap()["stream_options"]["include_usage"],
             true
         );
         assert_eq!(b.max_output, 9);
         let b = prepare("messages", br#"{"model":"claude","stream":true,"max_tokens":100}"#).unwrap();
-        assert!(b.rewritten.is_none() && b.max_output == 100, "Anthropic always reports usage");
+        assert!(serde_json::from_slice::<Value>(&b.bytes).unwrap().get("stream_options").is_none());
+        assert_eq!(b.max_output, 100, "Anthropic always reports usage");
+        // What is reserved: the largest maximum, thinking on top, times the choices.
+        let b = prepare(
+            "messages",
+            br#"{"model":"c","max_tokens":1,"max_completion_tokens":500,"thinking":{"budget_tokens":100},"n":3}"#,
+        )
+        .unwrap();
+        assert_eq!(b.max_output, 1800);
+        for bad in [
+            r#"{"model":"c","max_tokens":"64000"}"#,
+            r#"{"model":"c","max_tokens":64000.0}"#,
+            r#"{"model":"c","n":2.5}"#,
+        ] {
+            assert!(prepare("messages", bad.as_bytes()).unwrap_err().contains("whole number"), "{bad}");
+        }
+        // Duplicate keys: the provider gets the one that was judged.
+        let b = prepare("messages", br#"{"model":"cheap","model":"dear"}"#).unwrap();
+        assert_eq!(
+            (b.model.as_str(), String::from_utf8(b.bytes).unwrap()),
+            ("dear", r#"{"model":"dear"}"#.to_string())
+        );
     }
 
     #[test]
     fn calls_the_broker_cannot_meter_or_the_rules_cannot_judge_are_refused() {
         let ok = [
             r#"{"model":"claude-sonnet-4-5","tools":[{"name":"bash","input_schema":{}},{"type":"bash_20250124","name":"bash"}]}"#,
+            // Inline images, and a tool call whose input names a URL (the client fetches it).
+            r#"{"model":"c","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","data":"AA=="}}]},
+                {"role":"assistant","content":[{"type":"tool_use","name":"webfetch","input":{"url":"https://example.com/"}}]}]}"#,
+            r#"{"model":"g","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}}]}]}"#,
             r#"{"model":"gpt-5","tools":[{"type":"function","name":"x"}],"service_tier":"auto"}"#,
             r#"{"model":"anthropic/claude-sonnet-4.5","background":false}"#,
         ];
@@ -219,6 +315,30 @@ mod tests {
             (r#"{"model":"a/b","plugins":[{"id":"web"}]}"#, "plugins"),
             (r#"{"model":"gpt-5","service_tier":"priority"}"#, "priced apart"),
             (r#"{"model":"gpt-5","conversation":"conv_1"}"#, "conversations"),
+            (r#"{"model":"gpt-5","previous_response_id":"resp_1"}"#, "stored"),
+            (r#"{"model":"gpt-5","web_search_options":{}}"#, "search the web"),
+            (r#"{"model":"gpt-4o-audio","modalities":["text","audio"]}"#, "audio"),
+            (r#"{"model":"openai/gpt-5:online"}"#, ":online"),
+            (
+                r#"{"model":"c","messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://evil/?d=x"}}]}]}"#,
+                "fetch",
+            ),
+            (
+                r#"{"model":"c","messages":[{"role":"user","content":[{"type":"document","source":{"type":"file","file_id":"f"}}]}]}"#,
+                "fetch",
+            ),
+            (
+                r#"{"model":"g","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://evil/x.png"}}]}]}"#,
+                "fetch",
+            ),
+            (
+                r#"{"model":"g","input":[{"role":"user","content":[{"type":"input_file","file_url":"https://evil/a.pdf"}]}]}"#,
+                "fetch",
+            ),
+            (
+                r#"{"model":"g","input":[{"role":"user","content":[{"type":"input_image","file_id":"file-1"}]}]}"#,
+                "fetch",
+            ),
         ] {
             let e = prepare("responses", b.as_bytes()).unwrap_err();
             assert!(e.contains(why), "{b}: {e}");

@@ -25,9 +25,11 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Body = BoxBody<Bytes, BoxError>;
 
 /// A request body larger than this is refused (a long conversation with images is far smaller).
-const MAX_REQUEST: usize = 32 << 20;
-/// Model calls under way at once; more wait for a slot (OpenCode makes a few at a time). Bounds
-/// the memory the bodies take and what calls started together can spend.
+const MAX_REQUEST: usize = 16 << 20;
+/// How long a client may take to send a request's body.
+const BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Calls under way at once, from the body's first byte to the reply's last; more wait for a
+/// slot (OpenCode makes a few at a time). Bounds the memory the bodies take.
 const MAX_IN_FLIGHT: usize = 8;
 /// A reply is read to its end for its usage even after OpenCode went away, for at most this long.
 const MAX_REPLY: Duration = Duration::from_secs(30 * 60);
@@ -50,10 +52,17 @@ const FORWARDED: &[&str] = &[
     "x-title",
 ];
 
-/// Anthropic betas that change what a call may do or cost beyond what the broker meters:
-/// the MCP connector (the provider connects to servers of the caller's choosing) and the
-/// long-context pricing.
-const REFUSED_BETAS: &[&str] = &["mcp-client-", "context-1m-"];
+/// The Anthropic betas forwarded (by prefix): those OpenCode's SDK sends, which change how a
+/// reply streams, not what the call may do. Any other (the MCP connector, files, code
+/// execution, web fetch, long-context pricing) is refused by name.
+const ALLOWED_BETAS: &[&str] = &[
+    "claude-code-",
+    "interleaved-thinking-",
+    "fine-grained-tool-streaming-",
+    "prompt-caching-",
+    "token-efficient-tools-",
+    "output-128k-",
+];
 
 /// Everything the server needs.
 pub struct Config {
@@ -143,7 +152,9 @@ fn upstream_headers(from: &HeaderMap, up: &Upstream, body_len: usize) -> Result<
     }
     // Every `anthropic-beta` header, each a comma-separated list.
     let betas = h.get_all("anthropic-beta").iter().filter_map(|v| v.to_str().ok()).flat_map(|b| b.split(','));
-    if let Some(bad) = betas.map(str::trim).find(|f| REFUSED_BETAS.iter().any(|p| f.starts_with(p))) {
+    if let Some(bad) =
+        betas.map(str::trim).find(|f| !f.is_empty() && !ALLOWED_BETAS.iter().any(|p| f.starts_with(p)))
+    {
         return Err(format!("the Anthropic beta `{}` is not forwarded", bad.escape_debug()));
     }
     // A header value that is not text cannot be judged: refused.
@@ -166,7 +177,7 @@ fn upstream_headers(from: &HeaderMap, up: &Upstream, body_len: usize) -> Result<
     Ok(h)
 }
 
-async fn handle(req: Request<Incoming>, cfg: &Config, slots: &tokio::sync::Semaphore) -> Response<Body> {
+async fn handle(req: Request<Incoming>, cfg: &Config, slots: &Arc<tokio::sync::Semaphore>) -> Response<Body> {
     let started = Instant::now();
     let path = req.uri().path().to_string();
     let Some((id, rest)) = route::split(&path) else {
@@ -196,14 +207,15 @@ async fn handle(req: Request<Incoming>, cfg: &Config, slots: &tokio::sync::Semap
             return refuse(StatusCode::FORBIDDEN, auth, "permission_error", &msg);
         }
     };
-    // A slot first: the body is read only by calls that may run now.
-    let Ok(_slot) = slots.acquire().await else {
+    // A slot first: the body is read only by calls that may run now. The slot is held until
+    // the reply has been read to its end.
+    let Ok(slot) = slots.clone().acquire_owned().await else {
         return refuse(StatusCode::SERVICE_UNAVAILABLE, auth, "api_error", "ocsb broker: stopping");
     };
     let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, MAX_REQUEST).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
+    let body = match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_REQUEST).collect()).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) => {
             return refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 auth,
@@ -211,8 +223,16 @@ async fn handle(req: Request<Incoming>, cfg: &Config, slots: &tokio::sync::Semap
                 &format!("ocsb broker: {e}"),
             );
         }
+        Err(_) => {
+            return refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                auth,
+                "invalid_request_error",
+                "ocsb broker: the body came too slowly",
+            );
+        }
     };
-    let headers = match upstream_headers(&parts.headers, up, body.len()) {
+    let mut headers = match upstream_headers(&parts.headers, up, body.len()) {
         Ok(h) => h,
         Err(why) => {
             return refuse(StatusCode::FORBIDDEN, auth, "permission_error", &format!("ocsb broker: {why}"));
@@ -228,27 +248,44 @@ async fn handle(req: Request<Incoming>, cfg: &Config, slots: &tokio::sync::Semap
         duration_ms: 0,
         status: 0,
     };
-    let (body, meter) = if call == Call::Generate {
-        let prepared = match route::prepare(rest, &body) {
-            Ok(p) => p,
+    // Every body is judged (token counting too: a URL in it would be fetched all the same).
+    let prepared = if parts.method == hyper::Method::POST {
+        match route::prepare(rest, &body) {
+            Ok(p) => Some(p),
             Err(why) => {
                 let msg = format!("ocsb broker: {why}; such calls are not forwarded with your key");
                 return refuse(StatusCode::FORBIDDEN, auth, "permission_error", &msg);
             }
-        };
-        let price = cfg.prices.get(&up.id, &prepared.model).filter(|p| !p.is_zero());
-        if price.is_none() && cfg.ledger.limit().is_set() {
+        }
+    } else {
+        None
+    };
+    let mut meter = None;
+    if let (Call::Generate, Some(prepared)) = (call, &prepared) {
+        let limited = cfg.ledger.limit().is_set();
+        let price = if limited {
+            cfg.prices.by_user(&up.id, &prepared.model)
+        } else {
+            cfg.prices.get(&up.id, &prepared.model)
+        }
+        .filter(|p| !p.is_zero());
+        if price.is_none() && limited {
+            let why = if cfg.prices.get(&up.id, &prepared.model).is_some_and(|p| !p.is_zero()) {
+                "only files the agent can write (the project's config, OpenCode's model cache) price it"
+            } else {
+                "no price is known for it"
+            };
             let msg = format!(
-                "ocsb broker: OCSB_SPEND_LIMIT is set and no price is known for {}/{}, so its cost cannot be counted; \
+                "ocsb broker: OCSB_SPEND_LIMIT is set and {why}, so the cost of {}/{} cannot be counted; \
                  give the model a `cost` in your global OpenCode config (~/.config/opencode-sandbox/opencode.jsonc)",
                 up.id, prepared.model
             );
             return refuse(StatusCode::FORBIDDEN, auth, "permission_error", &msg);
         }
-        // The most this call can cost: its whole body as input (about 4 bytes a token) and
-        // every output token it may ask for.
+        // The most this call can cost: every byte of its body an input token, and every output
+        // token it may ask for.
         let reserve = price.map_or(0.0, |p| {
-            p.cost(&Usage { input: body.len() as u64 / 4, output: prepared.max_output, ..Usage::default() })
+            p.cost(&Usage { input: body.len() as u64, output: prepared.max_output, ..Usage::default() })
         });
         let ticket = match cfg.ledger.admit(entry(prepared.model.clone()), reserve) {
             Ok(t) => t,
@@ -258,15 +295,16 @@ async fn handle(req: Request<Incoming>, cfg: &Config, slots: &tokio::sync::Semap
                 return refuse(StatusCode::PAYMENT_REQUIRED, auth, "spend_limit", &msg);
             }
         };
-        let body = prepared.rewritten.map(Bytes::from).unwrap_or(body);
-        (body, Some(Metered { ticket, price, reserve }))
-    } else {
-        (body, None)
-    };
-    let mut guard = Settle { ledger: cfg.ledger.clone(), meter, started, done: false };
+        meter = Some(Metered { ticket, price, reserve });
+    }
+    let body = prepared.map(|p| Bytes::from(p.bytes)).unwrap_or(body);
+    let mut guard = Settle { ledger: cfg.ledger.clone(), meter, started, done: false, _slot: slot };
+    // The length of the body as it is sent (the broker writes it again).
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
 
     let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
     let Ok(uri) = format!("{}/{rest}{query}", up.base.path).parse::<hyper::Uri>() else {
+        guard.settle((None, false), 0);
         return refuse(StatusCode::BAD_REQUEST, auth, "invalid_request_error", "ocsb broker: a bad path");
     };
     let mut req = Request::new(Full::new(body));
@@ -278,7 +316,7 @@ async fn handle(req: Request<Incoming>, cfg: &Config, slots: &tokio::sync::Semap
         Err(e) => {
             let msg = format!("ocsb broker: {}:{} did not answer: {e}", up.base.host, up.base.port);
             eprintln!("ocsb: broker: {msg}");
-            guard.settle(None, 502);
+            guard.settle((None, false), 502);
             return refuse(StatusCode::BAD_GATEWAY, auth, "api_error", &msg);
         }
     };
@@ -322,18 +360,24 @@ struct Settle {
     meter: Option<Metered>,
     started: Instant,
     done: bool,
+    /// The call's slot, free again when the call is settled.
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Settle {
-    fn settle(&mut self, usage: Option<Usage>, status: u16) {
+    /// `usage` and whether the reply's end was seen. A successful reply without usage, or one
+    /// cut short, is charged at least its reservation: the provider billed what it generated,
+    /// and the usage of a cut reply is only what was reported before the cut.
+    fn settle(&mut self, (usage, complete): (Option<Usage>, bool), status: u16) {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
         let Some(m) = &self.meter else { return };
         let ok = (200..300).contains(&status);
         let cost = match (usage, m.price) {
+            (Some(u), Some(p)) if complete => Some(p.cost(&u)),
+            (u, Some(p)) if ok => Some(p.cost(&u.unwrap_or_default()).max(m.reserve)),
             (Some(u), Some(p)) => Some(p.cost(&u)),
-            (None, Some(_)) if ok => Some(m.reserve),
             (None, Some(_)) => Some(0.0),
             (_, None) => None,
         };

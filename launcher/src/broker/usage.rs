@@ -83,6 +83,9 @@ pub struct Meter {
     pending: Vec<u8>,
     stream: Option<bool>,
     usage: Option<Usage>,
+    /// Whether the reply's end was seen (`[DONE]`, `message_stop`, a final `response.*`
+    /// event, or a whole JSON body): usage read from a reply cut short is not its cost.
+    complete: bool,
 }
 
 /// A JSON body larger than this is not read for usage (a model reply is far smaller).
@@ -98,6 +101,10 @@ impl Meter {
         if let Some(u) = of_document(v) {
             self.usage.get_or_insert_with(Usage::default).merge(u);
         }
+        let end = ["message_stop", "response.completed", "response.incomplete", "response.failed"];
+        if v["type"].as_str().is_some_and(|t| end.contains(&t)) {
+            self.complete = true;
+        }
     }
 
     pub fn feed(&mut self, chunk: &[u8]) {
@@ -111,10 +118,13 @@ impl Meter {
             if b == b'\n' {
                 let line = std::mem::take(&mut self.pending);
                 let line = line.strip_suffix(b"\r").unwrap_or(&line);
-                if let Some(data) = line.strip_prefix(b"data:")
-                    && let Ok(v) = serde_json::from_slice::<Value>(data.trim_ascii())
-                {
-                    self.take(&v);
+                if let Some(data) = line.strip_prefix(b"data:") {
+                    let data = data.trim_ascii();
+                    if data == b"[DONE]" {
+                        self.complete = true;
+                    } else if let Ok(v) = serde_json::from_slice::<Value>(data) {
+                        self.take(&v);
+                    }
                 }
             } else if self.pending.len() < MAX_BODY {
                 self.pending.push(b);
@@ -122,17 +132,18 @@ impl Meter {
         }
     }
 
-    /// The usage the reply reported, if it reported any.
-    pub fn finish(mut self) -> Option<Usage> {
+    /// The usage the reply reported, if it reported any, and whether its end was seen.
+    pub fn finish(mut self) -> (Option<Usage>, bool) {
         if self.stream != Some(true) {
             let body = std::mem::take(&mut self.pending);
             if let Ok(v) = serde_json::from_slice::<Value>(&body) {
                 self.take(&v);
+                self.complete = true;
             }
         } else if !self.pending.is_empty() {
             self.feed(b"\n");
         }
-        self.usage
+        (self.usage, self.complete)
     }
 }
 
@@ -141,6 +152,10 @@ mod tests {
     use super::*;
 
     fn stream(text: &str, split: usize) -> Option<Usage> {
+        stream_end(text, split).0
+    }
+
+    fn stream_end(text: &str, split: usize) -> (Option<Usage>, bool) {
         let mut m = Meter::new(true);
         for c in text.as_bytes().chunks(split) {
             m.feed(c);
@@ -155,8 +170,10 @@ mod tests {
                     \"prompt_tokens_details\":{\"cached_tokens\":200}}}\r\n\r\ndata: [DONE]\n\n";
         let want = Usage { input: 802, output: 50, cache_read: 200, cache_write: 0 };
         for split in [1, 3, 7, 64, 4096] {
-            assert_eq!(stream(text, split), Some(want), "chunks of {split}");
+            assert_eq!(stream_end(text, split), (Some(want), true), "chunks of {split}");
         }
+        let cut = &text[..text.find("data: [DONE]").unwrap()];
+        assert_eq!(stream_end(cut, 5), (Some(want), false), "no [DONE]: cut short");
     }
 
     #[test]
@@ -179,7 +196,7 @@ mod tests {
         let mut m = Meter::new(false);
         m.feed(b"{\"id\":\"x\",\"usage\":{\"prompt_tokens\":5,");
         m.feed(b"\"completion_tokens\":2}}");
-        assert_eq!(m.finish(), Some(Usage { input: 5, output: 2, cache_read: 0, cache_write: 0 }));
+        assert_eq!(m.finish(), (Some(Usage { input: 5, output: 2, cache_read: 0, cache_write: 0 }), true));
     }
 
     #[test]
@@ -187,6 +204,6 @@ mod tests {
         assert_eq!(stream("data: {\"choices\":[]}\n\ndata: [DONE]\n\n", 4), None);
         let mut m = Meter::new(false);
         m.feed(b"not json");
-        assert_eq!(m.finish(), None);
+        assert_eq!(m.finish(), (None, false));
     }
 }

@@ -130,14 +130,6 @@ fn start_broker(
                 .join(", "),
         }
     );
-    let unpinned = prices.by_agent_only();
-    if limit.is_set() && !unpinned.is_empty() {
-        println!(
-            "            prices of {} come only from files the agent can write (the project's config, OpenCode's cache): \
-             give them a `cost` in your global OpenCode config to pin them",
-            unpinned.join(", ")
-        );
-    }
     if !s.sandbox_enabled() {
         eprintln!(
             "ocsb: warning: OCSB_SANDBOX=0: the agent can read the key files themselves ({}); only the environment is kept clean",

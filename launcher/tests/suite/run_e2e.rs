@@ -932,6 +932,13 @@ fn run_keeps_model_keys_outside_the_sandbox_and_caps_the_spend() {
         "cost": {"input": 0.001, "output": 0.001, "cache_read": 0.001, "cache_write": 0.001}});
     oc["small_model"] = "fake/m0".into();
     std::fs::write(w.proj.join("opencode.json"), oc.to_string()).unwrap();
+    // With a limit, only prices of the user's own files count: the global OpenCode config.
+    let global = w.home.join(".config/opencode-sandbox/opencode.jsonc");
+    std::fs::create_dir_all(global.parent().unwrap()).unwrap();
+    let prices = serde_json::json!({"provider": {"fake": {"models": {
+        "m1": {"cost": oc["provider"]["fake"]["models"]["m1"]["cost"]},
+        "m0": {"cost": oc["provider"]["fake"]["models"]["m0"]["cost"]}}}}});
+    std::fs::write(&global, format!("// the user's prices\n{prices}\n")).unwrap();
     w.launcher_env.push(format!("SSL_CERT_FILE={}", ca.display()));
     let real = format!("REAL-{}", std::process::id());
     let secret = "4f9c1e7a5b";
@@ -979,7 +986,10 @@ fn run_keeps_model_keys_outside_the_sandbox_and_caps_the_spend() {
 
     ns.enter();
     let auth = basic("opencode", &password);
-    let ses = http(w.web, "POST", "/session", &[("Authorization", &auth)], Some("{}"), T).json();
+    // A session with a title: OpenCode asks the model for none, so the turn's own calls are
+    // the only ones (a title call under way would hold its reservation against the limit).
+    let ses =
+        http(w.web, "POST", "/session", &[("Authorization", &auth)], Some(r#"{"title":"broker"}"#), T).json();
     let id = ses["id"].as_str().unwrap_or_else(|| panic!("{ses}")).to_string();
     // The searches never spell a key out (the command is stored in OpenCode's data, which is
     // searched): each is put together by the script. It is a file because OpenCode's shell
@@ -994,8 +1004,9 @@ fn run_keeps_model_keys_outside_the_sandbox_and_caps_the_spend() {
              echo procs=$(ls -d /proc/[0-9]* | wc -l) placeholder=$(printf '%s\\n' \"$envs\" | grep -c ocsb-broker-)\n\
              echo mcp=$(printf '%s\\n' \"$envs\" | grep -c '^MCP_TOKEN=tok-')\n\
              echo env-hits=$(printf '%s\\n' \"$envs\" | grep -c -e \"$K\" -e \"$E\")\n\
-             echo file-hits=$(grep -rIl -e \"$K\" -e \"$E\" \"$XDG_CONFIG_HOME\" \"$XDG_DATA_HOME\" \"$XDG_CACHE_HOME\" {state} $HOME/.config 2>/dev/null | wc -l)\n\
-             echo searched=$(grep -rIl -e opencode \"$XDG_CONFIG_HOME\" {state} 2>/dev/null | wc -l)\n\
+             echo file-hits=$(grep -rla -e \"$K\" -e \"$E\" \"$XDG_CONFIG_HOME\" \"$XDG_DATA_HOME\" \"$XDG_CACHE_HOME\" {state} $HOME/.config 2>/dev/null | wc -l)\n\
+             echo searched=$(grep -rla -e opencode \"$XDG_CONFIG_HOME\" {state} 2>/dev/null | wc -l) \
+             binary=$(grep -rla 'SQLite format 3' \"$XDG_DATA_HOME\" 2>/dev/null | wc -l)\n\
              echo keys-file=$(cat {} 2>&1 | grep -c fake) env-file=$(cat {} 2>&1 | grep -c MCP_TOKEN)\n\
              echo ledger=$(ls -A {state}/spend 2>&1 | wc -w)\n",
             keys_file.display(),
@@ -1015,7 +1026,10 @@ fn run_keeps_model_keys_outside_the_sandbox_and_caps_the_spend() {
     assert!(out.contains("mcp=1"), "{out}");
     let searched: u32 =
         out.split("searched=").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().parse().unwrap();
-    assert!(searched >= 1, "the search reads OpenCode's files: {out}");
+    assert!(
+        searched >= 1 && !out.contains("binary=0"),
+        "the search reads OpenCode's files, its database too: {out}"
+    );
     // The provider's host is blocked for the sandbox.
     let direct = shell(
         &w,
@@ -1028,7 +1042,7 @@ fn run_keeps_model_keys_outside_the_sandbox_and_caps_the_spend() {
     assert!(!direct.contains("code=200"), "{direct}");
 
     // A model turn: the streamed tool call arrives intact and runs; the reply's cost (0.922 at
-    // the project's prices) is over the limit, so the turn's next request is refused.
+    // the user's prices) is over the limit, so the turn's next request is refused.
     let p = agent_runs(w.web, &auth, &id, "echo broker-$((6*7))");
     assert!(p["state"]["output"].as_str().unwrap_or_default().contains("broker-42"), "{p:#}");
     let msgs =
@@ -1045,7 +1059,6 @@ fn run_keeps_model_keys_outside_the_sandbox_and_caps_the_spend() {
     }
     let turn: Vec<_> = seen.iter().filter(|r| r["tools"].is_array()).collect();
     assert_eq!(turn.len(), 1, "the turn's second request never reached the provider");
-    assert_eq!(turn[0]["stream_options"]["include_usage"], true);
 
     // The panel shows the broker's spend against the limit. (OpenCode records no tokens for a
     // turn that ended in an error; the isolated test checks its numbers after a whole turn.)

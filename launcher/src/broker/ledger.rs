@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use ocsb_policy::settings::SpendLimit;
 use serde::{Deserialize, Serialize};
@@ -69,21 +69,8 @@ impl Totals {
 
 /// The UTC date of `t` as `YYYY-MM-DD`, and the time as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn utc(t: SystemTime) -> (String, String) {
-    let secs = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs();
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (the proleptic Gregorian calendar).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let date = format!("{year:04}-{month:02}-{day:02}");
-    let time = format!("{date}T{:02}:{:02}:{:02}Z", rest / 3600, rest / 60 % 60, rest % 60);
-    (date, time)
+    let time = crate::web::panel_log::utc(t);
+    (time.get(..10).unwrap_or_default().to_string(), time)
 }
 
 /// Today's and one session's totals of a ledger's text (lines that do not parse are skipped:
@@ -171,21 +158,7 @@ pub struct Ledger {
 /// (the sandbox cannot see the directory, but an older sandbox could have planted something
 /// before it was hidden). Empty when there is none.
 pub fn read(path: &Path) -> String {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let Ok(mut f) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-    else {
-        return String::new();
-    };
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
-        return String::new();
-    }
-    let mut buf = Vec::new();
-    let _ = f.read_to_end(&mut buf);
-    String::from_utf8_lossy(&buf).into_owned()
+    super::read_no_follow(path, u64::MAX).unwrap_or_default()
 }
 
 impl Ledger {
@@ -314,6 +287,7 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
 
     #[test]
     fn utc_dates() {

@@ -223,10 +223,15 @@ pub fn prices(settings: &Settings, user_config_dir: &Path, project_dir: &Path, s
     p
 }
 
-/// A file the agent may have written or replaced (the project's config; `~/.cache` with
-/// `OCSB_CACHES=shared`): a regular file reached without a final symlink, opened without
-/// blocking (a planted FIFO fails), read up to 16 MiB. `None` for anything else.
+/// A config or model list the agent may have written or replaced (the project's config;
+/// `~/.cache` with `OCSB_CACHES=shared`), read up to 16 MiB ([`read_no_follow`]).
 fn read_untrusted(p: &Path) -> Option<String> {
+    read_no_follow(p, 16 << 20)
+}
+
+/// A regular file reached without a final symlink, opened without blocking (a planted FIFO
+/// fails), read up to `limit` bytes. `None` for anything else.
+pub(crate) fn read_no_follow(p: &Path, limit: u64) -> Option<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
@@ -238,7 +243,7 @@ fn read_untrusted(p: &Path) -> Option<String> {
         return None;
     }
     let mut buf = Vec::new();
-    f.take(16 << 20).read_to_end(&mut buf).ok()?;
+    f.take(limit).read_to_end(&mut buf).ok()?;
     Some(String::from_utf8_lossy(&buf).into_owned())
 }
 

@@ -46,7 +46,7 @@ impl PanelLog {
 }
 
 /// `2026-12-01T04:31:26Z`.
-fn utc(t: SystemTime) -> String {
+pub(crate) fn utc(t: SystemTime) -> String {
     let secs = t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm, proleptic Gregorian).

@@ -329,13 +329,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
             .unwrap(),
     );
     ns.sh("for i in $(seq 100); do curl -s -m 1 -o /dev/null http://192.0.2.1/ && curl -s -m 1 -o /dev/null http://192.0.2.2/ && exit 0; sleep 0.1; done; exit 1");
-    let table = format!(
-        "table inet ocsb_netlock {{\n chain output {{\n  type filter hook output priority filter; policy accept;\n  meta skgid {gid} jump locked\n }}\n \
-         chain locked {{\n  ip daddr 127.0.0.0/8 accept\n  ip6 daddr ::1 accept\n  reject with icmpx admin-prohibited\n }}\n}}\n"
-    );
-    let nft = w.root.join("netlock.nft");
-    std::fs::write(&nft, table).unwrap();
-    ns.sh(&format!("nft -f {}", nft.display()));
+    install_netlock_table(&ns, &w, gid);
 
     // The user's session bus (a real dbus-daemon owned by ocsb-test). Activating a service on it
     // is what `systemd-run --user` and D-Bus activation use to leave a sandbox.
@@ -796,17 +790,7 @@ fn run_works_in_an_isolated_network_without_the_netlock() {
     sh(&format!("chown {UID}:{UID} {}", keys.display()));
     text += &format!("OCSB_NETWORK=isolated\nOCSB_PROVIDER_KEYS={}\nOCSB_NOTIFICATIONS=0\n", keys.display());
     std::fs::write(&conf, text).unwrap();
-    let _origin = Proc(
-        origins
-            .cmd()
-            .args(["python3", "-m", "http.server", "--bind", "0.0.0.0", "80", "--directory"])
-            .arg(w.root.join("www1"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    ns.sh("for i in $(seq 100); do curl -s -m 1 -o /dev/null http://192.0.2.1/ && exit 0; sleep 0.1; done; exit 1");
+    let _origin = serve_origin(&ns, &origins, &w, "0.0.0.0");
 
     let log = w.root.join("run.log");
     let mut run = start_run(&ns, &w, &w.proj, &log, false);
@@ -863,6 +847,23 @@ fn run_works_in_an_isolated_network_without_the_netlock() {
     assert!(panel["output"].as_str().is_some_and(|o| o != "0" && o != "–"), "{panel}");
     drop(browser);
     interrupt(&mut run);
+}
+
+/// The allowed origin (`www1`, on port 80 of `bind` in the origins' namespace), answering
+/// 192.0.2.1 as seen from `ns` before this returns.
+fn serve_origin(ns: &Netns, origins: &Netns, w: &World, bind: &str) -> Proc {
+    let p = Proc(
+        origins
+            .cmd()
+            .args(["python3", "-m", "http.server", "--bind", bind, "80", "--directory"])
+            .arg(w.root.join("www1"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    ns.sh("for i in $(seq 100); do curl -s -m 1 -o /dev/null http://192.0.2.1/ && exit 0; sleep 0.1; done; exit 1");
+    p
 }
 
 /// The netlock table of the main test, installed in `ns`: the netlock group reaches loopback only.
@@ -964,17 +965,7 @@ fn run_keeps_model_keys_outside_the_sandbox_and_caps_the_spend() {
     sh(&format!("chown -R {UID}:{UID} {}", w.home.display()));
     install_netlock_table(&ns, &w, gid);
     // The allowed origin of the project's expect-pass line.
-    let _origin = Proc(
-        origins
-            .cmd()
-            .args(["python3", "-m", "http.server", "--bind", "192.0.2.1", "80", "--directory"])
-            .arg(w.root.join("www1"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    ns.sh("for i in $(seq 100); do curl -s -m 1 -o /dev/null http://192.0.2.1/ && exit 0; sleep 0.1; done; exit 1");
+    let _origin = serve_origin(&ns, &origins, &w, "192.0.2.1");
 
     let log = w.root.join("run.log");
     let mut run = start_run(&ns, &w, &w.proj, &log, false);

@@ -36,6 +36,7 @@ fi
 #   chromium      headless browser for the web UI and Tokens panel test
 #   bubblewrap    the baseline of the sandbox start-up benchmark (cargo bench -p ocsb)
 #   busybox-static  the root of the image the Docker gateway tests run (no registry here)
+#   docker-compose  Compose (v1, the one Debian 12 packages) through the Docker gateway
 #   ca-certificates openssl   the model-key broker's TLS roots; a test CA for the scripted
 #                 provider over HTTPS (run_e2e)
 #   debootstrap lintian dpkg-dev rpm rpmlint strace man-db
@@ -43,7 +44,7 @@ fi
 #                 chown/chmod of the set-gid shim, man page checks
 PACKAGES="squid nftables iproute2 util-linux dbus polkitd pkexec docker.io systemd git curl jq ncat libcap2-bin
           pkg-config libnftnl-dev libmnl-dev python3 python3-dbus python3-gi xdg-dbus-proxy ripgrep make chromium
-          bubblewrap busybox-static ca-certificates openssl debootstrap lintian dpkg-dev rpm rpmlint strace man-db"
+          bubblewrap busybox-static docker-compose ca-certificates openssl debootstrap lintian dpkg-dev rpm rpmlint strace man-db"
 
 missing=""
 for p in $PACKAGES; do

@@ -119,11 +119,12 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
     let owned = |obj: &Owned| -> Result<(), Refusal> {
         if gw.daemon.owns(ctx, obj).map_err(daemon_err)? {
             Ok(())
+        } else if !gw.daemon.exists(obj).map_err(daemon_err)? {
+            // Answered as the daemon would (404): Compose asks for its network and volumes by
+            // name and makes them when they are not there.
+            Err(Refusal::new(NOT_FOUND, format!("no such {}", describe(obj))))
         } else {
-            Err(Refusal::new(
-                "ownership",
-                format!("{} is not one this project made (or does not exist)", describe(obj)),
-            ))
+            Err(Refusal::new("ownership", format!("{} is not one this project made", describe(obj))))
         }
     };
     let mut json_body = || -> Result<Value, Refusal> {
@@ -274,7 +275,13 @@ fn describe(obj: &Owned) -> String {
     }
 }
 
+/// The rule of a call on an object that does not exist.
+const NOT_FOUND: &str = "not-found";
+
 fn refuse(w: &mut UnixStream, gw: &Shared, head: &Head, r: Refusal) -> io::Result<()> {
     gw.log(&format!("DENY {} {} rule={} {}", head.method, head.path, r.rule, r.what));
+    if r.rule == NOT_FOUND {
+        return http::answer(w, 404, "Not Found", &r.body());
+    }
     http::answer(w, 403, "Forbidden", &r.body())
 }

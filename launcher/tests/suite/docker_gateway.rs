@@ -477,3 +477,40 @@ fn a_link_in_the_project_is_not_bound() {
     assert!(out.contains("a subdirectory"), "{out}");
     has(&out, "created: 0", &err);
 }
+
+/// Docker Compose (v1, `docker-compose`, the one Debian 12 packages: v2 is not packaged here)
+/// brings a small project up through the gateway, as the user runs it (their own group: the
+/// netlock group would lock the gateway's relay to the container, which a user's launcher
+/// never runs as): a service with a bind of the project, a named volume and a port published
+/// on 127.0.0.1, reached from the isolated sandbox through `OCSB_FORWARD_PORTS`; `down -v`
+/// removes the container, the network and the volume.
+#[test]
+fn compose_brings_a_project_up_through_the_gateway() {
+    testkit::host::require_all(&[("docker-compose", "docker-compose")]);
+    let w = World::new();
+    std::fs::write(w.proj.join("hello.txt"), "from-compose\n").unwrap();
+    std::fs::write(
+        w.proj.join("docker-compose.yml"),
+        format!(
+            "services:\n  web:\n    image: {IMAGE}\n    command: httpd -f -p 80 -h /www\n    volumes:\n      - .:/www\n      - data:/data\n    ports:\n      - \"127.0.0.1:18080:80\"\nvolumes:\n  data: {{}}\n"
+        ),
+    )
+    .unwrap();
+    let body = format!(
+        r#"G=1990; APPLETS="{APPLETS}"; IMAGE={IMAGE}
+        {OWN_DOCKERD}
+        printf 'OCSB_NETWORK=isolated\nOCSB_FORWARD_PORTS=(18080)\n' >> .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox/local hello.txt docker-compose.yml
+        env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" egress up >/dev/null 2>&1
+        D 'docker-compose -p web up -d 2>&1 | tail -3
+           for i in $(seq 50); do curl -s --noproxy "*" -o /dev/null http://127.0.0.1:18080/ && break; sleep 0.1; done
+           echo "compose: $(curl -s --noproxy "*" --max-time 5 http://127.0.0.1:18080/hello.txt)"
+           echo "volume: $(docker volume ls -q | grep -c web_data)"
+           docker-compose -p web down -v 2>&1 | tail -3'
+        echo "left: $(DOCKER_HOST="$DH" docker ps -aq | wc -l) containers, $(DOCKER_HOST="$DH" docker volume ls -q | wc -l) volumes"
+        {DOCKERD_STOP}"#
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "compose: from-compose", &err);
+    has(&out, "volume: 1", &err);
+    has(&out, "left: 0 containers, 0 volumes", &err);
+}

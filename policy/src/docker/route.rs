@@ -48,7 +48,12 @@ pub enum Call {
 pub fn route(method: &str, path: &str) -> Verdict<Call> {
     let path = path.split('?').next().unwrap_or_default();
     let mut parts: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    if let Some(v) = parts.first().and_then(|p| p.strip_prefix('v')) {
+    // `v` and a digit: a version prefix (`/version` is an endpoint, not a version).
+    if let Some(v) = parts
+        .first()
+        .and_then(|p| p.strip_prefix('v'))
+        .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+    {
         let version = parse_version(v)
             .ok_or_else(|| Refusal::new("api-version", format!("`/{}` is not an API version", parts[0])))?;
         if version < API_MIN || version > API_MAX {
@@ -132,6 +137,7 @@ mod tests {
     #[test]
     fn listed_endpoints_pass_with_what_they_need() {
         assert_eq!(route("GET", "/_ping"), Ok(Call::Plain));
+        assert_eq!(route("GET", "/version"), Ok(Call::Plain), "docker-py asks unversioned");
         assert_eq!(route("HEAD", "/v1.41/_ping"), Ok(Call::Plain));
         assert_eq!(route("POST", "/v1.41/containers/create?name=x"), Ok(Call::CreateContainer));
         assert_eq!(
@@ -165,7 +171,7 @@ mod tests {
             ("POST", "/v1.41/containers/x/update", "endpoint", "needs"),
             ("POST", "/v1.99/containers/create", "api-version", "1.99"),
             ("POST", "/v1.12/containers/create", "api-version", "1.12"),
-            ("GET", "/vX/_ping", "api-version", "vX"),
+            ("GET", "/v1.x/_ping", "api-version", "v1.x"),
         ] {
             let r = route(m, p).unwrap_err();
             assert_eq!(r.rule, rule, "{m} {p}");

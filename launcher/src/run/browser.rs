@@ -48,7 +48,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let opener = d.path().join("xdg-open");
         let out = d.path().join("opened");
-        std::fs::write(&opener, format!("#!/bin/sh\necho \"$@\" > {}\n", out.display())).unwrap();
+        // Written aside and renamed: the test waits for the file to exist, and `>` would make it
+        // exist before `echo` filled it.
+        std::fs::write(
+            &opener,
+            format!("#!/bin/sh\necho \"$@\" > {0}.tmp && mv {0}.tmp {0}\n", out.display()),
+        )
+        .unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
 

@@ -403,7 +403,10 @@ async fn relay(
             Ok(Some(Ok(f))) => f,
             Ok(Some(Err(e))) => {
                 // A reply cut short upstream is cut short for OpenCode too, not ended cleanly.
-                if let Some(tx) = client.take() {
+                // Once its last event has passed, a transport error is only how the provider
+                // hung up (a close-delimited body over TLS without close_notify): the reply
+                // is whole, and ends as such.
+                if let Some(tx) = client.take().filter(|_| !meter.complete()) {
                     tx.abort(e.into());
                 }
                 break;

@@ -493,3 +493,40 @@ async fn a_body_that_makes_the_provider_fetch_is_refused_even_to_count_tokens() 
     }
     assert!(seen.lock().unwrap().is_empty());
 }
+
+/// A provider that ends a close-delimited reply with a reset once its last event is out.
+async fn hanging_up_provider() -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = l.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let _ = s.read(&mut buf).await;
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+                let _ = s.write_all(head.as_bytes()).await;
+                for e in ANTHROPIC_SSE {
+                    let _ = s.write_all(e.as_bytes()).await;
+                }
+                let _ = s.flush().await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                // A reset rather than an orderly end.
+                let _ = s.set_zero_linger();
+                drop(s);
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_whole_reply_ends_cleanly_however_the_provider_hangs_up() {
+    let up = hanging_up_provider().await;
+    let b = broker(up, SpendLimit::default()).await;
+    let (status, body) = ask(&b, "POST", "/anthropic/messages", "PLACEHOLDER", ASK).await;
+    assert_eq!(status, 200);
+    assert_eq!(body, ANTHROPIC_SSE.concat(), "the reply is whole and ends without an error");
+    assert_eq!(ledger_lines(&b)[0].usage.output, 40);
+}

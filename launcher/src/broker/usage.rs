@@ -132,6 +132,11 @@ impl Meter {
         }
     }
 
+    /// Whether the reply's end has been seen so far.
+    pub fn complete(&self) -> bool {
+        self.complete
+    }
+
     /// The usage the reply reported, if it reported any, and whether its end was seen.
     pub fn finish(mut self) -> (Option<Usage>, bool) {
         if self.stream != Some(true) {

@@ -17,6 +17,7 @@ mod opencode;
 mod project;
 mod run;
 mod sandbox_spec;
+mod served;
 mod signals;
 mod web;
 mod worktree;

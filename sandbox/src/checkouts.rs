@@ -34,6 +34,13 @@ pub use super::plan::RealFs as HostLookup;
 
 /// Read a small text file without following a final symlink.
 pub fn read_small(p: &Path) -> Option<String> {
+    read_limited(p, 64 * 1024)
+}
+
+/// Read up to `limit` bytes of a text file the agent may have written or replaced: without
+/// following a final symlink, and without blocking on a planted FIFO (`O_NONBLOCK` fails its
+/// open); `None` for anything but a regular file of UTF-8.
+pub fn read_limited(p: &Path, limit: u64) -> Option<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
@@ -45,7 +52,7 @@ pub fn read_small(p: &Path) -> Option<String> {
         return None;
     }
     let mut s = String::new();
-    f.take(64 * 1024).read_to_string(&mut s).ok()?;
+    f.take(limit).read_to_string(&mut s).ok()?;
     Some(s)
 }
 

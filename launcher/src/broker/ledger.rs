@@ -158,7 +158,7 @@ pub struct Ledger {
 /// (the sandbox cannot see the directory, but an older sandbox could have planted something
 /// before it was hidden). Empty when there is none.
 pub fn read(path: &Path) -> String {
-    super::read_no_follow(path, u64::MAX).unwrap_or_default()
+    ocsb_sandbox::checkouts::read_limited(path, u64::MAX).unwrap_or_default()
 }
 
 impl Ledger {

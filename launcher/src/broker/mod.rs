@@ -224,35 +224,16 @@ pub fn prices(settings: &Settings, user_config_dir: &Path, project_dir: &Path, s
 }
 
 /// A config or model list the agent may have written or replaced (the project's config;
-/// `~/.cache` with `OCSB_CACHES=shared`), read up to 16 MiB ([`read_no_follow`]).
+/// `~/.cache` with `OCSB_CACHES=shared`), read up to 16 MiB without following a final link.
 fn read_untrusted(p: &Path) -> Option<String> {
-    read_no_follow(p, 16 << 20)
-}
-
-/// A regular file reached without a final symlink, opened without blocking (a planted FIFO
-/// fails), read up to `limit` bytes. `None` for anything else.
-pub(crate) fn read_no_follow(p: &Path, limit: u64) -> Option<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(p)
-        .ok()?;
-    if !f.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut buf = Vec::new();
-    f.take(limit).read_to_end(&mut buf).ok()?;
-    Some(String::from_utf8_lossy(&buf).into_owned())
+    ocsb_sandbox::checkouts::read_limited(p, 16 << 20)
 }
 
 /// A running broker.
 pub struct Broker {
     pub endpoint: Endpoint,
     pub ledger: Arc<Ledger>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    served: Option<crate::served::Served>,
 }
 
 /// What the broker serves with.
@@ -278,38 +259,21 @@ impl Broker {
             limit_set_at: s.limit_set_at,
             tls,
         });
-        let listener = s.bound.listener;
-        listener.set_nonblocking(true).map_err(|e| Error::io("configure", "the broker's socket", e))?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("ocsb-broker")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("start the runtime of", "the model-key broker", e))?;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let thread = std::thread::Builder::new()
-            .name("ocsb-broker".into())
-            .spawn(move || {
-                rt.block_on(async move {
-                    match tokio::net::TcpListener::from_std(listener) {
-                        Ok(l) => server::serve(l, cfg, rx).await,
-                        Err(e) => eprintln!("ocsb: broker: {e}"),
-                    }
-                });
-                rt.shutdown_timeout(std::time::Duration::from_millis(500));
-            })
-            .map_err(|e| Error::io("start a thread for", "the model-key broker", e))?;
-        Ok(Broker { endpoint, ledger, stop: Some(tx), thread: Some(thread) })
+        let served = crate::served::Served::spawn(
+            "the model-key broker",
+            "ocsb-broker",
+            s.bound.listener,
+            move |l, stop| server::serve(l, cfg, stop),
+        )?;
+        Ok(Broker { endpoint, ledger, served: Some(served) })
     }
 }
 
 impl Drop for Broker {
+    /// The server first: once no call can settle any more, the ledger writes those still open.
     fn drop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(s) = self.served.take() {
+            s.stop();
         }
         self.ledger.close();
     }

@@ -1,27 +1,20 @@
 //! `ocsb spend [--json]`: the sums of the broker's ledger, today (UTC) and for this run.
 
-use std::path::Path;
 use std::time::SystemTime;
 
 use crate::broker::ledger::{self, Totals};
 use crate::error::Result;
 use crate::project::Project;
-use ocsb_sandbox::statefs::StateDir;
 
 pub fn run(project: &Project, json: bool) -> Result<()> {
     let s = &project.settings;
     let limit = s.spend_limit();
-    let (text, session) = match StateDir::open(&s.state_dir()) {
-        Ok(sd) => (
-            sd.read(Path::new(ledger::LEDGER))
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default(),
-            sd.read(Path::new(ledger::SESSION))
-                .map(|b| String::from_utf8_lossy(&b).trim().to_string())
-                .unwrap_or_default(),
-        ),
-        Err(_) => (String::new(), String::new()),
-    };
+    // Read without creating anything: a project that never ran has no state directory.
+    let state = s.state_dir();
+    let text = ledger::read(&state.join(ledger::LEDGER));
+    let session = ocsb_sandbox::checkouts::read_small(&state.join(ledger::SESSION))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
     let (day, _) = ledger::utc(SystemTime::now());
     let (today, this) = ledger::totals(&text, &day, &session);
     if json {

@@ -14,7 +14,6 @@ pub mod tokens;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
 
@@ -50,33 +49,8 @@ impl FrontConfig {
     }
 }
 
-/// A running front; dropping it stops it.
-pub struct Front {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Front {
-    /// Stop accepting, close open connections and wait for the thread.
-    pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Front {
-    fn drop(&mut self) {
-        self.shutdown();
-    }
-}
+/// The running front (stopped by `stop`, or when dropped).
+pub use crate::served::Served as Front;
 
 /// The message for a port that is taken, with the seed's fix.
 pub fn port_busy(addr: SocketAddr, setting: &str, e: &std::io::Error) -> Error {
@@ -92,37 +66,14 @@ pub fn port_busy(addr: SocketAddr, setting: &str, e: &std::io::Error) -> Error {
 /// thread of its own.
 pub fn start(cfg: FrontConfig) -> Result<Front> {
     let listener = TcpListener::bind(cfg.listen).map_err(|e| port_busy(cfg.listen, "OCSB_WEB_PORT", &e))?;
-    listener.set_nonblocking(true).map_err(|e| Error::io("configure", "the web front socket", e))?;
     cfg.log(format_args!(
         "front on http://{}/ for OpenCode on {}; Tokens panel {}",
         cfg.listen,
         cfg.upstream,
         if cfg.panel { "on" } else { "off (OCSB_PANEL=0)" }
     ));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("ocsb-web")
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("start the runtime of", "the web front", e))?;
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let thread = std::thread::Builder::new()
-        .name("ocsb-web".into())
-        .spawn(move || {
-            rt.block_on(async move {
-                let listener = match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        eprintln!("ocsb: web front: {e}");
-                        return;
-                    }
-                };
-                proxy::serve(listener, std::sync::Arc::new(cfg), rx).await;
-            });
-            rt.shutdown_timeout(std::time::Duration::from_millis(500));
-        })
-        .map_err(|e| Error::io("start a thread for", "the web front", e))?;
-    Ok(Front { stop: Some(tx), thread: Some(thread) })
+    let cfg = std::sync::Arc::new(cfg);
+    Front::spawn("the web front", "ocsb-web", listener, move |l, stop| proxy::serve(l, cfg, stop))
 }
 
 /// `ocsb __web-front`: the front alone, in front of an OpenCode started by someone else (tests,

@@ -22,11 +22,8 @@ pub enum Cmd {
     Apply,
     /// Delete the table (adopting it if orphaned); succeeds when it is already absent.
     Remove,
-    /// Compare the kernel's table with the contract. Exit 0 ok, 2 missing, 3 drift, 4 stale-dns, 1 error.
-    Verify {
-        #[arg(long)]
-        json: bool,
-    },
+    /// Compare the kernel's table with the contract. Exit 0 ok, 2 missing, 3 drift (with a diff), 1 error.
+    Verify,
     /// Print the exact nft text of the table the current inputs produce; changes nothing.
     Print,
 }

@@ -42,13 +42,9 @@ fn run(cmd: Cmd) -> Result<u8> {
             let (gid, dns4, dns6) = (model.gid, model.dns4, model.dns6);
             println!("applied: gid {gid} dns4 {dns4:?} dns6 {dns6:?} (owner flags: {owned})");
         }
-        Cmd::Verify { json } => {
+        Cmd::Verify => {
             let report = verify::verify(&mut nl, &model, owned)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", report.text());
-            }
+            print!("{}", report.text());
             return Ok(report.outcome as u8);
         }
         Cmd::Print => print!("{}", model.render(owned)),

@@ -87,21 +87,18 @@ impl Nl {
         .map_err(|e| explain(e, what))
     }
 
-    /// Feature probe: does the kernel take `owner|persist`? Adds and deletes a probe table in one
-    /// batch, so nothing remains either way.
-    pub fn supports_owner(&mut self) -> Result<bool> {
+    /// The table flags to use, `OWNED` or 0: owner|persist when the config allows (`model` is
+    /// `None` for `remove`, which adopts whatever the config says) and the kernel takes them.
+    /// The feature probe adds and deletes a probe table in one batch, so nothing remains.
+    pub fn flags_for(&mut self, model: Option<&Model>) -> Result<u32> {
+        if model.is_some_and(|m| !m.owner_flags) {
+            return Ok(0);
+        }
         match self.send(add_del(PROBE_TABLE), &[OWNED]) {
-            Ok(()) => Ok(true),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => Ok(false),
+            Ok(()) => Ok(OWNED),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => Ok(0),
             Err(e) => Err(explain(e, "probe table flags")),
         }
-    }
-
-    /// The table flags to use, `OWNED` or 0: owner|persist when the kernel has them and the
-    /// config allows (`model` is `None` for `remove`, which adopts whatever the config says).
-    pub fn flags_for(&mut self, model: Option<&Model>) -> Result<u32> {
-        let allowed = model.is_none_or(|m| m.owner_flags);
-        Ok(if allowed && self.supports_owner()? { OWNED } else { 0 })
     }
 
     /// The ruleset's generation id (`NFT_MSG_GETGEN`): it changes with every committed change to

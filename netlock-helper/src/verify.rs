@@ -6,23 +6,19 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
-use serde::Serialize;
-
 use crate::model::{Model, TABLE, normalize};
 use crate::nft::{Nl, PERSIST};
+use anyhow::{Context, Result, bail};
 
 /// The outcome; its value is the exit code of `verify` (1 = could not check).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Ok = 0,
     Missing = 2,
     Drift = 3,
-    StaleDns = 4,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Report {
     pub outcome: Outcome,
     pub table_flags: Option<u32>,
@@ -52,13 +48,8 @@ pub fn verify(nl: &mut Nl, model: &Model, want_owned: bool) -> Result<Report> {
     };
     let owned = flags & PERSIST != 0;
     let (expected, actual) = (model.render(owned || want_owned), list_table()?);
-    let (want, got) = (normalize(&expected), normalize(&actual));
-    let outcome = match () {
-        _ if want_owned && !owned => Outcome::Drift,
-        _ if want == got => Outcome::Ok,
-        _ if strip_elements(&want) == strip_elements(&got) => Outcome::StaleDns,
-        _ => Outcome::Drift,
-    };
+    let same = (owned || !want_owned) && normalize(&expected) == normalize(&actual);
+    let outcome = if same { Outcome::Ok } else { Outcome::Drift };
     Ok(Report { outcome, table_flags: Some(flags), expected, actual: Some(actual) })
 }
 
@@ -67,21 +58,16 @@ impl Report {
     pub fn text(&self) -> String {
         let unflagged =
             self.table_flags.unwrap_or(0) & PERSIST == 0 && self.expected.contains("\tflags owner");
-        let label = match self.outcome {
+        match self.outcome {
             Outcome::Ok => return "ok: table inet ocsb_netlock matches the contract\n".into(),
             Outcome::Missing => return "missing: table inet ocsb_netlock is not installed\n".into(),
             Outcome::Drift if unflagged => return "drift: the table lacks the owner/persist flags (`nft flush ruleset` would remove it); run `ocsb-netlock-helper apply` or restart the daemon\n".into(),
-            Outcome::Drift => "drift",
-            Outcome::StaleDns => "stale-dns",
-        };
+            Outcome::Drift => {}
+        }
         let (e, a) = (normalize(&self.expected), normalize(self.actual.as_deref().unwrap_or("")));
-        let mut out = format!("{label}: table differs from the contract (- expected, + found):\n");
+        let mut out = "drift: table differs from the contract (- expected, + found):\n".to_string();
         e.lines().filter(|l| !a.lines().any(|x| x == *l)).for_each(|l| out += &format!("-{l}\n"));
         a.lines().filter(|l| !e.lines().any(|x| x == *l)).for_each(|l| out += &format!("+{l}\n"));
         out
     }
-}
-
-fn strip_elements(text: &str) -> String {
-    text.lines().filter(|l| !l.trim_start().starts_with("elements = {")).collect::<Vec<_>>().join("\n")
 }

@@ -116,6 +116,11 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
     let plain = Forward { body: None, stream: false };
     let daemon_err =
         |e: io::Error| Refusal::new("daemon", format!("the gateway could not ask the daemon: {e}"));
+    // A network of the project's name that is not the project's is refused as not its own.
+    let network_err = |e: io::Error| match e.kind() {
+        io::ErrorKind::PermissionDenied => Refusal::new("ownership", e.to_string()),
+        _ => daemon_err(e),
+    };
     let owned = |obj: &Owned| -> Result<(), Refusal> {
         if gw.daemon.owns(ctx, obj).map_err(daemon_err)? {
             Ok(())
@@ -152,7 +157,7 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
         }
         Call::Build => {
             objects::build(&mut head.query, ctx)?;
-            gw.daemon.ensure_network(ctx).map_err(daemon_err)?;
+            gw.daemon.ensure_network(ctx).map_err(network_err)?;
             if let Some(url) = proxy_for(gw, &ctx.network) {
                 objects::build_with_proxy(&mut head.query, &url);
             }
@@ -194,7 +199,7 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
             }
             cover(&mut v, &needs, gw);
             if v["HostConfig"]["NetworkMode"].as_str() == Some(ctx.network.as_str()) {
-                gw.daemon.ensure_network(ctx).map_err(daemon_err)?;
+                gw.daemon.ensure_network(ctx).map_err(network_err)?;
             }
             let network = v["HostConfig"]["NetworkMode"].as_str().unwrap_or_default().to_string();
             if !matches!(network.as_str(), "" | "none")

@@ -93,17 +93,34 @@ impl Daemon {
         Ok(self.call("GET", &target, None)?.0 == 200)
     }
 
-    /// The project's internal network, made when it is missing.
+    /// The project's internal network, made when it is missing. One that exists must be the
+    /// project's and internal: a network of that name made by someone else (another Docker
+    /// user, a container of the host) could route out, and containers would join it.
     pub fn ensure_network(&self, ctx: &Context) -> io::Result<()> {
-        if self.exists(&Owned::Network(ctx.network.clone()))? {
-            return Ok(());
-        }
         let body =
             json!({"Name": ctx.network, "Internal": true, "Labels": ctx.labels(), "CheckDuplicate": true});
-        match self.call("POST", "/networks/create", Some(&body))? {
-            (201 | 409, _) => Ok(()),
-            (code, v) => Err(io::Error::other(format!("creating network {}: {code} {v}", ctx.network))),
+        if !self.exists(&Owned::Network(ctx.network.clone()))? {
+            match self.call("POST", "/networks/create", Some(&body))? {
+                (201, _) => return Ok(()),
+                (409, _) => {} // made meanwhile: checked below like any other
+                (code, v) => {
+                    return Err(io::Error::other(format!("creating network {}: {code} {v}", ctx.network)));
+                }
+            }
         }
+        let (code, v) = self.call("GET", &format!("/networks/{}", seg(&ctx.network)), None)?;
+        let ours = v["Labels"].get(PROJECT_LABEL).and_then(Value::as_str) == Some(ctx.project.as_str());
+        if code == 200 && ours && v["Internal"] == json!(true) {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "a network named {0} exists that ocsb did not make for project {1} (label {PROJECT_LABEL}={1}, internal); \
+             containers will not join it: remove it outside the sandbox with `docker network rm {0}`",
+                ctx.network, ctx.project
+            ),
+        ))
     }
 
     /// A network's id and IPv4 gateway (the address of its bridge on the host), if it has one.

@@ -3,8 +3,8 @@
 //! volumes labelled as the project's and kept to its shape. Refusals answer with a Docker
 //! error body naming the rule, and go to `<state>/egress/docker.log` (hidden from the sandbox).
 //!
-//! The socket lives in a private directory of `$XDG_RUNTIME_DIR` (no sandbox sees `/run`), or
-//! of the temporary directory, and is bound into the sandbox at `/run/docker.sock`.
+//! The socket lives in the project's egress state directory, which its sandboxes hide and no
+//! other project's sandbox mounts, and is bound into the sandbox at `/run/docker.sock`.
 
 mod conn;
 mod daemon;
@@ -60,7 +60,7 @@ impl Shared {
 /// A running gateway. When it is dropped (the session ended) it stops serving, and removes
 /// what the session made (`OCSB_DOCKER_CLEANUP=1`) or says that it is kept.
 pub struct Gateway {
-    dir: PathBuf,
+    socket: PathBuf,
     shared: Arc<Shared>,
     cleanup: bool,
 }
@@ -77,9 +77,7 @@ impl Gateway {
         let empty_file = paths.dir.join("docker-empty");
         write_empty(&empty_file)?;
         let log = paths.open_log("docker.log").ok();
-        let dir = ocsb_sandbox::netns::private_dir("ocsb-docker")?;
-        let sock = dir.join("docker.sock");
-        let listener = UnixListener::bind(&sock).map_err(|e| Error::io("listen on", &sock, e))?;
+        let (listener, socket) = listen(&paths.dir)?;
         let shared = Arc::new(Shared {
             ctx,
             daemon,
@@ -88,7 +86,7 @@ impl Gateway {
             ports: ports::Ports::default(),
             log: Mutex::new(log),
         });
-        let gateway = Gateway { dir, shared: shared.clone(), cleanup: project.settings.docker_cleanup() };
+        let gateway = Gateway { socket, shared: shared.clone(), cleanup: project.settings.docker_cleanup() };
         let busy = Arc::new(AtomicUsize::new(0));
         std::thread::Builder::new()
             .name("ocsb-docker".into())
@@ -117,14 +115,40 @@ impl Gateway {
 
     /// The gateway's socket on the host.
     pub fn socket(&self) -> PathBuf {
-        self.dir.join("docker.sock")
+        self.socket.clone()
     }
+}
+
+/// Listens on `<dir>/docker-<pid>.sock`. `dir` is the project's egress state directory: its
+/// sandboxes see it hidden and other projects' sandboxes do not mount it, so the only way in
+/// is the bind at `/run/docker.sock` of the sandbox this gateway serves. (A directory in the
+/// temporary directory was reachable from another project's sandbox with a shared `/tmp`, and
+/// would have let it act as this project.) `run` and each `exec` start a gateway of their own,
+/// hence the pid; a file of that name is a socket a killed launcher left. The address goes
+/// through the directory's descriptor, so a long home path cannot pass the 108-byte limit of a
+/// socket address.
+fn listen(dir: &Path) -> Result<(UnixListener, PathBuf)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = format!("docker-{}.sock", std::process::id());
+    let socket = dir.join(&name);
+    let fd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| Error::io("open", dir, e))?;
+    let via = PathBuf::from(format!("/proc/self/fd/{}/{name}", fd.as_raw_fd()));
+    match std::fs::remove_file(&via) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io("remove", &socket, e)),
+        _ => {}
+    }
+    let listener = UnixListener::bind(&via).map_err(|e| Error::io("listen on", &socket, e))?;
+    Ok((listener, socket))
 }
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.socket());
-        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::remove_file(&self.socket);
         let (ctx, daemon) = (&self.shared.ctx, &self.shared.daemon);
         let Ok((containers, networks)) = daemon.labelled(ocsb_policy::docker::SESSION_LABEL, &ctx.session)
         else {

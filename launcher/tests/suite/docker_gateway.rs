@@ -387,6 +387,28 @@ fn refusals_are_logged_on_the_host() {
     );
 }
 
+/// A sandbox reaches its own gateway only: another sandbox with the host's `/tmp` and no
+/// `$XDG_RUNTIME_DIR` (the scenario clears the environment) finds no gateway socket to act
+/// through as another sandbox. Before, the socket lived in a directory of `/tmp`.
+#[test]
+fn another_sandbox_cannot_reach_a_gateway() {
+    let w = World::new();
+    let body = r#"echo 'OCSB_TMP=shared' >> .opencode-sandbox/local/sandbox.conf
+        EG="$HOME/.local/share/opencode-sandbox/$NAME/egress"
+        D 'sleep 8' & A=$!
+        for i in $(seq 50); do ls "$EG"/docker-*.sock >/dev/null 2>&1 && break; sleep 0.2; done
+        echo "host sockets: $(ls "$EG" | grep -c '^docker-.*[.]sock$')"
+        D 'docker version --format "own {{.Server.APIVersion}}"
+           for s in $(find /tmp /var/tmp "$HOME" -type s 2>/dev/null); do
+             echo "socket $s"; docker -H "unix://$s" version --format "reached $s" 2>/dev/null; done'
+        wait $A"#;
+    let (out, err) = docker_scenario(&w, body);
+    assert!(out.lines().any(|l| l.starts_with("own 1.")), "the sandbox's own gateway answers: {out}\n{err}");
+    assert!(!out.lines().any(|l| l.starts_with("host sockets: 0")), "{out}\n{err}");
+    assert!(out.contains("host sockets: "), "{out}\n{err}");
+    assert!(!out.contains("reached "), "another gateway answered: {out}\n{err}");
+}
+
 #[test]
 fn a_hidden_file_stays_hidden_in_a_container() {
     let w = World::new();
@@ -513,4 +535,31 @@ fn compose_brings_a_project_up_through_the_gateway() {
     has(&out, "compose: from-compose", &err);
     has(&out, "volume: 1", &err);
     has(&out, "left: 0 containers, 0 volumes", &err);
+}
+
+/// A network of the project's name that the gateway did not make (here by root, as another
+/// Docker user could) is not joined: it is neither labelled as the project's nor internal, and
+/// containers on it could route out. After it is removed, the gateway makes its own.
+#[test]
+fn a_network_of_the_projects_name_made_by_another_is_not_joined() {
+    let w = World::new();
+    let g = crate::support::sandbox::netlock_gid();
+    let body = format!(
+        r#"G={g}; APPLETS="{APPLETS}"; IMAGE={IMAGE}
+        {OWN_DOCKERD}
+        DOCKER_HOST="$DH" docker network create "ocsb-$NAME" >/dev/null
+        D 'docker create --name n1-$NAME {IMAGE} true'
+        echo "made: $(DOCKER_HOST="$DH" docker ps -aq | wc -l)"
+        DOCKER_HOST="$DH" docker network rm "ocsb-$NAME" >/dev/null
+        D 'docker create --name n2-$NAME {IMAGE} true >/dev/null && echo created'
+        echo "internal: $(DOCKER_HOST="$DH" docker network inspect -f '{{{{.Internal}}}}' "ocsb-$NAME")"
+        DOCKER_HOST="$DH" docker rm -f "n2-$NAME" >/dev/null; DOCKER_HOST="$DH" docker network rm "ocsb-$NAME" >/dev/null
+        {DOCKERD_STOP}"#
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    refused(&out, "ownership", &err);
+    assert!(out.contains("exists that ocsb did not make for project"), "{out}");
+    has(&out, "made: 0", &err);
+    has(&out, "created", &err);
+    has(&out, "internal: true", &err);
 }

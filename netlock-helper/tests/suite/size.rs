@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-const BUDGET: usize = 1_072;
+const BUDGET: usize = 1_052;
 
 fn code_lines(text: &str) -> usize {
     let mut n = 0;

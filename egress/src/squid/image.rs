@@ -212,15 +212,34 @@ pub fn host_squid_rootfs() -> Result<(Vec<u8>, usize)> {
         t.append_data(&mut dir_header(mode, uid), d, std::io::empty()).map_err(io)?;
     }
     let mut files = 0usize;
+    let bins = [SQUID_BIN, "/usr/lib/squid/unlinkd"];
     let mut libs: Vec<PathBuf> = Vec::new();
-    for bin in [SQUID_BIN, "/usr/lib/squid/unlinkd"] {
-        t.append_path_with_name(bin, bin.trim_start_matches('/')).map_err(io)?;
-        files += 1;
+    for bin in bins {
         for l in ldd(bin)? {
             if !libs.contains(&l) {
                 libs.push(l);
             }
         }
+    }
+    // Every directory above a file, 0755 and root's: a daemon that makes a missing parent
+    // itself may make it 0700 (the vfs driver does), and squid, running as `proxy`, could
+    // then not reach its own binary.
+    let mut parents: Vec<PathBuf> = Vec::new();
+    for f in bins.iter().map(Path::new).chain(libs.iter().map(PathBuf::as_path)) {
+        for a in f.ancestors().skip(1).filter(|a| a.parent().is_some()) {
+            let rel = a.strip_prefix("/").unwrap_or(a).to_path_buf();
+            if !parents.contains(&rel) {
+                parents.push(rel);
+            }
+        }
+    }
+    parents.sort_by_key(|p| p.components().count());
+    for d in parents.iter().filter(|d| !matches!(d.to_str(), Some("etc" | "usr" | "usr/share" | "var"))) {
+        t.append_data(&mut dir_header(0o755, 0), d, std::io::empty()).map_err(io)?;
+    }
+    for bin in bins {
+        t.append_path_with_name(bin, bin.trim_start_matches('/')).map_err(io)?;
+        files += 1;
     }
     for l in &libs {
         let name = l.to_string_lossy().trim_start_matches('/').to_string();

@@ -216,8 +216,7 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
 /// The filter's address on `network`, made reachable there; `None` (and a note in the log)
 /// when it cannot be: the container then reaches nothing, as before.
 fn proxy_for(gw: &Shared, network: &str) -> Option<String> {
-    let egress = gw.egress.as_ref()?;
-    egress
+    gw.egress
         .proxy_for(&gw.daemon, network)
         .map_err(|e| gw.note(&format!("no filter on network {network}: {e}")))
         .ok()

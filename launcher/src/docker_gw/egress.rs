@@ -15,10 +15,13 @@
 //! may be another project's. Bound to this network's bridge (`br-<id>`), the listener never
 //! receives from a bridge made later; a lease whose bridge is gone is dropped.
 //!
-//! With the squid backend nothing is lent, and containers have no way out at all (closed).
+//! *With the squid backend* there is nothing to lend: squid cannot take a listener. The gateway
+//! accepts on the same listener itself and relays each connection to squid's loopback port, so
+//! containers reach the same rules; squid's log then shows the gateway (127.0.0.1) as the
+//! client, and the rule's `file:line` as always.
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -30,26 +33,44 @@ use super::Daemon;
 /// Networks served at once; a container on one more gets no proxy (and no way out).
 const MAX_LEASES: usize = 32;
 
-/// One network served: its bridge, the listener (kept, to lend again after a filter restart)
-/// and the lease (the control connection; the filter serves the listener while it is open).
+/// How the filter gets a network's connections.
+pub(super) enum Reach {
+    /// The builtin filter's control socket: the listener is lent to it.
+    Lend(PathBuf),
+    /// Squid: the gateway relays to squid's port on loopback.
+    Relay,
+}
+
+/// One network served: its bridge, the listener (kept, to lend again after a filter restart,
+/// or to stop the relay) and, when lent, the lease (the control connection; the filter serves
+/// the listener while it is open).
 struct Lease {
     bridge: String,
     ifindex: u32,
     gateway: Ipv4Addr,
     listener: TcpListener,
-    control: UnixStream,
+    control: Option<UnixStream>,
 }
 
-/// The filter's side: its control socket and port, and the leases held, by network id.
+impl Drop for Lease {
+    /// A relayed network's accept loop ends with its listener (a lent one ends with the lease).
+    fn drop(&mut self) {
+        if self.control.is_none() {
+            let _ = nix::sys::socket::shutdown(self.listener.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        }
+    }
+}
+
+/// The filter's side: how it is reached, its port, and the leases held, by network id.
 pub(super) struct Egress {
-    control: PathBuf,
+    reach: Reach,
     port: u16,
     leases: Mutex<HashMap<String, Lease>>,
 }
 
 impl Egress {
-    pub fn new(control: PathBuf, port: u16) -> Egress {
-        Egress { control, port, leases: Mutex::new(HashMap::new()) }
+    pub fn new(reach: Reach, port: u16) -> Egress {
+        Egress { reach, port, leases: Mutex::new(HashMap::new()) }
     }
 
     /// The proxy URL for containers on `network`: the filter at the network's gateway address,
@@ -67,8 +88,10 @@ impl Egress {
         if let Some(l) = leases.get_mut(&id)
             && l.gateway == gateway
         {
-            if !alive(&l.control) {
-                l.control = lend(&self.control, &l.listener)?;
+            if let (Reach::Lend(path), Some(control)) = (&self.reach, &mut l.control)
+                && !alive(control)
+            {
+                *control = lend(path, &l.listener)?;
             }
             return Ok(url);
         }
@@ -77,7 +100,15 @@ impl Egress {
         }
         let listener = listen(&bridge, gateway, self.port)?;
         let ifindex = ifindex(&bridge).ok_or_else(|| format!("no interface {bridge}"))?;
-        let control = lend(&self.control, &listener)?;
+        let control = match &self.reach {
+            Reach::Lend(path) => Some(lend(path, &listener)?),
+            Reach::Relay => {
+                let accepting = listener.try_clone().map_err(|e| format!("cannot relay {url}: {e}"))?;
+                let squid = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+                std::thread::spawn(move || super::ports::serve(accepting, squid));
+                None
+            }
+        };
         leases.insert(id, Lease { bridge, ifindex, gateway, listener, control });
         Ok(url)
     }

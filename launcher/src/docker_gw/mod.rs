@@ -36,9 +36,8 @@ pub(crate) struct Shared {
     daemon: Daemon,
     /// An empty read-only file that covers a hidden file inside a bind.
     empty_file: PathBuf,
-    /// The builtin filter, lent a listener on each network containers are created on; `None`
-    /// with the squid backend (containers then have no way out).
-    egress: Option<egress::Egress>,
+    /// The filter, reachable on each network containers are created on.
+    egress: egress::Egress,
     /// The ports the project's containers publish, forwarded by the gateway.
     ports: ports::Ports,
     log: Mutex<Option<std::fs::File>>,
@@ -71,8 +70,11 @@ impl Gateway {
         let ctx = context(project, spec)?;
         let inst = crate::egress_cmd::instance(project)?;
         let paths = inst.paths();
-        let egress = (inst.backend == ocsb_egress::Backend::Builtin)
-            .then(|| egress::Egress::new(paths.control_socket(), inst.port));
+        let reach = match inst.backend {
+            ocsb_egress::Backend::Builtin => egress::Reach::Lend(paths.control_socket()),
+            ocsb_egress::Backend::Squid => egress::Reach::Relay,
+        };
+        let egress = egress::Egress::new(reach, inst.port);
         paths.create_private().map_err(|e| Error::io("create", &paths.dir, e))?;
         let empty_file = paths.dir.join("docker-empty");
         write_empty(&empty_file)?;

@@ -60,7 +60,7 @@ impl Ports {
                 Ok(l) => {
                     let target = Arc::new(Mutex::new(to));
                     open.insert(host, target.clone());
-                    std::thread::spawn(move || serve(l, target));
+                    std::thread::spawn(move || serve_to(l, &target));
                 }
                 Err(e) => notes.push(format!("cannot publish 127.0.0.1:{host}: {e}")),
             }
@@ -94,10 +94,22 @@ fn published(v: &Value) -> Vec<(u16, u16)> {
     out
 }
 
-fn serve(listener: TcpListener, target: Arc<Mutex<SocketAddr>>) {
+/// Relays every connection `listener` accepts to `to`, until the listener is shut down.
+pub(super) fn serve(listener: TcpListener, to: SocketAddr) {
+    serve_to(listener, &Mutex::new(to));
+}
+
+/// Relays every connection to the current `target` (a container started again may have
+/// another address), until the listener is shut down.
+fn serve_to(listener: TcpListener, target: &Mutex<SocketAddr>) {
     let busy = Arc::new(AtomicUsize::new(0));
     for client in listener.incoming() {
-        let Ok(client) = client else { continue };
+        let client = match client {
+            Ok(c) => c,
+            // `shutdown` of the listener: its network is gone.
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => return,
+            Err(_) => continue,
+        };
         if busy.load(Ordering::SeqCst) >= MAX_RELAYS {
             continue; // dropped: the client sees the connection close
         }

@@ -314,6 +314,59 @@ echo | nc -w 5 192.0.2.1 80; echo direct=$?
     );
 }
 
+/// With the squid backend the gateway relays the network's listener to squid (squid takes no
+/// lent socket): the container reaches the allowed origin and gets squid's 403 for the blocked
+/// one, by the same rules, and its direct connection fails.
+#[test]
+fn a_container_reaches_the_world_through_squid_too() {
+    let w = World::new();
+    std::fs::write(
+        w.proj.join("net.sh"),
+        r#"p=${http_proxy#http://}
+# Input stays open a moment: squid drops a request whose end of input comes with it.
+get() { { printf 'GET http://%s/hello.txt HTTP/1.0\r\n\r\n' "$1"; sleep 2; } | nc -w 10 "${p%:*}" "${p##*:}"; }
+get 192.0.2.1 | sed 's/^/allowed:/'
+get 192.0.2.2 | sed 's/^/denied:/'
+echo | nc -w 5 192.0.2.1 80; echo direct=$?
+"#,
+    )
+    .unwrap();
+    let body = format!(
+        r#"{ORIGIN_NS}ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
+        SRV=$(mktemp -d); echo origin-ok > "$SRV/hello.txt"; chmod -R a+rX "$SRV"; OL=$(mktemp)
+        O python3 -m http.server 80 --bind 0.0.0.0 --directory "$SRV" >"$OL" 2>&1 &
+        G=1990; APPLETS="{APPLETS}"; IMAGE={IMAGE}
+        {OWN_DOCKERD}
+        echo 0 > /proc/sys/net/ipv4/ip_forward
+        printf 'OCSB_NETWORK=isolated\nOCSB_EGRESS_BACKEND=squid\n' >> .opencode-sandbox/local/sandbox.conf
+        printf 'block 192.0.2.2\n' > .opencode-sandbox/local/egress.conf; chown -R 1990 .opencode-sandbox/local
+        E() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid 1990 --groups "$DG" -- "$OCSB" egress "$@" </dev/null 2>&1; }}
+        E up | tail -2
+        D 'docker run --rm -v "$PWD":/src {IMAGE} sh /src/net.sh'
+        echo "origin saw $(grep -c 'GET /hello.txt' "$OL")"
+        E logs --no-follow | sed 's/^/log: /'
+        E down >/dev/null
+        {DOCKERD_STOP}
+        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
+        ORIGIN_NS = crate::support::sandbox::ORIGIN_NS,
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "allowed:origin-ok", &err);
+    assert!(out.lines().any(|l| l.starts_with("denied:HTTP/1.1 403")), "squid's 403: {out}\n{err}");
+    assert!(
+        out.lines().any(|l| l.to_ascii_lowercase().starts_with("denied:x-egress-decision: block:local:1")),
+        "{out}\n{err}"
+    );
+    assert!(!out.contains("denied:origin-ok"), "the blocked origin answered: {out}\n{err}");
+    assert!(
+        out.contains("direct=") && !out.contains("direct=0"),
+        "a direct connection went out: {out}\n{err}"
+    );
+    has(&out, "origin saw 1", &err);
+    let log: Vec<&str> = out.lines().filter(|l| l.starts_with("log: ")).collect();
+    assert!(log.iter().any(|l| l.contains("block:") && l.contains("192.0.2.2")), "{log:#?}\n{err}");
+}
+
 /// A port a container publishes is forwarded by the gateway (Docker forwards none from an
 /// internal network) on the host's loopback, and an isolated sandbox reaches it through
 /// `OCSB_FORWARD_PORTS`; a port not declared there is refused.

@@ -63,6 +63,10 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
         Err(refusal) => return refuse(&mut w, gw, &head, refusal),
     };
     w.set_read_timeout(None)?;
+    let started = starts(&head);
+    if let Some(id) = &started {
+        reach_filter(gw, id);
+    }
     let mut up = UnixStream::connect(&gw.daemon.socket)?;
     let mut out = format!("{} {} HTTP/1.1\r\n", head.method, head.target());
     for (k, v) in &head.headers {
@@ -95,18 +99,49 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
     }
     io::copy(&mut up, &mut w)?;
     let _ = w.shutdown(std::net::Shutdown::Both);
-    // A container that started may publish ports, which Docker does not forward from an
-    // internal network: the gateway does.
-    let path = head.path.split('?').next().unwrap_or_default();
-    if head.method == "POST"
-        && path.ends_with("/start")
-        && let Ok(Call::On(Owned::Container(id))) = route(&head.method, &head.path)
-    {
-        for n in gw.ports.publish(&gw.daemon, &id, &gw.ctx.ports) {
+    // Docker forwards no port from an internal network: the gateway does, once the container
+    // has its address.
+    if let Some(v) = started.and_then(|id| inspect(gw, &id)) {
+        for n in gw.ports.publish(&v, &gw.ctx.ports) {
             gw.note(&n);
         }
     }
     Ok(())
+}
+
+/// The container a `start` or `restart` call is about (the policy let it through, so it is
+/// the project's).
+fn starts(head: &Head) -> Option<String> {
+    let path = head.path.split('?').next().unwrap_or_default();
+    let verb = head.method == "POST" && (path.ends_with("/start") || path.ends_with("/restart"));
+    match route(&head.method, &head.path) {
+        Ok(Call::On(Owned::Container(id))) if verb => Some(id),
+        _ => None,
+    }
+}
+
+/// Before a container starts, the filter is made reachable on its networks: one made in an
+/// earlier session lost it when that session's gateway ended, and its first connection may
+/// come as soon as it runs.
+fn reach_filter(gw: &Shared, id: &str) {
+    let networks = inspect(gw, id).and_then(|v| v["NetworkSettings"]["Networks"].as_object().cloned());
+    for network in networks.unwrap_or_default().keys().filter(|n| *n != "none") {
+        let _ = proxy_for(gw, network);
+    }
+}
+
+fn inspect(gw: &Shared, id: &str) -> Option<Value> {
+    match gw.daemon.call("GET", &format!("/containers/{}/json", super::daemon::seg(id)), None) {
+        Ok((200, v)) => Some(v),
+        Ok((code, _)) => {
+            gw.note(&format!("container {id}: inspect answered {code}"));
+            None
+        }
+        Err(e) => {
+            gw.note(&format!("container {id}: {e}"));
+            None
+        }
+    }
 }
 
 /// The policy's verdict on one call, with what the gateway must check with the daemon.

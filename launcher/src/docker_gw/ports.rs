@@ -17,8 +17,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::Daemon;
-
 /// Connections relayed at once per published port.
 const MAX_RELAYS: usize = 64;
 
@@ -29,21 +27,16 @@ pub(super) struct Ports {
 }
 
 impl Ports {
-    /// Forwards the ports `container` publishes, now that it has started, where they are among
+    /// Forwards the ports the container inspected as `v` publishes, now that it has started, where they are among
     /// `allowed` (the ports declared for the sandbox: a container made in an earlier session,
     /// under other settings, is held to today's). What cannot be forwarded is returned as notes
     /// for the log.
-    pub fn publish(&self, daemon: &Daemon, container: &str, allowed: &[u16]) -> Vec<String> {
-        let v = match daemon.call("GET", &format!("/containers/{}/json", super::daemon::seg(container)), None)
-        {
-            Ok((200, v)) => v,
-            Ok((code, _)) => return vec![format!("container {container}: inspect answered {code}")],
-            Err(e) => return vec![format!("container {container}: {e}")],
-        };
-        let Some(ip) = address(&v) else { return vec![format!("container {container} has no IPv4 address")] };
+    pub fn publish(&self, v: &Value, allowed: &[u16]) -> Vec<String> {
+        let container = v["Id"].as_str().unwrap_or_default().get(..12).unwrap_or_default();
+        let Some(ip) = address(v) else { return vec![format!("container {container} has no IPv4 address")] };
         let mut notes = Vec::new();
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        for (host, port) in published(&v) {
+        for (host, port) in published(v) {
             if !allowed.contains(&host) {
                 notes.push(format!(
                     "not publishing 127.0.0.1:{host}: not declared for the sandbox (OCSB_FORWARD_PORTS)"

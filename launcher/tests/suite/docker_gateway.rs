@@ -314,6 +314,46 @@ echo | nc -w 5 192.0.2.1 80; echo direct=$?
     );
 }
 
+/// A container made in one session and started in a later one reaches the filter again: the
+/// lease on its network ended with the first session's gateway, and `start` through the next
+/// one makes the filter reachable there again.
+#[test]
+fn a_container_started_in_a_later_session_reaches_the_filter_again() {
+    let w = World::new();
+    std::fs::write(
+        w.proj.join("net.sh"),
+        r#"p=${http_proxy#http://}
+get() { printf 'GET http://%s/hello.txt HTTP/1.0\r\n\r\n' "$1" | nc -w 10 "${p%:*}" "${p##*:}"; }
+get 192.0.2.1 | sed 's/^/allowed:/'
+get 192.0.2.2 | sed 's/^/denied:/'
+"#,
+    )
+    .unwrap();
+    let body = format!(
+        r#"{ORIGIN_NS}ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
+        SRV=$(mktemp -d); echo origin-ok > "$SRV/hello.txt"; chmod -R a+rX "$SRV"; OL=$(mktemp)
+        O python3 -m http.server 80 --bind 0.0.0.0 --directory "$SRV" >"$OL" 2>&1 &
+        G=1990; APPLETS="{APPLETS}"; IMAGE={IMAGE}
+        {OWN_DOCKERD}
+        echo 0 > /proc/sys/net/ipv4/ip_forward
+        printf 'OCSB_NETWORK=isolated\n' >> .opencode-sandbox/local/sandbox.conf
+        printf 'block 192.0.2.2\n' > .opencode-sandbox/local/egress.conf; chown -R 1990 .opencode-sandbox/local
+        env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" egress up >/dev/null 2>&1
+        D "docker create --name k-$NAME -v \"\$PWD\":/src {IMAGE} sh /src/net.sh >/dev/null && echo made"
+        D "docker start -a k-$NAME"
+        echo "origin saw $(grep -c 'GET /hello.txt' "$OL")"
+        DOCKER_HOST="$DH" docker rm -f "k-$NAME" >/dev/null
+        {DOCKERD_STOP}
+        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
+        ORIGIN_NS = crate::support::sandbox::ORIGIN_NS,
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "made", &err);
+    has(&out, "allowed:origin-ok", &err);
+    has(&out, "denied:x-egress-decision: block:local:1", &err);
+    has(&out, "origin saw 1", &err);
+}
+
 /// With the squid backend the gateway relays the network's listener to squid (squid takes no
 /// lent socket): the container reaches the allowed origin and gets squid's 403 for the blocked
 /// one, by the same rules, and its direct connection fails.

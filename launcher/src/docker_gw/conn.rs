@@ -210,8 +210,9 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
         Call::Connect { network } => {
             owned(&Owned::Network(network))?;
             let v = json_body()?;
-            let container = v.get("Container").and_then(Value::as_str).unwrap_or_default().to_string();
-            owned(&Owned::Container(container))?;
+            for c in create::connect(&v)?.containers {
+                owned(&Owned::Container(c))?;
+            }
             Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
         }
         Call::CreateContainer => {
@@ -285,24 +286,33 @@ fn cover(v: &mut Value, needs: &create::Needs, gw: &Shared) {
     }
 }
 
-/// Lists show the project's objects only: its label joins the client's `filters`.
+/// Lists show the project's objects only: its label joins the client's `filters`. Every term
+/// is written in the object form (`{"name": {"web": true}}`), which every served API version
+/// reads. *Why*: the daemon reads the whole argument in one form, and the label added as a
+/// list beside the Go client's objects made it refuse the call (`docker network ls -f name=…`,
+/// Compose v2's lookup of its network). A term of neither form is dropped: the label still
+/// keeps the list to the project's.
 fn add_label_filter(query: &mut Vec<(String, String)>, ctx: &ocsb_policy::docker::Context) {
     let label = format!("{}={}", ocsb_policy::docker::PROJECT_LABEL, ctx.project);
-    let mut filters = query
-        .iter()
-        .find(|(k, _)| k == "filters")
-        .and_then(|(_, v)| serde_json::from_str::<Value>(v).ok())
-        .filter(Value::is_object)
-        .unwrap_or_else(|| json!({}));
-    match &mut filters["label"] {
-        Value::Array(a) => a.push(Value::String(label)),
-        Value::Object(o) => {
-            o.insert(label, Value::Bool(true));
-        }
-        other => *other = json!([label]),
+    let given =
+        query.iter().find(|(k, _)| k == "filters").and_then(|(_, v)| serde_json::from_str::<Value>(v).ok());
+    let mut filters = serde_json::Map::new();
+    for (term, values) in given.as_ref().and_then(Value::as_object).into_iter().flatten() {
+        let set: serde_json::Map<String, Value> = match values {
+            Value::Array(a) => {
+                a.iter().filter_map(Value::as_str).map(|s| (s.to_string(), json!(true))).collect()
+            }
+            Value::Object(o) => o.clone(),
+            _ => continue,
+        };
+        filters.insert(term.clone(), Value::Object(set));
+    }
+    match filters.entry("label").or_insert_with(|| json!({})) {
+        Value::Object(o) => drop(o.insert(label, json!(true))),
+        other => *other = json!({ label: true }),
     }
     query.retain(|(k, _)| k != "filters");
-    query.push(("filters".into(), filters.to_string()));
+    query.push(("filters".into(), Value::Object(filters).to_string()));
 }
 
 fn describe(obj: &Owned) -> String {
@@ -323,4 +333,37 @@ fn refuse(w: &mut UnixStream, gw: &Shared, head: &Head, r: Refusal) -> io::Resul
         return http::answer(w, 404, "Not Found", &r.body());
     }
     http::answer(w, 403, "Forbidden", &r.body())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filters(given: Option<&str>) -> Value {
+        let ctx = ocsb_policy::docker::Context { project: "shop".into(), ..Default::default() };
+        let mut q: Vec<(String, String)> =
+            given.map(|g| ("filters".to_string(), g.to_string())).into_iter().collect();
+        q.push(("all".into(), "1".into()));
+        add_label_filter(&mut q, &ctx);
+        assert_eq!(q.iter().filter(|(k, _)| k == "filters").count(), 1);
+        serde_json::from_str(&q.iter().find(|(k, _)| k == "filters").unwrap().1).unwrap()
+    }
+
+    #[test]
+    fn the_label_joins_the_filters_in_one_form() {
+        let label = json!({"dev.ocsb.project=shop": true});
+        // The Go client's objects (Compose v2's network lookup): the label joins as one more.
+        assert_eq!(
+            filters(Some(r#"{"name":{"shop_default":true}}"#)),
+            json!({"name": {"shop_default": true}, "label": label})
+        );
+        // docker-py's lists become objects, and a label of the client's stays beside the project's.
+        assert_eq!(
+            filters(Some(r#"{"label":["a=b"],"status":["exited"]}"#)),
+            json!({"label": {"a=b": true, "dev.ocsb.project=shop": true}, "status": {"exited": true}})
+        );
+        assert_eq!(filters(None), json!({"label": label}));
+        assert_eq!(filters(Some("not json")), json!({"label": label}));
+        assert_eq!(filters(Some(r#"{"name":"x","label":7}"#)), json!({"label": label}));
+    }
 }

@@ -453,6 +453,26 @@ fn events_show_only_the_projects_objects() {
 }
 
 /// A container gets the sandbox's process limit when it asks for none, and cannot ask for more.
+/// The Docker CLI (a Go client, as Compose v2 is) sends list filters as objects; the project's
+/// label joins them in the same form, so a filtered list works and still shows only the
+/// project's. Before, the label went in as a list and the daemon refused the whole call.
+#[test]
+fn filtered_lists_work_and_show_only_the_projects() {
+    let w = World::new();
+    let body = format!(
+        "H=$(docker create --network none --name f-$NAME-host {IMAGE} true)
+        D \"docker create --network none --name f-$NAME {IMAGE} true >/dev/null
+            docker ps -a --filter name=f-$NAME --format 'listed {{{{.Names}}}}'
+            echo created: \\$(docker ps -aq --filter status=created | wc -l)\"
+        docker rm -f f-$NAME $H >/dev/null"
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    let listed: Vec<&str> = out.lines().filter(|l| l.starts_with("listed ")).collect();
+    assert_eq!(listed.len(), 1, "only the project's container: {out}\n{err}");
+    assert!(!listed[0].ends_with("-host") && listed[0].starts_with("listed f-gw"), "{out}");
+    has(&out, "created: 1", &err);
+}
+
 #[test]
 fn a_container_gets_a_process_limit() {
     let w = World::new();

@@ -451,13 +451,65 @@ fn networking(v: Option<&mut Value>, ctx: &Context, default: &str, needs: &mut N
             endpoints.entry(ctx.network.clone()).or_insert(e);
         }
     }
-    for name in endpoints.keys() {
+    for (name, e) in endpoints.iter() {
         if name == "host" {
             return Err(Refusal::new("network", "the host network is outside the filter"));
         }
         if name != &ctx.network && name != default && !needs.networks.contains(name) {
             needs.networks.push(name.clone());
         }
+        endpoint(e, &format!("NetworkingConfig.EndpointsConfig.{name}."), needs)?;
+    }
+    Ok(())
+}
+
+/// `POST /networks/{id}/connect`: the container and its endpoint on the network. Returns the
+/// containers it names (the one connected, and any it links to): each must be the project's.
+pub fn connect(body: &Value) -> Verdict<Needs> {
+    let mut needs = Needs::default();
+    if let Some(o) = body.as_object() {
+        unknown(o, &["Container", "EndpointConfig"], "")?;
+    }
+    needs.containers.push(body.get("Container").and_then(Value::as_str).unwrap_or_default().to_string());
+    endpoint(&body["EndpointConfig"], "EndpointConfig.", &mut needs)?;
+    Ok(needs)
+}
+
+/// The fields of an endpoint (API 1.47).
+const ENDPOINT_FIELDS: &[&str] = &[
+    "IPAMConfig",
+    "Links",
+    "Aliases",
+    "MacAddress",
+    "DriverOpts",
+    "GwPriority",
+    "NetworkID",
+    "EndpointID",
+    "Gateway",
+    "IPAddress",
+    "IPPrefixLen",
+    "IPv6Gateway",
+    "GlobalIPv6Address",
+    "GlobalIPv6PrefixLen",
+    "DNSNames",
+];
+
+/// One endpoint of a container on a network (`NetworkingConfig.EndpointsConfig.<net>`, or a
+/// `network connect`'s `EndpointConfig`). Its addresses are Docker's to choose, as a network's
+/// are; driver options are not served; a link hands the other container's environment over,
+/// so it must be the project's, as with `HostConfig.Links`.
+pub fn endpoint(e: &Value, at: &str, needs: &mut Needs) -> Verdict<()> {
+    let Some(o) = e.as_object() else { return Ok(()) };
+    unknown(o, ENDPOINT_FIELDS, at)?;
+    if o.get("IPAMConfig").is_some_and(truthy) {
+        return Err(Refusal::new("network", format!("`{at}IPAMConfig`: addresses of the agent's choosing"))
+            .allow("let Docker choose the container's address (no --ip)"));
+    }
+    if o.get("DriverOpts").is_some_and(truthy) {
+        return Err(Refusal::new("network", "network driver options are not served"));
+    }
+    for link in strings(o.get("Links")) {
+        needs.containers.push(link.split(':').next().unwrap_or_default().trim_start_matches('/').to_string());
     }
     Ok(())
 }
@@ -695,6 +747,30 @@ mod tests {
 
     fn refused(body: Value) -> Refusal {
         check(body).expect_err("refused")
+    }
+
+    #[test]
+    fn endpoints_are_checked_field_by_field() {
+        // Compose v2's endpoint for its default network passes.
+        let compose = json!({"Image": "x", "HostConfig": {"NetworkMode": "ocsb-shop"}, "NetworkingConfig": {"EndpointsConfig": {
+            "ocsb-shop": {"Aliases": ["shop-web-1", "web"], "IPAMConfig": null, "DriverOpts": null, "MacAddress": "", "DNSNames": null}}}});
+        assert!(check(compose).is_ok());
+        let on = |e: Value| json!({"Image": "x", "NetworkingConfig": {"EndpointsConfig": {"ocsb-shop": e}}});
+        let r = refused(on(json!({"Future": 1})));
+        assert_eq!(
+            (r.rule, r.what.contains("EndpointsConfig.ocsb-shop.Future")),
+            ("unknown-field", true),
+            "{}",
+            r.what
+        );
+        assert_eq!(refused(on(json!({"IPAMConfig": {"IPv4Address": "172.18.0.9"}}))).rule, "network");
+        assert_eq!(refused(on(json!({"DriverOpts": {"com.docker.network.x": "1"}}))).rule, "network");
+        let (_, needs) = check(on(json!({"Links": ["/db:db"]}))).unwrap();
+        assert_eq!(needs.containers, ["db"]);
+        // `network connect`: the container and whatever it links to must be the project's.
+        let n = connect(&json!({"Container": "web", "EndpointConfig": {"Links": ["cache:c"]}})).unwrap();
+        assert_eq!(n.containers, ["web", "cache"]);
+        assert_eq!(connect(&json!({"Container": "web", "Force": true})).unwrap_err().rule, "unknown-field");
     }
 
     #[test]

@@ -314,6 +314,55 @@ echo | nc -w 5 192.0.2.1 80; echo direct=$?
     );
 }
 
+/// The netlock mode, as an installed system runs it: the launcher as the user's own group, and
+/// the setgid shim giving only the sandbox the netlock group. The container reaches the allowed
+/// origin through the filter (lent its network's listener, as in the isolated mode), gets the
+/// filter's 403 for the blocked one, and its direct connection fails.
+#[test]
+fn a_container_reaches_the_world_only_through_the_filter_in_the_netlock_mode() {
+    let w = World::new();
+    std::fs::write(
+        w.proj.join("net.sh"),
+        r#"p=${http_proxy#http://}
+get() { printf 'GET http://%s/hello.txt HTTP/1.0\r\n\r\n' "$1" | nc -w 10 "${p%:*}" "${p##*:}"; }
+get 192.0.2.1 | sed 's/^/allowed:/'
+get 192.0.2.2 | sed 's/^/denied:/'
+echo | nc -w 5 192.0.2.1 80; echo direct=$?
+"#,
+    )
+    .unwrap();
+    let g = crate::support::sandbox::netlock_gid();
+    let body = format!(
+        r#"{ORIGIN_NS}ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
+        SRV=$(mktemp -d); echo origin-ok > "$SRV/hello.txt"; chmod -R a+rX "$SRV"; OL=$(mktemp)
+        O python3 -m http.server 80 --bind 0.0.0.0 --directory "$SRV" >"$OL" 2>&1 &
+        G=1990; APPLETS="{APPLETS}"; IMAGE={IMAGE}
+        {OWN_DOCKERD}
+        echo 0 > /proc/sys/net/ipv4/ip_forward
+        # An installation: <prefix>/bin/ocsb and <prefix>/libexec/ocsb/ocsb-netlock-exec.
+        PFX=$(mktemp -d /var/tmp/ocsb-pfx-XXXXXX); mkdir -p "$PFX/bin" "$PFX/libexec/ocsb"
+        cp "$OCSB" "$PFX/bin/ocsb"; cp {shim} "$PFX/libexec/ocsb/ocsb-netlock-exec"; chmod -R a+rX "$PFX"
+        chown root:{g} "$PFX/libexec/ocsb/ocsb-netlock-exec"; chmod 2755 "$PFX/libexec/ocsb/ocsb-netlock-exec"
+        N() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid 1990 --groups "$DG" -- "$PFX/bin/ocsb" "$@" </dev/null 2>&1; }}
+        printf 'block 192.0.2.2\n' > .opencode-sandbox/local/egress.conf; chown -R 1990 .opencode-sandbox/local
+        N egress up >/dev/null
+        N exec -- sh -c 'echo "sandbox gid $(id -g)"; docker run --rm -v "$PWD":/src {IMAGE} sh /src/net.sh'
+        echo "origin saw $(grep -c 'GET /hello.txt' "$OL")"
+        N egress down >/dev/null
+        {DOCKERD_STOP}
+        rm -rf "$PFX"; ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
+        ORIGIN_NS = crate::support::sandbox::ORIGIN_NS,
+        shim = crate::support::sandbox::shell_quote(&crate::support::sandbox::shim_binary().display().to_string()),
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, &format!("sandbox gid {g}"), &err);
+    has(&out, "allowed:origin-ok", &err);
+    has(&out, "denied:x-egress-decision: block:local:1", &err);
+    assert!(!out.contains("denied:origin-ok"), "the blocked origin answered: {out}\n{err}");
+    assert!(out.contains("direct=") && !out.contains("direct=0"), "a direct connection went out: {out}\n{err}");
+    has(&out, "origin saw 1", &err);
+}
+
 /// A container made in one session and started in a later one reaches the filter again: the
 /// lease on its network ended with the first session's gateway, and `start` through the next
 /// one makes the filter reachable there again.

@@ -164,7 +164,7 @@ fn world_at(provider_port: u16, tag: &str, base: u16) -> World {
     std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
     std::fs::create_dir_all(shim.parent().unwrap()).unwrap();
     std::fs::copy(env!("CARGO_BIN_EXE_ocsb"), &bin).unwrap();
-    std::fs::copy(shim_binary(), &shim).unwrap();
+    std::fs::copy(crate::support::sandbox::shim_binary(), &shim).unwrap();
     std::fs::create_dir_all(root.join("bus")).unwrap();
     sh(&format!("chmod 755 {}", root.join("bin/xdg-open").display()));
     sh(&format!("chown -R {UID}:{UID} {} && chmod -R a+rX {}", home.display(), root.display()));
@@ -179,26 +179,6 @@ fn world_at(provider_port: u16, tag: &str, base: u16) -> World {
         web: SocketAddr::from(([127, 0, 0, 1], web)),
         launcher_env: Vec::new(),
     }
-}
-
-/// The shim built beside the ocsb binary (`cargo build -p ocsb-netlock-helper` builds it).
-fn shim_binary() -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_ocsb")).parent().unwrap().to_path_buf();
-    let shim = dir.join("ocsb-netlock-exec");
-    if !shim.exists() {
-        let target = dir.parent().unwrap();
-        // The same profile as this test's binaries (target/<profile>/).
-        let release = dir.file_name().is_some_and(|n| n == "release");
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", "ocsb-netlock-helper", "--bin", "ocsb-netlock-exec"])
-            .args(release.then_some("--release"))
-            .env("CARGO_TARGET_DIR", target)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap();
-        assert!(st.success(), "could not build ocsb-netlock-exec (crate ocsb-netlock-helper)");
-    }
-    shim
 }
 
 /// `env -i HOME=… PATH=… <ocsb> -C <project>`: the installed ocsb with a clean environment.

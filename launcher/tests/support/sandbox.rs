@@ -278,3 +278,23 @@ pub fn no_markers(w: &World, out: &str, err: &str) {
         .collect();
     assert!(pwned.is_empty(), "host git ran planted code: {pwned:?}\nstdout:\n{out}\nstderr:\n{err}");
 }
+
+/// The shim built beside the ocsb binary (`cargo build -p ocsb-netlock-helper` builds it).
+pub fn shim_binary() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_ocsb")).parent().unwrap().to_path_buf();
+    let shim = dir.join("ocsb-netlock-exec");
+    if !shim.exists() {
+        let target = dir.parent().unwrap();
+        // The same profile as this test's binaries (target/<profile>/).
+        let release = dir.file_name().is_some_and(|n| n == "release");
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-p", "ocsb-netlock-helper", "--bin", "ocsb-netlock-exec"])
+            .args(release.then_some("--release"))
+            .env("CARGO_TARGET_DIR", target)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap();
+        assert!(st.success(), "could not build ocsb-netlock-exec (crate ocsb-netlock-helper)");
+    }
+    shim
+}

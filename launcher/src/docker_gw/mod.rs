@@ -94,7 +94,11 @@ impl Gateway {
             .name("ocsb-docker".into())
             .spawn(move || {
                 for c in listener.incoming() {
-                    let Ok(c) = c else { continue };
+                    let Ok(c) = c else {
+                        // Out of descriptors or memory: wait a moment rather than spin.
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                        continue;
+                    };
                     if busy.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
                         continue; // dropped: the client sees the connection close
                     }

@@ -101,7 +101,11 @@ fn serve_to(listener: TcpListener, target: &Mutex<SocketAddr>) {
             Ok(c) => c,
             // `shutdown` of the listener: its network is gone.
             Err(e) if e.kind() == io::ErrorKind::InvalidInput => return,
-            Err(_) => continue,
+            // Out of descriptors or memory: wait a moment rather than spin.
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
         };
         if busy.load(Ordering::SeqCst) >= MAX_RELAYS {
             continue; // dropped: the client sees the connection close

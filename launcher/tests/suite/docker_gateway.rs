@@ -228,6 +228,61 @@ fn a_container_cannot_move_what_the_sandbox_pinned() {
     has(&out, "host: .git secrets/deploy out=ok t=t", &err);
 }
 
+/// What a container runs to show its way out: busybox's `nc` through the proxy the gateway
+/// set (its wget crashes when statically linked), to the allowed and the blocked origin, and
+/// once directly. `$HOLD` seconds of open input after each request (squid drops a request
+/// whose end of input comes with it; the builtin filter does not, so it gets none).
+const NET_SH: &str = r#"env | grep ^http_proxy=
+p=${http_proxy#http://}
+get() { { printf 'GET http://%s/hello.txt HTTP/1.0\r\n\r\n' "$1"; sleep "${HOLD:-0}"; } | nc -w 10 "${p%:*}" "${p##*:}"; }
+get 192.0.2.1 | sed 's/^/allowed:/'
+get 192.0.2.2 | sed 's/^/denied:/'
+echo | nc -w 5 192.0.2.1 80; echo direct=$?
+"#;
+
+/// Shell lines for a world namespace with the allowed origin (192.0.2.1) and the blocked one
+/// (192.0.2.2, by `block 192.0.2.2` in the project's rules), each serving `hello.txt`; `$OL` is
+/// their log; a Docker daemon of the scenario's own, with forwarding off as Docker's iptables
+/// rules would keep an internal network's packets in (this daemon runs without them, so no
+/// rules go into any namespace but the test's). `end_container_world` counts the origin's
+/// requests and takes it all down.
+fn container_world() -> String {
+    format!(
+        r#"{ORIGIN_NS}ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
+        SRV=$(mktemp -d); echo origin-ok > "$SRV/hello.txt"; chmod -R a+rX "$SRV"; OL=$(mktemp)
+        O python3 -m http.server 80 --bind 0.0.0.0 --directory "$SRV" >"$OL" 2>&1 &
+        APPLETS="{APPLETS}"; IMAGE={IMAGE}
+        {OWN_DOCKERD}
+        echo 0 > /proc/sys/net/ipv4/ip_forward
+        printf 'block 192.0.2.2\n' > .opencode-sandbox/local/egress.conf; chown -R 1990 .opencode-sandbox/local
+        "#,
+        ORIGIN_NS = crate::support::sandbox::ORIGIN_NS,
+    )
+}
+
+fn end_container_world() -> String {
+    format!(
+        "echo \"origin saw $(grep -c 'GET /hello.txt' \"$OL\")\"\n{DOCKERD_STOP}ip netns pids \"$ON\" | xargs -r kill; ip netns del \"$ON\"\n"
+    )
+}
+
+/// The container got the allowed origin's answer and the filter's refusal of the blocked one by
+/// its rule, the blocked origin never answered, the direct connection failed, and (host side)
+/// the origin saw the one request the filter let through.
+fn reached_only_through_the_filter(out: &str, err: &str) {
+    has(out, "allowed:origin-ok", err);
+    assert!(
+        out.lines().any(|l| l.to_ascii_lowercase().starts_with("denied:x-egress-decision: block:local:1")),
+        "the filter's refusal: {out}\n{err}"
+    );
+    assert!(!out.contains("denied:origin-ok"), "the blocked origin answered: {out}\n{err}");
+    assert!(
+        out.contains("direct=") && !out.contains("direct=0"),
+        "a direct connection went out: {out}\n{err}"
+    );
+    has(out, "origin saw 1", err);
+}
+
 /// A container reaches the world only through the filter, judged by the project's rules: an
 /// allowed origin answers, a blocked one gets the filter's 403 (logged with the container's
 /// address and the rule), and a direct connection has no route. Its own daemon, in the
@@ -235,34 +290,12 @@ fn a_container_cannot_move_what_the_sandbox_pinned() {
 #[test]
 fn a_container_reaches_the_world_only_through_the_filter() {
     let w = World::new();
-    // What the container runs: busybox's `nc` through the proxy the gateway set (its wget
-    // crashes when statically linked), and once directly.
-    std::fs::write(
-        w.proj.join("net.sh"),
-        r#"env | grep ^http_proxy=
-p=${http_proxy#http://}
-get() { printf 'GET http://%s/hello.txt HTTP/1.0\r\n\r\n' "$1" | nc -w 10 "${p%:*}" "${p##*:}"; }
-get 192.0.2.1 | sed 's/^/allowed:/'
-get 192.0.2.2 | sed 's/^/denied:/'
-echo | nc -w 5 192.0.2.1 80; echo direct=$?
-"#,
-    )
-    .unwrap();
+    std::fs::write(w.proj.join("net.sh"), NET_SH).unwrap();
     let body = format!(
-        r#"{ORIGIN_NS}ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
-        SRV=$(mktemp -d); echo origin-ok > "$SRV/hello.txt"; chmod -R a+rX "$SRV"; OL=$(mktemp)
-        O python3 -m http.server 80 --bind 0.0.0.0 --directory "$SRV" >"$OL" 2>&1 &
-        G={g}; APPLETS="{APPLETS}"; IMAGE={IMAGE}
-        {OWN_DOCKERD}
-        # Docker keeps an internal network's traffic in with iptables rules; this daemon runs
-        # without them (no rules in any namespace but the test's), so forwarding is turned off
-        # the way those rules would drop it.
-        echo 0 > /proc/sys/net/ipv4/ip_forward
+        r#"{world}G=1990
         # The isolated mode: the launcher runs as the user (here no setgid shim gives only the
         # sandbox the netlock group, as an installed system does).
-        D() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid 1990 --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null 2>&1; }}
         printf 'OCSB_NETWORK=isolated\n' >> .opencode-sandbox/local/sandbox.conf
-        printf 'block 192.0.2.2\n' > .opencode-sandbox/local/egress.conf; chown -R 1990 .opencode-sandbox/local
         env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" egress up >/dev/null 2>&1
         D 'docker run --rm -v "$PWD":/src {IMAGE} sh /src/net.sh; touch phase1; while [ ! -e phase2 ]; do sleep 0.2; done' & DJ=$!
         for i in $(seq 300); do [ -e phase1 ] && break; sleep 0.2; done
@@ -276,30 +309,20 @@ echo | nc -w 5 192.0.2.1 80; echo direct=$?
         DOCKER_HOST="$DH" docker network create --internal --subnet "$SUB" other >/dev/null
         DOCKER_HOST="$DH" docker run --rm --network other {IMAGE} sh -c "printf 'GET http://192.0.2.1/hello.txt HTTP/1.0\r\n\r\n' | nc -w 5 $GWA 3128; echo other=\$?" 2>&1 | sed 's/^/other: /'
         touch phase2; wait $DJ
-        echo "origin saw $(grep -c 'GET /hello.txt' "$OL")"
-        tail -5 "$DD/log" >&2
         sed 's/^/log: /' "$HOME/.local/share/opencode-sandbox/$NAME/egress/access.log"
-        {DOCKERD_STOP}
-        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
-        g = crate::support::sandbox::netlock_gid(),
-        ORIGIN_NS = crate::support::sandbox::ORIGIN_NS,
+        {end}"#,
+        world = container_world(),
+        end = end_container_world(),
     );
     let (out, err) = docker_scenario(&w, &body);
-    has(&out, "allowed:origin-ok", &err);
+    reached_only_through_the_filter(&out, &err);
     assert!(out.lines().any(|l| l.starts_with("denied:HTTP/1.0 403")), "the filter's 403: {out}\n{err}");
-    has(&out, "denied:x-egress-decision: block:local:1", &err);
-    assert!(!out.contains("denied:origin-ok"), "the blocked origin answered: {out}\n{err}");
-    assert!(
-        out.contains("direct=") && !out.contains("direct=0"),
-        "a direct connection went out: {out}\n{err}"
-    );
     assert!(out.lines().any(|l| l.starts_with("http_proxy=http://") && l.ends_with(":3128")), "{out}");
-    // Host side: the origin saw the one request the filter let through, and the filter logged
-    // both, with the container's own address and the deciding rule.
-    has(&out, "origin saw 1", &err);
     // Another network on the same subnet after the project's was removed: nothing answers.
     has(&out, "other: other=1", &err);
     assert!(!out.contains("other: HTTP/"), "a stale lease served another network: {out}");
+    // Host side: the filter logged both requests, with the container's own address and the
+    // deciding rule.
     let log: Vec<&str> = out.lines().filter(|l| l.starts_with("log: ")).collect();
     let from_container = |l: &&str| l.split_whitespace().nth(2).is_some_and(|c| c.starts_with("172."));
     assert!(
@@ -321,46 +344,28 @@ echo | nc -w 5 192.0.2.1 80; echo direct=$?
 #[test]
 fn a_container_reaches_the_world_only_through_the_filter_in_the_netlock_mode() {
     let w = World::new();
-    std::fs::write(
-        w.proj.join("net.sh"),
-        r#"p=${http_proxy#http://}
-get() { printf 'GET http://%s/hello.txt HTTP/1.0\r\n\r\n' "$1" | nc -w 10 "${p%:*}" "${p##*:}"; }
-get 192.0.2.1 | sed 's/^/allowed:/'
-get 192.0.2.2 | sed 's/^/denied:/'
-echo | nc -w 5 192.0.2.1 80; echo direct=$?
-"#,
-    )
-    .unwrap();
+    std::fs::write(w.proj.join("net.sh"), NET_SH).unwrap();
     let g = crate::support::sandbox::netlock_gid();
     let body = format!(
-        r#"{ORIGIN_NS}ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
-        SRV=$(mktemp -d); echo origin-ok > "$SRV/hello.txt"; chmod -R a+rX "$SRV"; OL=$(mktemp)
-        O python3 -m http.server 80 --bind 0.0.0.0 --directory "$SRV" >"$OL" 2>&1 &
-        G=1990; APPLETS="{APPLETS}"; IMAGE={IMAGE}
-        {OWN_DOCKERD}
-        echo 0 > /proc/sys/net/ipv4/ip_forward
+        r#"{world}
         # An installation: <prefix>/bin/ocsb and <prefix>/libexec/ocsb/ocsb-netlock-exec.
         PFX=$(mktemp -d /var/tmp/ocsb-pfx-XXXXXX); mkdir -p "$PFX/bin" "$PFX/libexec/ocsb"
         cp "$OCSB" "$PFX/bin/ocsb"; cp {shim} "$PFX/libexec/ocsb/ocsb-netlock-exec"; chmod -R a+rX "$PFX"
         chown root:{g} "$PFX/libexec/ocsb/ocsb-netlock-exec"; chmod 2755 "$PFX/libexec/ocsb/ocsb-netlock-exec"
         N() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid 1990 --groups "$DG" -- "$PFX/bin/ocsb" "$@" </dev/null 2>&1; }}
-        printf 'block 192.0.2.2\n' > .opencode-sandbox/local/egress.conf; chown -R 1990 .opencode-sandbox/local
         N egress up >/dev/null
         N exec -- sh -c 'echo "sandbox gid $(id -g)"; docker run --rm -v "$PWD":/src {IMAGE} sh /src/net.sh'
-        echo "origin saw $(grep -c 'GET /hello.txt' "$OL")"
-        N egress down >/dev/null
-        {DOCKERD_STOP}
-        rm -rf "$PFX"; ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
-        ORIGIN_NS = crate::support::sandbox::ORIGIN_NS,
-        shim = crate::support::sandbox::shell_quote(&crate::support::sandbox::shim_binary().display().to_string()),
+        N egress down >/dev/null; rm -rf "$PFX"
+        {end}"#,
+        world = container_world(),
+        end = end_container_world(),
+        shim = crate::support::sandbox::shell_quote(
+            &crate::support::sandbox::shim_binary().display().to_string()
+        ),
     );
     let (out, err) = docker_scenario(&w, &body);
     has(&out, &format!("sandbox gid {g}"), &err);
-    has(&out, "allowed:origin-ok", &err);
-    has(&out, "denied:x-egress-decision: block:local:1", &err);
-    assert!(!out.contains("denied:origin-ok"), "the blocked origin answered: {out}\n{err}");
-    assert!(out.contains("direct=") && !out.contains("direct=0"), "a direct connection went out: {out}\n{err}");
-    has(&out, "origin saw 1", &err);
+    reached_only_through_the_filter(&out, &err);
 }
 
 /// A container made in one session and started in a later one reaches the filter again: the
@@ -369,38 +374,21 @@ echo | nc -w 5 192.0.2.1 80; echo direct=$?
 #[test]
 fn a_container_started_in_a_later_session_reaches_the_filter_again() {
     let w = World::new();
-    std::fs::write(
-        w.proj.join("net.sh"),
-        r#"p=${http_proxy#http://}
-get() { printf 'GET http://%s/hello.txt HTTP/1.0\r\n\r\n' "$1" | nc -w 10 "${p%:*}" "${p##*:}"; }
-get 192.0.2.1 | sed 's/^/allowed:/'
-get 192.0.2.2 | sed 's/^/denied:/'
-"#,
-    )
-    .unwrap();
+    std::fs::write(w.proj.join("net.sh"), NET_SH).unwrap();
     let body = format!(
-        r#"{ORIGIN_NS}ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
-        SRV=$(mktemp -d); echo origin-ok > "$SRV/hello.txt"; chmod -R a+rX "$SRV"; OL=$(mktemp)
-        O python3 -m http.server 80 --bind 0.0.0.0 --directory "$SRV" >"$OL" 2>&1 &
-        G=1990; APPLETS="{APPLETS}"; IMAGE={IMAGE}
-        {OWN_DOCKERD}
-        echo 0 > /proc/sys/net/ipv4/ip_forward
+        r#"{world}G=1990
         printf 'OCSB_NETWORK=isolated\n' >> .opencode-sandbox/local/sandbox.conf
-        printf 'block 192.0.2.2\n' > .opencode-sandbox/local/egress.conf; chown -R 1990 .opencode-sandbox/local
         env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" egress up >/dev/null 2>&1
         D "docker create --name k-$NAME -v \"\$PWD\":/src {IMAGE} sh /src/net.sh >/dev/null && echo made"
         D "docker start -a k-$NAME"
-        echo "origin saw $(grep -c 'GET /hello.txt' "$OL")"
         DOCKER_HOST="$DH" docker rm -f "k-$NAME" >/dev/null
-        {DOCKERD_STOP}
-        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
-        ORIGIN_NS = crate::support::sandbox::ORIGIN_NS,
+        {end}"#,
+        world = container_world(),
+        end = end_container_world(),
     );
     let (out, err) = docker_scenario(&w, &body);
     has(&out, "made", &err);
-    has(&out, "allowed:origin-ok", &err);
-    has(&out, "denied:x-egress-decision: block:local:1", &err);
-    has(&out, "origin saw 1", &err);
+    reached_only_through_the_filter(&out, &err);
 }
 
 /// With the squid backend the gateway relays the network's listener to squid (squid takes no
@@ -409,49 +397,22 @@ get 192.0.2.2 | sed 's/^/denied:/'
 #[test]
 fn a_container_reaches_the_world_through_squid_too() {
     let w = World::new();
-    std::fs::write(
-        w.proj.join("net.sh"),
-        r#"p=${http_proxy#http://}
-# Input stays open a moment: squid drops a request whose end of input comes with it.
-get() { { printf 'GET http://%s/hello.txt HTTP/1.0\r\n\r\n' "$1"; sleep 2; } | nc -w 10 "${p%:*}" "${p##*:}"; }
-get 192.0.2.1 | sed 's/^/allowed:/'
-get 192.0.2.2 | sed 's/^/denied:/'
-echo | nc -w 5 192.0.2.1 80; echo direct=$?
-"#,
-    )
-    .unwrap();
+    std::fs::write(w.proj.join("net.sh"), NET_SH).unwrap();
     let body = format!(
-        r#"{ORIGIN_NS}ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
-        SRV=$(mktemp -d); echo origin-ok > "$SRV/hello.txt"; chmod -R a+rX "$SRV"; OL=$(mktemp)
-        O python3 -m http.server 80 --bind 0.0.0.0 --directory "$SRV" >"$OL" 2>&1 &
-        G=1990; APPLETS="{APPLETS}"; IMAGE={IMAGE}
-        {OWN_DOCKERD}
-        echo 0 > /proc/sys/net/ipv4/ip_forward
+        r#"{world}G=1990
         printf 'OCSB_NETWORK=isolated\nOCSB_EGRESS_BACKEND=squid\n' >> .opencode-sandbox/local/sandbox.conf
-        printf 'block 192.0.2.2\n' > .opencode-sandbox/local/egress.conf; chown -R 1990 .opencode-sandbox/local
         E() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid 1990 --groups "$DG" -- "$OCSB" egress "$@" </dev/null 2>&1; }}
         E up | tail -2
-        D 'docker run --rm -v "$PWD":/src {IMAGE} sh /src/net.sh'
-        echo "origin saw $(grep -c 'GET /hello.txt' "$OL")"
+        D 'docker run --rm -e HOLD=2 -v "$PWD":/src {IMAGE} sh /src/net.sh'
         E logs --no-follow | sed 's/^/log: /'
         E down >/dev/null
-        {DOCKERD_STOP}
-        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
-        ORIGIN_NS = crate::support::sandbox::ORIGIN_NS,
+        {end}"#,
+        world = container_world(),
+        end = end_container_world(),
     );
     let (out, err) = docker_scenario(&w, &body);
-    has(&out, "allowed:origin-ok", &err);
+    reached_only_through_the_filter(&out, &err);
     assert!(out.lines().any(|l| l.starts_with("denied:HTTP/1.1 403")), "squid's 403: {out}\n{err}");
-    assert!(
-        out.lines().any(|l| l.to_ascii_lowercase().starts_with("denied:x-egress-decision: block:local:1")),
-        "{out}\n{err}"
-    );
-    assert!(!out.contains("denied:origin-ok"), "the blocked origin answered: {out}\n{err}");
-    assert!(
-        out.contains("direct=") && !out.contains("direct=0"),
-        "a direct connection went out: {out}\n{err}"
-    );
-    has(&out, "origin saw 1", &err);
     let log: Vec<&str> = out.lines().filter(|l| l.starts_with("log: ")).collect();
     assert!(log.iter().any(|l| l.contains("block:") && l.contains("192.0.2.2")), "{log:#?}\n{err}");
 }

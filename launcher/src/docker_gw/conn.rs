@@ -64,8 +64,10 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
     };
     w.set_read_timeout(None)?;
     let started = starts(&head);
-    if let Some(id) = &started {
-        reach_filter(gw, id);
+    if let Some(id) = &started
+        && let Err(refusal) = reach_filter(gw, id)
+    {
+        return refuse(&mut w, gw, &head, refusal);
     }
     let mut up = UnixStream::connect(&gw.daemon.socket)?;
     let mut out = format!("{} {} HTTP/1.1\r\n", head.method, head.target());
@@ -120,14 +122,24 @@ fn starts(head: &Head) -> Option<String> {
     }
 }
 
-/// Before a container starts, the filter is made reachable on its networks: one made in an
-/// earlier session lost it when that session's gateway ended, and its first connection may
-/// come as soon as it runs.
-fn reach_filter(gw: &Shared, id: &str) {
-    let networks = inspect(gw, id).and_then(|v| v["NetworkSettings"]["Networks"].as_object().cloned());
-    for network in networks.unwrap_or_default().keys().filter(|n| *n != "none") {
-        let _ = proxy_for(gw, network);
+/// Before a container starts: every network it will join must be the project's and internal,
+/// resolved as the daemon will resolve it (the endpoint's `NetworkID`, else its name), since
+/// the daemon looks each name up again now; a container made before the gateway pinned
+/// networks by id could otherwise join a network that took a removed one's name. Then the
+/// filter is made reachable on each (one made in an earlier session lost it when that
+/// session's gateway ended), before the container's first connection.
+fn reach_filter(gw: &Shared, id: &str) -> Result<(), Refusal> {
+    let Some(v) = inspect(gw, id) else { return Ok(()) }; // the daemon answers the start itself
+    let networks = v["NetworkSettings"]["Networks"].as_object().cloned().unwrap_or_default();
+    let mut ids = Vec::new();
+    for (name, ep) in networks.iter().filter(|(n, _)| *n != "none") {
+        let pinned = ep["NetworkID"].as_str().filter(|n| !n.is_empty());
+        ids.push(project_network(gw, pinned.unwrap_or(name))?);
     }
+    for network in ids {
+        let _ = proxy_for(gw, &network);
+    }
+    Ok(())
 }
 
 fn inspect(gw: &Shared, id: &str) -> Option<Value> {
@@ -148,6 +160,12 @@ fn inspect(gw: &Shared, id: &str) -> Option<Value> {
 fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -> Result<Forward, Refusal> {
     let ctx = &gw.ctx;
     let call = route(&head.method, &head.path)?;
+    if head.headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("content-type") && is_form(v)) {
+        return Err(Refusal::new(
+            "request",
+            "a form body: the daemon reads its fields as the query's, over the query the gateway checked",
+        ));
+    }
     let plain = Forward { body: None, stream: false };
     let daemon_err =
         |e: io::Error| Refusal::new("daemon", format!("the gateway could not ask the daemon: {e}"));
@@ -208,11 +226,14 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
             Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
         }
         Call::Connect { network } => {
-            owned(&Owned::Network(network))?;
+            owned(&Owned::Network(network.clone()))?;
             let v = json_body()?;
             for c in create::connect(&v)?.containers {
                 owned(&Owned::Container(c))?;
             }
+            // The network the daemon joins is the one checked: named by its full id.
+            let id = project_network(gw, &network)?;
+            head.path = head.path.replacen(&format!("/networks/{network}/"), &format!("/networks/{id}/"), 1);
             Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
         }
         Call::CreateContainer => {
@@ -234,8 +255,13 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
                 }
             }
             cover(&mut v, &needs, gw);
-            if v["HostConfig"]["NetworkMode"].as_str() == Some(ctx.network.as_str()) {
+            let joins = networks_joined(&v);
+            if joins.contains(&ctx.network) {
                 gw.daemon.ensure_network(ctx).map_err(network_err)?;
+            }
+            for name in &joins {
+                let id = project_network(gw, name)?;
+                v["NetworkingConfig"]["EndpointsConfig"][name.as_str()]["NetworkID"] = Value::String(id);
             }
             let network = v["HostConfig"]["NetworkMode"].as_str().unwrap_or_default().to_string();
             if !matches!(network.as_str(), "" | "none")
@@ -247,6 +273,40 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
             Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
         }
     }
+}
+
+/// Whether a `Content-Type` is one whose body the daemon's form parsing reads (`networkmode`,
+/// `remote` or `fromSrc` there would override the query). No Docker client sends one.
+fn is_form(content_type: &str) -> bool {
+    let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    media == "application/x-www-form-urlencoded" || media.starts_with("multipart/")
+}
+
+/// The networks a container configuration joins by name: its `NetworkMode` and its endpoints'
+/// keys, without the modes that are not networks of the daemon's making (`none`, `container:`).
+fn networks_joined(v: &Value) -> Vec<String> {
+    let mode = v["HostConfig"]["NetworkMode"].as_str().map(str::to_string);
+    let endpoints: Option<Vec<String>> =
+        v["NetworkingConfig"]["EndpointsConfig"].as_object().map(|e| e.keys().cloned().collect());
+    let mut all: Vec<String> = Vec::new();
+    for n in mode.into_iter().chain(endpoints.unwrap_or_default()) {
+        if !n.is_empty() && n != "none" && !n.starts_with("container:") && !all.contains(&n) {
+            all.push(n);
+        }
+    }
+    all
+}
+
+/// The full id of the project's network `name` (internal, labelled as the project's). *Why*:
+/// the daemon resolves a network's name again when it uses it (exact id, then name, then id
+/// prefix): a name checked now could lead to another network by then, if the agent removes
+/// its network and another takes the name, or names a prefix of a foreign network's id. An
+/// endpoint's `NetworkID`, and a path's full id, pin the network that was checked.
+fn project_network(gw: &Shared, name: &str) -> Result<String, Refusal> {
+    let id = gw.daemon.project_network(&gw.ctx, name).map_err(|e| {
+        Refusal::new("daemon", format!("the gateway could not ask the daemon about network {name}: {e}"))
+    })?;
+    id.ok_or_else(|| Refusal::new("ownership", format!("network {name} is not one this project made")))
 }
 
 /// The filter's address on `network`, made reachable there; `None` (and a note in the log)
@@ -347,6 +407,20 @@ mod tests {
         add_label_filter(&mut q, &ctx);
         assert_eq!(q.iter().filter(|(k, _)| k == "filters").count(), 1);
         serde_json::from_str(&q.iter().find(|(k, _)| k == "filters").unwrap().1).unwrap()
+    }
+
+    #[test]
+    fn form_bodies_are_recognised_in_any_spelling() {
+        for form in [
+            "application/x-www-form-urlencoded",
+            " Application/X-WWW-Form-Urlencoded ; charset=utf-8",
+            "multipart/form-data; boundary=x",
+        ] {
+            assert!(is_form(form), "{form}");
+        }
+        for other in ["application/json", "application/x-tar", "text/plain", ""] {
+            assert!(!is_form(other), "{other}");
+        }
     }
 
     #[test]

@@ -108,19 +108,26 @@ impl Daemon {
                 }
             }
         }
-        let (code, v) = self.call("GET", &format!("/networks/{}", seg(&ctx.network)), None)?;
-        let ours = v["Labels"].get(PROJECT_LABEL).and_then(Value::as_str) == Some(ctx.project.as_str());
-        if code == 200 && ours && v["Internal"] == json!(true) {
+        if self.project_network(ctx, &ctx.network)?.is_some() {
             return Ok(());
         }
         Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
                 "a network named {0} exists that ocsb did not make for project {1} (label {PROJECT_LABEL}={1}, internal); \
-             containers will not join it: remove it outside the sandbox with `docker network rm {0}`",
+                 containers will not join it: remove it outside the sandbox with `docker network rm {0}`",
                 ctx.network, ctx.project
             ),
         ))
+    }
+
+    /// The full id of the network `name` resolves to now (the daemon's way: exact id, name, id
+    /// prefix), if it is the project's and internal.
+    pub fn project_network(&self, ctx: &Context, name: &str) -> io::Result<Option<String>> {
+        let (code, v) = self.call("GET", &format!("/networks/{}", seg(name)), None)?;
+        let ours = v["Labels"].get(PROJECT_LABEL).and_then(Value::as_str) == Some(ctx.project.as_str());
+        let id = v["Id"].as_str().filter(|id| !id.is_empty()).map(str::to_string);
+        Ok(id.filter(|_| code == 200 && ours && v["Internal"] == json!(true)))
     }
 
     /// A network's id and IPv4 gateway (the address of its bridge on the host), if it has one.

@@ -483,6 +483,54 @@ fn filtered_lists_work_and_show_only_the_projects() {
     has(&out, "created: 1", &err);
 }
 
+/// Bodies that would choose for the daemon what the gateway checked: a form body on a build
+/// (the daemon reads its `networkmode` and `remote` over the query's) and an endpoint's
+/// `NetworkID` (the daemon joins that network, whatever the endpoint's key says). The `remote`
+/// is on loopback: this is the machine's daemon, and a regression must send no packet out.
+#[test]
+fn a_form_body_and_an_endpoints_network_id_are_refused() {
+    let w = World::new();
+    let body = format!(
+        r#"D "curl -s --unix-socket /run/docker.sock -X POST -H 'Content-Type: application/x-www-form-urlencoded' \
+              --data 'networkmode=host&remote=http://127.0.0.1:9/Dockerfile' 'http://d/v1.41/build?networkmode=ocsb-$NAME'; echo
+            curl -s --unix-socket /run/docker.sock -X POST -H 'Content-Type: application/json' \
+              --data '{{\"Image\":\"{IMAGE}\",\"HostConfig\":{{\"NetworkMode\":\"ocsb-$NAME\"}},\"NetworkingConfig\":{{\"EndpointsConfig\":{{\"ocsb-$NAME\":{{\"NetworkID\":\"bridge\"}}}}}}}}' \
+              'http://d/v1.41/containers/create?name=nid-$NAME'; echo"
+        echo "containers: $(docker ps -aq --filter name=nid-$NAME | wc -l)""#
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    refused(&out, "request", &err);
+    assert!(out.contains("a form body"), "{out}");
+    refused(&out, "network", &err);
+    assert!(out.contains("NetworkID` is the daemon's to choose"), "{out}");
+    has(&out, "containers: 0", &err);
+}
+
+/// A network is pinned by the id the gateway checked: a container made on the project's network
+/// `p`, whose network is then removed and replaced by someone else's network of that name (not
+/// internal), does not start on the impostor. The daemon would look the name up again at start.
+#[test]
+fn a_container_does_not_join_a_network_that_took_its_networks_name() {
+    let w = World::new();
+    let body = format!(
+        r#"G=1990; APPLETS="{APPLETS}"; IMAGE={IMAGE}
+        {OWN_DOCKERD}
+        printf 'OCSB_NETWORK=isolated\n' >> .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox/local
+        D "docker network create p-$NAME >/dev/null && docker create --name c-$NAME --network p-$NAME {IMAGE} sleep 30 >/dev/null && docker network rm p-$NAME >/dev/null && echo made"
+        DOCKER_HOST="$DH" docker network create "p-$NAME" >/dev/null
+        D "docker start c-$NAME >/dev/null 2>&1; echo start=\$?"
+        echo "running: $(DOCKER_HOST="$DH" docker inspect -f '{{{{.State.Running}}}}' "c-$NAME")"
+        echo "on the impostor: $(DOCKER_HOST="$DH" docker network inspect -f '{{{{len .Containers}}}}' "p-$NAME")"
+        DOCKER_HOST="$DH" docker rm -f "c-$NAME" >/dev/null; DOCKER_HOST="$DH" docker network rm "p-$NAME" >/dev/null
+        {DOCKERD_STOP}"#
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "made", &err);
+    assert!(out.lines().any(|l| l.starts_with("start=") && l != "start=0"), "{out}\n{err}");
+    has(&out, "running: false", &err);
+    has(&out, "on the impostor: 0", &err);
+}
+
 #[test]
 fn a_container_gets_a_process_limit() {
     let w = World::new();

@@ -501,6 +501,15 @@ const ENDPOINT_FIELDS: &[&str] = &[
 pub fn endpoint(e: &Value, at: &str, needs: &mut Needs) -> Verdict<()> {
     let Some(o) = e.as_object() else { return Ok(()) };
     unknown(o, ENDPOINT_FIELDS, at)?;
+    // `NetworkID` chooses the network the daemon joins, whatever the key says (the gateway
+    // sets it to the network it checked); the others are the daemon's to fill in.
+    let chosen = ["NetworkID", "EndpointID", "Gateway", "IPAddress", "IPPrefixLen", "IPv6Gateway"]
+        .into_iter()
+        .chain(["GlobalIPv6Address", "GlobalIPv6PrefixLen"])
+        .find(|f| o.get(*f).is_some_and(truthy));
+    if let Some(field) = chosen {
+        return Err(Refusal::new("network", format!("`{at}{field}` is the daemon's to choose")));
+    }
     if o.get("IPAMConfig").is_some_and(truthy) {
         return Err(Refusal::new("network", format!("`{at}IPAMConfig`: addresses of the agent's choosing"))
             .allow("let Docker choose the container's address (no --ip)"));
@@ -768,6 +777,13 @@ mod tests {
         let (_, needs) = check(on(json!({"Links": ["/db:db"]}))).unwrap();
         assert_eq!(needs.containers, ["db"]);
         // `network connect`: the container and whatever it links to must be the project's.
+        // An endpoint's `NetworkID` would take the container to another network than its key.
+        let r = refused(on(json!({"NetworkID": "bridge"})));
+        assert_eq!((r.rule, r.what.contains("NetworkID")), ("network", true), "{}", r.what);
+        assert_eq!(
+            connect(&json!({"Container": "w", "EndpointConfig": {"NetworkID": "x"}})).unwrap_err().rule,
+            "network"
+        );
         let n = connect(&json!({"Container": "web", "EndpointConfig": {"Links": ["cache:c"]}})).unwrap();
         assert_eq!(n.containers, ["web", "cache"]);
         assert_eq!(connect(&json!({"Container": "web", "Force": true})).unwrap_err().rule, "unknown-field");

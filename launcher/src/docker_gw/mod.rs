@@ -60,6 +60,8 @@ impl Shared {
 /// what the session made (`OCSB_DOCKER_CLEANUP=1`) or says that it is kept.
 pub struct Gateway {
     socket: PathBuf,
+    /// The socket's inode, to remove it only while it is this gateway's.
+    inode: u64,
     shared: Arc<Shared>,
     cleanup: bool,
 }
@@ -79,7 +81,7 @@ impl Gateway {
         let empty_file = paths.dir.join("docker-empty");
         write_empty(&empty_file)?;
         let log = paths.open_log("docker.log").ok();
-        let (listener, socket) = listen(&paths.dir)?;
+        let (listener, socket, inode) = listen(&paths.dir)?;
         let shared = Arc::new(Shared {
             ctx,
             daemon,
@@ -88,7 +90,8 @@ impl Gateway {
             ports: ports::Ports::default(),
             log: Mutex::new(log),
         });
-        let gateway = Gateway { socket, shared: shared.clone(), cleanup: project.settings.docker_cleanup() };
+        let cleanup = project.settings.docker_cleanup();
+        let gateway = Gateway { socket, inode, shared: shared.clone(), cleanup };
         let busy = Arc::new(AtomicUsize::new(0));
         std::thread::Builder::new()
             .name("ocsb-docker".into())
@@ -125,36 +128,50 @@ impl Gateway {
     }
 }
 
-/// Listens on `<dir>/docker-<pid>.sock`. `dir` is the project's egress state directory: its
-/// sandboxes see it hidden and other projects' sandboxes do not mount it, so the only way in
-/// is the bind at `/run/docker.sock` of the sandbox this gateway serves. (A directory in the
-/// temporary directory was reachable from another project's sandbox with a shared `/tmp`, and
-/// would have let it act as this project.) `run` and each `exec` start a gateway of their own,
-/// hence the pid; a file of that name is a socket a killed launcher left. The address goes
-/// through the directory's descriptor, so a long home path cannot pass the 108-byte limit of a
-/// socket address.
-fn listen(dir: &Path) -> Result<(UnixListener, PathBuf)> {
+/// Listens on `<dir>/docker-<pid>-<random>.sock`. `dir` is the project's egress state
+/// directory: its sandboxes see it hidden and other projects' sandboxes do not mount it, so the
+/// only way in is the bind at `/run/docker.sock` of the sandbox this gateway serves. (A
+/// directory in the temporary directory was reachable from another project's sandbox with a
+/// shared `/tmp`, and would have let it act as this project.) `run` and each `exec` start a
+/// gateway of their own, so the name is fresh; sockets that killed launchers left there are
+/// removed when nothing answers on them. The address goes through the directory's descriptor,
+/// so a long home path cannot pass the 108-byte limit of a socket address. Returns the
+/// socket's inode too: the gateway removes its own socket only, whatever took the name since.
+fn listen(dir: &Path) -> Result<(UnixListener, PathBuf, u64)> {
     use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
-    let name = format!("docker-{}.sock", std::process::id());
-    let socket = dir.join(&name);
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
     let fd = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
         .open(dir)
         .map_err(|e| Error::io("open", dir, e))?;
-    let via = PathBuf::from(format!("/proc/self/fd/{}/{name}", fd.as_raw_fd()));
-    match std::fs::remove_file(&via) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io("remove", &socket, e)),
-        _ => {}
+    let via = |name: &str| PathBuf::from(format!("/proc/self/fd/{}/{name}", fd.as_raw_fd()));
+    let stale = std::fs::read_dir(dir).into_iter().flatten().flatten().take(256).filter(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        name.starts_with("docker-") && name.ends_with(".sock") && e.file_type().is_ok_and(|t| t.is_socket())
+    });
+    for e in stale {
+        let path = via(&e.file_name().to_string_lossy());
+        if std::os::unix::net::UnixStream::connect(&path)
+            .is_err_and(|err| err.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            let _ = std::fs::remove_file(&path);
+        }
     }
-    let listener = UnixListener::bind(&via).map_err(|e| Error::io("listen on", &socket, e))?;
-    Ok((listener, socket))
+    let secret = crate::web::auth::random_secret()?;
+    let name = format!("docker-{}-{}.sock", std::process::id(), secret.get(..8).unwrap_or_default());
+    let socket = dir.join(&name);
+    let listener = UnixListener::bind(via(&name)).map_err(|e| Error::io("listen on", &socket, e))?;
+    let ino = std::fs::symlink_metadata(via(&name)).map_err(|e| Error::io("inspect", &socket, e))?.ino();
+    Ok((listener, socket, ino))
 }
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.socket);
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::symlink_metadata(&self.socket).is_ok_and(|m| m.ino() == self.inode) {
+            let _ = std::fs::remove_file(&self.socket);
+        }
         let (ctx, daemon) = (&self.shared.ctx, &self.shared.daemon);
         let Ok((containers, networks)) = daemon.labelled(ocsb_policy::docker::SESSION_LABEL, &ctx.session)
         else {

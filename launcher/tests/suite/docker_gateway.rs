@@ -566,14 +566,23 @@ fn another_sandbox_cannot_reach_a_gateway() {
     let w = World::new();
     let body = r#"echo 'OCSB_TMP=shared' >> .opencode-sandbox/local/sandbox.conf
         EG="$HOME/.local/share/opencode-sandbox/$NAME/egress"
+        # What a killed launcher leaves: a socket nothing answers on.
+        mkdir -p "$EG"; chown -R 1990 "$HOME/.local"; chmod 700 "$EG"
+        python3 -c "import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])" "$EG/docker-1-stale.sock"
+        chown 1990 "$EG/docker-1-stale.sock"
         D 'sleep 8' & A=$!
-        for i in $(seq 50); do ls "$EG"/docker-*.sock >/dev/null 2>&1 && break; sleep 0.2; done
-        echo "host sockets: $(ls "$EG" | grep -c '^docker-.*[.]sock$')"
+        live() { ls "$EG" | grep -v stale | grep -c '^docker-.*[.]sock$'; }
+        for i in $(seq 50); do [ "$(live)" -gt 0 ] && break; sleep 0.2; done
+        echo "host sockets: $(live)"
         D 'docker version --format "own {{.Server.APIVersion}}"
            for s in $(find /tmp /var/tmp "$HOME" -type s 2>/dev/null); do
              echo "socket $s"; docker -H "unix://$s" version --format "reached $s" 2>/dev/null; done'
-        wait $A"#;
+        wait $A
+        [ -e "$EG/docker-1-stale.sock" ] || echo "stale socket removed"
+        echo "left: $(ls "$EG" | grep -c '^docker-.*[.]sock$')""#;
     let (out, err) = docker_scenario(&w, body);
+    has(&out, "stale socket removed", &err);
+    has(&out, "left: 0", &err);
     assert!(out.lines().any(|l| l.starts_with("own 1.")), "the sandbox's own gateway answers: {out}\n{err}");
     assert!(!out.lines().any(|l| l.starts_with("host sockets: 0")), "{out}\n{err}");
     assert!(out.contains("host sockets: "), "{out}\n{err}");

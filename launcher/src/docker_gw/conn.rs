@@ -122,10 +122,8 @@ fn starts(head: &Head) -> Option<String> {
     }
 }
 
-/// Before a container starts: every network it will join must be the project's and internal,
-/// resolved as the daemon will resolve it (the endpoint's `NetworkID`, else its name), since
-/// the daemon looks each name up again now; a container made before the gateway pinned
-/// networks by id could otherwise join a network that took a removed one's name. Then the
+/// Before a container starts: every network it will join must be pinned by id (as the gateway
+/// pins them at create and connect) and be the project's and internal. Then the
 /// filter is made reachable on each (one made in an earlier session lost it when that
 /// session's gateway ended), before the container's first connection.
 fn reach_filter(gw: &Shared, id: &str) -> Result<(), Refusal> {
@@ -133,8 +131,16 @@ fn reach_filter(gw: &Shared, id: &str) -> Result<(), Refusal> {
     let networks = v["NetworkSettings"]["Networks"].as_object().cloned().unwrap_or_default();
     let mut ids = Vec::new();
     for (name, ep) in networks.iter().filter(|(n, _)| *n != "none") {
-        let pinned = ep["NetworkID"].as_str().filter(|n| !n.is_empty());
-        ids.push(project_network(gw, pinned.unwrap_or(name))?);
+        // The gateway pins every endpoint it lets through; one without an id would be looked
+        // up by name now, and that name may have changed hands since the check.
+        let Some(pinned) = ep["NetworkID"].as_str().filter(|n| !n.is_empty()) else {
+            return Err(Refusal::new(
+                "network",
+                format!("its network {name} is named, not pinned by id (made by an older ocsb)"),
+            )
+            .allow("remove the container and create it again"));
+        };
+        ids.push(project_network(gw, pinned)?);
     }
     for network in ids {
         let _ = proxy_for(gw, &network);
@@ -160,10 +166,14 @@ fn inspect(gw: &Shared, id: &str) -> Option<Value> {
 fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -> Result<Forward, Refusal> {
     let ctx = &gw.ctx;
     let call = route(&head.method, &head.path)?;
-    if head.headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("content-type") && is_form(v)) {
+    if let Some((_, v)) =
+        head.headers.iter().find(|(k, v)| k.eq_ignore_ascii_case("content-type") && !passed_content_type(v))
+    {
         return Err(Refusal::new(
             "request",
-            "a form body: the daemon reads its fields as the query's, over the query the gateway checked",
+            format!(
+                "Content-Type {v:?}: the gateway passes JSON, tar and plain bodies only (the daemon reads a form body's fields over the query the gateway checked)"
+            ),
         ));
     }
     let plain = Forward { body: None, stream: false };
@@ -174,9 +184,9 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
         io::ErrorKind::PermissionDenied => Refusal::new("ownership", e.to_string()),
         _ => daemon_err(e),
     };
-    let owned = |obj: &Owned| -> Result<(), Refusal> {
-        if gw.daemon.owns(ctx, obj).map_err(daemon_err)? {
-            Ok(())
+    let owned = |obj: &Owned| -> Result<String, Refusal> {
+        if let Some(id) = gw.daemon.owned_id(ctx, obj).map_err(daemon_err)? {
+            Ok(id)
         } else if !gw.daemon.exists(obj).map_err(daemon_err)? {
             // Answered as the daemon would (404): Compose asks for its network and volumes by
             // name and makes them when they are not there.
@@ -196,10 +206,19 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
     match call {
         Call::Plain => Ok(plain),
         Call::Pull => objects::pull(&head.query).map(|()| plain),
-        Call::On(obj) => owned(&obj).map(|()| plain),
-        Call::Stream(obj) => owned(&obj).map(|()| Forward { body: None, stream: true }),
+        Call::On(obj) => {
+            let id = owned(&obj)?;
+            pin_path(head, &obj, &id);
+            Ok(plain)
+        }
+        Call::Stream(obj) => {
+            let id = owned(&obj)?;
+            pin_path(head, &obj, &id);
+            Ok(Forward { body: None, stream: true })
+        }
         Call::Exec(obj) => {
-            owned(&obj)?;
+            let id = owned(&obj)?;
+            pin_path(head, &obj, &id);
             let v = json_body()?;
             create::exec(&v)?;
             Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
@@ -227,22 +246,30 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
         }
         Call::Connect { network } => {
             owned(&Owned::Network(network.clone()))?;
-            let v = json_body()?;
+            let mut v = json_body()?;
+            let mut ids = std::collections::HashMap::new();
             for c in create::connect(&v)?.containers {
-                owned(&Owned::Container(c))?;
+                let id = owned(&Owned::Container(c.clone()))?;
+                ids.insert(c, id);
             }
-            // The network the daemon joins is the one checked: named by its full id.
+            // The network the daemon joins is the one checked, named by its full id in the
+            // path and in the endpoint: a stopped container keeps the endpoint, and the daemon
+            // looks a name up again when it starts.
             let id = project_network(gw, &network)?;
-            head.path = head.path.replacen(&format!("/networks/{network}/"), &format!("/networks/{id}/"), 1);
+            pin_path(head, &Owned::Network(network), &id);
+            create::pin_containers(&mut v, &ids);
+            v["EndpointConfig"]["NetworkID"] = Value::String(id);
             Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
         }
         Call::CreateContainer => {
             let mut v = json_body()?;
             let canonical = |p: &Path| std::fs::canonicalize(p).ok();
             let needs = create::container(&mut v, ctx, &canonical)?;
+            let mut ids = std::collections::HashMap::new();
             for c in &needs.containers {
-                owned(&Owned::Container(c.clone()))?;
+                ids.insert(c.clone(), owned(&Owned::Container(c.clone()))?);
             }
+            create::pin_containers(&mut v, &ids);
             for n in &needs.networks {
                 owned(&Owned::Network(n.clone()))?;
             }
@@ -275,11 +302,33 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
     }
 }
 
-/// Whether a `Content-Type` is one whose body the daemon's form parsing reads (`networkmode`,
-/// `remote` or `fromSrc` there would override the query). No Docker client sends one.
-fn is_form(content_type: &str) -> bool {
-    let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-    media == "application/x-www-form-urlencoded" || media.starts_with("multipart/")
+/// Whether a `Content-Type` is one the gateway passes: JSON, tar, plain text or bytes, in
+/// ASCII. *Why a list*: the daemon's form parsing reads an `application/x-www-form-urlencoded`
+/// (or multipart) body's fields over the query (`networkmode=host` on a build, `fromSrc=URL`
+/// on an import), and it compares the media type after a Unicode lower-casing (`applİcation`
+/// is `application` to it); anything not on the list is refused.
+fn passed_content_type(value: &str) -> bool {
+    let media = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    value.is_ascii()
+        && matches!(
+            media.as_str(),
+            "application/json" | "application/x-tar" | "text/plain" | "application/octet-stream"
+        )
+}
+
+/// The path with the object the policy checked named by its full id (`/containers/<id>/…`).
+fn pin_path(head: &mut Head, obj: &Owned, id: &str) {
+    let (kind, given) = match obj {
+        Owned::Container(c) => ("containers", c),
+        Owned::Network(n) => ("networks", n),
+        Owned::Exec(e) => ("exec", e),
+        Owned::Volume(_) => return, // names are exact
+    };
+    let mut parts: Vec<String> = head.path.split('/').map(str::to_string).collect();
+    if let Some(i) = parts.windows(2).position(|w| w[0] == kind && &w[1] == given) {
+        parts[i + 1] = id.to_string();
+        head.path = parts.join("/");
+    }
 }
 
 /// The networks a container configuration joins by name: its `NetworkMode` and its endpoints'
@@ -410,17 +459,34 @@ mod tests {
     }
 
     #[test]
-    fn form_bodies_are_recognised_in_any_spelling() {
-        for form in [
+    fn only_json_tar_and_plain_bodies_pass() {
+        for ok in ["application/json", "Application/JSON; charset=utf-8", "application/x-tar", "text/plain"] {
+            assert!(passed_content_type(ok), "{ok}");
+        }
+        for refused in [
             "application/x-www-form-urlencoded",
-            " Application/X-WWW-Form-Urlencoded ; charset=utf-8",
             "multipart/form-data; boundary=x",
+            "appl\u{130}cation/x-www-form-urlencoded",
+            "application/json\u{130}",
+            "",
         ] {
-            assert!(is_form(form), "{form}");
+            assert!(!passed_content_type(refused), "{refused}");
         }
-        for other in ["application/json", "application/x-tar", "text/plain", ""] {
-            assert!(!is_form(other), "{other}");
-        }
+    }
+
+    #[test]
+    fn paths_name_the_checked_object_by_id() {
+        let mut head = Head {
+            method: "POST".into(),
+            path: "/v1.41/containers/web/start".into(),
+            query: Vec::new(),
+            headers: Vec::new(),
+        };
+        pin_path(&mut head, &Owned::Container("web".into()), "abc123");
+        assert_eq!(head.path, "/v1.41/containers/abc123/start");
+        head.path = "/networks/n/connect".into();
+        pin_path(&mut head, &Owned::Network("n".into()), "f00");
+        assert_eq!(head.path, "/networks/f00/connect");
     }
 
     #[test]

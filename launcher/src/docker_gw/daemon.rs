@@ -61,25 +61,29 @@ impl Daemon {
         Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
     }
 
-    /// Whether `obj` exists and carries the project's label. An exec instance is the project's
-    /// when its container is.
-    pub fn owns(&self, ctx: &Context, obj: &Owned) -> io::Result<bool> {
-        let (target, labels): (String, &[&str]) = match obj {
-            Owned::Container(id) => (format!("/containers/{}/json", seg(id)), &["Config", "Labels"]),
-            Owned::Network(id) => (format!("/networks/{}", seg(id)), &["Labels"]),
-            Owned::Volume(name) => (format!("/volumes/{}", seg(name)), &["Labels"]),
+    /// The full id of `obj` (a volume's name) if it exists and carries the project's label. An
+    /// exec instance is the project's when its container is. *Why the id*: the daemon looks a
+    /// name up again when it acts on it (exact id, name, id prefix), so the gateway forwards the
+    /// id it checked, and a name swapped meanwhile cannot lead to another object.
+    pub fn owned_id(&self, ctx: &Context, obj: &Owned) -> io::Result<Option<String>> {
+        let (target, labels, id): (String, &[&str], &str) = match obj {
+            Owned::Container(id) => (format!("/containers/{}/json", seg(id)), &["Config", "Labels"], "Id"),
+            Owned::Network(id) => (format!("/networks/{}", seg(id)), &["Labels"], "Id"),
+            Owned::Volume(name) => (format!("/volumes/{}", seg(name)), &["Labels"], "Name"),
             Owned::Exec(id) => {
                 let (code, v) = self.call("GET", &format!("/exec/{}/json", seg(id)), None)?;
                 let Some(container) = v.get("ContainerID").and_then(Value::as_str).filter(|_| code == 200)
                 else {
-                    return Ok(false);
+                    return Ok(None);
                 };
-                return self.owns(ctx, &Owned::Container(container.to_string()));
+                let ours = self.owned_id(ctx, &Owned::Container(container.to_string()))?.is_some();
+                return Ok(v["ID"].as_str().filter(|_| ours).map(str::to_string));
             }
         };
         let (code, v) = self.call("GET", &target, None)?;
         let label = labels.iter().fold(&v, |v, k| &v[*k]).get(PROJECT_LABEL).and_then(Value::as_str);
-        Ok(code == 200 && label == Some(ctx.project.as_str()))
+        let ours = code == 200 && label == Some(ctx.project.as_str());
+        Ok(v[id].as_str().filter(|i| ours && !i.is_empty()).map(str::to_string))
     }
 
     /// Whether an object of that kind and name exists at all.

@@ -81,7 +81,10 @@ impl Gateway {
         let empty_file = paths.dir.join("docker-empty");
         write_empty(&empty_file)?;
         let log = paths.open_log("docker.log").ok();
-        let (listener, socket, inode) = listen(&paths.dir)?;
+        // The path the sandbox binds from: its mounts follow no link on the way, and a home
+        // may be reached through one.
+        let dir = std::fs::canonicalize(&paths.dir).map_err(|e| Error::io("resolve", &paths.dir, e))?;
+        let (listener, socket, inode) = listen(&dir)?;
         let shared = Arc::new(Shared {
             ctx,
             daemon,

@@ -475,6 +475,53 @@ pub fn connect(body: &Value) -> Verdict<Needs> {
     Ok(needs)
 }
 
+/// Names every container the configuration refers to (`container:` modes, links,
+/// `--volumes-from`, a `network connect`'s container) by the full id the gateway checked
+/// (`ids`: name → id). The daemon looks a name up again when it acts on it, so a name swapped
+/// between the check and the call could otherwise lead to another container.
+pub fn pin_containers(body: &mut Value, ids: &std::collections::HashMap<String, String>) {
+    let id_of = |name: &str| ids.get(name.trim_start_matches('/')).cloned();
+    let pin_list = |v: &mut Value| {
+        for item in v.as_array_mut().into_iter().flatten() {
+            if let Value::String(s) = item {
+                let (name, rest) = s.split_once(':').map_or((s.as_str(), None), |(n, r)| (n, Some(r)));
+                if let Some(id) = id_of(name) {
+                    *s = rest.map_or(id.clone(), |r| format!("{id}:{r}"));
+                }
+            }
+        }
+    };
+    if let Some(Value::String(c)) = body.get_mut("Container")
+        && let Some(id) = id_of(c)
+    {
+        *c = id;
+    }
+    if let Some(h) = body.get_mut("HostConfig").and_then(Value::as_object_mut) {
+        for field in ["NetworkMode", "PidMode", "IpcMode"] {
+            if let Some(Value::String(m)) = h.get_mut(field)
+                && let Some(id) = m.strip_prefix("container:").and_then(id_of)
+            {
+                *m = format!("container:{id}");
+            }
+        }
+        for field in ["Links", "VolumesFrom"] {
+            h.get_mut(field).map(pin_list);
+        }
+    }
+    if let Some(e) = body.get_mut("EndpointConfig") {
+        e.get_mut("Links").map(pin_list);
+    }
+    if let Some(endpoints) = body
+        .get_mut("NetworkingConfig")
+        .and_then(|n| n.get_mut("EndpointsConfig"))
+        .and_then(Value::as_object_mut)
+    {
+        for e in endpoints.values_mut() {
+            e.get_mut("Links").map(pin_list);
+        }
+    }
+}
+
 /// The fields of an endpoint (API 1.47).
 const ENDPOINT_FIELDS: &[&str] = &[
     "IPAMConfig",
@@ -784,7 +831,22 @@ mod tests {
             connect(&json!({"Container": "w", "EndpointConfig": {"NetworkID": "x"}})).unwrap_err().rule,
             "network"
         );
-        let n = connect(&json!({"Container": "web", "EndpointConfig": {"Links": ["cache:c"]}})).unwrap();
+        let mut c = json!({"Container": "web", "EndpointConfig": {"Links": ["cache:c"]}});
+        let n = connect(&c).unwrap();
+        let ids = std::collections::HashMap::from([
+            ("web".to_string(), "1d".to_string()),
+            ("cache".into(), "2d".into()),
+        ]);
+        pin_containers(&mut c, &ids);
+        assert_eq!(c, json!({"Container": "1d", "EndpointConfig": {"Links": ["2d:c"]}}));
+        let mut b = json!({"HostConfig": {"NetworkMode": "container:web", "PidMode": "container:/cache",
+            "VolumesFrom": ["web:ro", "cache"], "Links": ["/web:w"]}});
+        pin_containers(&mut b, &ids);
+        assert_eq!(
+            b["HostConfig"],
+            json!({"NetworkMode": "container:1d", "PidMode": "container:2d",
+            "VolumesFrom": ["1d:ro", "2d"], "Links": ["1d:w"]})
+        );
         assert_eq!(n.containers, ["web", "cache"]);
         assert_eq!(connect(&json!({"Container": "web", "Force": true})).unwrap_err().rule, "unknown-field");
     }

@@ -62,6 +62,14 @@ pub fn network(body: &mut Value, ctx: &Context) -> Verdict<()> {
             .allow("let Docker choose the network's addresses (no --subnet or --gateway)"));
         }
     }
+    // `ocsb-<name>` is the network of project `name`: another project's agent taking it first
+    // would make that project's gateway refuse its own network. A second network of a name
+    // already taken would make the name ambiguous.
+    let name = o.get("Name").and_then(Value::as_str).unwrap_or_default();
+    if name.to_ascii_lowercase().starts_with("ocsb-") && name != ctx.network {
+        return Err(Refusal::new("network", format!("{name}: names ocsb-* are the projects' own networks")));
+    }
+    o.insert("CheckDuplicate".into(), Value::Bool(true));
     o.insert("Internal".into(), Value::Bool(true));
     label(o, ctx);
     Ok(())
@@ -183,6 +191,10 @@ mod tests {
         assert_eq!(b["Internal"], true);
         assert_eq!(b["Labels"][PROJECT_LABEL], "shop");
         assert_eq!(b["Labels"]["com.docker.compose.project"], "shop");
+        assert_eq!(b["CheckDuplicate"], true);
+        // Another project's network name is not the agent's to take; its own is.
+        assert_eq!(network(&mut json!({"Name": "OCSB-other"}), &ctx()).unwrap_err().rule, "network");
+        assert!(network(&mut json!({"Name": "ocsb-shop"}), &ctx()).is_ok());
         assert_eq!(
             network(&mut json!({"Name": "n", "Driver": "macvlan"}), &ctx()).unwrap_err().rule,
             "network"

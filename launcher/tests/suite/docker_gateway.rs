@@ -72,7 +72,9 @@ tar -C $im -c . | DOCKER_HOST="$DH" docker import - "$IMAGE" >/dev/null; rm -rf 
 D() { env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid $G --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null 2>&1; }
 "#;
 const DOCKERD_STOP: &str = r#"kill "$DPID"; for i in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
-umount "$DD/data" 2>/dev/null; rm -rf "$DD" 2>/dev/null || true
+# What dockerd leaves mounted (its data, the namespace file of its exec root), deepest first.
+awk -v d="$DD/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do umount -l "$m"; done
+rm -rf "$DD" 2>/dev/null || true
 "#;
 
 /// What the Docker CLI prints for a refusal of `rule`.

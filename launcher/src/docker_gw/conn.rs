@@ -312,7 +312,11 @@ fn passed_content_type(value: &str) -> bool {
     value.is_ascii()
         && matches!(
             media.as_str(),
-            "application/json" | "application/x-tar" | "text/plain" | "application/octet-stream"
+            "application/json"
+                | "application/x-tar"
+                | "application/tar"
+                | "text/plain"
+                | "application/octet-stream"
         )
 }
 
@@ -460,7 +464,10 @@ mod tests {
 
     #[test]
     fn only_json_tar_and_plain_bodies_pass() {
-        for ok in ["application/json", "Application/JSON; charset=utf-8", "application/x-tar", "text/plain"] {
+        // docker-py sends its build context as `application/tar`.
+        for ok in
+            ["application/json", "Application/JSON; charset=utf-8", "application/x-tar", "application/tar"]
+        {
             assert!(passed_content_type(ok), "{ok}");
         }
         for refused in [

@@ -276,7 +276,7 @@ fn host_config(
             ));
         }
         if let Some(c) = mode.strip_prefix("container:") {
-            needs.containers.push(c.to_string());
+            needs.containers.push(c.trim_start_matches('/').to_string());
         }
     }
     if h.get("CgroupnsMode").and_then(Value::as_str) == Some("host") {
@@ -369,7 +369,7 @@ fn host_config(
         }
     }
     for from in strings(h.get("VolumesFrom")) {
-        needs.containers.push(from.split(':').next().unwrap_or_default().to_string());
+        needs.containers.push(from.split(':').next().unwrap_or_default().trim_start_matches('/').to_string());
     }
     let mut binds = Vec::new();
     for bind in strings(h.get("Binds")) {
@@ -430,7 +430,9 @@ fn host_config(
                 "--network host puts the container on the host's network, outside the filter",
             ));
         }
-        m if m.starts_with("container:") => needs.containers.push(m["container:".len()..].to_string()),
+        m if m.starts_with("container:") => {
+            needs.containers.push(m["container:".len()..].trim_start_matches('/').to_string())
+        }
         m if m == ctx.network => {}
         m => needs.networks.push(m.to_string()),
     }
@@ -470,54 +472,40 @@ pub fn connect(body: &Value) -> Verdict<Needs> {
     if let Some(o) = body.as_object() {
         unknown(o, &["Container", "EndpointConfig"], "")?;
     }
-    needs.containers.push(body.get("Container").and_then(Value::as_str).unwrap_or_default().to_string());
+    let container = body.get("Container").and_then(Value::as_str).unwrap_or_default();
+    needs.containers.push(container.trim_start_matches('/').to_string());
     endpoint(&body["EndpointConfig"], "EndpointConfig.", &mut needs)?;
     Ok(needs)
 }
 
-/// Names every container the configuration refers to (`container:` modes, links,
+/// Names every container the configuration refers to by resource (`container:` modes,
 /// `--volumes-from`, a `network connect`'s container) by the full id the gateway checked
 /// (`ids`: name → id). The daemon looks a name up again when it acts on it, so a name swapped
-/// between the check and the call could otherwise lead to another container.
+/// between the check and the call could otherwise lead to another container. Links are left
+/// as named: on the project's networks (user-defined, as every network a container of the
+/// project is on) a link is only a name in that network's DNS, where only the project's
+/// containers are, and a full id would not resolve there.
 pub fn pin_containers(body: &mut Value, ids: &std::collections::HashMap<String, String>) {
     let id_of = |name: &str| ids.get(name.trim_start_matches('/')).cloned();
-    let pin_list = |v: &mut Value| {
-        for item in v.as_array_mut().into_iter().flatten() {
-            if let Value::String(s) = item {
-                let (name, rest) = s.split_once(':').map_or((s.as_str(), None), |(n, r)| (n, Some(r)));
-                if let Some(id) = id_of(name) {
-                    *s = rest.map_or(id.clone(), |r| format!("{id}:{r}"));
-                }
-            }
-        }
-    };
     if let Some(Value::String(c)) = body.get_mut("Container")
         && let Some(id) = id_of(c)
     {
         *c = id;
     }
-    if let Some(h) = body.get_mut("HostConfig").and_then(Value::as_object_mut) {
-        for field in ["NetworkMode", "PidMode", "IpcMode"] {
-            if let Some(Value::String(m)) = h.get_mut(field)
-                && let Some(id) = m.strip_prefix("container:").and_then(id_of)
-            {
-                *m = format!("container:{id}");
+    let Some(h) = body.get_mut("HostConfig").and_then(Value::as_object_mut) else { return };
+    for field in ["NetworkMode", "PidMode", "IpcMode"] {
+        if let Some(Value::String(m)) = h.get_mut(field)
+            && let Some(id) = m.strip_prefix("container:").and_then(id_of)
+        {
+            *m = format!("container:{id}");
+        }
+    }
+    for item in h.get_mut("VolumesFrom").and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Value::String(s) = item {
+            let (name, mode) = s.split_once(':').map_or((s.as_str(), None), |(n, m)| (n, Some(m)));
+            if let Some(id) = id_of(name) {
+                *s = mode.map_or(id.clone(), |m| format!("{id}:{m}"));
             }
-        }
-        for field in ["Links", "VolumesFrom"] {
-            h.get_mut(field).map(pin_list);
-        }
-    }
-    if let Some(e) = body.get_mut("EndpointConfig") {
-        e.get_mut("Links").map(pin_list);
-    }
-    if let Some(endpoints) = body
-        .get_mut("NetworkingConfig")
-        .and_then(|n| n.get_mut("EndpointsConfig"))
-        .and_then(Value::as_object_mut)
-    {
-        for e in endpoints.values_mut() {
-            e.get_mut("Links").map(pin_list);
         }
     }
 }
@@ -831,21 +819,22 @@ mod tests {
             connect(&json!({"Container": "w", "EndpointConfig": {"NetworkID": "x"}})).unwrap_err().rule,
             "network"
         );
-        let mut c = json!({"Container": "web", "EndpointConfig": {"Links": ["cache:c"]}});
+        let mut c = json!({"Container": "/web", "EndpointConfig": {"Links": ["cache:c"]}});
         let n = connect(&c).unwrap();
         let ids = std::collections::HashMap::from([
             ("web".to_string(), "1d".to_string()),
             ("cache".into(), "2d".into()),
         ]);
         pin_containers(&mut c, &ids);
-        assert_eq!(c, json!({"Container": "1d", "EndpointConfig": {"Links": ["2d:c"]}}));
+        // Links stay names: on the project's networks they are names in its DNS.
+        assert_eq!(c, json!({"Container": "1d", "EndpointConfig": {"Links": ["cache:c"]}}));
         let mut b = json!({"HostConfig": {"NetworkMode": "container:web", "PidMode": "container:/cache",
-            "VolumesFrom": ["web:ro", "cache"], "Links": ["/web:w"]}});
+            "VolumesFrom": ["web:ro", "/cache"], "Links": ["/web:w"]}});
         pin_containers(&mut b, &ids);
         assert_eq!(
             b["HostConfig"],
             json!({"NetworkMode": "container:1d", "PidMode": "container:2d",
-            "VolumesFrom": ["1d:ro", "2d"], "Links": ["1d:w"]})
+            "VolumesFrom": ["1d:ro", "2d"], "Links": ["/web:w"]})
         );
         assert_eq!(n.containers, ["web", "cache"]);
         assert_eq!(connect(&json!({"Container": "web", "Force": true})).unwrap_err().rule, "unknown-field");

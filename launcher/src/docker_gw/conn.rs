@@ -261,6 +261,18 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
             v["EndpointConfig"]["NetworkID"] = Value::String(id);
             Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
         }
+        Call::Disconnect { network } => {
+            let id = owned(&Owned::Network(network.clone()))?;
+            let mut v = json_body()?;
+            let mut ids = std::collections::HashMap::new();
+            for c in create::disconnect(&v)?.containers {
+                let cid = owned(&Owned::Container(c.clone()))?;
+                ids.insert(c, cid);
+            }
+            pin_path(head, &Owned::Network(network), &id);
+            create::pin_containers(&mut v, &ids);
+            Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
+        }
         Call::CreateContainer => {
             let mut v = json_body()?;
             let canonical = |p: &Path| std::fs::canonicalize(p).ok();

@@ -508,6 +508,24 @@ fn a_form_body_and_an_endpoints_network_id_are_refused() {
     has(&out, "containers: 0", &err);
 }
 
+/// `network disconnect` names a container in its body: it must be the project's, as for
+/// `connect`.
+#[test]
+fn a_foreign_container_is_not_disconnected() {
+    let w = World::new();
+    let body = format!(
+        r#"G=1990; APPLETS="{APPLETS}"; IMAGE={IMAGE}
+        {OWN_DOCKERD}
+        printf 'OCSB_NETWORK=isolated\n' >> .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox/local
+        C=$(DOCKER_HOST="$DH" docker create --network none {IMAGE} true)
+        D "docker network create n-$NAME >/dev/null; docker network disconnect n-$NAME $C"
+        DOCKER_HOST="$DH" docker rm -f "$C" >/dev/null; DOCKER_HOST="$DH" docker network rm "n-$NAME" >/dev/null
+        {DOCKERD_STOP}"#
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    refused(&out, "ownership", &err);
+}
+
 /// A network is pinned by the id the gateway checked: a container made on the project's network
 /// `p`, whose network is then removed and replaced by someone else's network of that name (not
 /// internal), does not start on the impostor. The daemon would look the name up again at start.

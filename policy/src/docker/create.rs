@@ -478,6 +478,18 @@ pub fn connect(body: &Value) -> Verdict<Needs> {
     Ok(needs)
 }
 
+/// `POST /networks/{id}/disconnect`: the container named must be the project's (the network
+/// is checked by the path).
+pub fn disconnect(body: &Value) -> Verdict<Needs> {
+    let mut needs = Needs::default();
+    if let Some(o) = body.as_object() {
+        unknown(o, &["Container", "Force"], "")?;
+    }
+    let container = body.get("Container").and_then(Value::as_str).unwrap_or_default();
+    needs.containers.push(container.trim_start_matches('/').to_string());
+    Ok(needs)
+}
+
 /// Names every container the configuration refers to by resource (`container:` modes,
 /// `--volumes-from`, a `network connect`'s container) by the full id the gateway checked
 /// (`ids`: name → id). The daemon looks a name up again when it acts on it, so a name swapped
@@ -838,6 +850,11 @@ mod tests {
         );
         assert_eq!(n.containers, ["web", "cache"]);
         assert_eq!(connect(&json!({"Container": "web", "Force": true})).unwrap_err().rule, "unknown-field");
+        assert_eq!(disconnect(&json!({"Container": "/web", "Force": true})).unwrap().containers, ["web"]);
+        assert_eq!(
+            disconnect(&json!({"Container": "web", "Endpoint": 1})).unwrap_err().rule,
+            "unknown-field"
+        );
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub enum Call {
     CreateVolume,
     /// Connecting a container to a network: both must be the project's own.
     Connect { network: String },
+    /// Disconnecting a container from a network: both must be the project's own.
+    Disconnect { network: String },
     /// `POST /exec/{id}/start` and attach: the connection becomes a raw stream both ways.
     Stream(Owned),
     /// `POST /build`: the classic builder on the project's network ([`super::objects::build`]).
@@ -100,9 +102,8 @@ pub fn route(method: &str, path: &str) -> Verdict<Call> {
         ("GET", ["networks", _]) => Call::On(Owned::Network(id(1))),
         ("POST", ["networks", "create"]) => Call::CreateNetwork,
         ("POST", ["networks", _, "connect"]) => Call::Connect { network: id(1) },
-        ("POST", ["networks", _, "disconnect"]) | ("DELETE", ["networks", _]) => {
-            Call::On(Owned::Network(id(1)))
-        }
+        ("POST", ["networks", _, "disconnect"]) => Call::Disconnect { network: id(1) },
+        ("DELETE", ["networks", _]) => Call::On(Owned::Network(id(1))),
         ("GET", ["volumes"]) => Call::List,
         ("GET" | "DELETE", ["volumes", _]) => Call::On(Owned::Volume(id(1))),
         ("POST", ["volumes", "create"]) => Call::CreateVolume,
@@ -155,6 +156,7 @@ mod tests {
         );
         assert_eq!(route("GET", "/v1.41/images/library/busybox/json"), Ok(Call::Plain));
         assert_eq!(route("POST", "/v1.41/networks/n1/connect"), Ok(Call::Connect { network: "n1".into() }));
+        assert_eq!(route("POST", "/networks/n1/disconnect"), Ok(Call::Disconnect { network: "n1".into() }));
         assert_eq!(route("GET", "/v1.41/volumes"), Ok(Call::List));
         assert_eq!(route("GET", "/v1.41/events?since=1"), Ok(Call::List));
     }

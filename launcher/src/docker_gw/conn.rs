@@ -127,7 +127,15 @@ fn starts(head: &Head) -> Option<String> {
 /// filter is made reachable on each (one made in an earlier session lost it when that
 /// session's gateway ended), before the container's first connection.
 fn reach_filter(gw: &Shared, id: &str) -> Result<(), Refusal> {
-    let Some(v) = inspect(gw, id) else { return Ok(()) }; // the daemon answers the start itself
+    // Unchecked is not started: the container was the project's a moment ago, so a failed
+    // inspection is the daemon's trouble, and the call can be made again.
+    let Some(v) = inspect(gw, id) else {
+        return Err(Refusal::new(
+            "daemon",
+            format!("the gateway could not inspect container {id} before its start"),
+        )
+        .allow("try again; `docker version` shows whether the daemon answers"));
+    };
     let networks = v["NetworkSettings"]["Networks"].as_object().cloned().unwrap_or_default();
     let mut ids = Vec::new();
     for (name, ep) in networks.iter().filter(|(n, _)| *n != "none") {

@@ -468,12 +468,7 @@ fn networking(v: Option<&mut Value>, ctx: &Context, default: &str, needs: &mut N
 /// `POST /networks/{id}/connect`: the container and its endpoint on the network. Returns the
 /// containers it names (the one connected, and any it links to): each must be the project's.
 pub fn connect(body: &Value) -> Verdict<Needs> {
-    let mut needs = Needs::default();
-    if let Some(o) = body.as_object() {
-        unknown(o, &["Container", "EndpointConfig"], "")?;
-    }
-    let container = body.get("Container").and_then(Value::as_str).unwrap_or_default();
-    needs.containers.push(container.trim_start_matches('/').to_string());
+    let mut needs = member(body, &["Container", "EndpointConfig"])?;
     endpoint(&body["EndpointConfig"], "EndpointConfig.", &mut needs)?;
     Ok(needs)
 }
@@ -481,13 +476,16 @@ pub fn connect(body: &Value) -> Verdict<Needs> {
 /// `POST /networks/{id}/disconnect`: the container named must be the project's (the network
 /// is checked by the path).
 pub fn disconnect(body: &Value) -> Verdict<Needs> {
-    let mut needs = Needs::default();
+    member(body, &["Container", "Force"])
+}
+
+/// The body of a `connect` or `disconnect` (its `fields`), and the container it names.
+fn member(body: &Value, fields: &[&str]) -> Verdict<Needs> {
     if let Some(o) = body.as_object() {
-        unknown(o, &["Container", "Force"], "")?;
+        unknown(o, fields, "")?;
     }
     let container = body.get("Container").and_then(Value::as_str).unwrap_or_default();
-    needs.containers.push(container.trim_start_matches('/').to_string());
-    Ok(needs)
+    Ok(Needs { containers: vec![container.trim_start_matches('/').to_string()], ..Needs::default() })
 }
 
 /// Names every container the configuration refers to by resource (`container:` modes,

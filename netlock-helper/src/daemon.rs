@@ -26,15 +26,11 @@ const TICK_OWNED: Duration = Duration::from_secs(1);
 const TICK_WATCH: Duration = Duration::from_millis(200);
 const BUS_RETRY: Duration = Duration::from_secs(5);
 
-/// What a D-Bus caller may ask for; none takes an argument.
-pub enum Request {
-    Refresh,
-    Apply,
-    Remove,
-}
-
+/// What reaches the daemon thread: a D-Bus call polkit authorised, to put the lock in force
+/// (`Apply`) or take it away (`Remove`), with the way to answer it; SIGHUP; SIGTERM or SIGINT.
+/// No call takes an argument, and none asks for a look at the table: the daemon looks every tick.
 pub enum Event {
-    Call(Request, Reply),
+    Call { enable: bool, reply: Reply },
     Reload,
     Stop,
 }
@@ -48,12 +44,11 @@ struct Engine {
     /// `OWNED` or 0, fixed at start.
     flags: u32,
     enabled: bool,
-    /// The model last applied.
-    model: Option<Model>,
     /// Changed inputs read once, applied when the next read agrees.
     pending: Option<Model>,
     /// Without owner flags: the ruleset generation right after our last apply.
     generation: Option<u32>,
+    /// What the daemon did; `status.model` is the model last applied.
     status: Status,
     /// A copy for readers on other threads (D-Bus `Status`).
     shared: Arc<Mutex<Status>>,
@@ -63,9 +58,9 @@ impl Engine {
     fn start() -> Result<Engine> {
         let mut nl = Nl::open()?;
         let flags = nl.flags_for(Some(&config::load_model()?))?;
-        let status = Status::new(flags != 0);
-        let shared = Arc::new(Mutex::new(status.clone()));
-        Ok(Engine { nl, flags, enabled: true, model: None, pending: None, generation: None, status, shared })
+        // `shared` is filled by the first tick's publish, before the bus is served.
+        let (status, shared) = (Status::new(flags != 0), Arc::default());
+        Ok(Engine { nl, flags, enabled: true, pending: None, generation: None, status, shared })
     }
 
     /// Re-reads the inputs and looks at the table; applies when `force`, when the inputs changed,
@@ -95,14 +90,12 @@ impl Engine {
         let read = config::load_model();
         // Changed inputs are applied once two reads a tick apart agree (at once when asked to or
         // at start): a resolv.conf being rewritten in place is never taken half-written.
+        let last = self.status.model.clone();
         let fresh = match &read {
-            Ok(m) if force || self.model.is_none() => Some(m.clone()),
-            Ok(m) if self.model.as_ref() == Some(m) => None,
+            Ok(m) if force || last.is_none() => Some(m.clone()),
+            Ok(m) if last.as_ref() == Some(m) => None,
             Ok(m) if self.pending.as_ref() == Some(m) => Some(m.clone()),
-            Ok(m) => {
-                self.pending = Some(m.clone());
-                None
-            }
+            Ok(m) => self.pending.replace(m.clone()).and(None),
             Err(_) => None,
         };
         let present = self.nl.table()?.is_some_and(|f| f & self.flags == self.flags);
@@ -110,7 +103,7 @@ impl Engine {
         let moved = generation.is_some() && generation != self.generation;
         // Repairs use the last model applied, also while the inputs cannot be read: a broken
         // config must not leave a deleted or edited table as it is.
-        let (model, why) = match (fresh, self.model.clone()) {
+        let (model, why) = match (fresh, last) {
             (Some(m), _) => (m, if force { "asked to" } else { "inputs changed" }),
             (None, Some(m)) if !present => (m, "table missing"),
             (None, Some(m)) if moved => (m, "the ruleset changed"),
@@ -123,32 +116,24 @@ impl Engine {
             let after = self.nl.generation()?;
             self.generation = (after == b.wrapping_add(1)).then_some(after);
         }
-        eprintln!(
-            "ocsb-netlock-helper: {why}: applied gid {} dns {:?} {:?}",
-            model.gid, model.dns4, model.dns6
-        );
-        self.status.last_apply = now();
-        self.status.set_model(&model);
-        (self.model, self.pending) = (Some(model), None);
+        let (gid, dns4, dns6) = (model.gid, &model.dns4, &model.dns6);
+        eprintln!("ocsb-netlock-helper: {why}: applied gid {gid} dns {dns4:?} {dns6:?}");
+        (self.status.last_apply, self.status.model, self.pending) = (now(), Some(model), None);
         self.publish();
         read.map(drop)
     }
 
-    /// Takes the lock away until `Apply`, SIGHUP or a restart.
-    fn remove(&mut self) -> Result<()> {
-        self.nl.remove(self.flags)?;
-        (self.enabled, self.model) = (false, None);
-        self.tick(false)
-    }
-
-    fn handle(&mut self, req: Request) -> Result<String, String> {
-        let r = match req {
-            Request::Refresh => self.tick(false),
-            Request::Apply => {
-                self.enabled = true;
-                self.tick(true)
-            }
-            Request::Remove => self.remove(),
+    /// Puts the lock in force from a fresh read of the inputs, or takes it away until the next
+    /// `Apply`, SIGHUP or restart. The answer is the new state, or the error.
+    fn set(&mut self, enable: bool) -> Result<String, String> {
+        let r = if enable {
+            self.enabled = true;
+            self.tick(true)
+        } else {
+            self.nl.remove(self.flags).and_then(|()| {
+                (self.enabled, self.status.model) = (false, None);
+                self.tick(false)
+            })
         };
         r.map(|()| self.status.state.clone()).map_err(|e| format!("{e:#}"))
     }
@@ -186,10 +171,10 @@ pub fn run() -> Result<()> {
     let mut next = Instant::now() + tick;
     loop {
         match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
-            Ok(Event::Call(req, reply)) => reply.send(engine.handle(req)),
+            Ok(Event::Call { enable, reply }) => reply.send(engine.set(enable)),
             Ok(Event::Reload) => {
                 notify("RELOADING=1");
-                let _ = engine.handle(Request::Apply);
+                let _ = engine.set(true);
                 notify("READY=1");
             }
             Ok(Event::Stop) => break,

@@ -1,4 +1,4 @@
-//! The system-bus interface `dev.ocsb.Netlock1`: four methods, none takes an argument, so a caller
+//! The system-bus interface `dev.ocsb.Netlock1`: three methods, none takes an argument, so a caller
 //! can only ask "do what the root-owned config says". Each is authorised by polkit with the
 //! caller's unique bus name from the message header as subject (never the daemon's own pid:
 //! polkit treats uid 0 as always authorised). Interaction only when the caller asked for it.
@@ -18,7 +18,7 @@ use zbus::Message;
 use zbus::blocking::{Connection, MessageIterator};
 use zbus::message::{Flags, Header, Type};
 
-use crate::daemon::{Event, Request, lock};
+use crate::daemon::{Event, lock};
 use crate::status::Status;
 
 pub const BUS_NAME: &str = "dev.ocsb.Netlock1";
@@ -29,23 +29,22 @@ const MAX_CHECKS: usize = 32;
 /// caller allowed interaction, short enough that a bus gone away frees the thread.
 const POLKIT_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// A call waiting for the daemon thread's answer.
-pub struct Reply {
-    conn: Connection,
-    call: Message,
-}
+/// A call waiting for the daemon thread's answer: the connection it came on, and the call.
+pub struct Reply(Connection, Message);
 
 impl Reply {
     pub fn send(self, answer: Result<String, String>) {
-        let _ = match answer {
-            Ok(state) => self.conn.reply(&self.call.header(), &state),
-            Err(e) => refuse(&self.conn, &self.call.header(), "Failed", e),
-        };
+        let Reply(conn, call) = self;
+        match answer {
+            Ok(state) => drop(conn.reply(&call.header(), &state)),
+            Err(e) => refuse(&conn, &call.header(), "Failed", e),
+        }
     }
 }
 
-fn refuse(conn: &Connection, hdr: &Header<'_>, name: &str, text: String) -> zbus::Result<()> {
-    conn.reply_error(hdr, format!("org.freedesktop.DBus.Error.{name}"), &text)
+/// Answers a call with an error. A caller that went away gets none: nothing to do about it.
+fn refuse(conn: &Connection, hdr: &Header<'_>, name: &str, text: String) {
+    let _ = conn.reply_error(hdr, format!("org.freedesktop.DBus.Error.{name}"), &text);
 }
 
 /// Connects to the system bus, claims the name and serves calls until the bus goes away (the
@@ -65,35 +64,34 @@ pub fn serve(tx: &Sender<Event>, status: &Arc<Mutex<Status>>) -> zbus::Result<()
         }
         let ours = hdr.path().is_some_and(|p| p.as_str() == OBJECT_PATH)
             && hdr.interface().is_some_and(|i| i.as_str() == BUS_NAME);
-        let (action, req) = match hdr.member().map(|m| m.as_str()) {
+        let (action, enable) = match hdr.member().map(|m| m.as_str()) {
             Some("Status") if ours => {
                 let s = lock(status);
                 let _ = conn.reply(&hdr, &(s.state.clone(), serde_json::to_string(&*s).unwrap_or_default()));
                 continue;
             }
-            Some("Refresh") if ours => ("dev.ocsb.netlock.refresh", Request::Refresh),
-            Some("Apply") if ours => ("dev.ocsb.netlock.apply", Request::Apply),
-            Some("Remove") if ours => ("dev.ocsb.netlock.remove", Request::Remove),
+            Some("Apply") if ours => ("dev.ocsb.netlock.apply", true),
+            Some("Remove") if ours => ("dev.ocsb.netlock.remove", false),
             _ => {
-                let _ = refuse(&conn, &hdr, "UnknownMethod", format!("{OBJECT_PATH} serves only {BUS_NAME}"));
+                refuse(&conn, &hdr, "UnknownMethod", format!("{OBJECT_PATH} serves only {BUS_NAME}"));
                 continue;
             }
         };
         let caller = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
         let mut w = lock(&waiting);
         if w.len() >= MAX_CHECKS || !w.insert(caller.clone()) {
-            let _ =
-                refuse(&conn, &hdr, "LimitsExceeded", "a call of yours is still waiting for polkit".into());
+            refuse(&conn, &hdr, "LimitsExceeded", "a call of yours is still waiting for polkit".into());
             continue;
         }
         drop(w);
         let (conn, tx, waiting) = (conn.clone(), tx.clone(), waiting.clone());
         std::thread::spawn(move || {
-            match authorize(&conn, &msg.header(), action) {
-                Ok(()) => drop(tx.send(Event::Call(req, Reply { conn: conn.clone(), call: msg.clone() }))),
-                Err((name, text)) => drop(refuse(&conn, &msg.header(), name, text)),
-            }
+            let checked = authorize(&conn, &msg.header(), action);
             lock(&waiting).remove(&caller);
+            match checked {
+                Ok(()) => drop(tx.send(Event::Call { enable, reply: Reply(conn, msg) })),
+                Err((name, text)) => refuse(&conn, &msg.header(), name, text),
+            }
         });
     }
     Ok(())

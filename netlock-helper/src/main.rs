@@ -26,29 +26,27 @@ fn run(cmd: Cmd) -> Result<u8> {
         return daemon::run().map(|()| 0);
     }
     let mut nl = Nl::open()?;
-    if let Cmd::Remove = cmd {
-        // An orphaned owned table is adopted whatever the config says now.
-        let flags = nl.flags_for(None)?;
-        nl.remove(flags)?;
-        println!("removed");
-        return Ok(0);
-    }
-    let model = load_model()?;
-    let flags = nl.flags_for(Some(&model))?;
+    // `remove` reads no config: an orphaned owned table is adopted whatever the config says now.
+    let model = if let Cmd::Remove = cmd { None } else { Some(load_model()?) };
+    let flags = nl.flags_for(model.as_ref())?;
     let owned = flags != 0;
-    match cmd {
-        Cmd::Apply => {
-            nl.apply(&model, flags)?;
-            let (gid, dns4, dns6) = (model.gid, model.dns4, model.dns6);
-            println!("applied: gid {gid} dns4 {dns4:?} dns6 {dns6:?} (owner flags: {owned})");
+    match (cmd, model) {
+        (Cmd::Apply, Some(m)) => {
+            nl.apply(&m, flags)?;
+            println!("applied: gid {} dns4 {:?} dns6 {:?} (owner flags: {owned})", m.gid, m.dns4, m.dns6);
         }
-        Cmd::Verify => {
-            let report = verify::verify(&mut nl, &model, owned)?;
-            print!("{}", report.text());
-            return Ok(report.outcome as u8);
+        (Cmd::Verify, Some(m)) => {
+            let (outcome, text) = verify::verify(&mut nl, &m, owned)?;
+            print!("{text}");
+            return Ok(outcome as u8);
         }
-        Cmd::Print => print!("{}", model.render(owned)),
-        Cmd::Daemon | Cmd::Remove => {}
+        (Cmd::Print, Some(m)) => print!("{}", m.render(owned)),
+        (Cmd::Remove, _) => {
+            nl.remove(flags)?;
+            println!("removed");
+        }
+        // `daemon` returned above; the others have their model.
+        _ => {}
     }
     Ok(0)
 }

@@ -18,7 +18,9 @@ pub struct Model {
     /// systemd-resolved or dnsmasq forwards anything, so it is as good as a remote one).
     pub no_dns: bool,
     /// `owner_flags = false` in the config: use no `owner|persist` flags even where the kernel
-    /// has them, and guard the table with the watcher alone (what kernels before 6.9 get).
+    /// has them, and guard the table with the watcher alone (what kernels before 6.9 get). Not in
+    /// the status file, whose `owner_flags` says what the table has.
+    #[serde(skip)]
     pub owner_flags: bool,
 }
 

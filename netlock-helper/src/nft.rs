@@ -4,10 +4,10 @@
 //! nftnl cannot set table flags, so the finished batch is copied into owned buffers and patched in
 //! safe code (`NFTA_TABLE_FLAGS` of each NEWTABLE). The same pass gives every message a sequence
 //! number unique to this socket, so a late ACK of an earlier batch is never taken for this one.
-// The two `expect`s are on constants: names without NUL, a comment under the kernel limit.
+// The one `expect` is on a constant: a comment under the kernel's limit.
 #![allow(clippy::expect_used)]
 
-use std::ffi::CString;
+use std::ffi::CStr;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -23,7 +23,7 @@ use nix::sys::socket::{
 };
 use nix::sys::time::TimeVal;
 
-use crate::model::{Model, TABLE};
+use crate::model::Model;
 
 /// `NFT_TABLE_F_OWNER | NFT_TABLE_F_PERSIST` (linux/netfilter/nf_tables.h): while our socket is
 /// open nobody else may change or delete the table and `nft flush ruleset` skips it; when the
@@ -40,7 +40,9 @@ const NFTA_GEN_ID: u16 = 1;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLM_F_ACK: u16 = 4;
-const PROBE_TABLE: &str = "ocsb_netlock_probe";
+/// `model::TABLE` as netlink takes it.
+const TABLE: &CStr = c"ocsb_netlock";
+const PROBE_TABLE: &CStr = c"ocsb_netlock_probe";
 /// `NF_IP_PRI_RAW`: before conntrack and the output NAT hook (-100).
 const PRIORITY_RAW: i32 = -300;
 /// How long the kernel may take to answer: a stuck netlink socket must not hang the daemon
@@ -60,7 +62,7 @@ impl Nl {
             .context("cannot open a netfilter netlink socket")?;
         bind(sock.as_raw_fd(), &NetlinkAddr::new(0, 0)).context("cannot bind the netlink socket")?;
         setsockopt(&sock, sockopt::ReceiveTimeout, &RECV_TIMEOUT).context("SO_RCVTIMEO")?;
-        Ok(Nl { sock, next_seq: 1 })
+        Ok(Nl { sock, next_seq: 0 })
     }
 
     /// Creates or atomically replaces the table. `flags` is `OWNED` or 0.
@@ -118,11 +120,11 @@ impl Nl {
     /// The flags of our table, or `None` when it does not exist (a GETTABLE dump).
     pub fn table(&mut self) -> Result<Option<u32>> {
         let seq = self.bump();
-        let (mut found, name) = (None, format!("{TABLE}\0"));
+        let mut found = None;
         self.ask(&nftnl::table::get_tables_nlmsg(seq), seq, "list tables", |ty, payload| match ty {
             NLMSG_DONE => Some(found.take()),
             NEWTABLE if payload.first() == Some(&(libc::NFPROTO_INET as u8)) => {
-                if attr(payload, NFTA_TABLE_NAME) == Some(name.as_bytes()) {
+                if attr(payload, NFTA_TABLE_NAME) == Some(TABLE.to_bytes_with_nul()) {
                     let flags = attr(payload, NFTA_TABLE_FLAGS).and_then(|f| f.try_into().ok());
                     found = Some(flags.map_or(0, u32::from_be_bytes));
                 }
@@ -177,10 +179,10 @@ impl Nl {
         if n < data.len() { Err(io::Error::other("netlink: short send")) } else { Ok(()) }
     }
 
+    /// The next sequence number: never 0, which the kernel's own messages carry.
     fn bump(&mut self) -> u32 {
-        let s = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1).max(1);
-        s
+        self.next_seq
     }
 
     /// Copies the batch, renumbers it, patches table flags (the i-th NEWTABLE gets `flags[i]`,
@@ -218,7 +220,7 @@ impl Nl {
 /// creates the table if absent (or adopts an orphaned one), so the DELTABLE cannot fail; the
 /// whole replacement is one transaction.
 fn build(model: &Model) -> FinalizedBatch {
-    let table = Table::new(c_name(TABLE), ProtoFamily::Inet);
+    let table = Table::new(TABLE, ProtoFamily::Inet);
     let mut b = Batch::new();
     b.add(&table, MsgType::Add);
     b.add(&table, MsgType::Del);
@@ -256,7 +258,7 @@ fn build(model: &Model) -> FinalizedBatch {
         rule(chain, &|r| {
             r.add_expr(&nft_expr!(meta skgid));
             r.add_expr(&nft_expr!(cmp == model.gid));
-            r.add_expr(&Verdict::Jump { chain: c_name("locked") });
+            r.add_expr(&Verdict::Jump { chain: c"locked".into() });
         });
     }
     let (udp, tcp) = (libc::IPPROTO_UDP as u8, libc::IPPROTO_TCP as u8);
@@ -329,16 +331,12 @@ fn port_53(r: &mut Rule, l4: u8) {
 }
 
 /// NEWTABLE + DELTABLE of one table: adopt-or-create, then delete.
-fn add_del(name: &str) -> FinalizedBatch {
-    let table = Table::new(c_name(name), ProtoFamily::Inet);
+fn add_del(name: &CStr) -> FinalizedBatch {
+    let table = Table::new(name, ProtoFamily::Inet);
     let mut b = Batch::new();
     b.add(&table, MsgType::Add);
     b.add(&table, MsgType::Del);
     b.finalize()
-}
-
-fn c_name(s: &str) -> CString {
-    CString::new(s).expect("static name without NUL")
 }
 
 fn u32_at(buf: &[u8], off: usize) -> u32 {
@@ -407,6 +405,11 @@ mod tests {
         v.extend_from_slice(val);
         v.resize((v.len() + 3) & !3, 0);
         v
+    }
+
+    #[test]
+    fn the_table_is_the_one_of_the_contract() {
+        assert_eq!(TABLE.to_str(), Ok(crate::model::TABLE));
     }
 
     #[test]

@@ -32,8 +32,8 @@ pub fn parse(text: &str) -> Vec<IpAddr> {
         if words.next() != Some("nameserver") {
             continue;
         }
-        let Some(word) = words.next() else { continue };
-        let literal = word.split('%').next().unwrap_or_default();
+        // A zone (`fe80::1%eth0`) is cut off; no word, or not a literal, is no server.
+        let literal = words.next().unwrap_or_default().split('%').next().unwrap_or_default();
         let Ok(addr) = literal.parse::<IpAddr>() else { continue };
         let addr = addr.to_canonical();
         let useless = addr.is_loopback()

@@ -3,7 +3,6 @@
 
 use std::fs;
 use std::io::Write;
-use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -19,9 +18,9 @@ pub const STATUS_FILE: &str = "/run/ocsb-netlock/status.json";
 pub struct Status {
     /// starting | enforcing | removed | error | stopped
     pub state: String,
-    pub gid: Option<u32>,
-    pub dns4: Vec<Ipv4Addr>,
-    pub dns6: Vec<Ipv6Addr>,
+    /// The model last applied: `gid`, `dns4`, `dns6`, `no_dns`.
+    #[serde(flatten)]
+    pub model: Option<Model>,
     /// The table has `owner|persist` (kernel >= 6.9 and not turned off in the config);
     /// otherwise the watcher guards it.
     pub owner_flags: bool,
@@ -36,10 +35,6 @@ impl Status {
     pub fn new(owner_flags: bool) -> Status {
         let (state, pid, version) = ("starting".into(), std::process::id(), env!("CARGO_PKG_VERSION"));
         Status { state, owner_flags, pid, version, ..Status::default() }
-    }
-
-    pub fn set_model(&mut self, m: &Model) {
-        (self.gid, self.dns4, self.dns6) = (Some(m.gid), m.dns4.clone(), m.dns6.clone());
     }
 
     /// Written to a temporary name and renamed, so a reader never sees half a file; the

@@ -68,7 +68,7 @@ pub fn status_file() -> Option<(String, String)> {
     Some((v.get("state")?.as_str()?.to_string(), text))
 }
 
-/// Calls `Apply`, `Remove` or `Refresh` with interactive authorisation allowed.
+/// Calls `Apply` or `Remove` with interactive authorisation allowed.
 pub fn call(conn: &Connection, method: &str) -> Result<String> {
     let _agent = TtyAgent::start();
     let reply: Option<String> = proxy(conn)?

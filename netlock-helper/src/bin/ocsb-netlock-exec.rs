@@ -24,10 +24,7 @@ use nix::unistd::{Gid, Group, close, execv, getresgid, setfsgid, setresgid};
 
 /// The group the shim must be installed with; any other group (say, `shadow` after a careless
 /// chgrp) is refused, so a mistake in packaging cannot turn the shim into a gid-granting tool.
-const GROUP: &str = match option_env!("OCSB_NETLOCK_GROUP") {
-    Some(g) => g,
-    None => "opencode-sandbox",
-};
+const GROUP: &str = "opencode-sandbox";
 
 fn main() -> ExitCode {
     match run() {

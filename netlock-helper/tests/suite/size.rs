@@ -1,10 +1,10 @@
 //! The privileged crate stays small enough to audit in an hour: its code lines (neither blank
-//! nor comment, `#[cfg(test)]` modules left out) may not grow past the budget below. The goal
-//! is 1,000; the budget is lowered as code is cut, never raised.
+//! nor comment, `#[cfg(test)]` modules left out) may not grow past 1,000. Something added is paid
+//! for by something cut.
 
 use std::path::Path;
 
-const BUDGET: usize = 1_052;
+const BUDGET: usize = 1_000;
 
 fn code_lines(text: &str) -> usize {
     let mut n = 0;
@@ -56,7 +56,7 @@ fn the_privileged_crate_stays_within_its_line_budget() {
     let total: usize = files.iter().map(|f| code_lines(&std::fs::read_to_string(f).unwrap())).sum();
     assert!(
         total <= BUDGET,
-        "helper + shim: {total} code lines, budget {BUDGET} (goal 1,000): cut before adding"
+        "helper + shim: {total} code lines, budget {BUDGET}: cut before adding"
     );
     // The counter itself: comments, blanks and test modules do not count.
     assert_eq!(code_lines("// c\n\nfn a() {}\n#[cfg(test)]\nmod t {\n fn x() {}\n}\nfn b() {}\n"), 2);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Floods dev.ocsb.Netlock1 from ONE bus connection, as an unprivileged caller could: every
-second one Refresh and BURST-1 Status calls, all flagged NO_REPLY_EXPECTED, for SECONDS.
+second one Apply (which needs a polkit check) and BURST-1 Status calls, all flagged NO_REPLY_EXPECTED, for SECONDS.
 A raw client (no D-Bus library): the test needs calls that nobody waits for.
 
 usage: dbus_flood.py BUS_SOCKET_PATH SECONDS BURST"""
@@ -40,7 +40,7 @@ def main():
         out = b""
         for i in range(burst):
             serial += 1
-            member = "Refresh" if i == 0 else "Status"
+            member = "Apply" if i == 0 else "Status"
             out += message(serial, "/dev/ocsb/Netlock1", "dev.ocsb.Netlock1", member, "dev.ocsb.Netlock1", 1)
         s.setblocking(True)
         s.sendall(out)

@@ -14,12 +14,20 @@ CARGO   ?= cargo
 TARGET  := $(or $(CARGO_TARGET_DIR),target)
 RELEASE ?= $(TARGET)/release
 
+# The egress filter (`ocsb-egress`) runs for a whole session: linked statically, it maps only the
+# code it runs (the README's memory figures). This re-links that one binary statically and keeps
+# it as $(RELEASE)/static/ocsb-egress, where the next cargo command (which links it dynamically
+# in $(RELEASE)) does not overwrite it; that copy is what gets installed.
+FILTER_STATIC = $(CARGO) rustc --release --locked -p ocsb-egress --bin ocsb-egress -- -C target-feature=+crt-static && \
+	install -D -m 0755 $(RELEASE)/ocsb-egress $(RELEASE)/static/ocsb-egress
+
 .PHONY: all build install uninstall deb rpm test test-deps lint check
 
 all: build
 
 build:
 	$(CARGO) build --release --locked --workspace
+	$(FILTER_STATIC)
 	$(RELEASE)/ocsb-xtask gen --out $(RELEASE)
 
 # Under sudo, root's PATH often has no cargo: then install what `make` built as the user.
@@ -54,6 +62,7 @@ lint:
 # workspace's own crates once more, not their dependencies.
 test: test-deps lint
 	$(CARGO) build --release --locked --workspace
+	$(FILTER_STATIC)
 	$(RELEASE)/ocsb-xtask gen --out $(RELEASE)
 	$(CARGO) test --release --workspace --all-features --locked --no-fail-fast
 	sh packaging/tests/run.sh

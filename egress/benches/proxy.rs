@@ -8,8 +8,9 @@
 //! memory of each backend (RSS, and the part of it that is the process's own rather than file
 //! pages shared with other processes).
 //!
-//! The builtin filter runs as users run it: `ocsb egress serve` from the launcher's release
-//! binary, which must be built first (`cargo build --release -p ocsb`).
+//! The builtin filter runs as users run it: the `ocsb-egress` program `make` builds (linked
+//! statically) and installs, which `ocsb` starts. Run `make` first; the benchmark says which
+//! binary it ran and how it is linked.
 // A benchmark is a test harness: a failed unwrap is a failed run with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -183,15 +184,21 @@ fn memory(what: &str, builtin: u32, squid: u32) {
     );
 }
 
-/// `ocsb` next to this benchmark's own binary (`target/release/deps/proxy-…`).
-fn launcher_binary() -> std::path::PathBuf {
+/// The filter program `make` keeps beside this benchmark's own binary
+/// (`target/release/static/` and `target/release/deps/proxy-…`), and whether it is statically
+/// linked (no program interpreter).
+fn filter_binary() -> (std::path::PathBuf, bool) {
     let exe = std::env::current_exe().unwrap();
-    let ocsb = exe.parent().and_then(|d| d.parent()).unwrap().join("ocsb");
-    if !ocsb.is_file() {
-        eprintln!("{} is missing: build the launcher first (cargo build --release -p ocsb)", ocsb.display());
+    let filter = exe.parent().and_then(|d| d.parent()).unwrap().join("static/ocsb-egress");
+    let Ok(elf) = std::fs::read(&filter) else {
+        eprintln!("{} is missing: run `make` first", filter.display());
         std::process::exit(1);
-    }
-    ocsb
+    };
+    // ELF64: program headers at e_phoff (0x20), e_phentsize (0x36) bytes each, e_phnum (0x38)
+    // of them; PT_INTERP (3) names the dynamic loader.
+    let n = |at: usize, len: usize| elf[at..at + len].iter().rev().fold(0usize, |v, b| v << 8 | *b as usize);
+    let (off, size, count) = (n(0x20, 8), n(0x36, 2), n(0x38, 2));
+    (filter.clone(), !(0..count).any(|i| n(off + i * size, 4) == 3))
 }
 
 fn main() {
@@ -200,7 +207,11 @@ fn main() {
         std::process::exit(1);
     }
     let mut lab = Lab::new("allow pub.test.net\n");
-    lab.serve_program = vec![launcher_binary().into(), "egress".into(), "serve".into()];
+    let (filter, is_static) = filter_binary();
+    let linked =
+        if is_static { "statically linked" } else { "dynamically linked: `make` links it statically" };
+    println!("builtin filter: {} serve ({linked})", filter.display());
+    lab.serve_program = vec![filter.into(), "serve".into()];
     lab.start_builtin();
     lab.start_squid();
     std::thread::sleep(Duration::from_millis(500));

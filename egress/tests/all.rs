@@ -19,6 +19,8 @@ mod suite {
     mod limits;
     // host: the squid backend on a real Docker engine: image, container, reload, logs, down.
     mod squid_docker;
+    // host: the statically linked filter `make` ships makes no NSS lookup (strace).
+    mod static_filter;
     // host: `egress verify` catches a broken rule and a bypassable filter.
     mod verify;
 }

@@ -121,12 +121,17 @@ inside_deb() {
     expect_mode $SHIM 2755 root:$GROUP
     expect_mode /usr/bin/ocsb 755 root:root
     expect_mode /usr/libexec/ocsb/ocsb-netlock-helper 755 root:root
+    expect_mode /usr/libexec/ocsb/ocsb-egress 755 root:root
+    # The filter is shipped statically linked (its resident memory is the code it runs): no
+    # program interpreter, no shared library.
+    readelf -lW "$NR/usr/libexec/ocsb/ocsb-egress" | grep -q 'INTERP' && fail "ocsb-egress is dynamically linked (run make, which links it statically)"
+    readelf -dW "$NR/usr/libexec/ocsb/ocsb-egress" | grep -q 'NEEDED' && fail "ocsb-egress needs shared libraries"
     expect_mode /etc/ocsb/netlock.toml 644 root:root
     expect_mode /usr/lib/systemd/system/ocsb-netlock.service 644 root:root
     bad=$(cd "$NR" && find usr/share/doc/ocsb usr/share/man usr/share/polkit-1 usr/share/dbus-1 usr/lib/sysusers.d \
         -name '*ocsb*' -type f ! -perm 0644 -print | head -1)
     [ -z "$bad" ] || fail "$bad is not 0644"
-    ok "modes: shim 2755 root:$GROUP, binaries 0755, data 0644"
+    ok "modes: shim 2755 root:$GROUP, binaries 0755, data 0644; the filter statically linked"
     [ "$(in_root dpkg-statoverride --list $SHIM)" = "root $GROUP 2755 $SHIM" ] || fail "statoverride: $(in_root dpkg-statoverride --list $SHIM)"
     ok "dpkg-statoverride: root $GROUP 2755"
     in_root dpkg-query -W -f='${Conffiles}\n' ocsb | grep -q '^ /etc/ocsb/netlock.toml ' || fail "/etc/ocsb/netlock.toml is not a conffile"
@@ -212,7 +217,7 @@ inside_source() {
     mkdir -p "$NR/src/target/release"
     (cd "$ROOT" && tar cf - packaging/install.sh packaging/files.list $(awk 'NF && $1 !~ /^#/ && $1 !~ /^target\// { print $1 }' packaging/files.list)) |
         tar -C "$NR/src" -xf -
-    (cd "$R" && tar cf - ocsb ocsb-netlock-helper ocsb-netlock-exec man completions) | tar -C "$NR/src/target/release" -xf -
+    (cd "$R" && tar cf - ocsb static/ocsb-egress ocsb-netlock-helper ocsb-netlock-exec man completions) | tar -C "$NR/src/target/release" -xf -
     before=$(snapshot); accounts_before=$(accounts)
     strace -f -y -qq -s 300 -o "$NR/tmp/trace" -e trace=chown,fchown,fchownat,lchown,chmod,fchmod,fchmodat,open,openat \
         chroot "$NR" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C sh /src/packaging/install.sh install >"$NR/tmp/log" 2>&1 ||
@@ -221,6 +226,7 @@ inside_source() {
     [ "$n" -ge 1 ] || fail "strace saw no set-gid chmod of the shim"
     expect_mode /usr/local/libexec/ocsb/ocsb-netlock-exec 2755 root:$GROUP
     expect_mode /usr/local/bin/ocsb 755 root:root
+    expect_mode /usr/local/libexec/ocsb/ocsb-egress 755 root:root
     [ -f "$NR/usr/local/share/man/man1/ocsb.1.gz" ] && [ -f "$NR/usr/local/share/man/man8/ocsb-netlock-helper.8.gz" ] || fail "man pages not installed"
     grep -q '^ExecStart=/usr/local/libexec/ocsb/ocsb-netlock-helper daemon$' "$NR/etc/systemd/system/ocsb-netlock.service" || fail "unit not rewritten for /usr/local"
     [ "$(in_root /usr/local/bin/ocsb --version)" = "ocsb $VERSION" ] || fail "ocsb --version after make install"

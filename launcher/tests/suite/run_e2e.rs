@@ -9,7 +9,9 @@
 //! deciding rule for the blocked one; fail to connect around the filter; fail `sudo`. Then a
 //! second `run` is refused, and after a restart the session is still listed.
 
+use std::ffi::OsStr;
 use std::net::SocketAddr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -156,15 +158,18 @@ fn world_at(provider_port: u16, tag: &str, base: u16) -> World {
         "---\nname: extra-skill\ndescription: a test skill\n---\nbody\n",
     )
     .unwrap();
-    // An installation as `make install` lays it out: <prefix>/bin/ocsb and the setgid shim
+    // An installation as `make install` lays it out: <prefix>/bin/ocsb, the setgid shim
     // <prefix>/libexec/ocsb/ocsb-netlock-exec (2755 root:opencode-sandbox), which `run` uses to
-    // give the sandbox the netlock gid (OCSB_NETLOCK_ACQUIRE=exec, the default).
+    // give the sandbox the netlock gid (OCSB_NETLOCK_ACQUIRE=exec, the default), and the
+    // filter program <prefix>/libexec/ocsb/ocsb-egress, which `run` starts.
     let bin = root.join("prefix/bin/ocsb");
     let shim = root.join("prefix/libexec/ocsb/ocsb-netlock-exec");
     std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
     std::fs::create_dir_all(shim.parent().unwrap()).unwrap();
     std::fs::copy(env!("CARGO_BIN_EXE_ocsb"), &bin).unwrap();
     std::fs::copy(crate::support::sandbox::shim_binary(), &shim).unwrap();
+    std::fs::copy(crate::support::sandbox::filter_binary(), root.join("prefix/libexec/ocsb/ocsb-egress"))
+        .unwrap();
     std::fs::create_dir_all(root.join("bus")).unwrap();
     sh(&format!("chmod 755 {}", root.join("bin/xdg-open").display()));
     sh(&format!("chown -R {UID}:{UID} {} && chmod -R a+rX {}", home.display(), root.display()));
@@ -629,6 +634,8 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     };
     let (ok, text) = verify(&w, &w.proj, &ns);
     assert!(ok && text.contains("ok   direct-blocked") && !text.contains("FAIL"), "{text}");
+    // The filter that `run` started is the installed filter program, not `ocsb egress serve`.
+    assert_eq!(filter_programs(&w.state), [w.root.join("prefix/libexec/ocsb/ocsb-egress")]);
 
     // `egress suggest` proposes the line for what the agent was denied above, and writes nothing.
     let conf = w.proj.join(".opencode-sandbox/egress.conf");
@@ -831,6 +838,21 @@ fn run_works_in_an_isolated_network_without_the_netlock() {
 
 /// The allowed origin (`www1`, on port 80 of `bind` in the origins' namespace), answering
 /// 192.0.2.1 as seen from `ns` before this returns.
+/// The programs of the running filter processes whose state directory is `state`.
+fn filter_programs(state: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let ours =
+            args.windows(2).any(|w| w[0] == b"--state-dir" && Path::new(OsStr::from_bytes(w[1])) == state);
+        if ours && args.contains(&&b"serve"[..]) {
+            found.extend(std::fs::read_link(e.path().join("exe")));
+        }
+    }
+    found
+}
+
 fn serve_origin(ns: &Netns, origins: &Netns, w: &World, bind: &str) -> Proc {
     let p = Proc(
         origins

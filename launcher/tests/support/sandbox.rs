@@ -279,22 +279,33 @@ pub fn no_markers(w: &World, out: &str, err: &str) {
     assert!(pwned.is_empty(), "host git ran planted code: {pwned:?}\nstdout:\n{out}\nstderr:\n{err}");
 }
 
-/// The shim built beside the ocsb binary (`cargo build -p ocsb-netlock-helper` builds it).
+/// The set-gid shim `ocsb-netlock-exec` of this build (crate `ocsb-netlock-helper`).
 pub fn shim_binary() -> PathBuf {
+    workspace_binary("ocsb-netlock-helper", "ocsb-netlock-exec")
+}
+
+/// The builtin filter program `ocsb-egress` of this build (crate `ocsb-egress`).
+pub fn filter_binary() -> PathBuf {
+    workspace_binary("ocsb-egress", "ocsb-egress")
+}
+
+/// A program of another crate of the workspace, next to this test's `ocsb`; built (in the same
+/// profile) when `cargo test -p ocsb` did not build it.
+fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_BIN_EXE_ocsb")).parent().unwrap().to_path_buf();
-    let shim = dir.join("ocsb-netlock-exec");
-    if !shim.exists() {
+    let path = dir.join(bin);
+    if !path.exists() {
         let target = dir.parent().unwrap();
         // The same profile as this test's binaries (target/<profile>/).
         let release = dir.file_name().is_some_and(|n| n == "release");
         let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", "ocsb-netlock-helper", "--bin", "ocsb-netlock-exec"])
+            .args(["build", "-p", package, "--bin", bin])
             .args(release.then_some("--release"))
             .env("CARGO_TARGET_DIR", target)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .unwrap();
-        assert!(st.success(), "could not build ocsb-netlock-exec (crate ocsb-netlock-helper)");
+        assert!(st.success(), "could not build {bin} (crate {package})");
     }
-    shim
+    path
 }

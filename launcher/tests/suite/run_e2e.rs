@@ -836,8 +836,6 @@ fn run_works_in_an_isolated_network_without_the_netlock() {
     interrupt(&mut run);
 }
 
-/// The allowed origin (`www1`, on port 80 of `bind` in the origins' namespace), answering
-/// 192.0.2.1 as seen from `ns` before this returns.
 /// The programs of the running filter processes whose state directory is `state`.
 fn filter_programs(state: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
@@ -853,6 +851,8 @@ fn filter_programs(state: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The allowed origin (`www1`, on port 80 of `bind` in the origins' namespace), answering
+/// 192.0.2.1 as seen from `ns` before this returns.
 fn serve_origin(ns: &Netns, origins: &Netns, w: &World, bind: &str) -> Proc {
     let p = Proc(
         origins

@@ -33,7 +33,7 @@ build:
 # Under sudo, root's PATH often has no cargo: then install what `make` built as the user.
 install:
 	@if command -v $(CARGO) >/dev/null 2>&1; then $(MAKE) build; \
-	elif [ ! -x $(RELEASE)/ocsb ]; then \
+	elif [ ! -x $(RELEASE)/ocsb ] || [ ! -x $(RELEASE)/static/ocsb-egress ]; then \
 	  echo "no cargo on root's PATH and nothing built: run 'make' as yourself first, then 'sudo make install'" >&2; exit 1; fi
 	PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) BUILD=$(RELEASE) sh packaging/install.sh install
 	@echo "installed under $(DESTDIR)$(PREFIX); next: cd your-project && ocsb init && ocsb run"

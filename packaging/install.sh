@@ -113,7 +113,7 @@ do_install() {
     # Check everything is built before touching the system: nothing half-installed.
     entries | while read -r src dest mode flag; do
         for f in $(source_path "$src"); do
-            [ -e "$f" ] || die "$f is missing: build first with 'make' (cargo build --release --workspace && cargo run --release -p ocsb-xtask -- gen)"
+            [ -e "$f" ] || die "$f is missing: build first with 'make' (as yourself; it also links the filter statically and renders the man pages)"
         done
     done
     [ -n "$D" ] || make_accounts

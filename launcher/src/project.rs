@@ -7,6 +7,7 @@ use ocsb_policy::egress::{self, Policy};
 use ocsb_policy::settings::{self, LoadInput, Settings, Widening};
 
 use crate::error::{Error, Result};
+use crate::install::Installation;
 
 /// The per-project directory inside a repository.
 pub const PROJECT_CONF_DIR: &str = ".opencode-sandbox";
@@ -191,8 +192,17 @@ impl Project {
     /// directory or one of its ancestors, a directory that holds the state directory (the
     /// launcher's private files and every other project's state) or a hidden path of the home
     /// (`~/.ssh`, `OCSB_HIDE_HOME`). Outside a repository the current directory becomes the
-    /// project, so `cd ~ && ocsb exec` would otherwise make the whole home writable.
+    /// project, so `cd ~ && ocsb exec` would otherwise make the whole home writable. Nor a
+    /// directory that holds ocsb's own programs (`ocsb`'s `bin`, `libexec/ocsb`): the user runs
+    /// `ocsb` next on the host, and the launcher starts the filter from there (`OCSB_RW_HOME=.cargo`
+    /// holds `~/.cargo/bin/ocsb` after a `cargo install`).
     pub fn check_writable_roots(&self) -> Result<()> {
+        self.check_writable_roots_against(&Installation::current()?.program_dirs())
+    }
+
+    /// [`Project::check_writable_roots`] for an installation whose program directories are
+    /// `programs`.
+    fn check_writable_roots_against(&self, programs: &[PathBuf]) -> Result<()> {
         let s = &self.settings;
         // Both sides through symlinks (`/home -> var/home`), or a spelling would slip past.
         let canon = |p: PathBuf| p.canonicalize().unwrap_or(p);
@@ -202,6 +212,7 @@ impl Project {
         // Your own settings layer, and the other configuration the host runs from (a dotfiles
         // repository at ~/.config must not become the project).
         let config = canon(self.user_config_dir.clone());
+        let programs: Vec<PathBuf> = programs.iter().cloned().map(canon).collect();
         let mut hidden: Vec<PathBuf> = s.hide_home().into_iter().map(canon).collect();
         hidden.push(canon(self.home.join(".ssh")));
         let mut roots = vec![(self.checkout.clone(), "the project directory")];
@@ -224,6 +235,17 @@ impl Project {
                 Some("it contains ocsb's state directory".into())
             } else if config.starts_with(&root) {
                 Some(format!("it contains your own settings ({})", config.display()))
+            } else if let Some(dir) = programs.iter().find(|d| d.starts_with(&root)) {
+                return Err(Error::failed(
+                    format!(
+                        "refusing to make {} writable for the agent as {what}: it contains ocsb's own programs ({}), \
+                         which run on the host",
+                        root.display(),
+                        dir.display()
+                    ),
+                    "give a narrower path (the toolchain's cache, e.g. `.cargo/registry`), or install ocsb where \
+                     the sandbox cannot write (`sudo make install` puts it in /usr/local)",
+                ));
             } else {
                 (what != "an OCSB_RW_HOME entry")
                     .then(|| hidden.iter().find(|h| h.starts_with(&root)))
@@ -322,6 +344,34 @@ mod tests {
         let p3 = project(t.path(), "OCSB_WORKTREES_DIR=~/.local\n");
         let e = p3.check_writable_roots().unwrap_err().to_string();
         assert!(e.contains("OCSB_WORKTREES_DIR") && e.contains("state directory"), "{e}");
+    }
+
+    /// A user install (`~/.local/bin/ocsb` and `~/.local/libexec/ocsb/`, or `~/.cargo/bin`):
+    /// a writable root holding either directory is refused, wherever it comes from; a narrower
+    /// one beside them is not.
+    #[test]
+    fn directories_holding_ocsbs_programs_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let tools = t.path().join("home/tools");
+        let install = Installation { exe: tools.join("bin/ocsb") };
+        let programs = install.program_dirs();
+        for dir in [&programs[0], &programs[1], &tools.join("cache")] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        for conf in [
+            "OCSB_RW_HOME+=(tools)\n".to_string(),
+            "OCSB_RW_HOME+=(tools/bin)\n".into(),
+            format!("OCSB_RW+=({})\n", programs[1].display()),
+            format!("OCSB_RW+=({})\n", t.path().join("home/tools/libexec").display()),
+        ] {
+            let e = project(t.path(), &conf).check_writable_roots_against(&programs).unwrap_err().to_string();
+            assert!(e.contains("ocsb's own programs") && e.contains("narrower path"), "{conf}: {e}");
+        }
+        let mut p = project(t.path(), "OCSB_RW_HOME+=(tools/cache)\n");
+        p.check_writable_roots_against(&programs).unwrap();
+        p.checkout = tools.clone();
+        let e = p.check_writable_roots_against(&programs).unwrap_err().to_string();
+        assert!(e.contains("as the project directory: it contains ocsb's own programs"), "{e}");
     }
 
     #[test]

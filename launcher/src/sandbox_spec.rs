@@ -3,7 +3,7 @@
 //! spec from here, so they cannot disagree about what the agent may reach.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ocsb_policy::settings::DockerMode;
@@ -12,6 +12,7 @@ use ocsb_sandbox::spec::{DOCKER_SOCKETS, TcpPorts, parse_port_range};
 use ocsb_sandbox::{Acquire, Limits, Netlock, Network, SandboxSpec, TtyMode};
 
 use crate::error::{Error, Result};
+use crate::install::Installation;
 use crate::project::Project;
 use crate::run::state;
 
@@ -62,11 +63,7 @@ pub fn netlock(settings: &Settings) -> Result<Netlock> {
         Acquire::Inherited
     } else {
         match settings.netlock_acquire() {
-            NetlockAcquire::Exec => {
-                let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
-                let prefix = exe.parent().and_then(Path::parent).unwrap_or(Path::new("/"));
-                Acquire::Shim { path: prefix.join("libexec/ocsb/ocsb-netlock-exec") }
-            }
+            NetlockAcquire::Exec => Acquire::Shim { path: Installation::current()?.shim() },
             NetlockAcquire::Sg => Acquire::Sg { group: group.to_string() },
         }
     };

@@ -54,3 +54,26 @@ impl Status {
 pub fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model is flattened into the status: each key must appear once (`Model::owner_flags`
+    /// is the config's wish, skipped; the status's own says what the table has), and the model's
+    /// keys are absent before the first apply.
+    #[test]
+    fn every_key_appears_once_and_owner_flags_is_the_tables() {
+        let mut st = Status::new(false);
+        let before = serde_json::to_string(&st).unwrap();
+        assert!(!before.contains("\"gid\""), "{before}");
+        st.model = Some(Model::new(1234, &[], false));
+        let text = serde_json::to_string(&st).unwrap();
+        for key in
+            ["state", "gid", "dns4", "dns6", "no_dns", "owner_flags", "last_apply", "error", "pid", "version"]
+        {
+            assert_eq!(text.matches(&format!("\"{key}\":")).count(), 1, "{key} in {text}");
+        }
+        assert!(text.contains("\"owner_flags\":false"), "{text}");
+    }
+}

@@ -68,7 +68,15 @@ pub struct StatusAnswer {
     /// Unix time (seconds) the process started.
     pub started: u64,
     pub open_connections: usize,
+    /// The fingerprint of the sources the filter was built from ([`BUILD`]); empty from a
+    /// filter that predates it.
+    #[serde(default)]
+    pub build: String,
 }
+
+/// The fingerprint of the sources this filter was built from (version, then a hash of this
+/// crate's and the policy crate's sources and the lock file; see `build.rs`).
+pub const BUILD: &str = env!("OCSB_EGRESS_BUILD");
 
 /// The answer to [`Request::Reload`]: `ok` with the new hash, or refused with the reason (the
 /// old rules stay in force).

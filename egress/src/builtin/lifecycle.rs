@@ -130,6 +130,21 @@ impl<'a> Builtin<'a> {
         loop {
             if let Ok(st) = control::status(&paths.control_socket(), Duration::from_secs(2)) {
                 // Reap the child when it eventually exits, without blocking the caller.
+                if st.build != control::BUILD {
+                    let _ = control::stop(&paths.control_socket(), Duration::from_secs(2));
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(Error::state(
+                        format!(
+                            "the filter program {} was built from other sources than this ocsb (it is {}, \
+                             ocsb is {}): it would judge requests by other code",
+                            program.to_string_lossy(),
+                            if st.build.is_empty() { "older" } else { &st.build },
+                            control::BUILD
+                        ),
+                        "build both again with `make` (or `make install`), or remove the stale program",
+                    ));
+                }
                 std::thread::spawn(move || {
                     let _ = child.wait();
                 });

@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Notify;
 
-use super::control::{Ack, ReloadAnswer, Request, StatusAnswer};
+use super::control::{self, Ack, ReloadAnswer, Request, StatusAnswer};
 use super::lend;
 use super::logger::Logger;
 use super::proxy::{self, Limits, PolicyCell};
@@ -354,6 +354,7 @@ impl ServeState {
             policy_hash: self.hash.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             started: self.started,
             open_connections: open,
+            build: control::BUILD.into(),
         }
     }
 }

@@ -307,3 +307,44 @@ fn the_control_socket_refuses_another_pid_namespace() {
     let st = ocsb_egress::status(&lab.instance()).unwrap();
     assert!(st.running, "{st:?}");
 }
+
+/// A filter program left from another build (a stale `ocsb-egress` beside a rebuilt `ocsb`)
+/// would judge requests by other code: `up` refuses it, names it and the fix, and leaves no
+/// process behind. Here the stale program is a stand-in that answers `status` as a filter of
+/// an older build would (no `build` field); the real program starting is every other test.
+#[test]
+fn a_filter_program_of_another_build_is_refused() {
+    const OLD_FILTER: &str = r#"
+import json, os, socket, sys
+state = sys.argv[sys.argv.index("--state-dir") + 1]
+open(os.path.join(state, "old-filter.pid"), "w").write(str(os.getpid()))
+s = socket.socket(socket.AF_UNIX)
+s.bind(os.path.join(state, "egress", "control.sock"))
+s.listen(4)
+while True:
+    c, _ = s.accept()
+    word = c.makefile().readline().strip()
+    if word == "status":
+        c.sendall((json.dumps({"ok": True, "backend": "builtin", "pid": os.getpid(), "listen": [],
+            "policy_hash": "h", "started": 1, "open_connections": 0}) + "\n").encode())
+    else:
+        c.sendall(b'{"ok":true}\n')
+        sys.exit(0)
+    c.close()
+"#;
+    let mut lab = Lab::new(RULES);
+    lab.serve_program = vec!["python3".into(), "-c".into(), OLD_FILTER.into()];
+    let inst = lab.instance();
+    let policy = inst.load_policy().unwrap();
+    let e =
+        ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress()).unwrap_err().to_string();
+    assert!(e.contains("was built from other sources than this ocsb (it is older, ocsb is 0."), "{e}");
+    assert!(e.contains("make install") && e.contains("remove the stale program"), "{e}");
+    let pid: i32 = std::fs::read_to_string(lab.state_dir().join("old-filter.pid")).unwrap().parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "the stale filter {pid} still runs");
+    assert!(!ocsb_egress::status(&inst).unwrap().running);
+}

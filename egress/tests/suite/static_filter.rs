@@ -2,7 +2,7 @@
 //! cannot do NSS lookups (user, group and host databases, `getaddrinfo`): it would load the NSS
 //! modules of the glibc it was linked with, whatever the host runs. So the filter must never
 //! make one; every name it resolves goes to its own resolver. Under strace it serves a name, an
-//! IP literal, a CONNECT and a denial, and opens no NSS file.
+//! IP literal, a CONNECT and a denial, and opens no NSS file nor connects to an NSS daemon.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,7 +24,7 @@ fn the_static_filter_serves_without_a_single_nss_lookup() {
     let mut lab = Lab::new(RULES);
     let out = tempfile::tempdir().unwrap();
     let trace = out.path().join("trace");
-    lab.serve_program = ["strace", "-f", "-qq", "-e", "trace=open,openat", "-o"]
+    lab.serve_program = ["strace", "-f", "-qq", "-e", "trace=open,openat,connect", "-o"]
         .map(Into::into)
         .into_iter()
         .chain([trace.clone().into(), filter.into(), "serve".into()])
@@ -42,7 +42,18 @@ fn the_static_filter_serves_without_a_single_nss_lookup() {
     let trace = std::fs::read_to_string(&trace).unwrap();
     // The trace works: the filter opened its access log.
     assert!(trace.contains("access.log"), "strace saw no open of the access log:\n{trace}");
-    for nss in ["nsswitch.conf", "libnss_", "/etc/passwd", "/etc/group", "/etc/gai.conf"] {
+    // And it connected to the origins (198.51.100.7 and the lab's DNS server) under the trace.
+    assert!(trace.contains("connect(") && trace.contains("198.51.100.7"), "strace saw no connect:\n{trace}");
+    // The NSS files, and the daemons NSS asks instead (nscd, systemd's user database).
+    for nss in [
+        "nsswitch.conf",
+        "libnss_",
+        "/etc/passwd",
+        "/etc/group",
+        "/etc/gai.conf",
+        "nscd",
+        "/run/systemd/userdb",
+    ] {
         let hit: Vec<&str> = trace.lines().filter(|l| l.contains(nss)).collect();
         assert!(hit.is_empty(), "the static filter opened {nss}:\n{}", hit.join("\n"));
     }

@@ -20,6 +20,7 @@ use super::facts::{
     ProjectFacts, ShimFacts,
 };
 use crate::error::{Error, Result};
+use crate::install::Installation;
 use crate::netlock::{self, probe::Outcome};
 use crate::project::{self, PROJECT_CONF_DIR};
 
@@ -177,30 +178,23 @@ fn group_files(gid: u32, shim: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(found)
 }
 
-/// The installation prefix: `ocsb` lives in `<prefix>/bin`.
-fn prefix() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().and_then(Path::parent).map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("/usr/local"))
-}
-
 fn shim() -> ShimFacts {
-    let prefix = prefix();
     // The shim execs `<prefix>/bin/ocsb`, so it is looked for beside this `ocsb`.
-    let path = netlock::probe::shim_path().unwrap_or_else(|_| prefix.join("libexec/ocsb/ocsb-netlock-exec"));
+    let install = Installation::current()
+        .unwrap_or_else(|_| Installation { exe: PathBuf::from("/usr/local/bin/ocsb") });
+    let path = install.shim();
     let meta = std::fs::metadata(&path).ok().map(|m| (m.uid(), m.gid(), m.permissions().mode() & 0o7777));
     let group_name = meta.and_then(|(_, gid, _)| Group::from_gid(gid.into()).ok().flatten()).map(|g| g.name);
     let unit_installed = ["/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"]
         .iter()
         .any(|d| Path::new(d).join("ocsb-netlock.service").exists());
     ShimFacts {
-        helper_installed: prefix.join("libexec/ocsb/ocsb-netlock-helper").exists(),
+        helper_installed: install.helper().exists(),
         path,
         meta,
         group_name,
         unit_installed,
-        prefix,
+        prefix: install.prefix().to_path_buf(),
     }
 }
 

@@ -13,12 +13,13 @@ use ocsb_policy::settings::EgressBackend;
 
 use crate::cli::LifecycleCommand;
 use crate::error::{Error, Result};
+use crate::install::Installation;
 use crate::project::Project;
 
 /// The filter instance of this project, from the settings.
 pub fn instance(project: &Project) -> Result<Instance> {
     let s = &project.settings;
-    let exe = std::env::current_exe().map_err(|e| Error::io("find the path of", "ocsb", e))?;
+    let exe = Installation::current()?.exe;
     Ok(Instance {
         name: s.name().to_string(),
         backend: match s.egress_backend() {
@@ -47,13 +48,12 @@ pub fn instance(project: &Project) -> Result<Instance> {
 /// trusted as `ocsb` is: it must be a file of the same owner that nobody else may write. Without
 /// one, `ocsb egress serve` runs the same filter from this binary.
 pub fn serve_command(exe: &Path) -> Vec<OsString> {
-    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let install = Installation { exe: exe.to_path_buf() };
     let owner = exe.metadata().map(|m| m.uid()).ok();
     let trusted = |p: &PathBuf| {
         p.metadata().is_ok_and(|m| m.is_file() && Some(m.uid()) == owner && m.mode() & 0o022 == 0)
     };
-    let installed = dir.parent().map(|prefix| prefix.join("libexec/ocsb/ocsb-egress"));
-    match installed.into_iter().chain([dir.join("ocsb-egress")]).find(trusted) {
+    match [install.filter(), install.bin().join("ocsb-egress")].into_iter().find(trusted) {
         Some(filter) => vec![filter.into(), "serve".into()],
         None => vec![exe.into(), "egress".into(), "serve".into()],
     }

@@ -4,12 +4,12 @@
 //! sends one UDP datagram bound to `lo` to a documentation address ([`ocsb_sandbox::netlock`]):
 //! EPERM means locked, and with the lock missing the datagram still cannot leave the machine.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use nix::unistd::{Group, getresgid};
 
 use crate::error::{Error, Result};
+use crate::install::Installation;
 use ocsb_policy::settings::NetlockAcquire;
 use ocsb_sandbox::netlock::{PROBE_TARGET, Probe, probe};
 
@@ -42,17 +42,6 @@ pub fn main() -> u8 {
     0
 }
 
-/// The shim of this installation: `<prefix>/libexec/ocsb/ocsb-netlock-exec` beside
-/// `<prefix>/bin/ocsb` (the shim execs exactly that `ocsb`).
-pub fn shim_path() -> Result<PathBuf> {
-    let exe = std::env::current_exe().map_err(|e| Error::io("find", "/proc/self/exe", e))?;
-    let prefix = exe
-        .parent()
-        .and_then(|p| p.parent())
-        .ok_or_else(|| Error::failed("ocsb is installed at /", "reinstall"))?;
-    Ok(prefix.join("libexec/ocsb/ocsb-netlock-exec"))
-}
-
 pub fn run(acquire: NetlockAcquire, group: &str) -> Result<Report> {
     let gid = match Group::from_name(group) {
         Ok(Some(g)) => g.gid.as_raw(),
@@ -65,7 +54,7 @@ pub fn run(acquire: NetlockAcquire, group: &str) -> Result<Report> {
     };
     let mut cmd = match acquire {
         NetlockAcquire::Exec => {
-            let shim = shim_path()?;
+            let shim = Installation::current()?.shim();
             if !shim.exists() {
                 return Err(Error::failed(
                     format!("the setgid shim {} is missing", shim.display()),

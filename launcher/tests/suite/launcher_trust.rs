@@ -191,6 +191,37 @@ fn home_as_the_project_is_refused() {
     }
 }
 
+/// A user install in the home (`~/tools/bin/ocsb`, `~/tools/libexec/ocsb/`): a writable root
+/// that holds either directory is refused, so the agent cannot replace the `ocsb` the user runs
+/// next, or the filter it starts. A narrower root beside them works, and from it the programs
+/// stay read-only.
+#[test]
+fn directories_holding_ocsbs_programs_are_never_writable() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"T="$HOME/tools"; mkdir -p "$T/bin" "$T/libexec/ocsb" "$T/cache"; cp "$OCSB" "$T/bin/ocsb"; chown -R 1990 "$T"
+        before=$(sha256sum < "$T/bin/ocsb"); L=.opencode-sandbox/local/sandbox.conf; mkdir -p "${L%/*}"; chown 1990 "${L%/*}"
+        for conf in 'OCSB_RW_HOME+=(tools)' "OCSB_RW+=($T/libexec/ocsb)"; do
+          echo "$conf" > $L; chown 1990 $L
+          U "$T/bin/ocsb" exec -- sh -c "echo PLANT > $T/bin/x && mv $T/bin/x $T/bin/ocsb; echo PLANT > $T/libexec/ocsb/ocsb-egress" </dev/null 2>rw.err; echo "rc $?"
+          grep -q "it contains ocsb's own programs" rw.err && grep -q 'narrower path' rw.err && echo refused || cat rw.err >&2
+        done
+        echo 'OCSB_RW_HOME+=(tools/cache)' > $L
+        U "$T/bin/ocsb" exec -- sh -c "echo ok > $T/cache/c && echo cache-writable; (echo PLANT > $T/bin/x && mv $T/bin/x $T/bin/ocsb) 2>/dev/null || echo bin-read-only; \
+           (echo PLANT > $T/libexec/ocsb/ocsb-egress) 2>/dev/null || echo libexec-read-only" </dev/null 2>rw.err || cat rw.err >&2
+        [ "$(sha256sum < "$T/bin/ocsb")" = "$before" ] && echo host-ocsb-unchanged
+        test -e "$T/libexec/ocsb/ocsb-egress" || echo no-filter-planted; rm -f rw.err"#,
+    );
+    assert_eq!(out.lines().filter(|l| *l == "rc 1").count(), 2, "{out}\n{err}");
+    assert_eq!(out.lines().filter(|l| *l == "refused").count(), 2, "{out}\n{err}");
+    for l in
+        ["cache-writable", "bin-read-only", "libexec-read-only", "host-ocsb-unchanged", "no-filter-planted"]
+    {
+        has(&out, l, &err);
+    }
+}
+
 /// A committed `OCSB_OPENCODE_BIN=./tool` is a widening: `ocsb config` lists it, `exec` refuses
 /// until it is accepted, and `doctor` does not run the tool. A committed `OCSB_NAME=<another
 /// project>` is refused (that state directory is the other project's); the same name in the

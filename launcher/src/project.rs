@@ -221,6 +221,9 @@ impl Project {
         // `OCSB_RW_HOME` entries may hold hidden paths (hidden wins over writable there, as
         // `.cache/huggingface/token` in `.cache`), but never the home, the state or your settings.
         roots.extend(s.rw_home().into_iter().map(|p| (p, "an OCSB_RW_HOME entry")));
+        if s.tmp() == settings::TmpMode::Shared {
+            roots.push((PathBuf::from("/tmp"), "OCSB_TMP=shared (the host's /tmp)"));
+        }
         for (root, what) in roots {
             let root = root.canonicalize().unwrap_or(root);
             let why = if root == Path::new("/") {
@@ -367,6 +370,17 @@ mod tests {
             let e = project(t.path(), &conf).check_writable_roots_against(&programs).unwrap_err().to_string();
             assert!(e.contains("ocsb's own programs") && e.contains("narrower path"), "{conf}: {e}");
         }
+        // The host's /tmp, shared, is a writable root like any other.
+        let tmp_install = Installation { exe: PathBuf::from("/tmp/ocsb-build/bin/ocsb") };
+        // (A home out of /tmp: one in it is refused for that.)
+        let v = tempfile::tempdir_in("/var/tmp").unwrap();
+        let shared = project(v.path(), "OCSB_TMP=shared\n");
+        let e = shared.check_writable_roots_against(&tmp_install.program_dirs()).unwrap_err().to_string();
+        assert!(e.contains("as OCSB_TMP=shared (the host's /tmp): it contains ocsb's own programs"), "{e}");
+        let elsewhere = Installation { exe: v.path().join("bin/ocsb") };
+        shared.check_writable_roots_against(&elsewhere.program_dirs()).unwrap();
+        let e = project(t.path(), "OCSB_TMP=shared\n").check_writable_roots_against(&programs).unwrap_err();
+        assert!(e.to_string().contains("it contains your home directory"), "{e}");
         let mut p = project(t.path(), "OCSB_RW_HOME+=(tools/cache)\n");
         p.check_writable_roots_against(&programs).unwrap();
         p.checkout = tools.clone();

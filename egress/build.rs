@@ -1,5 +1,6 @@
-//! `OCSB_EGRESS_BUILD`: a fingerprint of the sources the filter is built from (this crate, the
-//! policy crate, the lock file). The filter reports it on its control socket and the launcher
+//! `OCSB_EGRESS_BUILD`: a fingerprint of the sources the filter is built from (the Rust files of
+//! this crate and the policy crate, the package defaults compiled into it, both manifests and
+//! the lock file). The filter reports it on its control socket and the launcher
 //! starts only a filter program whose fingerprint is its own: a stale `ocsb-egress` left beside
 //! a rebuilt `ocsb` would otherwise judge requests by old code, silently. A hash of the contents,
 //! not a time, so that two builds of one tree agree (reproducible packages).
@@ -12,14 +13,24 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
         let path = e.path();
         if path.is_dir() {
             files(&path, out);
-        } else {
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            // Sources only: an editor's backup beside them changes no build.
             out.push(path);
         }
     }
 }
 
 fn main() {
-    let inputs = [Path::new("src"), Path::new("../policy/src"), Path::new("../Cargo.lock")];
+    let inputs = [
+        "src",
+        "../policy/src",
+        "defaults.conf",
+        "Cargo.toml",
+        "../policy/Cargo.toml",
+        "../Cargo.toml",
+        "../Cargo.lock",
+    ]
+    .map(Path::new);
     let mut all = Vec::new();
     for input in inputs {
         println!("cargo:rerun-if-changed={}", input.display());

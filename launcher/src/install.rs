@@ -52,7 +52,42 @@ impl Installation {
 
     /// The directories whose programs run outside the sandbox with the user's rights (or the
     /// netlock group's): a sandbox that could write one could replace what runs next on the host.
-    pub fn program_dirs(&self) -> [PathBuf; 2] {
-        [self.bin().to_path_buf(), self.libexec()]
+    /// Besides this installation's, every directory of `PATH` that holds an `ocsb`: that is the
+    /// one the user types, and `bin` above is where its symlinks end (`~/.local/bin/ocsb` →
+    /// a build tree), not where they start.
+    pub fn program_dirs(&self) -> Vec<PathBuf> {
+        self.program_dirs_on(&std::env::var_os("PATH").unwrap_or_default())
+    }
+
+    fn program_dirs_on(&self, path: &std::ffi::OsStr) -> Vec<PathBuf> {
+        let mut dirs = vec![self.bin().to_path_buf(), self.libexec()];
+        for dir in std::env::split_paths(path).filter(|d| d.is_absolute()) {
+            if dir.join("ocsb").symlink_metadata().is_ok() && !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+        dirs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `~/.local/bin/ocsb` as a symlink into a build tree: the directory the user's `ocsb` is
+    /// found in counts, not only the one its link ends in.
+    #[test]
+    fn the_directories_of_path_that_hold_an_ocsb_are_program_directories() {
+        let t = tempfile::tempdir().unwrap();
+        let (bin, build, other) =
+            (t.path().join("bin"), t.path().join("build/release"), t.path().join("other"));
+        for d in [&bin, &build, &other] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::os::unix::fs::symlink(build.join("ocsb"), bin.join("ocsb")).unwrap();
+        let install = Installation { exe: build.join("ocsb") };
+        let path = std::env::join_paths([&other, &bin, Path::new("relative")]).unwrap();
+        let dirs = install.program_dirs_on(&path);
+        assert_eq!(dirs, [build.clone(), t.path().join("build/libexec/ocsb"), bin]);
     }
 }

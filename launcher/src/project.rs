@@ -224,9 +224,15 @@ impl Project {
         if s.tmp() == settings::TmpMode::Shared {
             roots.push((PathBuf::from("/tmp"), "OCSB_TMP=shared (the host's /tmp)"));
         }
+        // The state directory is writable too: checked for ocsb's programs only (the load
+        // refuses `/` and the home for it; containing itself is what it is for).
+        roots.push((s.state_dir(), "OCSB_STATE_DIR"));
         for (root, what) in roots {
             let root = root.canonicalize().unwrap_or(root);
-            let why = if root == Path::new("/") {
+            let state_dir = what == "OCSB_STATE_DIR";
+            let why = if state_dir {
+                None
+            } else if root == Path::new("/") {
                 Some("it is the root directory".to_string())
             } else if home.starts_with(&root) {
                 Some(if root == home {
@@ -238,23 +244,31 @@ impl Project {
                 Some("it contains ocsb's state directory".into())
             } else if config.starts_with(&root) {
                 Some(format!("it contains your own settings ({})", config.display()))
-            } else if let Some(dir) = programs.iter().find(|d| d.starts_with(&root)) {
+            } else {
+                None
+            };
+            // Either way round: a root above a program directory can replace it, and a root
+            // inside one (a single file bound writable) can replace a program in it.
+            let program = programs.iter().find(|d| d.starts_with(&root) || root.starts_with(d));
+            if let (None, Some(dir)) = (&why, program) {
                 return Err(Error::failed(
                     format!(
-                        "refusing to make {} writable for the agent as {what}: it contains ocsb's own programs ({}), \
+                        "refusing to make {} writable for the agent as {what}: {} ocsb's own programs ({}), \
                          which run on the host",
                         root.display(),
+                        if dir.starts_with(&root) { "it contains" } else { "it is inside" },
                         dir.display()
                     ),
                     "give a narrower path (the toolchain's cache, e.g. `.cargo/registry`), or install ocsb where \
                      the sandbox cannot write (`sudo make install` puts it in /usr/local)",
                 ));
-            } else {
-                (what != "an OCSB_RW_HOME entry")
+            }
+            let why = why.or_else(|| {
+                (what != "an OCSB_RW_HOME entry" && !state_dir)
                     .then(|| hidden.iter().find(|h| h.starts_with(&root)))
                     .flatten()
                     .map(|h| format!("it contains the hidden path {}", h.display()))
-            };
+            });
             if let Some(why) = why {
                 return Err(Error::failed(
                     format!("refusing to make {} writable for the agent as {what}: {why}", root.display()),
@@ -366,6 +380,10 @@ mod tests {
             "OCSB_RW_HOME+=(tools/bin)\n".into(),
             format!("OCSB_RW+=({})\n", programs[1].display()),
             format!("OCSB_RW+=({})\n", t.path().join("home/tools/libexec").display()),
+            // A single file bound writable inside a program directory.
+            format!("OCSB_RW+=({})\n", programs[1].join("ocsb-egress").display()),
+            // The state directory is bound writable as well.
+            format!("OCSB_STATE_DIR={}\n", tools.display()),
         ] {
             let e = project(t.path(), &conf).check_writable_roots_against(&programs).unwrap_err().to_string();
             assert!(e.contains("ocsb's own programs") && e.contains("narrower path"), "{conf}: {e}");
@@ -379,8 +397,10 @@ mod tests {
         assert!(e.contains("as OCSB_TMP=shared (the host's /tmp): it contains ocsb's own programs"), "{e}");
         let elsewhere = Installation { exe: v.path().join("bin/ocsb") };
         shared.check_writable_roots_against(&elsewhere.program_dirs()).unwrap();
-        let e = project(t.path(), "OCSB_TMP=shared\n").check_writable_roots_against(&programs).unwrap_err();
-        assert!(e.to_string().contains("it contains your home directory"), "{e}");
+        let in_tmp = tempfile::tempdir_in("/tmp").unwrap();
+        let e = project(in_tmp.path(), "OCSB_TMP=shared\n")
+            .check_writable_roots_against(&elsewhere.program_dirs());
+        assert!(e.unwrap_err().to_string().contains("it contains your home directory"));
         let mut p = project(t.path(), "OCSB_RW_HOME+=(tools/cache)\n");
         p.check_writable_roots_against(&programs).unwrap();
         p.checkout = tools.clone();

@@ -216,8 +216,19 @@ impl<'a> Builtin<'a> {
 }
 
 impl Lifecycle for Builtin<'_> {
-    fn up(&self, policy: &Policy, plan: &ListenPlan, _progress: &Progress) -> Result<Up> {
+    fn up(&self, policy: &Policy, plan: &ListenPlan, progress: &Progress) -> Result<Up> {
         match control::status(&self.paths.control_socket(), Duration::from_secs(3)) {
+            // A filter of another build (the one running before ocsb was upgraded or rebuilt)
+            // would go on judging requests by its own code: it is replaced, not reloaded, and
+            // `start` refuses in turn if the program on disk is stale too.
+            Ok(running) if running.build != control::BUILD => {
+                progress(&format!(
+                    "the running filter (pid {}) was built from other sources than this ocsb; restarting it",
+                    running.pid
+                ));
+                self.down()?;
+                self.start(policy, plan)
+            }
             Ok(running) => self.reload(running, policy, plan),
             Err(_) => self.start(policy, plan),
         }

@@ -308,13 +308,8 @@ fn the_control_socket_refuses_another_pid_namespace() {
     assert!(st.running, "{st:?}");
 }
 
-/// A filter program left from another build (a stale `ocsb-egress` beside a rebuilt `ocsb`)
-/// would judge requests by other code: `up` refuses it, names it and the fix, and leaves no
-/// process behind. Here the stale program is a stand-in that answers `status` as a filter of
-/// an older build would (no `build` field); the real program starting is every other test.
-#[test]
-fn a_filter_program_of_another_build_is_refused() {
-    const OLD_FILTER: &str = r#"
+/// A filter of an older build, as far as `up` can tell: its `status` has no `build` field.
+const OLD_FILTER: &str = r#"
 import json, os, socket, sys
 state = sys.argv[sys.argv.index("--state-dir") + 1]
 open(os.path.join(state, "old-filter.pid"), "w").write(str(os.getpid()))
@@ -329,16 +324,25 @@ while True:
             "policy_hash": "h", "started": 1, "open_connections": 0}) + "\n").encode())
     else:
         c.sendall(b'{"ok":true}\n')
+        os.unlink(os.path.join(state, "egress", "control.sock"))
         sys.exit(0)
     c.close()
 "#;
+
+/// A filter program left from another build (a stale `ocsb-egress` beside a rebuilt `ocsb`)
+/// would judge requests by other code: `up` refuses it, names it and the fix, and leaves no
+/// process behind. Here the stale program is a stand-in that answers `status` as a filter of
+/// an older build would (no `build` field); the real program starting is every other test.
+#[test]
+fn a_filter_program_of_another_build_is_refused() {
     let mut lab = Lab::new(RULES);
     lab.serve_program = vec!["python3".into(), "-c".into(), OLD_FILTER.into()];
     let inst = lab.instance();
     let policy = inst.load_policy().unwrap();
     let e =
         ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress()).unwrap_err().to_string();
-    assert!(e.contains("was built from other sources than this ocsb (it is older, ocsb is 0."), "{e}");
+    let ours = format!("it is older, ocsb is {}-", env!("CARGO_PKG_VERSION"));
+    assert!(e.contains("was built from other sources than this ocsb") && e.contains(&ours), "{e}");
     assert!(e.contains("make install") && e.contains("remove the stale program"), "{e}");
     let pid: i32 = std::fs::read_to_string(lab.state_dir().join("old-filter.pid")).unwrap().parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -347,4 +351,37 @@ while True:
     }
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "the stale filter {pid} still runs");
     assert!(!ocsb_egress::status(&inst).unwrap().running);
+}
+
+/// After an upgrade the filter of the old build still runs: `up` replaces it (stops it and
+/// starts this build's program) instead of reloading its rules into the old code.
+#[test]
+fn a_running_filter_of_another_build_is_replaced() {
+    use std::os::unix::fs::PermissionsExt;
+    let lab = Lab::new(RULES);
+    let egress = lab.state_dir().join("egress");
+    std::fs::create_dir_all(&egress).unwrap();
+    std::fs::set_permissions(&egress, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut old = std::process::Command::new("python3")
+        .args(["-c", OLD_FILTER, "--state-dir"])
+        .arg(lab.state_dir())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !egress.join("control.sock").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let inst = lab.instance();
+    let policy = inst.load_policy().unwrap();
+    let up = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress()).unwrap();
+    assert_eq!(up.action, ocsb_egress::UpAction::Started, "replaced, not reloaded");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while old.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(old.try_wait().unwrap().is_some(), "the filter of the old build still runs");
+    let now = ocsb_egress::status(&inst).unwrap();
+    assert!(now.running);
+    assert!(!up.process.unwrap_or_default().starts_with(&format!("{}@", old.id())));
+    ocsb_egress::down(&inst).unwrap();
 }

@@ -247,9 +247,8 @@ impl Project {
             } else {
                 None
             };
-            // Either way round: a root above a program directory can replace it, and a root
-            // inside one (a single file bound writable) can replace a program in it.
-            let program = programs.iter().find(|d| d.starts_with(&root) || root.starts_with(d));
+            // The plan checks the same rule again on the paths it mounts.
+            let program = ocsb_sandbox::plan::exposes_program(&root, root.is_dir(), &programs);
             if let (None, Some(dir)) = (&why, program) {
                 return Err(Error::failed(
                     format!(
@@ -403,6 +402,12 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("it contains your home directory"));
         let mut p = project(t.path(), "OCSB_RW_HOME+=(tools/cache)\n");
         p.check_writable_roots_against(&programs).unwrap();
+        // A directory below a program directory holds none of its entries.
+        let deeper = programs[0].join("scripts");
+        std::fs::create_dir_all(&deeper).unwrap();
+        project(t.path(), &format!("OCSB_RW+=({})\n", deeper.display()))
+            .check_writable_roots_against(&programs)
+            .unwrap();
         p.checkout = tools.clone();
         let e = p.check_writable_roots_against(&programs).unwrap_err().to_string();
         assert!(e.contains("as the project directory: it contains ocsb's own programs"), "{e}");

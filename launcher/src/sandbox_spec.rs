@@ -91,7 +91,7 @@ pub fn spec(
     netlock: Netlock,
     extra_env: &[(String, String)],
     argv: Vec<String>,
-) -> SandboxSpec {
+) -> Result<SandboxSpec> {
     let s = &project.settings;
     let state = s.state_dir();
     let ssh_agent =
@@ -123,7 +123,7 @@ pub fn spec(
             CacheUse::ReadOnly => {}
         }
     }
-    SandboxSpec {
+    Ok(SandboxSpec {
         project_dir: project.checkout.clone(),
         state_dir: state,
         home: project.home.clone(),
@@ -164,5 +164,6 @@ pub fn spec(
         rw_tool_files: s.rw_tool_files().to_vec(),
         nested_repos: Vec::new(),
         protect: Vec::new(),
-    }
+        programs: Installation::current()?.program_dirs(),
+    })
 }

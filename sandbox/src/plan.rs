@@ -182,6 +182,18 @@ fn depth(p: &Path) -> usize {
     p.components().filter(|c| matches!(c, Component::Normal(_))).count()
 }
 
+/// The program directory of `programs` that a writable `root` would let the agent change, if
+/// any: `root` holds it (and can replace it), or `root` is a file in it (a program bound
+/// writable). A directory inside one is not: its contents are not the programs, and a mount
+/// point cannot be renamed over them. Both sides are taken as given: the caller resolves them
+/// the same way.
+pub fn exposes_program<'p>(root: &Path, root_is_dir: bool, programs: &'p [PathBuf]) -> Option<&'p Path> {
+    programs
+        .iter()
+        .map(PathBuf::as_path)
+        .find(|d| d.starts_with(root) || (!root_is_dir && root.parent() == Some(*d)))
+}
+
 fn absolute(p: &Path, what: &str) -> Result<()> {
     if p.is_absolute() {
         Ok(())
@@ -202,6 +214,8 @@ struct Builder<'a> {
     private_tmp: bool,
     /// The checkout rule's read-only paths: nothing at or under one is pinned writable.
     read_only_rule: Vec<PathBuf>,
+    /// [`SandboxSpec::programs`], resolved.
+    programs: Vec<PathBuf>,
 }
 
 impl Builder<'_> {
@@ -214,6 +228,25 @@ impl Builder<'_> {
         self.fs.canonicalize(p).map_err(|e| Error::io("resolve", p, e))
     }
 
+    /// Refuse a writable bind of `c` (resolved, as it is mounted) that exposes one of ocsb's
+    /// program directories. *Why here too*: the launcher checks the settings' paths when it
+    /// opens the state, but a concurrent sandbox can turn a path's component into a link before
+    /// this plan resolves it; this check sees the very path the bind opens without following
+    /// links.
+    fn refuse_program_dir(&self, c: &Path, what: &str) -> Result<()> {
+        match exposes_program(c, self.fs.kind(c) == Kind::Dir, &self.programs) {
+            None => Ok(()),
+            Some(dir) => Err(Error::refused(
+                format!(
+                    "{what} {} would make ocsb's own programs ({}) writable for the agent; they run on the host",
+                    c.display(),
+                    dir.display()
+                ),
+                "give a narrower path, or install ocsb where the sandbox cannot write (`sudo make install`)",
+            )),
+        }
+    }
+
     fn writable(&mut self, p: &Path, what: &str) -> Result<()> {
         absolute(p, what)?;
         match self.fs.kind(p) {
@@ -223,6 +256,7 @@ impl Builder<'_> {
             }
             _ => {
                 let c = self.canonical(p)?;
+                self.refuse_program_dir(&c, what)?;
                 let dir = self.fs.kind(&c) == Kind::Dir;
                 self.plan.writable.push(c.clone());
                 self.layered.push((
@@ -591,6 +625,7 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
             .filter(|g| g.access == GuardAccess::ReadOnly)
             .map(|g| g.path.clone())
             .collect(),
+        programs: spec.programs.iter().map(|d| fs.canonicalize(d).unwrap_or_else(|_| d.clone())).collect(),
     };
     b.base()?;
     b.run_dir()?;
@@ -604,6 +639,7 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
             b.layered.push((1, 0, Op::Bind { src, dst: "/tmp".into(), access: Access::Rw, dir: true }));
         }
         TmpMode::Shared => {
+            b.refuse_program_dir(&b.canonical(Path::new("/tmp"))?, "OCSB_TMP=shared (the host's /tmp)")?;
             b.layered.push((
                 1,
                 0,
@@ -903,6 +939,7 @@ mod tests {
             rw_tool_files: vec![],
             nested_repos: vec![],
             protect: vec![],
+            programs: vec![],
         }
     }
 
@@ -933,6 +970,47 @@ mod tests {
         }
         assert!(matches!(plan.ops[pos(&plan, "/run")], Op::Tmpfs { seal: true, .. }));
         assert!(matches!(plan.ops[pos(&plan, "/proc")], Op::Proc { .. }));
+    }
+
+    /// The writable binds, as the plan resolves them, never expose ocsb's program directories:
+    /// not through a root above one, not through a link swapped in after the launcher's own
+    /// check, not as the shared `/tmp`; a root beside them or deeper inside one is planned.
+    #[test]
+    fn writable_binds_never_expose_program_directories() {
+        let fs = host()
+            .with("/home/u/tools", Kind::Dir)
+            .with("/home/u/tools/bin", Kind::Dir)
+            .with("/home/u/tools/bin/ocsb", Kind::File)
+            .with("/home/u/tools/bin/scripts", Kind::Dir)
+            .with("/home/u/tools/cache", Kind::Dir)
+            .link("/home/u/p/out", "/home/u/tools")
+            .with("/tmp/b", Kind::Dir)
+            .with("/tmp/b/bin", Kind::Dir);
+        let with = |rw: &[&str], programs: &[&str], tmp: TmpMode| {
+            let mut s = spec();
+            s.rw = rw.iter().map(PathBuf::from).collect();
+            s.programs = programs.iter().map(PathBuf::from).collect();
+            s.tmp = tmp;
+            build(&s, &fs)
+        };
+        let tools = ["/home/u/tools/bin"];
+        for (rw, tmp) in [
+            (&["/home/u/tools"][..], TmpMode::Private),
+            (&["/home/u/p/out"][..], TmpMode::Private),
+            (&["/home/u/tools/bin/ocsb"][..], TmpMode::Private),
+        ] {
+            let e = with(rw, &tools, tmp).unwrap_err().to_string();
+            assert!(
+                e.contains("ocsb's own programs (/home/u/tools/bin)") && e.contains("narrower path"),
+                "{rw:?}: {e}"
+            );
+        }
+        let e = with(&[], &["/tmp/b/bin"], TmpMode::Shared).unwrap_err().to_string();
+        assert!(e.contains("OCSB_TMP=shared") && e.contains("(/tmp/b/bin)"), "{e}");
+        let plan =
+            with(&["/home/u/tools/cache", "/home/u/tools/bin/scripts"], &tools, TmpMode::Shared).unwrap();
+        assert!(plan.writable.contains(&PathBuf::from("/home/u/tools/cache")));
+        assert!(plan.writable.contains(&PathBuf::from("/home/u/tools/bin/scripts")));
     }
 
     #[test]

@@ -73,6 +73,11 @@ pub struct SandboxSpec {
     /// what it discovers; whatever a spec file says here is replaced).
     #[serde(default)]
     pub protect: Vec<Protection>,
+    /// The directories holding the programs the user runs next on the host (ocsb's `bin`,
+    /// `libexec/ocsb`, every `PATH` directory with an `ocsb`): no writable bind may hold one or
+    /// be one of their entries (see [`crate::plan::exposes_program`]).
+    #[serde(default)]
+    pub programs: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -25,7 +25,7 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
     // `prepare` reports progress on stdout; for `exec` stdout belongs to the command, so the
     // progress lines go to stderr.
     let prepared = with_stdout_on_stderr(|| crate::run::prepare(project, false))?;
-    let mut spec = crate::sandbox_spec::spec(project, prepared.netlock, &extra_env(project)?, argv);
+    let mut spec = crate::sandbox_spec::spec(project, prepared.netlock, &extra_env(project)?, argv)?;
     spec.tty = TtyMode::Auto;
     crate::isolated::run_for(project, &prepared.policy, &spec)
 }
@@ -96,7 +96,7 @@ pub fn status() -> Result<()> {
 
 /// `ocsb audit [--accept]`: what a sandbox start would refuse over (see [`ocsb_sandbox::audit`]).
 pub fn audit(project: &Project, accept: bool) -> Result<()> {
-    let spec = crate::sandbox_spec::spec(project, Netlock::Off, &[], vec![]);
+    let spec = crate::sandbox_spec::spec(project, Netlock::Off, &[], vec![])?;
     let findings = audit::report(&spec, accept)?;
     if findings.is_empty() {
         println!("audit: nothing planted in {} and its worktrees", spec.project_dir.display());
@@ -120,7 +120,7 @@ pub fn audit(project: &Project, accept: bool) -> Result<()> {
 /// (`prepare`, so the refusal is the first thing said), while anything planted stands: the
 /// same check every sandbox start makes. `doing` completes "refusing to …".
 pub fn refuse_planted(project: &Project, doing: &str) -> Result<()> {
-    let spec = crate::sandbox_spec::spec(project, Netlock::Off, &[], vec![]);
+    let spec = crate::sandbox_spec::spec(project, Netlock::Off, &[], vec![])?;
     let findings = audit::report(&spec, false)?;
     if findings.is_empty() {
         return Ok(());

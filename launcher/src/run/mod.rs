@@ -232,7 +232,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     } else {
         None
     };
-    let mut spec = sandbox_spec::spec(project, prepared.netlock, &env, setup.argv.clone());
+    let mut spec = sandbox_spec::spec(project, prepared.netlock, &env, setup.argv.clone())?;
     if let Some(b) = &broker {
         sandbox_spec::reach_host_port(&mut spec, b.endpoint.addr.port());
     }

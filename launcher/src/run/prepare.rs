@@ -117,7 +117,7 @@ fn selftest_record(up: &UpReport, lock: &Netlock, network: &str, port: u16, curl
 }
 
 fn check_netlock(project: &Project, policy: &Policy, lock: &Netlock) -> Result<()> {
-    let check = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()]);
+    let check = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()])?;
     match crate::isolated::run_for(project, policy, &check) {
         Ok(0) => {}
         Ok(code) => {
@@ -181,7 +181,8 @@ pub fn verify_as_sandbox(
 ) -> std::result::Result<ocsb_egress::verify::Report, ocsb_egress::Error> {
     let s = &project.settings;
     let spec_rel = Path::new("egress/selftest-spec.json");
-    let spec = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()]);
+    let spec = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()])
+        .map_err(|e| ocsb_egress::Error::state(e.to_string(), "see `ocsb doctor`"))?;
     sd.write(spec_rel, &serde_json::to_vec(&spec).unwrap_or_default(), 0o600)
         .map_err(|e| ocsb_egress::Error::state(e.to_string(), "check the state directory"))?;
     let exe = std::env::current_exe().map_err(|e| ocsb_egress::Error::io("cannot find", "ocsb", e))?;

@@ -3,7 +3,7 @@
 //! Each attack is made as an agent would make it (as the ordinary user `ocsb-test`, through
 //! `ocsb exec`, in a network namespace the test creates) and checked on the host side.
 
-use crate::support::sandbox::{World, has, scenario};
+use crate::support::sandbox::{World, has, run_ok, scenario};
 
 /// A sandbox that runs before the project's first `ocsb run` cannot plant `run.lock` (a link
 /// the lock's write would follow) or `password` (the agent's own web password): both exist,
@@ -220,6 +220,37 @@ fn directories_holding_ocsbs_programs_are_never_writable() {
     {
         has(&out, l, &err);
     }
+}
+
+/// The plan checks the same rule on the paths it mounts: a writable entry that has become a
+/// link to a directory of ocsb's programs since the launcher looked (a concurrent sandbox can
+/// swap one in) is refused before anything runs, and the program is unchanged on the host;
+/// a root beside the programs is mounted writable while they stay read-only.
+#[test]
+fn a_writable_path_swapped_for_a_link_to_ocsbs_programs_is_refused_by_the_plan() {
+    let w = World::new();
+    let tools = w.home.join("tools");
+    for d in ["bin", "cache"] {
+        std::fs::create_dir_all(tools.join(d)).unwrap();
+    }
+    std::fs::write(tools.join("bin/ocsb"), "original\n").unwrap();
+    std::os::unix::fs::symlink(&tools, w.home.join("out")).unwrap();
+    run_ok(std::process::Command::new("chown").arg("-R").arg("1990:1990").arg(&tools));
+    let mut spec = w.spec();
+    spec["programs"] = serde_json::json!([tools.join("bin")]);
+    let plant = format!("echo PLANT > {0}/bin/ocsb && echo planted || echo bin-read-only", tools.display());
+    spec["rw"] = serde_json::json!([w.home.join("out")]);
+    let o = w.run(&spec, &["sh", "-c", &plant]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!o.status.success() && !out.contains("planted"), "{out}\n{err}");
+    assert!(err.contains("would make ocsb's own programs") && err.contains("narrower path"), "{err}");
+    spec["rw"] = serde_json::json!([tools.join("cache")]);
+    let both = format!("echo ok > {}/cache/c && echo cache-writable; {plant}", tools.display());
+    let o = w.run(&spec, &["sh", "-c", &both]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    has(&out, "cache-writable", &err);
+    has(&out, "bin-read-only", &err);
+    assert_eq!(std::fs::read_to_string(tools.join("bin/ocsb")).unwrap(), "original\n");
 }
 
 /// A committed `OCSB_OPENCODE_BIN=./tool` is a widening: `ocsb config` lists it, `exec` refuses

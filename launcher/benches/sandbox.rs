@@ -10,7 +10,8 @@
 //!   same project with `OCSB_NETWORK=isolated` (target: <= 1.3x the netlock mode);
 //! - isolated network throughput: a 256 MiB tunnel through the filter with the netlock, through
 //!   the isolated sandbox's proxy port (lent to the filter), and through its transparent path
-//!   (targets: >= 0.9x each). `OCSB_BENCH=throughput` runs this part alone.
+//!   (targets: >= 0.9x each). `OCSB_BENCH=throughput` runs this part alone, `OCSB_BENCH=e2e`
+//!   the end-to-end part.
 //!
 //! Every command runs as the user ocsb-test inside a network namespace this process creates.
 //! `bwrap` comes from the Debian package bubblewrap; without it that column is reported missing.
@@ -203,14 +204,19 @@ fn main() {
         return; // `cargo test --benches` asks for a list; nothing to list
     }
     // First, in namespaces of its own (the scenario makes them): the whole command.
-    // `OCSB_BENCH=throughput` runs that part alone.
-    println!("== isolated network throughput ==");
-    throughput();
-    if std::env::var("OCSB_BENCH").is_ok_and(|v| v == "throughput") {
+    // `OCSB_BENCH=throughput` or `OCSB_BENCH=e2e` runs that part alone.
+    let only = std::env::var("OCSB_BENCH").unwrap_or_default();
+    if only != "e2e" {
+        println!("== isolated network throughput ==");
+        throughput();
+    }
+    if only != "throughput" {
+        println!("== end to end ==");
+        end_to_end();
+    }
+    if !only.is_empty() {
         return;
     }
-    println!("== end to end ==");
-    end_to_end();
     let w = World::new();
     std::fs::create_dir_all(w.state.join("tmp")).unwrap();
     sandbox_support::run_ok(Command::new("chown").arg(format!("{UID}:{UID}")).arg(w.state.join("tmp")));

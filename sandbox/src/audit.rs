@@ -33,6 +33,7 @@ use super::checkouts::{self, HostLookup};
 use super::error::{Error, Result};
 use super::spec::SandboxSpec;
 
+/// Numbers this process's markers and changes of the records.
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// What a sandbox in progress recorded before it started.
@@ -265,8 +266,14 @@ fn read_json<T: for<'de> Deserialize<'de> + Default>(p: &Path) -> T {
     std::fs::read(p).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
 }
 
+/// Written whole or not at all, through a name of this process's own: two launchers of one
+/// project (two `ocsb exec`) write the same files, and a shared temporary name would let one
+/// rename the other's away (what they read, change and write back is under [`lock`]).
 fn write_json<T: Serialize>(p: &Path, v: &T) -> Result<()> {
-    let tmp = p.with_extension("tmp");
+    static TMP: AtomicUsize = AtomicUsize::new(0);
+    let mut name = p.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}-{}.tmp", std::process::id(), TMP.fetch_add(1, Ordering::SeqCst)));
+    let tmp = p.with_file_name(name);
     std::fs::write(&tmp, serde_json::to_vec_pretty(v).unwrap_or_default())
         .and_then(|()| std::fs::rename(&tmp, p))
         .map_err(|e| Error::io("write", p, e))
@@ -280,8 +287,13 @@ fn pid_alive(pid: u32) -> bool {
 /// planted now. Dead markers are consumed.
 fn standing(spec: &SandboxSpec, checkouts: &[Checkout], now: &Snapshot) -> Result<Vec<Finding>> {
     let dir = dir_of(&spec.state_dir);
-    let mut findings: Vec<Finding> = read_json(&dir.join("findings.json"));
+    let mut planted = guard::planted_now(checkouts, &HostLookup, &|p| checkouts::read_small(p));
+    planted.extend(planted_in_git(checkouts));
+    let _lock = lock(&dir)?;
+    let kept: Vec<Finding> = read_json(&dir.join(FINDINGS));
+    let mut findings = kept.clone();
     findings.retain(|f| f.path.symlink_metadata().is_ok());
+    let mut consumed = false;
     for name in HostLookup.names(&dir) {
         let Some(rest) = name.strip_prefix("running-") else { continue };
         let pid: u32 = rest.split(['-', '.']).next().and_then(|p| p.parse().ok()).unwrap_or(0);
@@ -301,13 +313,50 @@ fn standing(spec: &SandboxSpec, checkouts: &[Checkout], now: &Snapshot) -> Resul
             }
         }
         let _ = std::fs::remove_file(&p);
+        consumed = true;
     }
-    findings.extend(guard::planted_now(checkouts, &HostLookup, &|p| checkouts::read_small(p)));
-    findings.extend(planted_in_git(checkouts));
+    findings.extend(planted);
     findings.sort();
     findings.dedup_by(|a, b| a.path == b.path);
-    write_json(&dir.join("findings.json"), &findings)?;
+    if consumed || findings != kept {
+        write_json(&dir.join(FINDINGS), &findings)?;
+        changed(&dir)?;
+    }
     Ok(findings)
+}
+
+/// The findings kept between starts, in the audit directory.
+const FINDINGS: &str = "findings.json";
+
+/// The file, in the audit directory, rewritten with a name of its own whenever the records
+/// change: a start, findings recorded, a dead run's marker consumed. A check that saw one
+/// name stands for the next start only while the name is the same ([`Checked::begin`]).
+const CHANGED: &str = "changed";
+
+/// Say that the records changed (see [`CHANGED`]). A pid and a count can come again; with the
+/// time the name is this change's alone.
+fn changed(dir: &Path) -> Result<()> {
+    let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let name = format!("{}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst), at.as_nanos());
+    write_json(&dir.join(CHANGED), &name)
+}
+
+/// The records are read, changed and written back by every launcher of the project: one at a
+/// time (`flock` on `lock` in the audit directory), so that no finding another launcher just
+/// recorded is written over.
+fn lock(dir: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let p = dir.join("lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&p)
+        .map_err(|e| Error::io("open", &p, e))?;
+    f.lock().map_err(|e| Error::io("lock", &p, e))?;
+    Ok(f)
 }
 
 fn ensure_dir(dir: &Path) -> Result<()> {
@@ -363,24 +412,95 @@ pub struct Audit {
 
 /// Refuse to start while anything planted is there; otherwise record what exists.
 pub fn begin(spec: &SandboxSpec) -> Result<Audit> {
+    check(spec)?.begin(spec)
+}
+
+/// What a check of the checkouts saw: the findings that stand, and the watched paths that
+/// exist. A start right after the check ([`Checked::begin`]) uses it instead of looking again.
+pub struct Checked {
+    /// Findings that stand now: a sandbox start refuses while there is one.
+    pub findings: Vec<Finding>,
+    present: BTreeMap<PathBuf, String>,
+    nested: Vec<PathBuf>,
+    /// What the check looked at: a spec that would look elsewhere is checked again.
+    looked_at: Looked,
+    /// The records' last change when the check began ([`CHANGED`]): a sandbox begun since,
+    /// by any process (a self-test, another `ocsb exec`), may have planted something, and one
+    /// that ended may have recorded a finding; either way the check no longer stands.
+    changed: Option<Vec<u8>>,
+    made: std::time::Instant,
+}
+
+/// How long a check stands for the start after it: a sandbox that was already running can
+/// plant in the gap, and only a look right before the start would refuse over that.
+pub const STANDS_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The parts of a spec that decide what the audit looks at.
+#[derive(PartialEq, Eq)]
+struct Looked {
+    roots: Vec<PathBuf>,
+    state_dir: PathBuf,
+    home: PathBuf,
+    rw_tool_files: Vec<String>,
+    nested_repos: Vec<PathBuf>,
+}
+
+impl Looked {
+    fn of(spec: &SandboxSpec) -> Looked {
+        Looked {
+            roots: walk_roots(spec),
+            state_dir: spec.state_dir.clone(),
+            home: spec.home.clone(),
+            rw_tool_files: spec.rw_tool_files.clone(),
+            nested_repos: spec.nested_repos.clone(),
+        }
+    }
+}
+
+/// Look at the checkouts as a start would: what stands (kept findings, plants of dead runs,
+/// what is planted now) and what exists. Records the standing findings; starts nothing.
+pub fn check(spec: &SandboxSpec) -> Result<Checked> {
     let dir = dir_of(&spec.state_dir);
     ensure_dir(&dir)?;
+    let made = std::time::Instant::now();
+    let changed = std::fs::read(dir.join(CHANGED)).ok();
     let checkouts = checkouts::of_spec(spec);
     let now = snapshot(spec, &checkouts);
     let findings = standing(spec, &checkouts, &now)?;
-    if !findings.is_empty() {
-        return Err(Error::refused(
-            format!(
-                "refusing to start: git or host tools would run what was planted in the project{}",
-                render(&findings)
-            ),
-            FIX,
-        ));
+    let looked_at = Looked::of(spec);
+    Ok(Checked { findings, present: now.present, nested: now.nested, looked_at, changed, made })
+}
+
+impl Checked {
+    /// Start the audit of a sandbox of `spec`: refused while a finding stands; otherwise what
+    /// exists is recorded for the check after it exits. The check is made again unless it was
+    /// made less than [`STANDS_FOR`] ago, for the same checkouts, with the records unchanged
+    /// since (no sandbox begun, no finding recorded): then the two would look at the same tree
+    /// moments apart. What a sandbox already running plants in that gap is reported when this
+    /// one exits, as what it plants after the start always is.
+    pub fn begin(self, spec: &SandboxSpec) -> Result<Audit> {
+        let dir = dir_of(&spec.state_dir);
+        let changed_now = std::fs::read(dir.join(CHANGED)).ok();
+        let fresh = self.made.elapsed() < STANDS_FOR
+            && self.changed == changed_now
+            && self.looked_at == Looked::of(spec);
+        let checked = if fresh { self } else { check(spec)? };
+        if !checked.findings.is_empty() {
+            return Err(Error::refused(
+                format!(
+                    "refusing to start: git or host tools would run what was planted in the project{}",
+                    render(&checked.findings)
+                ),
+                FIX,
+            ));
+        }
+        // Said first: a marker left by a start that then failed would be taken for a dead run's.
+        changed(&dir)?;
+        let marker =
+            dir.join(format!("running-{}-{}.json", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst)));
+        write_json(&marker, &Marker { pid: std::process::id(), present: checked.present.clone() })?;
+        Ok(Audit { marker, before: checked.present, spec: spec.clone(), nested: checked.nested })
     }
-    let marker =
-        dir.join(format!("running-{}-{}.json", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst)));
-    write_json(&marker, &Marker { pid: std::process::id(), present: now.present.clone() })?;
-    Ok(Audit { marker, before: now.present, spec: spec.clone(), nested: now.nested })
 }
 
 impl Audit {
@@ -404,12 +524,17 @@ impl Audit {
             defuse(f);
         }
         if !new.is_empty() {
-            let file = dir_of(&self.spec.state_dir).join("findings.json");
-            let mut all: Vec<Finding> = read_json(&file);
-            all.extend(new.iter().cloned());
-            all.sort();
-            all.dedup_by(|a, b| a.path == b.path);
-            if let Err(e) = write_json(&file, &all) {
+            let dir = dir_of(&self.spec.state_dir);
+            let record = || -> Result<()> {
+                let _lock = lock(&dir)?;
+                let mut all: Vec<Finding> = read_json(&dir.join(FINDINGS));
+                all.extend(new.iter().cloned());
+                all.sort();
+                all.dedup_by(|a, b| a.path == b.path);
+                write_json(&dir.join(FINDINGS), &all)?;
+                changed(&dir)
+            };
+            if let Err(e) = record() {
                 eprintln!("ocsb: warning: {e}");
             }
             eprintln!(
@@ -426,16 +551,16 @@ impl Audit {
 /// `ocsb audit`: what stands now (as a start would see it). `accept` clears what the user
 /// vouches for; what is planted by definition (see `guard::planted_now`) cannot be accepted.
 pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
-    let dir = dir_of(&spec.state_dir);
-    ensure_dir(&dir)?;
-    let checkouts = checkouts::of_spec(spec);
-    let now = snapshot(spec, &checkouts);
-    let mut findings = standing(spec, &checkouts, &now)?;
+    let mut findings = check(spec)?.findings;
     if accept {
+        let checkouts = checkouts::of_spec(spec);
         let mut never = guard::planted_now(&checkouts, &HostLookup, &|p| checkouts::read_small(p));
         never.extend(planted_in_git(&checkouts));
         findings.retain(|f| never.iter().any(|n| n.path == f.path));
-        write_json(&dir.join("findings.json"), &findings)?;
+        let dir = dir_of(&spec.state_dir);
+        let _lock = lock(&dir)?;
+        write_json(&dir.join(FINDINGS), &findings)?;
+        changed(&dir)?;
     }
     Ok(findings)
 }
@@ -463,6 +588,125 @@ mod tests {
         assert_eq!(out.git, vec![p.join(".git"), p.join("src/inner/.git"), p.join("vendor/x/.git")]);
         assert_eq!(out.bare, vec![p.join("lib/fake")]);
         assert_eq!(out.ocsb_dirs, vec![p.join("deep/.opencode-sandbox")]);
+    }
+
+    /// A project without git at `root/p`, its state at `root/state/p`.
+    fn spec_in(root: &Path) -> SandboxSpec {
+        use crate::spec::{Limits, Netlock, TmpMode, TtyMode};
+        std::fs::create_dir_all(root.join("p")).unwrap();
+        std::fs::create_dir_all(root.join("state/p")).unwrap();
+        SandboxSpec {
+            project_dir: root.join("p"),
+            state_dir: root.join("state/p"),
+            home: root.to_path_buf(),
+            worktrees_dir: None,
+            rw: vec![],
+            rw_home: vec![],
+            caches: vec![],
+            hide: vec![],
+            hide_home: vec![],
+            tmp: TmpMode::Private,
+            docker_socket: None,
+            docker_gateway: None,
+            ssh_agent: None,
+            env: vec![],
+            argv: vec!["true".into()],
+            cwd: None,
+            namespaces: true,
+            netlock: Netlock::Off,
+            network: Default::default(),
+            tcp: None,
+            limits: Limits::default(),
+            tty: TtyMode::Never,
+            rw_tool_files: vec![],
+            nested_repos: vec![],
+            protect: vec![],
+            programs: vec![],
+        }
+    }
+
+    #[test]
+    fn the_start_right_after_a_check_begins_from_it_and_still_reports_a_plant_in_between() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        let checked = check(&spec).unwrap();
+        assert!(checked.findings.is_empty());
+        // Planted after the check: the start does not look again, so it does not see it...
+        std::fs::create_dir_all(spec.project_dir.join("sub/.git")).unwrap();
+        let audit = checked.begin(&spec).unwrap();
+        assert!(audit.nested.is_empty(), "the start looked again: {:?}", audit.nested);
+        // ...and the check after the sandbox reports it, moved aside, as appeared meanwhile.
+        let found = audit.end();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].why.contains("appeared while the sandbox ran"), "{found:?}");
+        assert!(!spec.project_dir.join("sub/.git").exists());
+    }
+
+    #[test]
+    fn a_sandbox_begun_after_a_check_makes_the_next_start_look_again() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        let checked = check(&spec).unwrap();
+        // Another sandbox of the project (a self-test, another `ocsb exec`) runs and plants.
+        let other = check(&spec).unwrap().begin(&spec).unwrap();
+        std::fs::create_dir_all(spec.project_dir.join("sub/.git")).unwrap();
+        assert_eq!(other.end().len(), 1);
+        // The earlier check no longer stands: the start looks again and refuses.
+        let err = checked.begin(&spec).err().expect("the start must refuse").to_string();
+        assert!(err.contains("refusing to start") && err.contains("ocsb-planted"), "{err}");
+    }
+
+    #[test]
+    fn a_sandbox_that_ends_with_a_finding_after_a_check_makes_the_next_start_look_again() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        // A sandbox already running when the check is made plants, and ends after the check.
+        let running = check(&spec).unwrap().begin(&spec).unwrap();
+        let checked = check(&spec).unwrap();
+        std::fs::create_dir_all(spec.project_dir.join("sub/.git")).unwrap();
+        assert_eq!(running.end().len(), 1);
+        let err = checked.begin(&spec).err().expect("the start must refuse").to_string();
+        assert!(err.contains("refusing to start") && err.contains("ocsb-planted"), "{err}");
+    }
+
+    #[test]
+    fn a_check_stands_only_for_a_start_right_after_it() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        let checked = check(&spec).unwrap();
+        std::thread::sleep(STANDS_FOR);
+        std::fs::create_dir_all(spec.project_dir.join("sub/.git")).unwrap();
+        let audit = checked.begin(&spec).unwrap();
+        assert_eq!(audit.nested, vec![spec.project_dir.join("sub").canonicalize().unwrap()]);
+        assert!(audit.end().is_empty());
+    }
+
+    #[test]
+    fn a_check_of_other_checkouts_is_made_again() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        let checked = check(&spec).unwrap();
+        let mut wider = spec.clone();
+        std::fs::create_dir_all(t.path().join("extra/vendor/x/.git")).unwrap();
+        wider.rw.push(t.path().join("extra"));
+        let audit = checked.begin(&wider).unwrap();
+        assert_eq!(audit.nested, vec![t.path().join("extra/vendor/x").canonicalize().unwrap()]);
+        audit.end();
+    }
+
+    #[test]
+    fn concurrent_starts_of_one_project_do_not_fail_each_other() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        std::thread::scope(|s| {
+            let runs: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..50).map(|_| check(&spec)?.begin(&spec).map(Audit::end)).collect()))
+                .collect();
+            for r in runs {
+                let r: Result<Vec<_>> = r.join().unwrap();
+                assert!(r.is_ok(), "{:?}", r.err().map(|e| e.to_string()));
+            }
+        });
     }
 
     #[test]

@@ -173,13 +173,21 @@ pub type Serve<'a> = &'a (dyn Fn(netns::Inside) -> Result<Box<dyn std::any::Any>
 /// The launcher's check of the checkouts ([`audit`]) brackets every sandbox: it refuses to
 /// start while something planted is there, and reports what appeared once the sandbox exits.
 pub fn run(spec: &SandboxSpec) -> Result<i32> {
-    run_served(spec, None)
+    run_served(spec, None, None)
 }
 
 /// [`run`], with `serve` for a spec whose network is isolated (refused without it: nothing
-/// would reach the sandbox's namespace).
-pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>) -> Result<i32> {
-    let audit = audit::begin(spec)?;
+/// would reach the sandbox's namespace), and the check of the checkouts made just before, if
+/// one was ([`audit::Checked::begin`] says when it is used rather than made again).
+pub fn run_served(
+    spec: &SandboxSpec,
+    serve: Option<Serve<'_>>,
+    checked: Option<audit::Checked>,
+) -> Result<i32> {
+    let audit = match checked {
+        Some(c) => c.begin(spec)?,
+        None => audit::begin(spec)?,
+    };
     let mut spec = spec.clone();
     spec.nested_repos = audit.nested.clone();
     let status = run_checked(&spec, serve);

@@ -27,7 +27,7 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
     let prepared = with_stdout_on_stderr(|| crate::run::prepare(project, false))?;
     let mut spec = crate::sandbox_spec::spec(project, prepared.netlock, &extra_env(project)?, argv)?;
     spec.tty = TtyMode::Auto;
-    crate::isolated::run_for(project, &prepared.policy, &spec)
+    crate::isolated::run_for(project, &prepared.policy, &spec, Some(prepared.checked))
 }
 
 fn with_stdout_on_stderr<T>(f: impl FnOnce() -> T) -> T {
@@ -66,7 +66,7 @@ pub fn run_spec(spec: &std::path::Path, argv: Vec<String>) -> i32 {
                 Some(crate::isolated::Server::new(&project, &project.egress_policy()?)?)
             }
         };
-        crate::isolated::run(&parsed, server.as_ref())
+        crate::isolated::run(&parsed, server.as_ref(), None)
     };
     run().unwrap_or_else(|e| {
         eprintln!("ocsb: {e}");
@@ -119,16 +119,18 @@ pub fn audit(project: &Project, accept: bool) -> Result<()> {
 /// Refuse a host command that runs git in the project (`ocsb wt …`), or starts sandboxes
 /// (`prepare`, so the refusal is the first thing said), while anything planted stands: the
 /// same check every sandbox start makes. `doing` completes "refusing to …".
-pub fn refuse_planted(project: &Project, doing: &str) -> Result<()> {
+///
+/// Returns the check, for the sandbox started next ([`audit::Checked::begin`]).
+pub fn refuse_planted(project: &Project, doing: &str) -> Result<audit::Checked> {
     let spec = crate::sandbox_spec::spec(project, Netlock::Off, &[], vec![])?;
-    let findings = audit::report(&spec, false)?;
-    if findings.is_empty() {
-        return Ok(());
+    let checked = audit::check(&spec)?;
+    if checked.findings.is_empty() {
+        return Ok(checked);
     }
     Err(Error::failed(
         format!(
             "refusing to {doing}: git or host tools would run what was planted{}",
-            audit::render(&findings)
+            audit::render(&checked.findings)
         ),
         audit::FIX,
     ))

@@ -136,7 +136,7 @@ pub fn run(explicit: Option<&std::path::Path>, cmd: LifecycleCommand) -> Result<
         }
         LifecycleCommand::Verify(a) => {
             // curl runs as the agent's commands do: in the sandbox, under the netlock.
-            let (sd, _) = crate::run::prepare::open_state(&project)?;
+            let sd = crate::run::prepare::open_state(&project)?.state;
             let policy = project.egress_policy()?;
             let lock = crate::sandbox_spec::netlock_for(&project.settings)?;
             let curl = system_curl()?;

@@ -149,7 +149,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     // The checks `prepare` makes come first, before `run` writes anything into the state
     // directory (the OpenCode config, a kubeconfig copy): an unaccepted widening or another
     // project's state must not get even those.
-    let (sd, created) = prepare::open_state(project)?;
+    let prepare::Opened { state: sd, created, checked } = prepare::open_state(project)?;
     let state = s.state_dir();
     let _lock = state::lock(&sd)?;
     let web_addr = SocketAddr::from(([127, 0, 0, 1], s.web_port()));
@@ -170,7 +170,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         &keys.env_file,
         bound.as_ref().map(|b| &b.endpoint),
     )?;
-    let prepared = prepare::bring_up(project, sd, false)?;
+    let prepared = prepare::bring_up(project, sd, checked, false)?;
     let sd = &prepared.state;
     let broker = match bound {
         Some(bound) => Some(start_broker(project, sd, bound, keys.upstreams)?),
@@ -244,11 +244,12 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
             Some(crate::isolated::Server::new(project, &prepared.policy)?.expose(oc_addr.port()))
         }
     };
+    let checked = prepared.checked;
     let (tx, rx) = mpsc::channel();
     let sandbox_thread = std::thread::Builder::new()
         .name("ocsb-sandbox".into())
         .spawn(move || {
-            let r = crate::isolated::run(&spec, server.as_ref());
+            let r = crate::isolated::run(&spec, server.as_ref(), Some(checked));
             let _ = tx.send(r);
         })
         .map_err(|e| Error::io("start a thread for", "the sandbox", e))?;

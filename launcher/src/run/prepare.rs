@@ -8,6 +8,7 @@ use std::path::Path;
 
 use ocsb_egress::{UpAction, UpReport};
 use ocsb_policy::egress::Policy;
+use ocsb_sandbox::audit::Checked;
 use ocsb_sandbox::statefs::StateDir;
 use ocsb_sandbox::{Netlock, Network};
 
@@ -23,32 +24,43 @@ pub struct Prepared {
     /// The egress rules as compiled once: the filter runs them, the self-tests checked them.
     pub policy: Policy,
     pub netlock: Netlock,
+    /// The check of the checkouts made before anything was written: the sandbox started next
+    /// begins from it rather than looking again, while it stands ([`Checked::begin`]).
+    pub checked: Checked,
 }
 
 /// `ocsb prepare [--retest]`.
 pub fn prepare(project: &Project, retest: bool) -> Result<Prepared> {
-    let (sd, _) = open_state(project)?;
-    bring_up(project, sd, retest)
+    let opened = open_state(project)?;
+    bring_up(project, opened.state, opened.checked, retest)
+}
+
+/// What [`open_state`] established.
+pub struct Opened {
+    pub state: StateDir,
+    /// The web password was made now (the state directory is new).
+    pub created: bool,
+    pub checked: Checked,
 }
 
 /// The checks before anything is written into the state directory, then the directory itself
-/// and the launcher's private files in it. Returns whether the web password was made now.
-pub fn open_state(project: &Project) -> Result<(StateDir, bool)> {
+/// and the launcher's private files in it.
+pub fn open_state(project: &Project) -> Result<Opened> {
     // A committed settings file must not widen the sandbox unseen, and nothing a sandbox
     // planted for host git may stand.
     project.require_trusted()?;
     project.check_writable_roots()?;
     state::claim(project)?;
-    crate::commands::sandbox::refuse_planted(project, "start a sandbox")?;
+    let checked = crate::commands::sandbox::refuse_planted(project, "start a sandbox")?;
     let sd = StateDir::open(&project.settings.state_dir())?;
     let created = state::ensure_private(&sd)?;
     state::ensure_caches(&sd, &project.settings)?;
-    Ok((sd, created))
+    Ok(Opened { state: sd, created, checked })
 }
 
 /// The filter up, the netlock checked, the self-tests passed (`retest`: even when they passed
 /// before with the same inputs).
-pub fn bring_up(project: &Project, sd: StateDir, retest: bool) -> Result<Prepared> {
+pub fn bring_up(project: &Project, sd: StateDir, checked: Checked, retest: bool) -> Result<Prepared> {
     let s = &project.settings;
     // 1. The egress filter, given the rules compiled once.
     let inst = crate::egress_cmd::instance(project)?;
@@ -81,7 +93,7 @@ pub fn bring_up(project: &Project, sd: StateDir, retest: bool) -> Result<Prepare
             "self-tests: passed before with these rules, this filter and this netlock; not run again \
              (`ocsb prepare --retest` runs them now)"
         );
-        return Ok(Prepared { state: sd, policy, netlock: lock });
+        return Ok(Prepared { state: sd, policy, netlock: lock, checked });
     }
     let _ = sd.remove(Path::new(SELFTESTS));
 
@@ -92,7 +104,7 @@ pub fn bring_up(project: &Project, sd: StateDir, retest: bool) -> Result<Prepare
     if let Some(r) = record {
         sd.write(Path::new(SELFTESTS), r.as_bytes(), 0o600)?;
     }
-    Ok(Prepared { state: sd, policy, netlock: lock })
+    Ok(Prepared { state: sd, policy, netlock: lock, checked })
 }
 
 /// Where the last passing self-tests are recorded: `egress/` is hidden from every sandbox, so
@@ -118,7 +130,7 @@ fn selftest_record(up: &UpReport, lock: &Netlock, network: &str, port: u16, curl
 
 fn check_netlock(project: &Project, policy: &Policy, lock: &Netlock) -> Result<()> {
     let check = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()])?;
-    match crate::isolated::run_for(project, policy, &check) {
+    match crate::isolated::run_for(project, policy, &check, None) {
         Ok(0) => {}
         Ok(code) => {
             return Err(Error::failed(

@@ -8,6 +8,8 @@
 //! of 256 MiB), and the memory of each backend (RSS, and the part of it that is the process's
 //! own rather than file pages shared with other processes).
 //!
+//! `OCSB_BENCH=tunnel` runs the tunnel and memory figures alone.
+//!
 //! The builtin filter runs as users run it: the `ocsb-egress` program `make` builds (linked
 //! statically) and installs, which `ocsb` starts. Run `make` first; the benchmark says which
 //! binary it ran and how it is linked.
@@ -204,6 +206,32 @@ fn filter_binary() -> (std::path::PathBuf, bool) {
 /// Rounds of the tunnel measurement (each path once per round).
 const ROUNDS: usize = 5;
 
+/// The machine's CPU time so far, busy and in all, in clock ticks (`/proc/stat`, all cores).
+fn cpu_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// A process's own CPU time so far (user and system), in clock ticks.
+fn process_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name in parentheses come the state letter (which the parse below
+    // drops) and the numbers from field 4 on: utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<u64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0)
+}
+
 fn main() {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("the benchmark creates network namespaces: run it as root");
@@ -223,7 +251,12 @@ fn main() {
     memory("idle", builtin_pid, squid_pid);
 
     let vias = [Via::Direct, Via::Proxy(BUILTIN_PORT), Via::Proxy(SQUID_PORT)];
+    // `OCSB_BENCH=tunnel` measures the tunnel alone.
+    let requests = std::env::var("OCSB_BENCH").ok().as_deref() != Some("tunnel");
     for (label, host) in [("by name (pub.test.net)", "pub.test.net"), ("by IP literal", ORIGIN)] {
+        if !requests {
+            break;
+        }
         let rps: Vec<f64> = vias.iter().map(|v| keepalive_rps(&lab, *v, host, 4, 3)).collect();
         println!(
             "plain HTTP {label}, 4 keep-alive connections: direct {:.0} req/s, builtin {:.0} req/s, squid {:.0} req/s; builtin/squid {:.2}, builtin/direct {:.2}",
@@ -235,6 +268,9 @@ fn main() {
         );
     }
     for (label, host) in [("by name", "pub.test.net"), ("by IP literal", ORIGIN)] {
+        if !requests {
+            break;
+        }
         let mut lat: Vec<Vec<Duration>> = vias.iter().map(|v| fresh_latencies(&lab, *v, host, 400)).collect();
         let p: Vec<(Duration, Duration)> =
             lat.iter_mut().map(|l| (percentile(l, 0.5), percentile(l, 0.99))).collect();
@@ -245,11 +281,33 @@ fn main() {
     }
     // Interleaved rounds, so that a slow spell of the machine weighs on every path alike.
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); vias.len()];
+    // How busy the machine's cores are while each path runs, and the builtin filter's own CPU
+    // time: what the tunnel can gain is bounded by what the direct path leaves free.
+    let mut busy = vec![(0u64, 0u64); vias.len()];
+    let mut filter_ticks = 0;
     for _ in 0..ROUNDS {
         for (i, v) in vias.iter().enumerate() {
+            let (b0, t0) = cpu_ticks();
+            let f0 = process_ticks(builtin_pid);
             runs[i].push(tunnel_mbps(&lab, *v));
+            let (b1, t1) = cpu_ticks();
+            busy[i].0 += b1 - b0;
+            busy[i].1 += t1 - t0;
+            if matches!(v, Via::Proxy(BUILTIN_PORT)) {
+                filter_ticks += process_ticks(builtin_pid) - f0;
+            }
         }
     }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let share = |i: usize| busy[i].0 as f64 / busy[i].1.max(1) as f64 * cores;
+    println!(
+        "CPU busy during the tunnel, in cores of {cores}: direct {:.2}, builtin {:.2}, squid {:.2}; the builtin filter itself {:.2} s per GiB",
+        share(0),
+        share(1),
+        share(2),
+        // /proc counts in USER_HZ ticks, 100 a second on Linux; each run moves 0.25 GiB.
+        filter_ticks as f64 / 100.0 / (ROUNDS as f64 * 0.25),
+    );
     let t: Vec<f64> = runs
         .iter_mut()
         .map(|r| {

@@ -10,8 +10,9 @@
 //!
 //! What is allowed is decided by `ocsb_policy::egress` only; this crate enforces it. The caller
 //! compiles the rules ([`Instance::load_policy`]) and hands the result to [`up`].
-// `unsafe` only where the standard library has no safe form: `splice(2)` and the filter
-// process's `setsid` before exec; each block says why it is sound.
+// `unsafe` only where the standard library has no safe form: `splice(2)`, owning the
+// descriptors received over a socket (`builtin::lend`) and the filter process's `setsid`
+// before exec; each block says why it is sound.
 #![deny(unsafe_code)]
 
 mod backend;

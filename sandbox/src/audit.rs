@@ -592,37 +592,9 @@ mod tests {
 
     /// A project without git at `root/p`, its state at `root/state/p`.
     fn spec_in(root: &Path) -> SandboxSpec {
-        use crate::spec::{Limits, Netlock, TmpMode, TtyMode};
         std::fs::create_dir_all(root.join("p")).unwrap();
         std::fs::create_dir_all(root.join("state/p")).unwrap();
-        SandboxSpec {
-            project_dir: root.join("p"),
-            state_dir: root.join("state/p"),
-            home: root.to_path_buf(),
-            worktrees_dir: None,
-            rw: vec![],
-            rw_home: vec![],
-            caches: vec![],
-            hide: vec![],
-            hide_home: vec![],
-            tmp: TmpMode::Private,
-            docker_socket: None,
-            docker_gateway: None,
-            ssh_agent: None,
-            env: vec![],
-            argv: vec!["true".into()],
-            cwd: None,
-            namespaces: true,
-            netlock: Netlock::Off,
-            network: Default::default(),
-            tcp: None,
-            limits: Limits::default(),
-            tty: TtyMode::Never,
-            rw_tool_files: vec![],
-            nested_repos: vec![],
-            protect: vec![],
-            programs: vec![],
-        }
+        crate::spec::minimal(root.join("p"), root.join("state/p"), root.to_path_buf())
     }
 
     #[test]

@@ -775,7 +775,6 @@ impl Ord for Op {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{Limits, Netlock, TtyMode};
     use std::collections::BTreeMap;
 
     /// A host filesystem as a map of path -> kind (+ link targets).
@@ -914,32 +913,10 @@ mod tests {
 
     fn spec() -> SandboxSpec {
         SandboxSpec {
-            project_dir: "/home/u/p".into(),
-            state_dir: "/home/u/.local/share/ocsb/p".into(),
-            home: "/home/u".into(),
             worktrees_dir: Some("/home/u/p-worktrees".into()),
-            rw: vec![],
             rw_home: vec!["/home/u/.cache".into(), "/home/u/.npm".into()],
-            caches: vec![],
-            hide: vec![],
             hide_home: vec!["/home/u/.aws".into(), "/home/u/.kube/config".into()],
-            tmp: TmpMode::Private,
-            docker_socket: None,
-            docker_gateway: None,
-            ssh_agent: None,
-            env: vec![],
-            argv: vec!["true".into()],
-            cwd: None,
-            namespaces: true,
-            netlock: Netlock::Off,
-            network: Default::default(),
-            tcp: None,
-            limits: Limits::default(),
-            tty: TtyMode::Never,
-            rw_tool_files: vec![],
-            nested_repos: vec![],
-            protect: vec![],
-            programs: vec![],
+            ..crate::spec::minimal("/home/u/p".into(), "/home/u/.local/share/ocsb/p".into(), "/home/u".into())
         }
     }
 

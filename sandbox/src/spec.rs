@@ -197,6 +197,39 @@ pub fn parse_port_range(text: &str) -> Option<(u16, u16)> {
     }
 }
 
+/// A spec with nothing beyond the project, its state and the home: what unit tests start from.
+#[cfg(test)]
+pub(crate) fn minimal(project_dir: PathBuf, state_dir: PathBuf, home: PathBuf) -> SandboxSpec {
+    SandboxSpec {
+        project_dir,
+        state_dir,
+        home,
+        worktrees_dir: None,
+        rw: vec![],
+        rw_home: vec![],
+        caches: vec![],
+        hide: vec![],
+        hide_home: vec![],
+        tmp: TmpMode::Private,
+        docker_socket: None,
+        docker_gateway: None,
+        ssh_agent: None,
+        env: vec![],
+        argv: vec!["true".into()],
+        cwd: None,
+        namespaces: true,
+        netlock: Netlock::Off,
+        network: Default::default(),
+        tcp: None,
+        limits: Limits::default(),
+        tty: TtyMode::Never,
+        rw_tool_files: vec![],
+        nested_repos: vec![],
+        protect: vec![],
+        programs: vec![],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -262,8 +262,33 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout]) -> Snapshot {
     Snapshot { present, nested }
 }
 
-fn read_json<T: for<'de> Deserialize<'de> + Default>(p: &Path) -> T {
-    std::fs::read(p).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+/// The kept findings: none when the file is missing; an error when it cannot be read, so that
+/// a damaged record refuses a start instead of passing for "nothing found".
+fn read_findings(dir: &Path) -> Result<Vec<Finding>> {
+    let p = dir.join(FINDINGS);
+    match std::fs::read(&p) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+            Error::refused(
+                format!("the audit's record {} cannot be read: {e}", p.display()),
+                "look over the project as `ocsb audit` would (nested .git, links in .git), then remove the file",
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(Error::io("read", &p, e)),
+    }
+}
+
+/// The pid in a marker's name, `running-<pid>-<n>.json`; `None` for any other name.
+fn marker_pid(name: &str) -> Option<u32> {
+    let (pid, n) = name.strip_prefix("running-")?.strip_suffix(".json")?.split_once('-')?;
+    n.parse::<usize>().ok()?;
+    pid.parse().ok()
+}
+
+/// The pid in the name of a temporary file of [`write_json`], `<name>.<pid>-<n>.tmp`.
+fn temporary_pid(name: &str) -> Option<u32> {
+    let (_, pid_n) = name.strip_suffix(".tmp")?.rsplit_once('.')?;
+    pid_n.split_once('-')?.0.parse().ok()
 }
 
 /// Written whole or not at all, through a name of this process's own: two launchers of one
@@ -276,7 +301,10 @@ fn write_json<T: Serialize>(p: &Path, v: &T) -> Result<()> {
     let tmp = p.with_file_name(name);
     std::fs::write(&tmp, serde_json::to_vec_pretty(v).unwrap_or_default())
         .and_then(|()| std::fs::rename(&tmp, p))
-        .map_err(|e| Error::io("write", p, e))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Error::io("write", p, e)
+        })
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -284,24 +312,38 @@ fn pid_alive(pid: u32) -> bool {
 }
 
 /// Findings still standing: kept ones whose path exists, appeared-while-dead-runs, and what is
-/// planted now. Dead markers are consumed.
+/// planted now. Dead markers are consumed once what they say is recorded.
 fn standing(spec: &SandboxSpec, checkouts: &[Checkout], now: &Snapshot) -> Result<Vec<Finding>> {
     let dir = dir_of(&spec.state_dir);
     let mut planted = guard::planted_now(checkouts, &HostLookup, &|p| checkouts::read_small(p));
     planted.extend(planted_in_git(checkouts));
     let _lock = lock(&dir)?;
-    let kept: Vec<Finding> = read_json(&dir.join(FINDINGS));
+    let kept = read_findings(&dir)?;
     let mut findings = kept.clone();
     findings.retain(|f| f.path.symlink_metadata().is_ok());
-    let mut consumed = false;
+    let mut consumed = Vec::new();
     for name in HostLookup.names(&dir) {
-        let Some(rest) = name.strip_prefix("running-") else { continue };
-        let pid: u32 = rest.split(['-', '.']).next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        if temporary_pid(&name).is_some_and(|pid| !pid_alive(pid)) {
+            // Left by a launcher that died between writing and renaming: not a record.
+            let _ = std::fs::remove_file(dir.join(&name));
+            continue;
+        }
+        let Some(pid) = marker_pid(&name) else { continue };
         if pid_alive(pid) {
             continue;
         }
         let p = dir.join(&name);
-        let m: Marker = read_json(&p);
+        let Some(m) = std::fs::read(&p).ok().and_then(|b| serde_json::from_slice::<Marker>(&b).ok()) else {
+            // What existed before that sandbox started is unknown: flagging everything would
+            // move the user's own repositories aside. The record itself stands until removed.
+            findings.push(Finding {
+                path: p,
+                why: "the record of a sandbox whose launcher did not finish cannot be read, so what \
+                      appeared while it ran is unknown: look over the checkouts, then remove the record"
+                    .into(),
+            });
+            continue;
+        };
         for (path, why) in &now.present {
             if !m.present.contains_key(path) {
                 let mut f = Finding {
@@ -312,15 +354,18 @@ fn standing(spec: &SandboxSpec, checkouts: &[Checkout], now: &Snapshot) -> Resul
                 findings.push(f);
             }
         }
-        let _ = std::fs::remove_file(&p);
-        consumed = true;
+        consumed.push(p);
     }
     findings.extend(planted);
     findings.sort();
     findings.dedup_by(|a, b| a.path == b.path);
-    if consumed || findings != kept {
+    if !consumed.is_empty() || findings != kept {
         write_json(&dir.join(FINDINGS), &findings)?;
         changed(&dir)?;
+    }
+    // Only now: had the record failed, the next check would read these markers again.
+    for p in consumed {
+        let _ = std::fs::remove_file(p);
     }
     Ok(findings)
 }
@@ -474,9 +519,9 @@ pub fn check(spec: &SandboxSpec) -> Result<Checked> {
 impl Checked {
     /// Start the audit of a sandbox of `spec`: refused while a finding stands; otherwise what
     /// exists is recorded for the check after it exits. The check is made again unless it was
-    /// made less than [`STANDS_FOR`] ago, for the same checkouts, with the records unchanged
-    /// since (no sandbox begun, no finding recorded): then the two would look at the same tree
-    /// moments apart. What a sandbox already running plants in that gap is reported when this
+    /// made less than [`STANDS_FOR`] ago, for a spec of the same roots and settings, with the
+    /// records unchanged since (no sandbox begun, no finding recorded): then the two would look
+    /// at the same tree moments apart. What a sandbox already running plants in that gap is reported when this
     /// one exits, as what it plants after the start always is.
     pub fn begin(self, spec: &SandboxSpec) -> Result<Audit> {
         let dir = dir_of(&spec.state_dir);
@@ -523,11 +568,12 @@ impl Audit {
         for f in &mut new {
             defuse(f);
         }
+        let mut keep_marker = false;
         if !new.is_empty() {
             let dir = dir_of(&self.spec.state_dir);
             let record = || -> Result<()> {
                 let _lock = lock(&dir)?;
-                let mut all: Vec<Finding> = read_json(&dir.join(FINDINGS));
+                let mut all = read_findings(&dir)?;
                 all.extend(new.iter().cloned());
                 all.sort();
                 all.dedup_by(|a, b| a.path == b.path);
@@ -535,7 +581,12 @@ impl Audit {
                 changed(&dir)
             };
             if let Err(e) = record() {
+                // The marker stays: the next start takes this run for one whose launcher did
+                // not finish and finds again what appeared under a watched name (what was
+                // moved aside is named in the warning below).
                 eprintln!("ocsb: warning: {e}");
+                let _ = changed(&dir);
+                keep_marker = true;
             }
             eprintln!(
                 "ocsb: WARNING: the sandbox left what git or a host tool would run; ocsb will not \
@@ -543,7 +594,9 @@ impl Audit {
                 render(&new)
             );
         }
-        let _ = std::fs::remove_file(&self.marker);
+        if !keep_marker {
+            let _ = std::fs::remove_file(&self.marker);
+        }
         new
     }
 }
@@ -556,10 +609,15 @@ pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
         let checkouts = checkouts::of_spec(spec);
         let mut never = guard::planted_now(&checkouts, &HostLookup, &|p| checkouts::read_small(p));
         never.extend(planted_in_git(&checkouts));
-        findings.retain(|f| never.iter().any(|n| n.path == f.path));
+        let (keep, accepted): (Vec<Finding>, Vec<Finding>) =
+            findings.into_iter().partition(|f| never.iter().any(|n| n.path == f.path));
+        findings = keep;
+        // Read again under the lock: what another launcher recorded since is not accepted unseen.
         let dir = dir_of(&spec.state_dir);
         let _lock = lock(&dir)?;
-        write_json(&dir.join(FINDINGS), &findings)?;
+        let mut all = read_findings(&dir)?;
+        all.retain(|f| !accepted.iter().any(|a| a.path == f.path));
+        write_json(&dir.join(FINDINGS), &all)?;
         changed(&dir)?;
     }
     Ok(findings)
@@ -651,6 +709,56 @@ mod tests {
         let audit = checked.begin(&spec).unwrap();
         assert_eq!(audit.nested, vec![spec.project_dir.join("sub").canonicalize().unwrap()]);
         assert!(audit.end().is_empty());
+    }
+
+    /// The pid of a process that has exited.
+    fn dead_pid() -> u32 {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    }
+
+    #[test]
+    fn a_dead_run_is_checked_for_it_and_its_damaged_record_moves_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        let dir = dir_of(&spec.state_dir);
+        check(&spec).unwrap();
+        let pid = dead_pid();
+        // A run whose launcher died: what appeared since its marker is found and moved aside.
+        write_json(&dir.join(format!("running-{pid}-0.json")), &Marker { pid, present: BTreeMap::new() })
+            .unwrap();
+        std::fs::create_dir_all(spec.project_dir.join("a/.git")).unwrap();
+        let found = check(&spec).unwrap().findings;
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].why.contains("did not finish") && !spec.project_dir.join("a/.git").exists());
+        assert!(!dir.join(format!("running-{pid}-0.json")).exists(), "the marker is consumed");
+        // A damaged marker is one finding of its own; the user's repository stays where it is.
+        std::fs::remove_dir_all(&found[0].path).unwrap();
+        std::fs::write(dir.join("findings.json"), "[]").unwrap();
+        std::fs::create_dir_all(spec.project_dir.join("b/.git")).unwrap();
+        std::fs::write(dir.join(format!("running-{pid}-1.json")), "{\"pid\": ").unwrap();
+        let found = check(&spec).unwrap().findings;
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].path, dir.join(format!("running-{pid}-1.json")));
+        assert!(spec.project_dir.join("b/.git").exists());
+        // A temporary file a dead launcher left is removed, not read as a marker.
+        std::fs::remove_file(dir.join(format!("running-{pid}-1.json"))).unwrap();
+        let tmp = dir.join(format!("running-{pid}-2.json.{pid}-0.tmp"));
+        std::fs::write(&tmp, "{").unwrap();
+        assert!(check(&spec).unwrap().findings.is_empty());
+        assert!(!tmp.exists());
+    }
+
+    #[test]
+    fn a_damaged_findings_record_refuses_instead_of_passing_for_none() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        check(&spec).unwrap();
+        std::fs::write(dir_of(&spec.state_dir).join("findings.json"), "[{\"path\":").unwrap();
+        let err = check(&spec).err().expect("a damaged record must refuse").to_string();
+        assert!(err.contains("cannot be read"), "{err}");
     }
 
     #[test]

@@ -752,6 +752,28 @@ mod tests {
     }
 
     #[test]
+    fn markers_stay_while_what_they_show_cannot_be_recorded() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        let dir = dir_of(&spec.state_dir);
+        // A run whose findings cannot be recorded (the record is unwritable here) keeps its
+        // marker, for the next start to find them again.
+        let audit = check(&spec).unwrap().begin(&spec).unwrap();
+        let marker = audit.marker.clone();
+        std::fs::create_dir_all(spec.project_dir.join("sub/.git")).unwrap();
+        std::fs::remove_file(dir.join("findings.json")).ok();
+        std::fs::create_dir(dir.join("findings.json")).unwrap();
+        assert_eq!(audit.end().len(), 1);
+        assert!(marker.exists(), "the marker of an unrecorded run must stay");
+        // A dead run's marker is not consumed while the record cannot be read or written.
+        let pid = dead_pid();
+        let dead = dir.join(format!("running-{pid}-0.json"));
+        write_json(&dead, &Marker { pid, present: BTreeMap::new() }).unwrap();
+        assert!(check(&spec).is_err());
+        assert!(dead.exists(), "a dead run's marker must outlive a failed record");
+    }
+
+    #[test]
     fn a_damaged_findings_record_refuses_instead_of_passing_for_none() {
         let t = tempfile::tempdir().unwrap();
         let spec = spec_in(t.path());

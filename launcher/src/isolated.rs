@@ -10,9 +10,8 @@ use std::sync::Arc;
 use ocsb_egress::builtin::lend::lend;
 use ocsb_egress::inside::{self, DialIn, Sockets};
 use ocsb_policy::egress::Policy;
-use ocsb_sandbox::audit::Checked;
 use ocsb_sandbox::netns::{Inside, Role};
-use ocsb_sandbox::{Network, SandboxSpec};
+use ocsb_sandbox::{Ahead, Network, SandboxSpec};
 
 use crate::error::Result;
 use crate::project::Project;
@@ -107,25 +106,20 @@ impl Server {
 }
 
 /// Runs the sandbox; an isolated one is served by `server` while it runs (and refused
-/// without one, by `run_served`). `checked`: the check of the checkouts made just before, if
-/// one was.
-pub fn run(spec: &SandboxSpec, server: Option<&Server>, checked: Option<Checked>) -> Result<i32> {
+/// without one, by `run_served`). `ahead`: what the caller made before (the check of the
+/// checkouts, stage 2 started early).
+pub fn run(spec: &SandboxSpec, server: Option<&Server>, ahead: Ahead) -> Result<i32> {
     let serve = |inside: Inside| match server {
         Some(s) => s.serve(inside),
         None => Err(ocsb_sandbox::Error::failed("no server for the isolated network", "report this")),
     };
     let serve: ocsb_sandbox::Serve<'_> = &serve;
-    Ok(ocsb_sandbox::run_served(spec, server.is_some().then_some(serve), checked)?)
+    Ok(ocsb_sandbox::run_served(spec, server.is_some().then_some(serve), ahead)?)
 }
 
 /// [`run`] for a project: the server built from its settings and `policy`.
 /// With `OCSB_DOCKER=1` the Docker gateway serves the sandbox too, for as long as it runs.
-pub fn run_for(
-    project: &Project,
-    policy: &Policy,
-    spec: &SandboxSpec,
-    checked: Option<Checked>,
-) -> Result<i32> {
+pub fn run_for(project: &Project, policy: &Policy, spec: &SandboxSpec, ahead: Ahead) -> Result<i32> {
     let mut spec = spec.clone();
     let _docker = crate::docker_gw::attach(project, &mut spec)?;
     let spec = &spec;
@@ -133,5 +127,5 @@ pub fn run_for(
         Network::Host => None,
         Network::Isolated { .. } => Some(Server::new(project, policy)?),
     };
-    run(spec, server.as_ref(), checked)
+    run(spec, server.as_ref(), ahead)
 }

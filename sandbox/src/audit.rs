@@ -124,12 +124,46 @@ fn walk(root: &Path, out: &mut Walked) {
     }
 }
 
-/// What is planted in git's own directories now, whatever happened before: symbolic links
-/// (git makes none there, and writes `COMMIT_EDITMSG`, `FETCH_HEAD`, logs and refs through
-/// them, anywhere the user can write), and index entries whose path has a `.git` component
-/// (git does not check paths it reads from the index: `git checkout -- .` would write them,
-/// into `.git/hooks` too).
-fn planted_in_git(checkouts: &[Checkout]) -> Vec<Finding> {
+/// The checkouts of `spec`, and the findings their indexes give ([`index_finding`]), looked at
+/// together: the two git runs of each checkout (`git config` in discovery, `git ls-files` here)
+/// go in parallel, since neither needs the other's answer.
+fn look(spec: &SandboxSpec) -> (Vec<Checkout>, Vec<Finding>) {
+    let roots = checkouts::roots_of_spec(spec);
+    std::thread::scope(|s| {
+        let index = s.spawn(|| roots.iter().filter_map(|(r, _)| index_finding(r)).collect::<Vec<_>>());
+        let checkouts = checkouts::of_roots(&roots, &spec.home);
+        match index.join() {
+            Ok(found) => (checkouts, found),
+            // Never "nothing found" for a look that did not finish.
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+/// Index entries whose path has a `.git` component (or `..`): git does not check paths it reads
+/// from the index, so `git checkout -- .` would write them, into `.git/hooks` too.
+fn index_finding(root: &Path) -> Option<Finding> {
+    let g = checkouts::git_dirs(root)?;
+    let o = checkouts::git(root)
+        .args(["ls-files", "-z", "--cached"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    o.stdout
+        .split(|b| *b == 0)
+        .any(|p| p.split(|b| *b == b'/').any(|c| c.eq_ignore_ascii_case(b".git") || c == b".."))
+        .then(|| Finding {
+            path: g.gitdir.join("index"),
+            why: "the index names a path inside .git (or with `..`): `git checkout` or `git stash` \
+                  on the host would write it, hooks included"
+                .into(),
+        })
+}
+
+/// Symbolic links planted in git's own directories now, whatever happened before: git makes
+/// none there, and writes `COMMIT_EDITMSG`, `FETCH_HEAD`, logs and refs through them, anywhere
+/// the user can write.
+fn links_in_git(checkouts: &[Checkout]) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut dirs = BTreeSet::new();
     for c in checkouts {
@@ -138,21 +172,6 @@ fn planted_in_git(checkouts: &[Checkout]) -> Vec<Finding> {
         dirs.insert(g.common.clone());
         for x in HostLookup.names(&g.common.join("worktrees")) {
             dirs.insert(g.common.join("worktrees").join(x));
-        }
-        if let Ok(o) = checkouts::git(&c.root)
-            .args(["ls-files", "-z", "--cached"])
-            .stderr(std::process::Stdio::null())
-            .output()
-            && o.stdout
-                .split(|b| *b == 0)
-                .any(|p| p.split(|b| *b == b'/').any(|c| c.eq_ignore_ascii_case(b".git") || c == b".."))
-        {
-            out.push(Finding {
-                path: g.gitdir.join("index"),
-                why: "the index names a path inside .git (or with `..`): `git checkout` or `git stash` \
-                      on the host would write it, hooks included"
-                    .into(),
-            });
         }
     }
     for d in dirs {
@@ -313,10 +332,16 @@ fn pid_alive(pid: u32) -> bool {
 
 /// Findings still standing: kept ones whose path exists, appeared-while-dead-runs, and what is
 /// planted now. Dead markers are consumed once what they say is recorded.
-fn standing(spec: &SandboxSpec, checkouts: &[Checkout], now: &Snapshot) -> Result<Vec<Finding>> {
+fn standing(
+    spec: &SandboxSpec,
+    checkouts: &[Checkout],
+    index: Vec<Finding>,
+    now: &Snapshot,
+) -> Result<Vec<Finding>> {
     let dir = dir_of(&spec.state_dir);
     let mut planted = guard::planted_now(checkouts, &HostLookup, &|p| checkouts::read_small(p));
-    planted.extend(planted_in_git(checkouts));
+    planted.extend(links_in_git(checkouts));
+    planted.extend(index);
     let _lock = lock(&dir)?;
     let kept = read_findings(&dir)?;
     let mut findings = kept.clone();
@@ -509,9 +534,9 @@ pub fn check(spec: &SandboxSpec) -> Result<Checked> {
     ensure_dir(&dir)?;
     let made = std::time::Instant::now();
     let changed = std::fs::read(dir.join(CHANGED)).ok();
-    let checkouts = checkouts::of_spec(spec);
+    let (checkouts, index) = look(spec);
     let now = snapshot(spec, &checkouts);
-    let findings = standing(spec, &checkouts, &now)?;
+    let findings = standing(spec, &checkouts, index, &now)?;
     let looked_at = Looked::of(spec);
     Ok(Checked { findings, present: now.present, nested: now.nested, looked_at, changed, made })
 }
@@ -551,7 +576,7 @@ impl Checked {
 impl Audit {
     /// After the sandbox exited: report and keep what appeared. Returns the new findings.
     pub fn end(self) -> Vec<Finding> {
-        let checkouts = checkouts::of_spec(&self.spec);
+        let (checkouts, index) = look(&self.spec);
         let now = snapshot(&self.spec, &checkouts);
         let mut new: Vec<Finding> = now
             .present
@@ -563,7 +588,8 @@ impl Audit {
             })
             .collect();
         new.extend(guard::planted_now(&checkouts, &HostLookup, &|p| checkouts::read_small(p)));
-        new.extend(planted_in_git(&checkouts));
+        new.extend(links_in_git(&checkouts));
+        new.extend(index);
         new.extend(pending_exec(&checkouts));
         for f in &mut new {
             defuse(f);
@@ -606,9 +632,10 @@ impl Audit {
 pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
     let mut findings = check(spec)?.findings;
     if accept {
-        let checkouts = checkouts::of_spec(spec);
+        let (checkouts, index) = look(spec);
         let mut never = guard::planted_now(&checkouts, &HostLookup, &|p| checkouts::read_small(p));
-        never.extend(planted_in_git(&checkouts));
+        never.extend(links_in_git(&checkouts));
+        never.extend(index);
         let (keep, accepted): (Vec<Finding>, Vec<Finding>) =
             findings.into_iter().partition(|f| never.iter().any(|n| n.path == f.path));
         findings = keep;

@@ -249,6 +249,12 @@ pub fn checkout(root: &Path, home: &Path, commits: bool) -> Checkout {
 /// the worktrees directory, every `OCSB_RW` root that is a repository, and the nested
 /// repositories the launcher's walk found.
 pub fn of_spec(spec: &SandboxSpec) -> Vec<Checkout> {
+    of_roots(&roots_of_spec(spec), &spec.home)
+}
+
+/// The roots of [`of_spec`]'s checkouts, canonical and each once, with whether it commits
+/// (the project). Found from the filesystem alone: no git runs.
+pub fn roots_of_spec(spec: &SandboxSpec) -> Vec<(PathBuf, bool)> {
     let mut roots: Vec<(PathBuf, bool)> = vec![(canonical(&spec.project_dir), true)];
     if let Some(w) = &spec.worktrees_dir {
         for n in HostLookup.names(w) {
@@ -267,11 +273,13 @@ pub fn of_spec(spec: &SandboxSpec) -> Vec<Checkout> {
         roots.push((n.clone(), false));
     }
     let mut seen = std::collections::BTreeSet::new();
+    roots.retain(|(r, _)| seen.insert(r.clone()));
     roots
-        .into_iter()
-        .filter(|(r, _)| seen.insert(r.clone()))
-        .map(|(r, commits)| checkout(&r, &spec.home, commits))
-        .collect()
+}
+
+/// The checkouts at `roots` (from [`roots_of_spec`]).
+pub fn of_roots(roots: &[(PathBuf, bool)], home: &Path) -> Vec<Checkout> {
+    roots.iter().map(|(r, commits)| checkout(r, home, *commits)).collect()
 }
 
 fn canonical(p: &Path) -> PathBuf {

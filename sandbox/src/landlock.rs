@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use serde::{Deserialize, Serialize};
 
@@ -78,18 +78,39 @@ pub fn missing_rights(abi: i64) -> Vec<&'static str> {
     .collect()
 }
 
-/// Restrict the calling thread (and what it later executes).
-pub fn apply(policy: &LandlockPolicy) -> Result<Enforcement> {
-    let floor = if policy.isolated { ABI::V1 } else { ABI::V5 };
-    let read = AccessFs::from_read(ABI::V5);
-    let write_all = AccessFs::from_all(ABI::V5) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
-    let dev = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate;
+/// The part of a sandbox's ruleset that is known before its mount plan: what the ruleset
+/// handles (which depends on the network mode) and its TCP port rules. *Why apart*: the port
+/// rules are most of the ruleset's cost (the ephemeral range is one rule per port, since
+/// landlock has no ranges), and stage 2 adds them while the launcher is still checking the
+/// project ([`crate::launch::Early`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetPart {
+    pub isolated: bool,
+    pub tcp: Option<TcpPorts>,
+}
 
+impl LandlockPolicy {
+    /// What [`prebuild`] needs of this policy.
+    pub fn net_part(&self) -> NetPart {
+        NetPart { isolated: self.isolated, tcp: self.tcp.clone().filter(|_| !self.isolated) }
+    }
+}
+
+/// A ruleset with everything of [`NetPart`] in it and no filesystem rule yet.
+pub struct Prebuilt {
+    ruleset: RulesetCreated,
+    part: NetPart,
+}
+
+/// Create the ruleset that [`apply`] completes: the filesystem rights and scopes it handles and,
+/// on the host's network, the TCP connect rule with every port it allows.
+pub fn prebuild(part: &NetPart) -> Result<Prebuilt> {
+    let floor = if part.isolated { ABI::V1 } else { ABI::V5 };
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(floor))
         .map_err(ll_err)?;
-    if policy.isolated {
+    if part.isolated {
         ruleset = ruleset
             .set_compatibility(CompatLevel::BestEffort)
             .handle_access(AccessFs::from_all(ABI::V5))
@@ -99,15 +120,38 @@ pub fn apply(policy: &LandlockPolicy) -> Result<Enforcement> {
     } else {
         ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal).map_err(ll_err)?;
     }
-    if policy.tcp.is_some() && !policy.isolated {
+    if part.tcp.is_some() {
         // ABI 4; the floor above is ABI 5, so a kernel that runs the sandbox has it.
         ruleset = ruleset.handle_access(AccessNet::ConnectTcp).map_err(ll_err)?;
     }
     // Best effort: rights of newer ABIs (pathname UNIX socket resolution in ABI 9).
-    let newer: BitFlags<AccessFs> = AccessFs::from_all(ABI::V10) & !AccessFs::from_all(ABI::V5);
-    ruleset = ruleset.set_compatibility(CompatLevel::BestEffort).handle_access(newer).map_err(ll_err)?;
-
+    ruleset = ruleset.set_compatibility(CompatLevel::BestEffort).handle_access(newer()).map_err(ll_err)?;
     let mut created = ruleset.create().map_err(ll_err)?;
+    if let Some(tcp) = &part.tcp {
+        for port in tcp.ports() {
+            created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp)).map_err(ll_err)?;
+        }
+    }
+    Ok(Prebuilt { ruleset: created, part: part.clone() })
+}
+
+/// Rights of ABIs newer than the floor, handled best effort.
+fn newer() -> BitFlags<AccessFs> {
+    AccessFs::from_all(ABI::V10) & !AccessFs::from_all(ABI::V5)
+}
+
+/// Restrict the calling thread (and what it later executes), completing `pre` when it was built
+/// for this policy's [`NetPart`]; otherwise (none, or built for another) from the start.
+pub fn apply(policy: &LandlockPolicy, pre: Option<Prebuilt>) -> Result<Enforcement> {
+    let part = policy.net_part();
+    let mut created = match pre {
+        Some(p) if p.part == part => p.ruleset,
+        _ => prebuild(&part)?.ruleset,
+    };
+    let read = AccessFs::from_read(ABI::V5);
+    let write_all = AccessFs::from_all(ABI::V5) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
+    let dev = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate;
+    let newer = newer();
     created = created.add_rule(PathBeneath::new(path_fd(Path::new("/"))?, read)).map_err(ll_err)?;
     for w in &policy.writable {
         created = created.add_rule(PathBeneath::new(path_fd(w)?, write_all | newer)).map_err(ll_err)?;
@@ -123,11 +167,6 @@ pub fn apply(policy: &LandlockPolicy) -> Result<Enforcement> {
         created = created
             .add_rule(PathBeneath::new(path_fd(s)?, BitFlags::from(AccessFs::ReadFile) | newer))
             .map_err(ll_err)?;
-    }
-    if let Some(tcp) = policy.tcp.as_ref().filter(|_| !policy.isolated) {
-        for port in tcp.ports() {
-            created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp)).map_err(ll_err)?;
-        }
     }
     let status = created.restrict_self().map_err(ll_err)?;
     match status.ruleset {

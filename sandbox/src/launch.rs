@@ -1,13 +1,15 @@
-//! The launcher side: prepare the host (state directories, `/tmp` cleanup, placeholders for
-//! protected paths), build the plan, start stage 2 with the netlock gid, relay the pty, and
-//! return the command's exit status.
+//! The launcher side: start stage 2 with the netlock gid (early, [`Early`]), prepare the host
+//! (state directories, `/tmp` cleanup, placeholders for protected paths), build the plan, hand
+//! stage 2 its request, relay the pty, and return the command's exit status.
 //!
-//! Call [`run`] from the main thread or from a thread that outlives the sandbox: the kernel's
-//! parent-death signal follows the thread that forked stage 2.
+//! Call [`run`] (and [`Early::start`]) from the main thread or from a thread that outlives the
+//! sandbox: the kernel's parent-death signal follows the thread that forked stage 2.
 
 use std::io::IsTerminal;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -16,7 +18,7 @@ use super::landlock::LandlockPolicy;
 use super::plan::{self, Plan, RealFs};
 use super::spec::{Netlock, Network, SandboxSpec, TmpMode, TtyMode};
 use super::stage2::{self, Request};
-use super::{audit, checkouts, netlock, netns, pty, termfilter, tmpclean};
+use super::{audit, checkouts, handover, netlock, netns, pty, termfilter, tmpclean};
 
 /// Create what the sandbox needs on the host and build the plan. Idempotent.
 pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
@@ -173,29 +175,161 @@ pub type Serve<'a> = &'a (dyn Fn(netns::Inside) -> Result<Box<dyn std::any::Any>
 /// The launcher's check of the checkouts ([`audit`]) brackets every sandbox: it refuses to
 /// start while something planted is there, and reports what appeared once the sandbox exits.
 pub fn run(spec: &SandboxSpec) -> Result<i32> {
-    run_served(spec, None, None)
+    run_served(spec, None, Ahead::default())
+}
+
+/// What a caller made ahead of a sandbox's start, for the start to use rather than make again.
+#[derive(Default)]
+pub struct Ahead {
+    /// The check of the checkouts made just before ([`audit::Checked::begin`] says when it is
+    /// used rather than made again).
+    pub checked: Option<audit::Checked>,
+    /// Stage 2, started while the caller was still checking; used when it was started for
+    /// this spec ([`Early::fits`]), stopped otherwise.
+    pub stage2: Option<Early>,
 }
 
 /// [`run`], with `serve` for a spec whose network is isolated (refused without it: nothing
-/// would reach the sandbox's namespace), and the check of the checkouts made just before, if
-/// one was ([`audit::Checked::begin`] says when it is used rather than made again).
-pub fn run_served(
-    spec: &SandboxSpec,
-    serve: Option<Serve<'_>>,
-    checked: Option<audit::Checked>,
-) -> Result<i32> {
-    let audit = match checked {
+/// would reach the sandbox's namespace), and what the caller made `ahead`.
+pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) -> Result<i32> {
+    let audit = match ahead.checked {
         Some(c) => c.begin(spec)?,
         None => audit::begin(spec)?,
     };
     let mut spec = spec.clone();
     spec.nested_repos = audit.nested.clone();
-    let status = run_checked(&spec, serve);
+    let status = run_checked(&spec, serve, ahead.stage2);
     audit.end();
     status
 }
 
-fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>) -> Result<i32> {
+/// Stage 2, started before its request exists. *Why*: its landlock port rules (the ephemeral
+/// range is one rule per port: landlock has no ranges) took a third of a start; started first,
+/// stage 2 builds them while the launcher is still checking the settings, the checkouts, the
+/// filter and the netlock, and then waits on fd 0 for the request ([`handover`]). Nothing of the
+/// sandbox exists before the request arrives, and a stage 2 dropped without one is stopped.
+pub struct Early {
+    child: Option<Child>,
+    chan: UnixStream,
+    early: stage2::Early,
+    /// The pty the command gets, when stdin is a terminal and the spec asks for one.
+    pty: Option<pty::Pty>,
+    /// The command's stdin, handed over with the request.
+    stdin: OwnedFd,
+}
+
+impl Early {
+    /// Start stage 2 for a sandbox of `spec`: through the netlock's shim (or `sg`) as the spec
+    /// says, with fd 0 the hand-over and fds 1 and 2 what the command writes to.
+    pub fn start(spec: &SandboxSpec) -> Result<Early> {
+        let early = early_of(spec);
+        let json = serde_json::to_string(&early)
+            .map_err(|e| Error::refused(format!("serialising the request: {e}"), "report this"))?;
+        let exe =
+            std::fs::read_link("/proc/self/exe").map_err(|e| Error::io("resolve", "/proc/self/exe", e))?;
+        let acquire = match &spec.netlock {
+            Netlock::Off => None,
+            Netlock::Required { acquire, .. } => Some(acquire),
+        };
+        let mut cmd: Command = netlock::stage2_command(acquire, &exe, stage2::ARG);
+        cmd.env_clear().env(stage2::ENV, json);
+        if matches!(acquire, Some(super::spec::Acquire::Sg { .. })) {
+            cmd.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        }
+        let (chan, theirs) =
+            UnixStream::pair().map_err(|e| Error::io("create", "the hand-over socket", e))?;
+        cmd.stdin(Stdio::from(OwnedFd::from(theirs)));
+        let pty = if wants_pty(spec) { Some(pty::open()?) } else { None };
+        let stdin: OwnedFd = match &pty {
+            Some(p) => p.slave.try_clone().map_err(|e| Error::io("duplicate", "the pty", e))?,
+            // Without a pty of its own the command never reads the user's terminal.
+            None if std::io::stdin().is_terminal() => {
+                std::fs::File::open("/dev/null").map_err(|e| Error::io("open", "/dev/null", e))?.into()
+            }
+            None => std::io::stdin()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| Error::io("duplicate", "stdin", e))?,
+        };
+        // Nor does it hold the terminal for output (it could change the terminal's modes): a
+        // pipe the launcher relays, through the escape-sequence filter, takes its place.
+        if pty.is_none() && std::io::stdout().is_terminal() {
+            cmd.stdout(Stdio::piped());
+        }
+        if pty.is_none() && std::io::stderr().is_terminal() {
+            cmd.stderr(Stdio::piped());
+        }
+        if let Some(p) = &pty {
+            let dup =
+                |what| p.slave.try_clone().map(Stdio::from).map_err(|e| Error::io("duplicate", what, e));
+            cmd.stdout(dup("the pty")?).stderr(dup("the pty")?);
+        }
+        let child = cmd.spawn().map_err(|e| Error::io("start", Path::new(cmd.get_program()), e))?;
+        Ok(Early { child: Some(child), chan, early, pty, stdin })
+    }
+
+    /// Started for a sandbox of `spec`: the same launcher, netlock, namespaces, landlock port
+    /// rules and terminal.
+    pub fn fits(&self, spec: &SandboxSpec) -> bool {
+        self.early == early_of(spec) && self.pty.is_some() == wants_pty(spec)
+    }
+
+    /// Send the request; the child is returned whether or not stage 2 took it (a stage 2 that
+    /// failed before says why on stderr and in its exit status).
+    fn hand_over(mut self, request: &[u8]) -> (Child, Option<pty::Pty>) {
+        let _ = handover::send(&mut self.chan, self.stdin.as_fd(), request);
+        #[allow(clippy::expect_used, reason = "taken only here, and `self` is consumed")]
+        let child = self.child.take().expect("a started stage 2");
+        (child, self.pty.take())
+    }
+}
+
+impl Drop for Early {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What stage 2 of `spec` is started with ([`stage2::Early`]); [`request`] must give the same.
+fn early_of(spec: &SandboxSpec) -> stage2::Early {
+    let net = if spec.namespaces {
+        LandlockPolicy {
+            tcp: spec.tcp.clone(),
+            isolated: spec.network != Network::Host,
+            ..Default::default()
+        }
+        .net_part()
+    } else {
+        LandlockPolicy::default().net_part()
+    };
+    stage2::Early {
+        launcher_pid: std::process::id() as i32,
+        netlock_gid: match &spec.netlock {
+            Netlock::Off => None,
+            Netlock::Required { gid, .. } => Some(*gid),
+        },
+        namespaces: spec.namespaces,
+        net,
+    }
+}
+
+/// A launcher-owned pty for the command: asked for, and stdin is a terminal.
+fn wants_pty(spec: &SandboxSpec) -> bool {
+    spec.tty == TtyMode::Auto && std::io::stdin().is_terminal()
+}
+
+fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>, early: Option<Early>) -> Result<i32> {
+    // Stage 2 first, so that its landlock rules are built while the plan is.
+    let early = match early {
+        Some(e) if e.fits(spec) => e,
+        other => {
+            drop(other);
+            Early::start(spec)?
+        }
+    };
     let channel = match (&spec.network, serve) {
         (Network::Host, _) => None,
         (Network::Isolated { forward }, Some(serve)) => {
@@ -214,7 +348,7 @@ fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>) -> Result<i32> {
             eprintln!("ocsb: warning: {w}");
         }
     }
-    let use_pty = spec.tty == TtyMode::Auto && std::io::stdin().is_terminal();
+    let use_pty = early.pty.is_some();
     let mut plan = plan;
     if use_pty && let Some(p) = plan.as_mut() {
         p.add_console();
@@ -226,36 +360,7 @@ fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>) -> Result<i32> {
     }
     let json = serde_json::to_vec(&req)
         .map_err(|e| Error::refused(format!("serialising the request: {e}"), "report this"))?;
-    let exe = std::fs::read_link("/proc/self/exe").map_err(|e| Error::io("resolve", "/proc/self/exe", e))?;
-    let acquire = match &spec.netlock {
-        Netlock::Off => None,
-        Netlock::Required { acquire, .. } => Some(acquire),
-    };
-    let mut cmd: Command = netlock::stage2_command(acquire, &exe, stage2::ARG);
-    cmd.env_clear().envs(stage2::request_env(&json));
-    if matches!(acquire, Some(super::spec::Acquire::Sg { .. })) {
-        cmd.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-    }
-    let pty = if use_pty { Some(pty::open()?) } else { None };
-    if pty.is_none() && std::io::stdin().is_terminal() {
-        // Without a pty of its own the command never reads the user's terminal.
-        cmd.stdin(Stdio::null());
-    }
-    // Nor does it hold the terminal for output (it could change the terminal's modes): a pipe
-    // the launcher relays, through the escape-sequence filter, takes its place.
-    let relay_out = pty.is_none() && std::io::stdout().is_terminal();
-    let relay_err = pty.is_none() && std::io::stderr().is_terminal();
-    if relay_out {
-        cmd.stdout(Stdio::piped());
-    }
-    if relay_err {
-        cmd.stderr(Stdio::piped());
-    }
-    if let Some(p) = &pty {
-        let dup = |what| p.slave.try_clone().map(Stdio::from).map_err(|e| Error::io("duplicate", what, e));
-        cmd.stdin(dup("the pty")?).stdout(dup("the pty")?).stderr(dup("the pty")?);
-    }
-    let mut child = cmd.spawn().map_err(|e| Error::io("start", Path::new(cmd.get_program()), e))?;
+    let (mut child, pty) = early.hand_over(&json);
     // The isolated network's sockets, served from here until the sandbox exits.
     let _served = match channel {
         Some((mut chan, _, serve)) => {

@@ -21,6 +21,7 @@ pub mod caps;
 pub mod checkouts;
 pub mod env;
 pub mod error;
+pub mod handover;
 pub mod landlock;
 pub mod launch;
 pub mod mounts;
@@ -39,7 +40,7 @@ pub mod termfilter;
 pub mod tmpclean;
 
 pub use error::{Error, Result};
-pub use launch::{Serve, run, run_served};
+pub use launch::{Ahead, Early, Serve, run, run_served};
 pub use spec::{Acquire, Limits, Netlock, Network, SandboxSpec, TmpMode, TtyMode};
 pub use status::status;
 

@@ -1,11 +1,15 @@
 //! Stage 2: the freshly executed, single-threaded `ocsb __sandbox-init` (through the netlock
-//! shim or `sg` when it needs the gid). It reads the request from its environment, builds the
-//! namespaces, forks pid 1 and then supervises: it relays signals and the exit status and
-//! re-runs the netlock probe; a failed probe kills the sandbox.
+//! shim or `sg` when it needs the gid). It is started with what it needs to build the landlock
+//! port rules ([`Early`], in its environment), builds them, then reads the request and the
+//! command's stdin from fd 0 ([`super::handover`]), builds the namespaces, forks pid 1 and then
+//! supervises: it relays signals and the exit status and re-runs the netlock probe; a failed
+//! probe kills the sandbox.
 //!
 //! ```text
 //! launcher (any threads; owns the pty master)
-//!  └─ stage 2 helper: close fds, PDEATHSIG, gid + probe, unshare(USER|NS|IPC|UTS|PID|CGROUP),
+//!  └─ stage 2 helper: close fds, PDEATHSIG, landlock port rules (while the launcher checks),
+//!     │               the request and stdin over fd 0, gid + probe,
+//!     │               unshare(USER|NS|IPC|UTS|PID|CGROUP),
 //!     │               id maps (user and gid mapped to themselves), then supervise
 //!     └─ pid 1: PDEATHSIG, non-dumpable, mount tree + pivot_root, drop caps, setsid + pty,
 //!        │      rlimits, fresh keyring, no_new_privs, landlock, seccomp  (same domains as the
@@ -34,18 +38,40 @@ use super::landlock::{self, LandlockPolicy};
 use super::mounts::{self, RealMounts};
 use super::plan::Plan;
 use super::spec::Limits;
-use super::{caps, netlock, netns, seccomp, sys};
+use super::{caps, handover, netlock, netns, seccomp, sys};
 
 /// The hidden argument that selects stage 2.
 pub const ARG: &str = "__sandbox-init";
-/// The prefix of the environment variables that carry the [`Request`] (JSON, in chunks:
-/// [`request_env`]). The shim passes the environment through and closes every fd above 2, so
-/// an fd cannot carry it.
-pub const ENV: &str = "OCSB_SANDBOX_REQUEST";
+/// The environment variable that carries the [`Early`] part of the request (JSON); the rest
+/// comes over fd 0 ([`super::handover`]).
+pub const ENV: &str = "OCSB_SANDBOX_EARLY";
 /// Exit status when the sandbox could not be built (the message is on stderr).
 pub const EXIT_SETUP: i32 = 125;
 /// Exit status when the command could not be executed.
 pub const EXIT_EXEC: i32 = 127;
+
+/// What stage 2 is started with, before the launcher has built the rest of the [`Request`]:
+/// enough to check that it runs for its launcher and to build the landlock port rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Early {
+    pub launcher_pid: i32,
+    pub netlock_gid: Option<u32>,
+    /// The sandbox will have namespaces, so landlock applies (`OCSB_SANDBOX=1`).
+    pub namespaces: bool,
+    pub net: landlock::NetPart,
+}
+
+impl Request {
+    /// The [`Early`] part this request needs: a stage 2 started with another refuses it.
+    pub fn early(&self) -> Early {
+        Early {
+            launcher_pid: self.launcher_pid,
+            netlock_gid: self.netlock_gid,
+            namespaces: self.plan.is_some(),
+            net: self.landlock.net_part(),
+        }
+    }
+}
 
 /// Everything stage 2 needs; built by `launch` from a [`super::SandboxSpec`].
 #[derive(Debug, Serialize, Deserialize)]
@@ -102,11 +128,29 @@ fn helper() -> Result<i32> {
     // set here, after the shim; then check the launcher did not die before it took effect.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| Error::kernel("PR_SET_PDEATHSIG", e.into(), "report this"))?;
-    let raw = read_request()?;
+    let early = read_early()?;
+    if nix::unistd::getppid().as_raw() != early.launcher_pid {
+        return Ok(EXIT_SETUP); // the launcher is gone
+    }
+    // The port rules, while the launcher may still be checking the project.
+    let prebuilt = if early.namespaces { Some(landlock::prebuild(&early.net)?) } else { None };
+    // fd 0 is the hand-over until the request is in; then it is the command's stdin.
+    let fd0 = std::io::stdin().as_fd().try_clone_to_owned();
+    let mut chan =
+        std::os::unix::net::UnixStream::from(fd0.map_err(|e| Error::kernel("dup", e, "report this"))?);
+    let Some((stdin, raw)) = handover::receive(&mut chan)? else {
+        return Ok(EXIT_SETUP); // the launcher did not start the sandbox after all
+    };
+    drop(chan);
+    nix::unistd::dup2_stdin(&stdin).map_err(|e| Error::kernel("dup2 stdin", e.into(), "report this"))?;
+    drop(stdin);
     let req: Request = serde_json::from_slice(&raw)
         .map_err(|e| Error::refused(format!("bad sandbox request: {e}"), "report this"))?;
-    if nix::unistd::getppid().as_raw() != req.launcher_pid {
-        return Ok(EXIT_SETUP); // the launcher is gone
+    if req.early() != early {
+        return Err(Error::refused(
+            "the sandbox request does not match what stage 2 was started for",
+            "report this",
+        ));
     }
     if let Some(gid) = req.netlock_gid {
         netlock::require_gid(gid)?;
@@ -135,7 +179,7 @@ fn helper() -> Result<i32> {
         ForkResult::Child => {
             drop(chan);
             drop(death_w);
-            let code = match init(&req, death_r) {
+            let code = match init(&req, death_r, prebuilt) {
                 Ok(never) => match never {},
                 Err(e) => {
                     eprintln!("ocsb: {e}");
@@ -146,6 +190,8 @@ fn helper() -> Result<i32> {
         }
         ForkResult::Parent { child } => {
             drop(death_r);
+            // pid 1 completes the ruleset; this copy is not needed here.
+            drop(prebuilt);
             let code = supervise(&req, child, &mask, chan.as_ref());
             drop(death_w);
             Ok(code)
@@ -153,35 +199,15 @@ fn helper() -> Result<i32> {
     }
 }
 
-/// The request as environment variables `ENV_0`, `ENV_1`, …: the kernel caps one variable at
-/// 128 KiB, and a large home (a snapshot directory's entries are all in the plan) passes that.
-/// The environment is the one channel that crosses the set-gid shim, which closes every other
-/// descriptor.
-pub fn request_env(json: &[u8]) -> Vec<(String, std::ffi::OsString)> {
-    use std::os::unix::ffi::OsStringExt;
-    json.chunks(REQUEST_CHUNK)
-        .enumerate()
-        .map(|(i, c)| (format!("{ENV}_{i}"), std::ffi::OsString::from_vec(c.to_vec())))
-        .collect()
-}
-
-const REQUEST_CHUNK: usize = 96 * 1024;
-
-fn read_request() -> Result<Vec<u8>> {
-    let mut raw = Vec::new();
-    for i in 0.. {
-        match std::env::var_os(format!("{ENV}_{i}")) {
-            Some(part) => raw.extend_from_slice(part.as_bytes()),
-            None if i == 0 => {
-                return Err(Error::refused(
-                    format!("{ARG} is internal: started without {ENV}_0"),
-                    "run `ocsb exec` instead",
-                ));
-            }
-            None => break,
-        }
-    }
-    Ok(raw)
+fn read_early() -> Result<Early> {
+    let Some(raw) = std::env::var_os(ENV) else {
+        return Err(Error::refused(
+            format!("{ARG} is internal: started without {ENV}"),
+            "run `ocsb exec` instead",
+        ));
+    };
+    serde_json::from_slice(raw.as_bytes())
+        .map_err(|e| Error::refused(format!("bad sandbox request: {e}"), "report this"))
 }
 
 /// `unshare` the namespaces and map the user and group to themselves; with `net`, also a
@@ -286,7 +312,11 @@ fn supervise(req: &Request, child: Pid, mask: &SigSet, chan: Option<&std::os::un
 }
 
 /// pid 1 of the sandbox (or, without namespaces, the confined parent of the command).
-fn init(req: &Request, death: OwnedFd) -> Result<std::convert::Infallible> {
+fn init(
+    req: &Request,
+    death: OwnedFd,
+    prebuilt: Option<landlock::Prebuilt>,
+) -> Result<std::convert::Infallible> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| Error::kernel("PR_SET_PDEATHSIG", e.into(), "report this"))?;
     // If stage 2 died before PDEATHSIG took effect, its end of the pipe is closed.
@@ -323,7 +353,7 @@ fn init(req: &Request, death: OwnedFd) -> Result<std::convert::Infallible> {
     nix::sys::prctl::set_no_new_privs()
         .map_err(|e| Error::kernel("PR_SET_NO_NEW_PRIVS", e.into(), "report this"))?;
     if req.plan.is_some() {
-        landlock::apply(&req.landlock)?;
+        landlock::apply(&req.landlock, prebuilt)?;
         seccomp::apply()?;
     }
     let program = resolve_program(req)?;

@@ -6,7 +6,7 @@
 use crate::error::{Error, Result};
 use crate::project::Project;
 
-use ocsb_sandbox::{Netlock, TtyMode, audit};
+use ocsb_sandbox::{Ahead, Netlock, TtyMode, audit};
 
 /// Environment for a command the user runs by hand: `OCSB_ENV_FILE` without its model-provider
 /// keys (they never enter a sandbox; only `ocsb run`'s broker uses them), then `OCSB_ENV`.
@@ -22,12 +22,24 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
     if argv.is_empty() {
         return Err(Error::failed("no command given", "ocsb exec -- CMD [ARGS...]"));
     }
+    // Stage 2 first, while stdout is still the command's: it builds its landlock rules while
+    // the checks below run, and waits for its request (a start refused below stops it). Its
+    // spec is the one built below as far as stage 2 is concerned; where it is not (the
+    // settings could not be read for it), the start makes its own.
+    let early = crate::sandbox_spec::netlock_for(&project.settings)
+        .and_then(|lock| crate::sandbox_spec::spec(project, lock, &[], argv.clone()))
+        .ok()
+        .and_then(|mut s| {
+            s.tty = TtyMode::Auto;
+            ocsb_sandbox::Early::start(&s).ok()
+        });
     // `prepare` reports progress on stdout; for `exec` stdout belongs to the command, so the
     // progress lines go to stderr.
     let prepared = with_stdout_on_stderr(|| crate::run::prepare(project, false))?;
     let mut spec = crate::sandbox_spec::spec(project, prepared.netlock, &extra_env(project)?, argv)?;
     spec.tty = TtyMode::Auto;
-    crate::isolated::run_for(project, &prepared.policy, &spec, Some(prepared.checked))
+    let ahead = Ahead { checked: Some(prepared.checked), stage2: early };
+    crate::isolated::run_for(project, &prepared.policy, &spec, ahead)
 }
 
 fn with_stdout_on_stderr<T>(f: impl FnOnce() -> T) -> T {
@@ -66,7 +78,7 @@ pub fn run_spec(spec: &std::path::Path, argv: Vec<String>) -> i32 {
                 Some(crate::isolated::Server::new(&project, &project.egress_policy()?)?)
             }
         };
-        crate::isolated::run(&parsed, server.as_ref(), None)
+        crate::isolated::run(&parsed, server.as_ref(), ocsb_sandbox::Ahead::default())
     };
     run().unwrap_or_else(|e| {
         eprintln!("ocsb: {e}");

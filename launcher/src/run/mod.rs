@@ -249,7 +249,11 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     let sandbox_thread = std::thread::Builder::new()
         .name("ocsb-sandbox".into())
         .spawn(move || {
-            let r = crate::isolated::run(&spec, server.as_ref(), Some(checked));
+            let r = crate::isolated::run(
+                &spec,
+                server.as_ref(),
+                ocsb_sandbox::Ahead { checked: Some(checked), stage2: None },
+            );
             let _ = tx.send(r);
         })
         .map_err(|e| Error::io("start a thread for", "the sandbox", e))?;

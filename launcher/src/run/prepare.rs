@@ -130,7 +130,7 @@ fn selftest_record(up: &UpReport, lock: &Netlock, network: &str, port: u16, curl
 
 fn check_netlock(project: &Project, policy: &Policy, lock: &Netlock) -> Result<()> {
     let check = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()])?;
-    match crate::isolated::run_for(project, policy, &check, None) {
+    match crate::isolated::run_for(project, policy, &check, ocsb_sandbox::Ahead::default()) {
         Ok(0) => {}
         Ok(code) => {
             return Err(Error::failed(

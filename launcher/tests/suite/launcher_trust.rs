@@ -345,6 +345,41 @@ fn the_sandbox_never_holds_the_users_terminal() {
     assert!(out.contains("NO-TTY") && !out.contains("HAS-TTY"), "{out:?}\n{err}");
 }
 
+/// Stage 2 gets the command's stdin over its hand-over socket, after the set-gid shim: a TCP
+/// connection the user's shell made (outside the netlock) must not reach the command there,
+/// as the shim refuses it on fds 0 to 2. A pipe is the control: it reaches the command (and the
+/// first start's self-tests pass, so the socket meets the command's own start). A start whose
+/// launcher gives up (here: a refused trust check) leaves no stage 2 behind.
+#[test]
+fn stdin_that_is_a_network_socket_never_reaches_the_command() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"python3 -c 'import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 5555)); s.listen(1)
+c, _ = s.accept(); c.sendall(b"FROM-TCP\n"); time.sleep(5)' ocsb-stdin-marker &
+        echo FROM-PIPE | U "$OCSB" exec -- cat; echo "pipe-stdin $?"
+        U python3 -c 'import socket, os, sys
+s = socket.create_connection(("127.0.0.1", 5555)); os.dup2(s.fileno(), 0); os.execv(sys.argv[1], sys.argv[1:])'           "$OCSB" exec -- sh -c 'echo RAN; cat' 2>&1
+        echo "tcp-stdin $?"
+        echo 'OCSB_OPENCODE_BIN=./tool' >> .opencode-sandbox/sandbox.conf
+        U "$OCSB" exec -- true </dev/null >/dev/null 2>&1; echo "refused $?"
+        sleep 0.2; echo "stage2-left $(pgrep -u 1990 -f '__sandbox-init' | wc -l)"
+        sed -i '/OCSB_OPENCODE_BIN/d' .opencode-sandbox/sandbox.conf
+        pkill -f ocsb-stdin-marker"#,
+    );
+    has(&out, "tcp-stdin 125", &err);
+    assert!(out.contains("stdin is a network socket"), "{out}\n{err}");
+    assert!(
+        !out.contains("RAN") && !out.contains("FROM-TCP"),
+        "the command ran with the socket: {out}\n{err}"
+    );
+    has(&out, "FROM-PIPE", &err);
+    has(&out, "pipe-stdin 0", &err);
+    has(&out, "refused 1", &err);
+    has(&out, "stage2-left 0", &err);
+}
+
 /// The front sends OpenCode's secret only to a listener of the user's own: another local user
 /// who binds OpenCode's port first (between the launcher's check and OpenCode's bind) gets a
 /// refusal, never a request. With the user's own listener there, requests go through.

@@ -83,10 +83,10 @@ use crate::{Error, Location, Result};
 
 /// `OCSB_*` environment variables that are not settings and are ignored by the environment layer:
 /// `OCSB_PROJECT_DIR` (ocsb sets it for hooks and children), `OCSB_NETNS_TESTS` (enables the
-/// namespace tests), `OCSB_LOG` (log filter), `OCSB_SANDBOX_REQUEST` (the launcher's stage-2
-/// request).
+/// namespace tests), `OCSB_LOG` (log filter), `OCSB_SANDBOX_EARLY` (what the launcher starts stage 2
+/// with).
 pub const ENV_NOT_SETTINGS: &[&str] =
-    &["OCSB_PROJECT_DIR", "OCSB_NETNS_TESTS", "OCSB_LOG", "OCSB_SANDBOX_REQUEST"];
+    &["OCSB_PROJECT_DIR", "OCSB_NETNS_TESTS", "OCSB_LOG", "OCSB_SANDBOX_EARLY"];
 
 /// Prefixes of internal `OCSB_*` environment variables, ignored by the environment layer. New
 /// internal variables must use one of them so that a typo in a setting's name is still caught.

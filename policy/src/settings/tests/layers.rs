@@ -131,7 +131,7 @@ fn settings_environment_layer() {
         // Not settings: ignored.
         ("OCSB_PROJECT_DIR".into(), "/elsewhere".into()),
         ("OCSB_NETNS_TESTS".into(), "1".into()),
-        ("OCSB_SANDBOX_REQUEST".into(), "{}".into()),
+        ("OCSB_SANDBOX_EARLY".into(), "{}".into()),
         ("OCSB_INTERNAL_STAGE".into(), "2".into()),
         ("OCSB_TEST_X".into(), "y".into()),
     ];

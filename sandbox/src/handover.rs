@@ -1,0 +1,128 @@
+//! How stage 2 gets its request and its stdin: over a unix socket pair that is its fd 0.
+//!
+//! *Why not the environment*: stage 2 is started before the launcher has finished checking the
+//! project ([`crate::launch::Early`]), so that the slow part of its set-up (the landlock port
+//! rules) runs beside those checks; the mount plan does not exist yet when it is started. The
+//! set-gid shim passes fds 0 to 2 on and closes the rest, so fd 0 is the one channel that
+//! crosses it besides the environment, and a socket pair is known to nobody but its two ends.
+//!
+//! *Why stdin is checked here*: the shim refuses a network socket on fds 0 to 2 (one made
+//! before the switch to the netlock group is not locked). The stdin that arrives here never
+//! passed the shim, so stage 2 applies the same rule to it.
+
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockaddrLike, SockaddrStorage, getsockname,
+    recvmsg, sendmsg,
+};
+
+use super::error::{Error, Result};
+use super::sys;
+
+/// The largest request accepted (a home with many entries makes a large plan).
+const MAX_REQUEST: u64 = 64 << 20;
+
+/// The launcher's side: stdin for the command first (with one byte, `i`), then the request.
+pub fn send(chan: &mut UnixStream, stdin: BorrowedFd<'_>, request: &[u8]) -> std::io::Result<()> {
+    let fds = [stdin.as_raw_fd()];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    sendmsg::<()>(chan.as_raw_fd(), &[IoSlice::new(b"i")], &cmsg, MsgFlags::empty(), None)?;
+    chan.write_all(&(request.len() as u64).to_le_bytes())?;
+    chan.write_all(request)?;
+    chan.shutdown(std::net::Shutdown::Write)
+}
+
+/// Stage 2's side, on fd 0: the command's stdin and the request; `None` when the launcher gave
+/// up before sending them (it closed its end: it reports why itself).
+pub fn receive(chan: &mut UnixStream) -> Result<Option<(OwnedFd, Vec<u8>)>> {
+    let err =
+        |e: std::io::Error| Error::kernel("reading the sandbox request from the launcher", e, "report this");
+    let mut tag = [0u8; 1];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let (n, mut fds) = {
+        let mut iov = [IoSliceMut::new(&mut tag)];
+        let msg = recvmsg::<()>(chan.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+            .map_err(|e| err(e.into()))?;
+        let mut fds = Vec::new();
+        for c in msg.cmsgs().map_err(|e| err(e.into()))? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                fds.extend(raw.into_iter().map(sys::adopt_received_fd));
+            }
+        }
+        (msg.bytes, fds)
+    };
+    if n == 0 {
+        return Ok(None);
+    }
+    if tag != *b"i" || fds.len() != 1 {
+        return Err(err(std::io::Error::other("the first message is not the command's stdin")));
+    }
+    let mut len = [0u8; 8];
+    chan.read_exact(&mut len).map_err(err)?;
+    let len = u64::from_le_bytes(len);
+    if len > MAX_REQUEST {
+        return Err(err(std::io::Error::other(format!("a request of {len} bytes"))));
+    }
+    let mut request = Vec::with_capacity(len as usize);
+    chan.take(len).read_to_end(&mut request).map_err(err)?;
+    if request.len() as u64 != len {
+        return Err(err(std::io::Error::other("the request ended early")));
+    }
+    let stdin = fds.remove(0);
+    refuse_network_socket(stdin.as_fd())?;
+    Ok(Some((stdin, request)))
+}
+
+/// The shim's rule for what it passes on: no socket of a family other than unix.
+pub fn refuse_network_socket(fd: BorrowedFd<'_>) -> Result<()> {
+    match getsockname::<SockaddrStorage>(fd.as_raw_fd()) {
+        Ok(addr) if addr.family() != Some(AddressFamily::Unix) => Err(Error::refused(
+            "the command's stdin is a network socket made outside the network lock",
+            "give ocsb a terminal, a pipe, a file or a unix socket as stdin",
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_and_stdin_arrive_whole_and_a_closed_launcher_is_none() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let big = vec![7u8; 3 << 20];
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let sender = std::thread::spawn(move || send(&mut a, r.as_fd(), &big).map(|()| big.len()));
+        let (stdin, request) = receive(&mut b).unwrap().unwrap();
+        assert_eq!(request.len(), sender.join().unwrap().unwrap());
+        assert!(request.iter().all(|x| *x == 7));
+        // The received stdin is the pipe's read end.
+        nix::unistd::write(&w, b"x").unwrap();
+        let mut got = [0u8; 1];
+        assert_eq!(nix::unistd::read(&stdin, &mut got).unwrap(), 1);
+
+        let (a, mut b) = UnixStream::pair().unwrap();
+        drop(a);
+        assert!(receive(&mut b).unwrap().is_none(), "the launcher gave up");
+    }
+
+    #[test]
+    fn a_network_socket_is_refused_as_stdin_and_a_unix_one_is_not() {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = refuse_network_socket(tcp.as_fd()).unwrap_err().to_string();
+        assert!(e.contains("network socket"), "{e}");
+        let (u, _) = UnixStream::pair().unwrap();
+        refuse_network_socket(u.as_fd()).unwrap();
+        let f = std::fs::File::open("/dev/null").unwrap();
+        refuse_network_socket(f.as_fd()).unwrap();
+
+        // Through the hand-over, as stage 2 receives it.
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        send(&mut a, tcp.as_fd(), b"{}").unwrap();
+        assert!(receive(&mut b).unwrap_err().to_string().contains("network socket"));
+    }
+}

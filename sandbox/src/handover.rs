@@ -14,6 +14,7 @@ use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
+use nix::errno::Errno;
 use nix::sys::socket::{
     AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockaddrLike, SockaddrStorage, getsockname,
     recvmsg, sendmsg,
@@ -76,14 +77,17 @@ pub fn receive(chan: &mut UnixStream) -> Result<Option<(OwnedFd, Vec<u8>)>> {
     Ok(Some((stdin, request)))
 }
 
-/// The shim's rule for what it passes on: no socket of a family other than unix.
+/// The shim's rule for what it passes on: no socket of a family other than unix. A socket
+/// whose address cannot be read (`getsockname` fails other than with `ENOTSOCK`: an XDP
+/// socket does) is refused too.
 pub fn refuse_network_socket(fd: BorrowedFd<'_>) -> Result<()> {
     match getsockname::<SockaddrStorage>(fd.as_raw_fd()) {
-        Ok(addr) if addr.family() != Some(AddressFamily::Unix) => Err(Error::refused(
+        Ok(addr) if addr.family() == Some(AddressFamily::Unix) => Ok(()),
+        Err(Errno::ENOTSOCK) => Ok(()),
+        _ => Err(Error::refused(
             "the command's stdin is a network socket made outside the network lock",
             "give ocsb a terminal, a pipe, a file or a unix socket as stdin",
         )),
-        _ => Ok(()),
     }
 }
 

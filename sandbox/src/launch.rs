@@ -274,13 +274,18 @@ impl Early {
         self.early == early_of(spec) && self.pty.is_some() == wants_pty(spec)
     }
 
-    /// Send the request; the child is returned whether or not stage 2 took it (a stage 2 that
-    /// failed before says why on stderr and in its exit status).
-    fn hand_over(mut self, request: &[u8]) -> (Child, Option<pty::Pty>) {
-        let _ = handover::send(&mut self.chan, self.stdin.as_fd(), request);
+    /// Send the request. A stage 2 that exited before taking it is returned all the same: it
+    /// said why on stderr, and its exit status says it too. One still running that could not
+    /// be sent it is stopped (dropped), and the error returned.
+    fn hand_over(mut self, request: &[u8]) -> Result<(Child, Option<pty::Pty>)> {
+        if let Err(e) = handover::send(&mut self.chan, self.stdin.as_fd(), request)
+            && self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        {
+            return Err(Error::io("send the request to", "the sandbox", e));
+        }
         #[allow(clippy::expect_used, reason = "taken only here, and `self` is consumed")]
         let child = self.child.take().expect("a started stage 2");
-        (child, self.pty.take())
+        Ok((child, self.pty.take()))
     }
 }
 
@@ -360,7 +365,7 @@ fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>, early: Option<Early
     }
     let json = serde_json::to_vec(&req)
         .map_err(|e| Error::refused(format!("serialising the request: {e}"), "report this"))?;
-    let (mut child, pty) = early.hand_over(&json);
+    let (mut child, pty) = early.hand_over(&json)?;
     // The isolated network's sockets, served from here until the sandbox exits.
     let _served = match channel {
         Some((mut chan, _, serve)) => {

@@ -26,7 +26,11 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
     // the checks below run, and waits for its request (a start refused below stops it). Its
     // spec is the one built below as far as stage 2 is concerned; where it is not (the
     // settings could not be read for it), the start makes its own.
-    let early = crate::sandbox_spec::netlock_for(&project.settings)
+    // Only from trusted settings: an untrusted committed file must change nothing, not even
+    // how stage 2 is started (`prepare` refuses it and says why).
+    let early = project
+        .require_trusted()
+        .and_then(|()| crate::sandbox_spec::netlock_for(&project.settings))
         .and_then(|lock| crate::sandbox_spec::spec(project, lock, &[], argv.clone()))
         .ok()
         .and_then(|mut s| {

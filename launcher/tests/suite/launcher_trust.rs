@@ -109,7 +109,7 @@ fn hiding_holds_in_large_and_linked_homes() {
 
 /// The host's loopback is not a free-for-all: a service listening there on a port nobody
 /// declared (sshd, a database) is refused with `EACCES`, a port in `OCSB_LOOPBACK_PORTS` and the
-/// filter are reachable, and so is a listener the sandbox made itself on an ephemeral port.
+/// filter are reachable, and so is every listener the sandbox made itself on port 0.
 #[test]
 fn host_loopback_services_need_a_declared_port() {
     let w = World::new();
@@ -132,6 +132,19 @@ own = socket.socket(); own.bind((\"127.0.0.1\", 0)); own.listen(1)
 fixed = socket.socket(); fixed.bind((\"127.0.0.1\", 2224)); fixed.listen(1)
 print(\"undeclared\", c(2222)); print(\"declared\", c(2223)); print(\"filter\", c(3128))
 print(\"own-ephemeral\", c(own.getsockname()[1])); print(\"own-fixed\", c(2224))
+res, ls = {}, []
+for fam, host in ((socket.AF_INET, \"127.0.0.1\"), (socket.AF_INET6, \"::1\")):
+    for reuse in (0, 1):
+        for bind in (0, 1):
+            for i in range(40):
+                l = socket.socket(fam); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, reuse)
+                if bind: l.bind((host, 0))
+                l.listen(1); ls.append(l)
+                k = socket.socket(fam)
+                try: k.connect((host, l.getsockname()[1])); r = \"ok\"
+                except OSError as e: r = errno.errorcode[e.errno]
+                res[r] = res.get(r, 0) + 1
+print(\"own-listeners\", sorted(res.items()))
 '" 2>&1
         python3 -c 'import socket; s = socket.socket(); s.connect(("127.0.0.1", 2222)); print("host reaches 2222")'
         pkill -f ocsb-loopback-marker"#,
@@ -141,6 +154,8 @@ print(\"own-ephemeral\", c(own.getsockname()[1])); print(\"own-fixed\", c(2224))
     has(&out, "filter ok", &err);
     has(&out, "own-ephemeral ok", &err);
     has(&out, "own-fixed EACCES", &err); // the documented limit: declare it
+    // Port-0 servers of every kind: IPv4 and IPv6, with and without SO_REUSEADDR, bound or not.
+    has(&out, "own-listeners [('ok', 320)]", &err);
     has(&out, "host reaches 2222", &err);
 }
 
@@ -349,7 +364,8 @@ fn the_sandbox_never_holds_the_users_terminal() {
 /// connection the user's shell made (outside the netlock) must not reach the command there,
 /// as the shim refuses it on fds 0 to 2. A pipe is the control: it reaches the command (and the
 /// first start's self-tests pass, so the socket meets the command's own start). A start whose
-/// launcher gives up (here: a refused trust check) leaves no stage 2 behind.
+/// launcher gives up after stage 2 started (here: the checkout audit refuses a planted
+/// `commondir`) leaves no stage 2 behind.
 #[test]
 fn stdin_that_is_a_network_socket_never_reaches_the_command() {
     let w = World::new();
@@ -362,13 +378,23 @@ c, _ = s.accept(); c.sendall(b"FROM-TCP\n"); time.sleep(5)' ocsb-stdin-marker &
         U python3 -c 'import socket, os, sys
 s = socket.create_connection(("127.0.0.1", 5555)); os.dup2(s.fileno(), 0); os.execv(sys.argv[1], sys.argv[1:])'           "$OCSB" exec -- sh -c 'echo RAN; cat' 2>&1
         echo "tcp-stdin $?"
-        echo 'OCSB_OPENCODE_BIN=./tool' >> .opencode-sandbox/sandbox.conf
+        # An XDP socket (made by root, handed over): one whose address cannot even be read.
+        export -f U; python3 -c 'import socket, os
+s = socket.socket(44, socket.SOCK_RAW); os.dup2(s.fileno(), 0)
+os.execvp("bash", ["bash", "-c", "U \"$OCSB\" exec -- sh -c \"echo RAN-XDP\" 2>/dev/null; echo xdp-stdin $?"])'
+        echo /elsewhere > .git/commondir
         U "$OCSB" exec -- true </dev/null >/dev/null 2>&1; echo "refused $?"
-        sleep 0.2; echo "stage2-left $(pgrep -u 1990 -f '__sandbox-init' | wc -l)"
-        sed -i '/OCSB_OPENCODE_BIN/d' .opencode-sandbox/sandbox.conf
+        # This world's stage 2 only (the sandbox gets the gid as the user already has it, so
+        # stage 2 is this world's ocsb by its full path; other tests run beside this one).
+        sleep 0.2; echo "stage2-left $(pgrep -f "^$OCSB __sandbox-init" | wc -l)"
+        rm .git/commondir
+        U "$OCSB" exec -- sleep 1 </dev/null >/dev/null 2>&1 & sleep 0.5
+        echo "stage2-running $(pgrep -f "^$OCSB __sandbox-init" | wc -l)"; wait
         pkill -f ocsb-stdin-marker"#,
     );
     has(&out, "tcp-stdin 125", &err);
+    has(&out, "xdp-stdin 125", &err);
+    assert!(!out.contains("RAN-XDP"), "{out}\n{err}");
     assert!(out.contains("stdin is a network socket"), "{out}\n{err}");
     assert!(
         !out.contains("RAN") && !out.contains("FROM-TCP"),
@@ -378,6 +404,7 @@ s = socket.create_connection(("127.0.0.1", 5555)); os.dup2(s.fileno(), 0); os.ex
     has(&out, "pipe-stdin 0", &err);
     has(&out, "refused 1", &err);
     has(&out, "stage2-left 0", &err);
+    assert!(!out.contains("stage2-running 0"), "the count sees a running stage 2: {out}\n{err}");
 }
 
 /// The front sends OpenCode's secret only to a listener of the user's own: another local user

@@ -17,6 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use nix::errno::Errno;
 use nix::sys::prctl;
 use nix::sys::socket::{AddressFamily, SockaddrLike, SockaddrStorage, getsockname};
 use nix::sys::stat::{Mode, umask};
@@ -84,9 +85,14 @@ fn run() -> Result<Infallible, String> {
     // internet socket is an unlocked connection, a packet socket sends raw frames). A unix
     // socket can still carry descriptors its other end chooses to pass: that end is the caller.
     for fd in 0..=2 {
-        if let Ok(addr) = getsockname::<SockaddrStorage>(fd)
-            && addr.family() != Some(AddressFamily::Unix)
-        {
+        let network = match getsockname::<SockaddrStorage>(fd) {
+            Ok(addr) => addr.family() != Some(AddressFamily::Unix),
+            // Not a socket, or not open: nothing crosses over.
+            Err(Errno::ENOTSOCK | Errno::EBADF) => false,
+            // A socket whose address cannot be read (an XDP socket's cannot): not a unix one.
+            Err(_) => true,
+        };
+        if network {
             return Err(format!(
                 "descriptor {fd} is a network socket made outside the network lock; refusing (give ocsb a terminal, a pipe, a file or a unix socket as stdin, stdout and stderr)"
             ));

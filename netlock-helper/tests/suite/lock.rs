@@ -171,8 +171,11 @@ fn shim_refuses_network_sockets_on_stdio() {
         }
         assert!(!String::from_utf8_lossy(&out.stdout).contains("rgid="), "fd {fd} ran: {out:?}");
     }
-    // A packet socket (made by root, handed to the user) sends raw frames around the lock too.
-    for family in ["socket.AF_PACKET, socket.SOCK_DGRAM", "socket.AF_NETLINK, socket.SOCK_RAW"] {
+    // A packet socket (made by root, handed to the user) sends raw frames around the lock too;
+    // an XDP socket (family 44) is one whose address `getsockname` cannot read.
+    for family in
+        ["socket.AF_PACKET, socket.SOCK_DGRAM", "socket.AF_NETLINK, socket.SOCK_RAW", "44, socket.SOCK_RAW"]
+    {
         let py = format!(
             "import socket, os; s = socket.socket({family}); os.dup2(s.fileno(), 0); \
              os.execv('/usr/bin/setpriv', ['setpriv', '--reuid', '1990', '--regid', '1990', '--init-groups', '{shim}', 'ids'])"

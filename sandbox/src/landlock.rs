@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use serde::{Deserialize, Serialize};
 
@@ -78,12 +78,11 @@ pub fn missing_rights(abi: i64) -> Vec<&'static str> {
     .collect()
 }
 
-/// The part of a sandbox's landlock policy that is known before its mount plan: the network
-/// mode and, on the host's network, the TCP ports it may connect to. *Why apart*: the port
-/// rules are most of the cost of landlock (the ephemeral range is one rule per port, since
-/// landlock has no ranges: adding them, merging them into the domain and freeing them), and
-/// stage 2 applies them as a layer of their own ([`apply_net`]) while the launcher is still
-/// checking the project ([`crate::launch::Early`]).
+/// The part of a sandbox's ruleset that is known before its mount plan: what the ruleset
+/// handles (which depends on the network mode) and its TCP port rules. *Why apart*: the port
+/// rules are most of the ruleset's cost (the ephemeral range is one rule per port, since
+/// landlock has no ranges), and stage 2 adds them while the launcher is still checking the
+/// project ([`crate::launch::Early`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetPart {
     pub isolated: bool,
@@ -91,53 +90,29 @@ pub struct NetPart {
 }
 
 impl LandlockPolicy {
-    /// The part of this policy [`apply_net`] applies.
+    /// What [`prebuild`] needs of this policy.
     pub fn net_part(&self) -> NetPart {
         NetPart { isolated: self.isolated, tcp: self.tcp.clone().filter(|_| !self.isolated) }
     }
 }
 
-/// Restrict the calling thread's TCP connects to `part`'s ports, as a layer that handles nothing
-/// else; `false` when `part` has no port rule (an isolated sandbox: the namespace decides).
-///
-/// Layers intersect: a connect passes only if every layer allows it, and a layer allows what it
-/// does not handle. So this layer and [`apply`]'s (filesystem and scopes, with `net_applied`)
-/// enforce exactly what one layer with both would. A layer that handles no filesystem access
-/// leaves mounting to the process (the kernel restricts mounts only for domains that handle
-/// filesystem access), so stage 2 can apply it before it builds the mount tree; it needs
-/// `no_new_privs`, which stage 2 has from the set-gid shim and sets itself otherwise.
-pub fn apply_net(part: &NetPart) -> Result<bool> {
-    let Some(tcp) = &part.tcp else { return Ok(false) };
-    // ABI 4; the sandbox's floor on the host's network is ABI 5, so a kernel that runs it has it.
-    let mut created = Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(AccessNet::ConnectTcp)
-        .map_err(ll_err)?
-        .create()
-        .map_err(ll_err)?;
-    for port in tcp.ports() {
-        created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp)).map_err(ll_err)?;
-    }
-    match created.restrict_self().map_err(ll_err)?.ruleset {
-        RulesetStatus::FullyEnforced => Ok(true),
-        _ => Err(ll_err("the TCP port rules were not enforced")),
-    }
+/// A ruleset with everything of [`NetPart`] in it and no filesystem rule yet. One ruleset, not
+/// a layer of its own for the ports: a second layer's domain copies the first one's rules
+/// again, so stage 2 applying the ports as a layer saved nothing (measured).
+pub struct Prebuilt {
+    ruleset: RulesetCreated,
+    part: NetPart,
 }
 
-/// Restrict the calling thread (and what it later executes): the filesystem rights and scopes
-/// and, unless [`apply_net`] already applied them (`net_applied`), the TCP port rules.
-pub fn apply(policy: &LandlockPolicy, net_applied: bool) -> Result<Enforcement> {
-    let floor = if policy.isolated { ABI::V1 } else { ABI::V5 };
-    let read = AccessFs::from_read(ABI::V5);
-    let write_all = AccessFs::from_all(ABI::V5) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
-    let dev = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate;
-    let tcp = policy.net_part().tcp.filter(|_| !net_applied);
-
+/// Create the ruleset that [`apply`] completes: the filesystem rights and scopes it handles and,
+/// on the host's network, the TCP connect rule with every port it allows.
+pub fn prebuild(part: &NetPart) -> Result<Prebuilt> {
+    let floor = if part.isolated { ABI::V1 } else { ABI::V5 };
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(floor))
         .map_err(ll_err)?;
-    if policy.isolated {
+    if part.isolated {
         ruleset = ruleset
             .set_compatibility(CompatLevel::BestEffort)
             .handle_access(AccessFs::from_all(ABI::V5))
@@ -147,15 +122,38 @@ pub fn apply(policy: &LandlockPolicy, net_applied: bool) -> Result<Enforcement> 
     } else {
         ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal).map_err(ll_err)?;
     }
-    if tcp.is_some() {
+    if part.tcp.is_some() {
         // ABI 4; the floor above is ABI 5, so a kernel that runs the sandbox has it.
         ruleset = ruleset.handle_access(AccessNet::ConnectTcp).map_err(ll_err)?;
     }
     // Best effort: rights of newer ABIs (pathname UNIX socket resolution in ABI 9).
-    let newer: BitFlags<AccessFs> = AccessFs::from_all(ABI::V10) & !AccessFs::from_all(ABI::V5);
-    ruleset = ruleset.set_compatibility(CompatLevel::BestEffort).handle_access(newer).map_err(ll_err)?;
-
+    ruleset = ruleset.set_compatibility(CompatLevel::BestEffort).handle_access(newer()).map_err(ll_err)?;
     let mut created = ruleset.create().map_err(ll_err)?;
+    if let Some(tcp) = &part.tcp {
+        for port in tcp.ports() {
+            created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp)).map_err(ll_err)?;
+        }
+    }
+    Ok(Prebuilt { ruleset: created, part: part.clone() })
+}
+
+/// Rights of ABIs newer than the floor, handled best effort.
+fn newer() -> BitFlags<AccessFs> {
+    AccessFs::from_all(ABI::V10) & !AccessFs::from_all(ABI::V5)
+}
+
+/// Restrict the calling thread (and what it later executes), completing `pre` when it was built
+/// for this policy's [`NetPart`]; otherwise (none, or built for another) from the start.
+pub fn apply(policy: &LandlockPolicy, pre: Option<Prebuilt>) -> Result<Enforcement> {
+    let part = policy.net_part();
+    let mut created = match pre {
+        Some(p) if p.part == part => p.ruleset,
+        _ => prebuild(&part)?.ruleset,
+    };
+    let read = AccessFs::from_read(ABI::V5);
+    let write_all = AccessFs::from_all(ABI::V5) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
+    let dev = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev | AccessFs::Truncate;
+    let newer = newer();
     created = created.add_rule(PathBeneath::new(path_fd(Path::new("/"))?, read)).map_err(ll_err)?;
     for w in &policy.writable {
         created = created.add_rule(PathBeneath::new(path_fd(w)?, write_all | newer)).map_err(ll_err)?;
@@ -171,11 +169,6 @@ pub fn apply(policy: &LandlockPolicy, net_applied: bool) -> Result<Enforcement> 
         created = created
             .add_rule(PathBeneath::new(path_fd(s)?, BitFlags::from(AccessFs::ReadFile) | newer))
             .map_err(ll_err)?;
-    }
-    if let Some(tcp) = &tcp {
-        for port in tcp.ports() {
-            created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp)).map_err(ll_err)?;
-        }
     }
     let status = created.restrict_self().map_err(ll_err)?;
     match status.ruleset {

@@ -1,21 +1,20 @@
 //! Stage 2: the freshly executed, single-threaded `ocsb __sandbox-init` (through the netlock
-//! shim or `sg` when it needs the gid). It is started with what it needs for the landlock TCP
-//! port rules ([`Early`], in its environment), applies them to itself as a layer of their own,
-//! then reads the request and the command's stdin from fd 0 ([`super::handover`]), builds the
-//! namespaces, forks pid 1 (which inherits that layer and adds its own) and then
+//! shim or `sg` when it needs the gid). It is started with what it needs to build the landlock
+//! port rules ([`Early`], in its environment), builds them, then reads the request and the
+//! command's stdin from fd 0 ([`super::handover`]), builds the namespaces, forks pid 1 and then
 //! supervises: it relays signals and the exit status and re-runs the netlock probe; a failed
 //! probe kills the sandbox.
 //!
 //! ```text
 //! launcher (any threads; owns the pty master)
-//!  └─ stage 2 helper: close fds, PDEATHSIG, landlock TCP port layer (while the launcher checks),
+//!  └─ stage 2 helper: close fds, PDEATHSIG, landlock port rules (while the launcher checks),
 //!     │               the request and stdin over fd 0, gid + probe,
 //!     │               unshare(USER|NS|IPC|UTS|PID|CGROUP),
 //!     │               id maps (user and gid mapped to themselves), then supervise
 //!     └─ pid 1: PDEATHSIG, non-dumpable, mount tree + pivot_root, drop caps, setsid + pty,
-//!        │      rlimits, fresh keyring, no_new_privs, landlock (filesystem, scopes),
-//!        │      seccomp  (same domains as the command, so the command cannot ptrace or
-//!        │      signal its way out through pid 1)
+//!        │      rlimits, fresh keyring, no_new_privs, landlock (completing the ruleset stage 2
+//!        │      began), seccomp  (same domains as the command, so the command cannot ptrace
+//!        │      or signal its way out through pid 1)
 //!        └─ the command (execve)
 //! ```
 
@@ -134,11 +133,10 @@ fn helper() -> Result<i32> {
     if nix::unistd::getppid().as_raw() != early.launcher_pid {
         return Ok(EXIT_SETUP); // the launcher is gone
     }
-    // The port rules, as a landlock layer of stage 2's own (pid 1 and the command inherit it),
-    // while the launcher may still be checking the project.
-    // A failure here is not reported here: pid 1 then applies the rules in its own layer and
-    // fails, if it does, at the usual point and with the usual message.
-    let net_applied = early.namespaces && landlock::apply_net(&early.net).unwrap_or(false);
+    // The port rules, while the launcher may still be checking the project. A failure is not
+    // reported here: pid 1 then builds the whole ruleset and fails, if it does, at the usual
+    // point and with the usual message.
+    let prebuilt = if early.namespaces { landlock::prebuild(&early.net).ok() } else { None };
     // fd 0 is the hand-over until the request is in; then it is the command's stdin.
     let fd0 = std::io::stdin().as_fd().try_clone_to_owned();
     let mut chan =
@@ -184,7 +182,7 @@ fn helper() -> Result<i32> {
         ForkResult::Child => {
             drop(chan);
             drop(death_w);
-            let code = match init(&req, death_r, net_applied) {
+            let code = match init(&req, death_r, prebuilt) {
                 Ok(never) => match never {},
                 Err(e) => {
                     eprintln!("ocsb: {e}");
@@ -195,6 +193,8 @@ fn helper() -> Result<i32> {
         }
         ForkResult::Parent { child } => {
             drop(death_r);
+            // pid 1 completes the ruleset; this copy is not needed here.
+            drop(prebuilt);
             let code = supervise(&req, child, &mask, chan.as_ref());
             drop(death_w);
             Ok(code)
@@ -315,7 +315,11 @@ fn supervise(req: &Request, child: Pid, mask: &SigSet, chan: Option<&std::os::un
 }
 
 /// pid 1 of the sandbox (or, without namespaces, the confined parent of the command).
-fn init(req: &Request, death: OwnedFd, net_applied: bool) -> Result<std::convert::Infallible> {
+fn init(
+    req: &Request,
+    death: OwnedFd,
+    prebuilt: Option<landlock::Prebuilt>,
+) -> Result<std::convert::Infallible> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| Error::kernel("PR_SET_PDEATHSIG", e.into(), "report this"))?;
     // If stage 2 died before PDEATHSIG took effect, its end of the pipe is closed.
@@ -352,7 +356,7 @@ fn init(req: &Request, death: OwnedFd, net_applied: bool) -> Result<std::convert
     nix::sys::prctl::set_no_new_privs()
         .map_err(|e| Error::kernel("PR_SET_NO_NEW_PRIVS", e.into(), "report this"))?;
     if req.plan.is_some() {
-        landlock::apply(&req.landlock, net_applied)?;
+        landlock::apply(&req.landlock, prebuilt)?;
         seccomp::apply()?;
     }
     let program = resolve_program(req)?;

@@ -414,3 +414,44 @@ fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>, early: Option<Early
     use std::os::unix::process::ExitStatusExt;
     Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Acquire, TcpPorts};
+
+    /// A stage 2 refuses a request whose early part is not the one it was started with; the
+    /// two are made apart ([`early_of`] before the plan, [`request`] after it), so they must
+    /// agree for every kind of sandbox, or every start would be refused.
+    #[test]
+    fn the_early_part_is_the_requests_own_in_every_mode() {
+        let mut spec = crate::spec::minimal("/p".into(), "/s".into(), "/h".into());
+        let tcp = Some(TcpPorts::for_sandbox(3128, 4097, &[5432], Some((32768, 60999))));
+        let lock = Netlock::Required {
+            gid: 995,
+            acquire: Acquire::Inherited,
+            probe_interval: Duration::from_secs(5),
+        };
+        for (namespaces, network, netlock) in [
+            (true, Network::Host, lock.clone()),
+            (true, Network::Isolated { forward: vec![3128] }, lock.clone()),
+            (true, Network::Host, Netlock::Off),
+            (false, Network::Host, lock),
+        ] {
+            spec.namespaces = namespaces;
+            spec.network = network;
+            spec.netlock = netlock;
+            spec.tcp = tcp.clone();
+            let plan = namespaces.then(Plan::default);
+            assert_eq!(request(&spec, plan).early(), early_of(&spec), "{spec:?}");
+        }
+        // An isolated sandbox has no port rules (its namespace decides); without namespaces,
+        // no landlock at all.
+        spec.namespaces = true;
+        spec.network = Network::Isolated { forward: vec![] };
+        assert_eq!(early_of(&spec).net.tcp, None);
+        spec.namespaces = false;
+        spec.network = Network::Host;
+        assert_eq!(early_of(&spec).net, crate::landlock::NetPart { isolated: false, tcp: None });
+    }
+}

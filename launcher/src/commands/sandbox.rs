@@ -23,11 +23,10 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
         return Err(Error::failed("no command given", "ocsb exec -- CMD [ARGS...]"));
     }
     // Stage 2 first, while stdout is still the command's: it builds its landlock rules while
-    // the checks below run, and waits for its request (a start refused below stops it). Its
-    // spec is the one built below as far as stage 2 is concerned; where it is not (the
-    // settings could not be read for it), the start makes its own.
-    // Only from trusted settings: an untrusted committed file must change nothing, not even
-    // how stage 2 is started (`prepare` refuses it and says why).
+    // the checks below run, and waits for its request (a start refused below stops it). Only
+    // from trusted settings: an untrusted committed file must change nothing, not even how
+    // stage 2 is started (`prepare` refuses it and says why). Where this spec is not the one
+    // built below as far as stage 2 is concerned, or cannot be made, the start makes its own.
     let early = project
         .require_trusted()
         .and_then(|()| crate::sandbox_spec::netlock_for(&project.settings))

@@ -119,9 +119,26 @@ pub fn run(spec: &SandboxSpec, server: Option<&Server>, ahead: Ahead) -> Result<
 
 /// [`run`] for a project: the server built from its settings and `policy`.
 /// With `OCSB_DOCKER=1` the Docker gateway serves the sandbox too, for as long as it runs.
-pub fn run_for(project: &Project, policy: &Policy, spec: &SandboxSpec, ahead: Ahead) -> Result<i32> {
+pub fn run_for(project: &Project, policy: &Policy, spec: &SandboxSpec, mut ahead: Ahead) -> Result<i32> {
     let mut spec = spec.clone();
-    let _docker = crate::docker_gw::attach(project, &mut spec)?;
+    let mut nested = Vec::new();
+    if project.settings.docker() == ocsb_policy::settings::DockerMode::Gateway {
+        // The gateway judges containers' binds by the sandbox's plan, which protects the git
+        // metadata of the repositories nested in the checkouts: it needs them before the
+        // sandbox starts, from the check the start is made from (a start that then finds
+        // others refuses: `run_served`).
+        let checked = match ahead.checked.take() {
+            Some(c) => c,
+            None => ocsb_sandbox::audit::check(&spec)?,
+        };
+        nested = checked.nested().to_vec();
+        ahead.checked = Some(checked);
+    }
+    let docker = crate::docker_gw::attach(project, &mut spec, &nested)?;
+    if docker.is_some() {
+        ahead.judged_nested = Some(nested);
+    }
+    let _docker = docker;
     let spec = &spec;
     let server = match spec.network {
         Network::Host => None,

@@ -231,7 +231,10 @@ fn pending_exec(checkouts: &[Checkout]) -> Vec<Finding> {
     out
 }
 
-fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout]) -> Snapshot {
+/// `nested`: the repositories nested in the checkouts that the sandbox protected as checkouts
+/// of its own. Its plan puts read-only placeholders for ocsb's own settings at their top, so
+/// those are the launcher's there, not settings planted below a checkout's top.
+fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], nested: &[PathBuf]) -> Snapshot {
     let rule = Rule { writable: &[], rw_tool_files: &spec.rw_tool_files };
     let mut present = BTreeMap::new();
     for (p, why) in rule.watched(checkouts) {
@@ -254,7 +257,10 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout]) -> Snapshot {
     let roots = walk_roots(spec);
     let checkout_roots: BTreeSet<&Path> = checkouts.iter().map(|c| c.root.as_path()).collect();
     for d in found.ocsb_dirs {
-        if !d.parent().is_some_and(|p| checkout_roots.contains(p) || roots.iter().any(|r| r == p)) {
+        let top = |p: &Path| {
+            checkout_roots.contains(p) || roots.iter().any(|r| r == p) || nested.iter().any(|n| n == p)
+        };
+        if !d.parent().is_some_and(top) {
             present.insert(
                 d,
                 "ocsb's own settings below the top of a checkout: started there, ocsb would read them".into(),
@@ -535,13 +541,19 @@ pub fn check(spec: &SandboxSpec) -> Result<Checked> {
     let made = std::time::Instant::now();
     let changed = std::fs::read(dir.join(CHANGED)).ok();
     let (checkouts, index) = look(spec);
-    let now = snapshot(spec, &checkouts);
+    let now = snapshot(spec, &checkouts, &spec.nested_repos);
     let findings = standing(spec, &checkouts, index, &now)?;
     let looked_at = Looked::of(spec);
     Ok(Checked { findings, present: now.present, nested: now.nested, looked_at, changed, made })
 }
 
 impl Checked {
+    /// The repositories nested in the checkouts: the sandbox protects their metadata too, and
+    /// so must whatever judges paths by the sandbox's plan before it starts (the Docker gateway).
+    pub fn nested(&self) -> &[PathBuf] {
+        &self.nested
+    }
+
     /// Start the audit of a sandbox of `spec`: refused while a finding stands; otherwise what
     /// exists is recorded for the check after it exits. The check is made again unless it was
     /// made less than [`STANDS_FOR`] ago, for a spec of the same roots and settings, with the
@@ -577,7 +589,7 @@ impl Audit {
     /// After the sandbox exited: report and keep what appeared. Returns the new findings.
     pub fn end(self) -> Vec<Finding> {
         let (checkouts, index) = look(&self.spec);
-        let now = snapshot(&self.spec, &checkouts);
+        let now = snapshot(&self.spec, &checkouts, &self.nested);
         let mut new: Vec<Finding> = now
             .present
             .iter()

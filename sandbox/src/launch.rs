@@ -187,6 +187,10 @@ pub struct Ahead {
     /// Stage 2, started while the caller was still checking; used when it was started for
     /// this spec ([`Early::fits`]), stopped otherwise.
     pub stage2: Option<Early>,
+    /// The repositories nested in the checkouts (from `checked`) that something outside the
+    /// sandbox judges paths by, as the sandbox's plan will protect them (the Docker gateway):
+    /// the start refuses when its own look finds others.
+    pub judged_nested: Option<Vec<PathBuf>>,
 }
 
 /// [`run`], with `serve` for a spec whose network is isolated (refused without it: nothing
@@ -196,6 +200,15 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) ->
         Some(c) => c.begin(spec)?,
         None => audit::begin(spec)?,
     };
+    if ahead.judged_nested.as_ref().is_some_and(|n| *n != audit.nested) {
+        // What judges paths by the sandbox's plan was given the nested repositories of an
+        // earlier look; it must protect the same ones as the sandbox.
+        audit.end();
+        return Err(Error::refused(
+            "the repositories nested in the project changed while the sandbox was starting",
+            "start it again",
+        ));
+    }
     let mut spec = spec.clone();
     spec.nested_repos = audit.nested.clone();
     let status = run_checked(&spec, serve, ahead.stage2);

@@ -41,7 +41,7 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
     let prepared = with_stdout_on_stderr(|| crate::run::prepare(project, false))?;
     let mut spec = crate::sandbox_spec::spec(project, prepared.netlock, &extra_env(project)?, argv)?;
     spec.tty = TtyMode::Auto;
-    let ahead = Ahead { checked: Some(prepared.checked), stage2: early };
+    let ahead = Ahead { checked: Some(prepared.checked), stage2: early, ..Ahead::default() };
     crate::isolated::run_for(project, &prepared.policy, &spec, ahead)
 }
 

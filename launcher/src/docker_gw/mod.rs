@@ -233,12 +233,17 @@ pub fn list(project: &Project, json: bool) -> Result<()> {
 /// Starts the gateway for a sandbox of `project` when `OCSB_DOCKER=1` and a daemon answers on
 /// a unix socket, and puts it into `spec` (its socket, `DOCKER_HOST`). With no daemon there is
 /// nothing to serve, as there was no socket to pass before.
-pub fn attach(project: &Project, spec: &mut SandboxSpec) -> Result<Option<Gateway>> {
+/// `nested`: the repositories nested in the checkouts, which the sandbox's plan protects as
+/// checkouts of their own (the audit finds them as the sandbox starts); the gateway judges by
+/// that plan.
+pub fn attach(project: &Project, spec: &mut SandboxSpec, nested: &[PathBuf]) -> Result<Option<Gateway>> {
     if project.settings.docker() != ocsb_policy::settings::DockerMode::Gateway || !spec.namespaces {
         return Ok(None);
     }
     let Some(socket) = upstream() else { return Ok(None) };
-    let gw = Gateway::start(project, spec, Daemon { socket })?;
+    let mut judged = spec.clone();
+    judged.nested_repos = nested.to_vec();
+    let gw = Gateway::start(project, &judged, Daemon { socket })?;
     spec.docker_gateway = Some(gw.socket());
     spec.env.retain(|(k, _)| k != "DOCKER_HOST");
     spec.env.push(("DOCKER_HOST".into(), format!("unix://{}", ocsb_sandbox::spec::DOCKER_GATEWAY_INSIDE)));

@@ -252,7 +252,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
             let r = crate::isolated::run(
                 &spec,
                 server.as_ref(),
-                ocsb_sandbox::Ahead { checked: Some(checked), stage2: None },
+                ocsb_sandbox::Ahead { checked: Some(checked), ..Default::default() },
             );
             let _ = tx.send(r);
         })

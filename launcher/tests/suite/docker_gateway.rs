@@ -206,6 +206,31 @@ fn the_checkout_rule_holds_in_a_container_too() {
     assert!(!out.contains("hook on the host: evil"), "a container wrote a git hook: {out}");
 }
 
+/// A repository nested in the project (here `vendor/lib`, the user's own, there before the
+/// start) has its git metadata read-only in the sandbox, and so in its containers: the gateway
+/// judges binds by the sandbox's plan with the nested repositories in it. Without them a
+/// container could add `core.fsmonitor` to the nested config, which git on the host runs.
+/// The control: the nested checkout's own files stay writable.
+#[test]
+fn a_nested_repositorys_metadata_is_read_only_in_a_container_too() {
+    let w = World::new();
+    let body = format!(
+        "mkdir -p vendor/lib; chown -R 1990 vendor
+        (cd vendor/lib && U git init -q . && U git commit -q --allow-empty -m v); cp vendor/lib/.git/config config.before
+        D 'docker run --rm --network none -v \"$PWD\":/src {IMAGE} sh -c \"echo evil >> /src/vendor/lib/.git/config; echo config=\\$?; echo ok > /src/vendor/lib/file; echo file=\\$?\"'
+        cmp -s config.before vendor/lib/.git/config && echo config-unchanged
+        echo \"host file: $(cat vendor/lib/file)\""
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    assert!(
+        out.contains("config=") && !out.contains("config=0"),
+        "a container wrote the nested config: {out}\n{err}"
+    );
+    has(&out, "config-unchanged", &err);
+    has(&out, "file=0", &err);
+    has(&out, "host file: ok", &err);
+}
+
 /// The directories the sandbox pins (`.git`, the way to a hidden file) are mount points in a
 /// container too: a container that could move `.git` aside would leave the next container's
 /// read-only `.git/hooks` bound on a directory of its own making, and the real hooks writable.

@@ -90,6 +90,30 @@ fn planted_repositories_and_tool_files_are_caught_and_refused() {
     no_markers(&w, &out, &err);
 }
 
+/// A repository the user keeps nested in the project (there before the first start) is no
+/// plant: every start works, its `.git` stays where it is, its metadata is read-only inside
+/// and its files are writable. The launcher's own read-only placeholders at its top (for
+/// ocsb's settings there) are not taken for settings planted below a checkout's top.
+#[test]
+fn a_repository_nested_before_the_start_is_protected_not_refused() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"mkdir -p vendor/lib; chown -R 1990 vendor
+        (cd vendor/lib && U git init -q . && U git commit -q --allow-empty -m v)
+        X 'echo x >> vendor/lib/.git/config; echo config=$?; echo ok > vendor/lib/file; echo file=$?' 2>exec1.err
+        echo "exec1 $?"; cat exec1.err >&2
+        X 'echo second' 2>exec2.err; echo "exec2 $?"; cat exec2.err >&2
+        test -d vendor/lib/.git && echo nested-in-place
+        U "$OCSB" audit >/dev/null 2>&1; echo "audit $?""#,
+    );
+    assert!(out.contains("config=") && !out.contains("config=0"), "{out}\n{err}");
+    for l in ["file=0", "exec1 0", "second", "exec2 0", "nested-in-place", "audit 0"] {
+        has(&out, l, &err);
+    }
+    no_markers(&w, &out, &err);
+}
+
 /// The agent works with git: in the main checkout, and in a session started from a worktree
 /// (whose settings and trust come from the main checkout: its own `.opencode-sandbox/local`
 /// is read-only and ignored).

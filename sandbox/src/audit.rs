@@ -232,8 +232,9 @@ fn pending_exec(checkouts: &[Checkout]) -> Vec<Finding> {
 }
 
 /// `nested`: the repositories nested in the checkouts that the sandbox protected as checkouts
-/// of its own. Its plan puts read-only placeholders for ocsb's own settings at their top, so
-/// those are the launcher's there, not settings planted below a checkout's top.
+/// of its own. Its plan puts read-only placeholders for ocsb's own settings at their top: an
+/// empty directory there is the launcher's, not settings planted below a checkout's top (one
+/// with anything in it was not made by the launcher, and is reported).
 fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], nested: &[PathBuf]) -> Snapshot {
     let rule = Rule { writable: &[], rw_tool_files: &spec.rw_tool_files };
     let mut present = BTreeMap::new();
@@ -257,9 +258,10 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], nested: &[PathBuf]) -> S
     let roots = walk_roots(spec);
     let checkout_roots: BTreeSet<&Path> = checkouts.iter().map(|c| c.root.as_path()).collect();
     for d in found.ocsb_dirs {
-        let top = |p: &Path| {
-            checkout_roots.contains(p) || roots.iter().any(|r| r == p) || nested.iter().any(|n| n == p)
+        let placeholder = |p: &Path| {
+            nested.iter().any(|n| n == p) && std::fs::read_dir(&d).is_ok_and(|mut e| e.next().is_none())
         };
+        let top = |p: &Path| checkout_roots.contains(p) || roots.iter().any(|r| r == p) || placeholder(p);
         if !d.parent().is_some_and(top) {
             present.insert(
                 d,
@@ -665,6 +667,27 @@ pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sandbox's placeholders for ocsb's settings at the top of a nested repository it
+    /// protected are the launcher's while empty; with anything in them, or at the top of a
+    /// repository it did not protect, they are reported.
+    #[test]
+    fn ocsb_settings_at_a_nested_repositorys_top_are_the_launchers_only_while_empty() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("p");
+        let lib = p.join("vendor/lib");
+        std::fs::create_dir_all(p.join(".git")).unwrap();
+        std::fs::create_dir_all(lib.join(".git")).unwrap();
+        std::fs::create_dir_all(lib.join(".opencode-sandbox")).unwrap();
+        let spec = crate::spec::minimal(p.clone(), t.path().join("state/p"), t.path().to_path_buf());
+        let checkouts = checkouts::of_spec(&spec);
+        let settings = lib.canonicalize().unwrap().join(".opencode-sandbox");
+        let protected = [lib.canonicalize().unwrap()];
+        assert!(!snapshot(&spec, &checkouts, &protected).present.contains_key(&settings));
+        assert!(snapshot(&spec, &checkouts, &[]).present.contains_key(&settings), "not protected");
+        std::fs::write(settings.join("sandbox.conf"), "OCSB_RW=(/)\n").unwrap();
+        assert!(snapshot(&spec, &checkouts, &protected).present.contains_key(&settings), "not empty");
+    }
 
     #[test]
     fn walk_finds_nested_git_entries_without_following_links() {

@@ -200,7 +200,12 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) ->
         Some(c) => c.begin(spec)?,
         None => audit::begin(spec)?,
     };
-    if ahead.judged_nested.as_ref().is_some_and(|n| *n != audit.nested) {
+    let sorted = |v: &[PathBuf]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v
+    };
+    if ahead.judged_nested.as_deref().is_some_and(|n| sorted(n) != sorted(&audit.nested)) {
         // What judges paths by the sandbox's plan was given the nested repositories of an
         // earlier look; it must protect the same ones as the sandbox.
         audit.end();

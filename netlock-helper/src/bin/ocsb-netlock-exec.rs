@@ -84,15 +84,11 @@ fn run() -> Result<Infallible, String> {
     // stdin/stdout/stderr may cross over, and those may be sockets only of the unix family (an
     // internet socket is an unlocked connection, a packet socket sends raw frames). A unix
     // socket can still carry descriptors its other end chooses to pass: that end is the caller.
+    // Not a socket, or not open: nothing crosses over. A socket whose address cannot be read
+    // (an XDP socket's cannot) is not a unix one.
     for fd in 0..=2 {
-        let network = match getsockname::<SockaddrStorage>(fd) {
-            Ok(addr) => addr.family() != Some(AddressFamily::Unix),
-            // Not a socket, or not open: nothing crosses over.
-            Err(Errno::ENOTSOCK | Errno::EBADF) => false,
-            // A socket whose address cannot be read (an XDP socket's cannot): not a unix one.
-            Err(_) => true,
-        };
-        if network {
+        let family = getsockname::<SockaddrStorage>(fd).map(|a| a.family());
+        if !matches!(family, Ok(Some(AddressFamily::Unix)) | Err(Errno::ENOTSOCK | Errno::EBADF)) {
             return Err(format!(
                 "descriptor {fd} is a network socket made outside the network lock; refusing (give ocsb a terminal, a pipe, a file or a unix socket as stdin, stdout and stderr)"
             ));

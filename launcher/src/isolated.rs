@@ -134,11 +134,11 @@ pub fn run_for(project: &Project, policy: &Policy, spec: &SandboxSpec, mut ahead
         nested = checked.nested().to_vec();
         ahead.checked = Some(checked);
     }
+    // Served until this function returns, after the sandbox has exited.
     let docker = crate::docker_gw::attach(project, &mut spec, &nested)?;
     if docker.is_some() {
         ahead.judged_nested = Some(nested);
     }
-    let _docker = docker;
     let spec = &spec;
     let server = match spec.network {
         Network::Host => None,

@@ -121,28 +121,29 @@ pub fn run(spec: &SandboxSpec, server: Option<&Server>, ahead: Ahead) -> Result<
 /// With `OCSB_DOCKER=1` the Docker gateway serves the sandbox too, for as long as it runs.
 pub fn run_for(project: &Project, policy: &Policy, spec: &SandboxSpec, mut ahead: Ahead) -> Result<i32> {
     let mut spec = spec.clone();
-    let mut nested = Vec::new();
+    // Served until this function returns, after the sandbox has exited.
+    let mut docker = None;
     if project.settings.docker() == ocsb_policy::settings::DockerMode::Gateway {
         // The gateway judges containers' binds by the sandbox's plan, which protects the git
-        // metadata of the repositories nested in the checkouts: it needs them before the
-        // sandbox starts, from the check the start is made from (a start that then finds
-        // others refuses: `run_served`).
+        // metadata of the checkouts and of the repositories nested in them: it needs them
+        // before the sandbox starts, from the check the start is made from (a start that then
+        // sees others refuses: `run_served`).
         let checked = match ahead.checked.take() {
             Some(c) => c,
             None => ocsb_sandbox::audit::check(&spec)?,
         };
-        nested = checked.nested().to_vec();
+        if let Some((gw, judged)) = crate::docker_gw::attach(project, &mut spec, &checked)? {
+            docker = Some(gw);
+            ahead.judged = Some(judged);
+        }
         ahead.checked = Some(checked);
-    }
-    // Served until this function returns, after the sandbox has exited.
-    let docker = crate::docker_gw::attach(project, &mut spec, &nested)?;
-    if docker.is_some() {
-        ahead.judged_nested = Some(nested);
     }
     let spec = &spec;
     let server = match spec.network {
         Network::Host => None,
         Network::Isolated { .. } => Some(Server::new(project, policy)?),
     };
-    run(spec, server.as_ref(), ahead)
+    let status = run(spec, server.as_ref(), ahead);
+    drop(docker);
+    status
 }

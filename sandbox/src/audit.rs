@@ -486,6 +486,9 @@ pub struct Audit {
     spec: SandboxSpec,
     /// Repositories nested in the checkouts: the sandbox protects their metadata too.
     pub nested: Vec<PathBuf>,
+    /// The checkouts as the look before the start saw them (the nested ones aside): the
+    /// sandbox's checkout rule is made from them ([`checkouts::of_spec_known`]).
+    pub checkouts: Vec<Checkout>,
 }
 
 /// Refuse to start while anything planted is there; otherwise record what exists.
@@ -500,6 +503,7 @@ pub struct Checked {
     pub findings: Vec<Finding>,
     present: BTreeMap<PathBuf, String>,
     nested: Vec<PathBuf>,
+    checkouts: Vec<Checkout>,
     /// What the check looked at: a spec that would look elsewhere is checked again.
     looked_at: Looked,
     /// The records' last change when the check began ([`CHANGED`]): a sandbox begun since,
@@ -546,7 +550,7 @@ pub fn check(spec: &SandboxSpec) -> Result<Checked> {
     let now = snapshot(spec, &checkouts, &spec.nested_repos);
     let findings = standing(spec, &checkouts, index, &now)?;
     let looked_at = Looked::of(spec);
-    Ok(Checked { findings, present: now.present, nested: now.nested, looked_at, changed, made })
+    Ok(Checked { findings, present: now.present, nested: now.nested, checkouts, looked_at, changed, made })
 }
 
 impl Checked {
@@ -554,6 +558,12 @@ impl Checked {
     /// so must whatever judges paths by the sandbox's plan before it starts (the Docker gateway).
     pub fn nested(&self) -> &[PathBuf] {
         &self.nested
+    }
+
+    /// The checkouts this check saw, for a sandbox of `spec` ([`checkouts::of_spec_known`]);
+    /// none when `spec` has another home (git's config would be read with another `~`).
+    pub fn checkouts_for(&self, spec: &SandboxSpec) -> &[Checkout] {
+        if self.looked_at.home == spec.home { &self.checkouts } else { &[] }
     }
 
     /// Start the audit of a sandbox of `spec`: refused while a finding stands; otherwise what
@@ -583,7 +593,13 @@ impl Checked {
         let marker =
             dir.join(format!("running-{}-{}.json", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst)));
         write_json(&marker, &Marker { pid: std::process::id(), present: checked.present.clone() })?;
-        Ok(Audit { marker, before: checked.present, spec: spec.clone(), nested: checked.nested })
+        Ok(Audit {
+            marker,
+            before: checked.present,
+            spec: spec.clone(),
+            nested: checked.nested,
+            checkouts: checked.checkouts,
+        })
     }
 }
 
@@ -715,6 +731,40 @@ mod tests {
         std::fs::create_dir_all(root.join("p")).unwrap();
         std::fs::create_dir_all(root.join("state/p")).unwrap();
         crate::spec::minimal(root.join("p"), root.join("state/p"), root.to_path_buf())
+    }
+
+    /// The checkout rule of the start is made from the checkouts its check saw (git is not
+    /// asked again), for a spec of the same home only; a checkout the check did not see (a
+    /// nested repository) is looked at then.
+    #[test]
+    fn the_start_takes_the_checkouts_its_check_saw_for_its_home_only() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        let git = |args: &[&str]| {
+            let st = checkouts::git(&spec.project_dir).args(args).status().unwrap();
+            assert!(st.success(), "git {args:?}");
+        };
+        git(&["init", "-q"]);
+        git(&["config", "core.hooksPath", "seen"]);
+        let checked = check(&spec).unwrap();
+        let seen = spec.project_dir.canonicalize().unwrap().join("seen");
+        assert_eq!(checked.checkouts_for(&spec)[0].hooks_path.as_deref(), Some(seen.as_path()));
+        git(&["config", "core.hooksPath", "later"]);
+        let known = checkouts::of_spec_known(&spec, checked.checkouts_for(&spec));
+        assert_eq!(known[0].hooks_path.as_deref(), Some(seen.as_path()), "git was asked again");
+        assert_ne!(checkouts::of_spec(&spec)[0].hooks_path, known[0].hooks_path);
+        let mut elsewhere = spec.clone();
+        elsewhere.home = t.path().join("other-home");
+        assert!(checked.checkouts_for(&elsewhere).is_empty());
+        let mut nested = spec.clone();
+        let lib = spec.project_dir.canonicalize().unwrap().join("lib");
+        std::fs::create_dir_all(lib.join(".git")).unwrap();
+        nested.nested_repos = vec![lib.clone()];
+        let both = checkouts::of_spec_known(&nested, checked.checkouts_for(&spec));
+        assert_eq!(both.iter().map(|c| c.root.clone()).collect::<Vec<_>>(), [known[0].root.clone(), lib]);
+        let audit = checked.begin(&spec).unwrap();
+        assert_eq!(audit.checkouts, known);
+        audit.end();
     }
 
     #[test]

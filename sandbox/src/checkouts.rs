@@ -277,6 +277,19 @@ pub fn roots_of_spec(spec: &SandboxSpec) -> Vec<(PathBuf, bool)> {
     roots
 }
 
+/// [`of_spec`], taking each checkout found in `known` (a look at the same home moments
+/// before: the audit's) rather than asking git again. *Why*: each checkout is a `git config`
+/// run, and a start looked at the same checkouts a few milliseconds earlier.
+pub fn of_spec_known(spec: &SandboxSpec, known: &[Checkout]) -> Vec<Checkout> {
+    roots_of_spec(spec)
+        .iter()
+        .map(|(r, commits)| match known.iter().find(|c| c.root == *r && c.commits == *commits) {
+            Some(c) => c.clone(),
+            None => checkout(r, &spec.home, *commits),
+        })
+        .collect()
+}
+
 /// The checkouts at `roots` (from [`roots_of_spec`]).
 pub fn of_roots(roots: &[(PathBuf, bool)], home: &Path) -> Vec<Checkout> {
     roots.iter().map(|(r, commits)| checkout(r, home, *commits)).collect()

@@ -77,6 +77,24 @@ pub fn receive(chan: &mut UnixStream) -> Result<Option<(OwnedFd, Vec<u8>)>> {
     Ok(Some((stdin, request)))
 }
 
+/// Stage 2's last word, on the same channel: the command's exit status, said before stage 2
+/// exits. *Why*: the exit of the last process in the sandbox's mount namespace waits while the
+/// kernel tears the namespace down (an RCU grace period: milliseconds), and the launcher has
+/// nothing to wait for by then: pid 1 has exited and been reaped, and the kernel kills and
+/// reaps everything else in its pid namespace before that. (With `OCSB_SANDBOX=0` there is no
+/// pid namespace: what the command left running was never waited for, then as before.)
+pub fn report(chan: &mut UnixStream, code: i32) {
+    // The launcher that does not read it falls back to the exit status.
+    let _ = chan.write_all(&code.to_le_bytes());
+}
+
+/// The launcher's side: the status stage 2 reported; `None` when it exited without saying one
+/// (it failed, and said why on stderr).
+pub fn reported(chan: &mut UnixStream) -> Option<i32> {
+    let mut code = [0u8; 4];
+    chan.read_exact(&mut code).ok().map(|()| i32::from_le_bytes(code))
+}
+
 /// The shim's rule for what it passes on: no socket of a family other than unix. A socket
 /// whose address cannot be read (`getsockname` fails other than with `ENOTSOCK`: an XDP
 /// socket does) is refused too.
@@ -112,6 +130,15 @@ mod tests {
         let (a, mut b) = UnixStream::pair().unwrap();
         drop(a);
         assert!(receive(&mut b).unwrap().is_none(), "the launcher gave up");
+    }
+
+    #[test]
+    fn a_reported_status_arrives_and_a_stage_2_gone_without_one_is_none() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        report(&mut a, 137);
+        assert_eq!(reported(&mut b), Some(137));
+        drop(a);
+        assert_eq!(reported(&mut b), None);
     }
 
     #[test]

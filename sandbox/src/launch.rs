@@ -13,6 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
+use ocsb_policy::guard::Checkout;
+
 use super::error::{Error, Result};
 use super::landlock::LandlockPolicy;
 use super::plan::{self, Plan, RealFs};
@@ -20,8 +22,9 @@ use super::spec::{Netlock, Network, SandboxSpec, TmpMode, TtyMode};
 use super::stage2::{self, Request};
 use super::{audit, checkouts, handover, netlock, netns, pty, termfilter, tmpclean};
 
-/// Create what the sandbox needs on the host and build the plan. Idempotent.
-pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
+/// Create what the sandbox needs on the host and build the plan. Idempotent. `known`: the
+/// checkouts as a look moments before saw them ([`checkouts::of_spec_known`]).
+pub fn prepare(spec: &SandboxSpec, known: &[Checkout]) -> Result<Option<Plan>> {
     // The state directory is the agent's to write: its subdirectories are made through
     // descriptors that never follow a symlink it may have left (see `statefs`).
     let state_err = |e: Error| Error::refused(e.to_string(), "fix the state directory named above");
@@ -44,7 +47,7 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Option<Plan>> {
     if spec.tmp == TmpMode::Private {
         tmpclean::clean(&tmp, tmpclean::MAX_AGE, SystemTime::now());
     }
-    let spec = &with_checkout_rule(spec)?;
+    let spec = &with_checkout_rule(spec, known)?;
     let first = plan::build(spec, &RealFs)?;
     if first.placeholders.is_empty() {
         return Ok(Some(first));
@@ -107,18 +110,19 @@ fn create_placeholder(p: &plan::Placeholder) -> std::io::Result<()> {
 
 /// The mount plan the sandbox of `spec` is built from, the checkout rule applied: what it may
 /// write, and what inside that is read-only or hidden (the Docker gateway keeps containers to it).
-pub fn plan_of(spec: &SandboxSpec) -> Result<Plan> {
-    plan::build(&with_checkout_rule(spec)?, &RealFs)
+pub fn plan_of(spec: &SandboxSpec, known: &[Checkout]) -> Result<Plan> {
+    plan::build(&with_checkout_rule(spec, known)?, &RealFs)
 }
 
 /// The spec with the checkout rule (`ocsb_policy::guard`) applied to every writable checkout it
-/// names; what the spec said about protections before is replaced.
-fn with_checkout_rule(spec: &SandboxSpec) -> Result<SandboxSpec> {
+/// names (those in `known` as they were seen there); what the spec said about protections
+/// before is replaced.
+fn with_checkout_rule(spec: &SandboxSpec, known: &[Checkout]) -> Result<SandboxSpec> {
     let mut spec = spec.clone();
     spec.protect.clear();
     let writable = plan::build(&spec, &RealFs)?.writable;
     let rule = ocsb_policy::guard::Rule { writable: &writable, rw_tool_files: &spec.rw_tool_files };
-    spec.protect = rule.protections(&checkouts::of_spec(&spec), &checkouts::HostLookup);
+    spec.protect = rule.protections(&checkouts::of_spec_known(&spec, known), &checkouts::HostLookup);
     Ok(spec)
 }
 
@@ -187,10 +191,10 @@ pub struct Ahead {
     /// Stage 2, started while the caller was still checking; used when it was started for
     /// this spec ([`Early::fits`]), stopped otherwise.
     pub stage2: Option<Early>,
-    /// The repositories nested in the checkouts (from `checked`) that something outside the
-    /// sandbox judges paths by, as the sandbox's plan will protect them (the Docker gateway):
-    /// the start refuses when its own look finds others.
-    pub judged_nested: Option<Vec<PathBuf>>,
+    /// The checkouts (nested repositories included, from `checked`) that something outside
+    /// the sandbox judges paths by, as the sandbox's plan will protect them (the Docker
+    /// gateway): the start refuses when its own look finds others, or sees them otherwise.
+    pub judged: Option<Vec<Checkout>>,
 }
 
 /// [`run`], with `serve` for a spec whose network is isolated (refused without it: nothing
@@ -200,32 +204,36 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) ->
         Some(c) => c.begin(spec)?,
         None => audit::begin(spec)?,
     };
-    let sorted = |v: &[PathBuf]| {
+    let mut spec = spec.clone();
+    spec.nested_repos = audit.nested.clone();
+    let checkouts = checkouts::of_spec_known(&spec, &audit.checkouts);
+    let sorted = |v: &[Checkout]| {
         let mut v = v.to_vec();
-        v.sort();
+        v.sort_by(|a, b| a.root.cmp(&b.root));
         v
     };
-    if ahead.judged_nested.as_deref().is_some_and(|n| sorted(n) != sorted(&audit.nested)) {
-        // What judges paths by the sandbox's plan was given the nested repositories of an
-        // earlier look; it must protect the same ones as the sandbox.
+    if ahead.judged.as_deref().is_some_and(|j| sorted(j) != sorted(&checkouts)) {
+        // What judges paths by the sandbox's plan was given the checkouts of an earlier look
+        // (the nested repositories, git's config files); it must protect the same as the sandbox.
         audit.end();
         return Err(Error::refused(
-            "the repositories nested in the project changed while the sandbox was starting",
+            "the repositories in the project, or their git config, changed while the sandbox was starting",
             "start it again",
         ));
     }
-    let mut spec = spec.clone();
-    spec.nested_repos = audit.nested.clone();
-    let status = run_checked(&spec, serve, ahead.stage2);
+    let run = run_checked(&spec, serve, ahead.stage2, &checkouts);
     audit.end();
-    status
+    // Stage 2 is reaped after the look, which does not wait for it to tear the namespaces down.
+    run.map(|(code, _ending)| code)
 }
 
 /// Stage 2, started before its request exists. *Why*: its landlock port rules (the ephemeral
-/// range is one rule per port: landlock has no ranges) took a third of a start; started first,
-/// stage 2 builds them while the launcher is still checking the settings, the checkouts, the
-/// filter and the netlock, and then waits on fd 0 for the request ([`handover`]). Nothing of the
-/// sandbox exists before the request arrives, and a stage 2 dropped without one is stopped.
+/// range is one rule per port: landlock has no ranges) took a third of a start, and an
+/// isolated sandbox's network (`ip` and `nft` runs) a quarter; started first, stage 2 builds
+/// them while the launcher is still checking the settings, the checkouts, the filter and the
+/// netlock, and then waits on fd 0 for the request ([`handover`]). Before the request there is
+/// a ruleset and, isolated, a user and network namespace holding only `lo`: no mount, no
+/// process of the sandbox, nothing it can reach. A stage 2 dropped without a request is stopped.
 pub struct Early {
     child: Option<Child>,
     chan: UnixStream,
@@ -295,15 +303,50 @@ impl Early {
     /// Send the request. A stage 2 that exited before taking it is returned all the same: it
     /// said why on stderr, and its exit status says it too. One still running that could not
     /// be sent it is stopped (dropped), and the error returned.
-    fn hand_over(mut self, request: &[u8]) -> Result<(Child, Option<pty::Pty>)> {
+    fn hand_over(mut self, request: &[u8]) -> Result<(Stage2, Option<pty::Pty>)> {
         if let Err(e) = handover::send(&mut self.chan, self.stdin.as_fd(), request)
             && self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
         {
             return Err(Error::io("send the request to", "the sandbox", e));
         }
+        let chan = self.chan.try_clone().map_err(|e| Error::io("duplicate", "the hand-over socket", e))?;
         #[allow(clippy::expect_used, reason = "taken only here, and `self` is consumed")]
         let child = self.child.take().expect("a started stage 2");
-        Ok((child, self.pty.take()))
+        Ok((Stage2 { child, chan }, self.pty.take()))
+    }
+}
+
+/// Stage 2 after the hand-over: the sandbox runs.
+struct Stage2 {
+    child: Child,
+    /// Where stage 2 reports the command's status ([`handover::report`]).
+    chan: UnixStream,
+}
+
+impl Stage2 {
+    /// The command's exit status: as stage 2 reports it once pid 1 has exited, or, when it
+    /// exited without reporting one, its own. Stage 2 may still be exiting: it is reaped when
+    /// the returned [`Ending`] is dropped.
+    fn status(mut self) -> std::io::Result<(i32, Ending)> {
+        use std::os::unix::process::ExitStatusExt;
+        let code = match handover::reported(&mut self.chan) {
+            Some(code) => code,
+            None => {
+                let st = self.child.wait()?;
+                st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+            }
+        };
+        Ok((code, Ending(self.child)))
+    }
+}
+
+/// A stage 2 that has reported the command's status and is tearing the namespaces down;
+/// reaped when dropped.
+struct Ending(Child);
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        let _ = self.0.wait();
     }
 }
 
@@ -344,7 +387,12 @@ fn wants_pty(spec: &SandboxSpec) -> bool {
     spec.tty == TtyMode::Auto && std::io::stdin().is_terminal()
 }
 
-fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>, early: Option<Early>) -> Result<i32> {
+fn run_checked(
+    spec: &SandboxSpec,
+    serve: Option<Serve<'_>>,
+    early: Option<Early>,
+    checkouts: &[Checkout],
+) -> Result<(i32, Ending)> {
     // Stage 2 first, so that its landlock rules are built while the plan is.
     let early = match early {
         Some(e) if e.fits(spec) => e,
@@ -365,7 +413,7 @@ fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>, early: Option<Early
             ));
         }
     };
-    let plan = prepare(spec)?;
+    let plan = prepare(spec, checkouts)?;
     if let Some(p) = &plan {
         for w in &p.warnings {
             eprintln!("ocsb: warning: {w}");
@@ -383,10 +431,11 @@ fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>, early: Option<Early
     }
     let json = serde_json::to_vec(&req)
         .map_err(|e| Error::refused(format!("serialising the request: {e}"), "report this"))?;
-    let (mut child, pty) = early.hand_over(&json)?;
+    let (mut stage2, pty) = early.hand_over(&json)?;
     // The isolated network's sockets, served from here until the sandbox exits.
     let _served = match channel {
         Some((mut chan, _, serve)) => {
+            let child = &mut stage2.child;
             let pid = child.id();
             let inside = chan.receive(pid, &mut || matches!(child.try_wait(), Ok(None)));
             match inside.and_then(|i| i.map(serve).transpose()) {
@@ -407,7 +456,7 @@ fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>, early: Option<Early
             let done = AtomicBool::new(false);
             let status = std::thread::scope(|s| {
                 s.spawn(|| pty::relay(&p.master, &done));
-                let st = child.wait();
+                let st = stage2.status();
                 done.store(true, Ordering::Relaxed);
                 st
             });
@@ -415,7 +464,7 @@ fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>, early: Option<Early
             status
         }
         None => {
-            let (out, err) = (child.stdout.take(), child.stderr.take());
+            let (out, err) = (stage2.child.stdout.take(), stage2.child.stderr.take());
             let filter = std::sync::Mutex::new(termfilter::Filter::default());
             std::thread::scope(|s| {
                 if let Some(o) = out {
@@ -424,13 +473,11 @@ fn run_checked(spec: &SandboxSpec, serve: Option<Serve<'_>>, early: Option<Early
                 if let Some(e) = err {
                     s.spawn(|| termfilter::relay(e, std::io::stderr(), &filter));
                 }
-                child.wait()
+                stage2.status()
             })
         }
-    }
-    .map_err(|e| Error::io("wait for", "the sandbox", e))?;
-    use std::os::unix::process::ExitStatusExt;
-    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    };
+    status.map_err(|e| Error::io("wait for", "the sandbox", e))
 }
 
 #[cfg(test)]
@@ -471,5 +518,22 @@ mod tests {
         spec.namespaces = false;
         spec.network = Network::Host;
         assert_eq!(early_of(&spec).net, crate::landlock::NetPart { isolated: false, tcp: None });
+    }
+
+    /// What judged paths by the sandbox's plan before the start (the Docker gateway) must have
+    /// judged by the checkouts the sandbox protects: otherwise the start is refused before
+    /// anything runs, and its audit ends.
+    #[test]
+    fn a_start_whose_checkouts_were_judged_otherwise_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let (p, state) = (t.path().join("p"), t.path().join("state/p"));
+        std::fs::create_dir_all(p.join(".git")).unwrap();
+        std::fs::create_dir_all(&state).unwrap();
+        let spec = crate::spec::minimal(p, state.clone(), t.path().to_path_buf());
+        let ahead = Ahead { judged: Some(Vec::new()), ..Ahead::default() };
+        let e = run_served(&spec, None, ahead).unwrap_err().to_string();
+        assert!(e.contains("changed while the sandbox was starting"), "{e}");
+        let markers = std::fs::read_dir(crate::audit::dir_of(&state)).unwrap().flatten();
+        assert!(!markers.into_iter().any(|m| m.file_name().to_string_lossy().starts_with("running-")));
     }
 }

@@ -29,6 +29,7 @@ pub mod netlock;
 pub mod netns;
 pub mod plan;
 pub mod pty;
+pub mod remembered;
 pub mod seccomp;
 pub mod snapshot;
 pub mod spec;

@@ -18,7 +18,7 @@
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -26,6 +26,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
     AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, SockaddrStorage,
     recvmsg, sendmsg, socket, sockopt,
@@ -130,9 +131,9 @@ fn admin(program: &Path, args: &[&str], input: &str) -> Result<()> {
 
 /// Stage 2, right after `unshare` (it holds every capability over the new namespaces): `lo` up,
 /// default routes through `lo` (so that a connection to any address is routed, and then
-/// redirected by the table rather than failing with `ENETUNREACH`), the table, the sockets, and
-/// the hand-over. Returns the channel, kept open for the socket factory.
-pub fn build(req: &NetRequest) -> Result<UnixStream> {
+/// redirected by the table rather than failing with `ENETUNREACH`), and the table. Needs
+/// nothing of the request, so stage 2 does it while the launcher is still checking.
+pub fn configure() -> Result<()> {
     let mut caps = sys::capget().map_err(|e| fail("capget", e))?;
     caps[0].inheritable |= 1 << CAP_NET_ADMIN;
     sys::capset(caps).map_err(|e| fail("capset", e))?;
@@ -147,7 +148,12 @@ pub fn build(req: &NetRequest) -> Result<UnixStream> {
     admin(&tool("nft")?, &["-f", "-"], TABLE)?;
     let lower = libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong;
     sys::prctl(libc::PR_CAP_AMBIENT, lower).map_err(|e| fail("PR_CAP_AMBIENT", e))?;
+    Ok(())
+}
 
+/// Then, with the request: the sockets, and the hand-over. Returns the channel, kept open for
+/// the socket factory.
+pub fn hand_out(req: &NetRequest) -> Result<UnixStream> {
     let mut sockets: Vec<(Role, OwnedFd)> = Vec::new();
     for &port in &req.forward {
         let l = TcpListener::bind((Ipv4Addr::LOCALHOST, port))
@@ -332,7 +338,10 @@ impl Channel {
                     if Instant::now() > deadline {
                         return Err(late());
                     }
-                    std::thread::sleep(Duration::from_millis(5));
+                    // Woken by the connection (the sockets are what the sandbox's start waits
+                    // on when its command is short); `alive` is asked again at least every 20 ms.
+                    let mut pfd = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+                    let _ = poll(&mut pfd, PollTimeout::from(20u8));
                 }
                 Err(e) => return Err(Error::io("accept on", self.path(), e)),
             }

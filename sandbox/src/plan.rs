@@ -603,6 +603,8 @@ impl Plan {
 /// Build the plan. Fails (without side effects) on relative paths, unreadable paths and
 /// symlinked protected paths.
 pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
+    let remembered = super::remembered::Remembered::new(fs);
+    let fs: &dyn HostFs = &remembered;
     absolute(&spec.project_dir, "project directory")?;
     absolute(&spec.state_dir, "state directory")?;
     absolute(&spec.home, "home directory")?;

@@ -1,16 +1,19 @@
 //! Stage 2: the freshly executed, single-threaded `ocsb __sandbox-init` (through the netlock
-//! shim or `sg` when it needs the gid). It is started with what it needs to build the landlock
-//! port rules ([`Early`], in its environment), builds them, then reads the request and the
-//! command's stdin from fd 0 ([`super::handover`]), builds the namespaces, forks pid 1 and then
-//! supervises: it relays signals and the exit status and re-runs the netlock probe; a failed
-//! probe kills the sandbox.
+//! shim or `sg` when it needs the gid). It is started with what it needs to begin before the
+//! request exists ([`Early`], in its environment): the landlock port rules, and an isolated
+//! sandbox's network namespace. Then it reads the request and the command's stdin from fd 0
+//! ([`super::handover`]), builds the other namespaces, forks pid 1 and supervises: it relays
+//! signals and re-runs the netlock probe (a failed probe kills the sandbox), and reports the
+//! command's exit status on fd 0's socket before it exits.
 //!
 //! ```text
 //! launcher (any threads; owns the pty master)
-//!  └─ stage 2 helper: close fds, PDEATHSIG, landlock port rules (while the launcher checks),
-//!     │               the request and stdin over fd 0, gid + probe,
-//!     │               unshare(USER|NS|IPC|UTS|PID|CGROUP),
-//!     │               id maps (user and gid mapped to themselves), then supervise
+//!  └─ stage 2 helper: close fds, PDEATHSIG, while the launcher checks: the landlock port
+//!     │               rules, or (isolated) gid + probe, unshare(USER|NET), id maps, lo,
+//!     │               routes and the nftables table;
+//!     │               the request and stdin over fd 0, gid + probe (host network),
+//!     │               unshare(USER|NS|IPC|UTS|PID|CGROUP) (without USER when isolated),
+//!     │               id maps (user and gid mapped to themselves), then supervise, report
 //!     └─ pid 1: PDEATHSIG, non-dumpable, mount tree + pivot_root, drop caps, setsid + pty,
 //!        │      rlimits, fresh keyring, no_new_privs, landlock (completing the ruleset stage 2
 //!        │      began), seccomp  (same domains as the command, so the command cannot ptrace
@@ -137,6 +140,15 @@ fn helper() -> Result<i32> {
     // reported here: pid 1 then builds the whole ruleset and fails, if it does, at the usual
     // point and with the usual message.
     let prebuilt = if early.namespaces { landlock::prebuild(&early.net).ok() } else { None };
+    // An isolated sandbox's network namespace is built while the launcher is still checking.
+    // The netlock is probed on the host's network, so before that namespace exists; on the
+    // host's network, after the request, as close to the start as it can be. Failures are
+    // reported once the request is in, where they always were.
+    let entered = (early.namespaces && early.net.isolated).then(|| {
+        check_netlock(early.netlock_gid)?;
+        enter_user_namespace(true)?;
+        netns::configure()
+    });
     // fd 0 is the hand-over until the request is in; then it is the command's stdin.
     let fd0 = std::io::stdin().as_fd().try_clone_to_owned();
     let mut chan =
@@ -144,7 +156,8 @@ fn helper() -> Result<i32> {
     let Some((stdin, raw)) = handover::receive(&mut chan)? else {
         return Ok(EXIT_SETUP); // the launcher did not start the sandbox after all
     };
-    drop(chan);
+    // Kept for the command's exit status (`handover::report`); never in pid 1.
+    let mut report = chan;
     nix::unistd::dup2_stdin(&stdin).map_err(|e| Error::kernel("dup2 stdin", e.into(), "report this"))?;
     drop(stdin);
     let req: Request = serde_json::from_slice(&raw)
@@ -155,9 +168,8 @@ fn helper() -> Result<i32> {
             "report this",
         ));
     }
-    if let Some(gid) = req.netlock_gid {
-        netlock::require_gid(gid)?;
-        netlock::require_locked(gid)?;
+    if entered.is_none() {
+        check_netlock(req.netlock_gid)?;
     }
     let mask = handled_set();
     signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
@@ -168,7 +180,7 @@ fn helper() -> Result<i32> {
     // The network is built by this process, which holds every capability over the new
     // namespaces; the channel stays here (the socket factory), never in pid 1 or the command.
     let chan = match (&req.plan, &req.network) {
-        (Some(_), net) => enter_namespaces(net.as_ref())?,
+        (Some(_), net) => enter_namespaces(net.as_ref(), entered)?,
         (None, None) => None,
         (None, Some(_)) => {
             return Err(Error::refused(
@@ -181,6 +193,7 @@ fn helper() -> Result<i32> {
     match sys::fork_single_threaded().map_err(|e| Error::kernel("fork", e, "check RLIMIT_NPROC"))? {
         ForkResult::Child => {
             drop(chan);
+            drop(report);
             drop(death_w);
             let code = match init(&req, death_r, prebuilt) {
                 Ok(never) => match never {},
@@ -193,13 +206,31 @@ fn helper() -> Result<i32> {
         }
         ForkResult::Parent { child } => {
             drop(death_r);
-            // pid 1 completes the ruleset; this copy is not needed here.
-            drop(prebuilt);
             let code = supervise(&req, child, &mask, chan.as_ref());
+            // Nothing is written to the command's output after this; let go of it, so that a
+            // launcher relaying it sees its end now, not once the namespaces are torn down.
+            if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+                let _ = nix::unistd::dup2_stdout(&null);
+                let _ = nix::unistd::dup2_stderr(&null);
+            }
+            handover::report(&mut report, code);
+            // pid 1 completed the ruleset and restricted itself with it. This copy is closed
+            // only now, after the report: the last close frees every port rule (milliseconds),
+            // and pid 1's own close, not being the last, then cost the command nothing.
+            drop(prebuilt);
             drop(death_w);
             Ok(code)
         }
     }
+}
+
+/// The process is in the netlock's group `gid` (all three ids), and the lock holds for it.
+fn check_netlock(gid: Option<u32>) -> Result<()> {
+    if let Some(gid) = gid {
+        netlock::require_gid(gid)?;
+        netlock::require_locked(gid)?;
+    }
+    Ok(())
 }
 
 fn read_early() -> Result<Early> {
@@ -213,14 +244,11 @@ fn read_early() -> Result<Early> {
         .map_err(|e| Error::refused(format!("bad sandbox request: {e}"), "report this"))
 }
 
-/// `unshare` the namespaces and map the user and group to themselves; with `net`, also a
-/// network namespace, built ([`netns::build`]) before the others exist: its tools run as
-/// children, and after `unshare(CLONE_NEWPID)` the first child would become the new
-/// namespace's pid 1, whose exit ends the namespace (the next fork fails with `ENOMEM`).
-/// Returns the network's channel (the socket factory).
-fn enter_namespaces(net: Option<&netns::NetRequest>) -> Result<Option<std::os::unix::net::UnixStream>> {
+/// `unshare` the user namespace, with a network namespace of its own when `net`, and map the
+/// user and group to themselves.
+fn enter_user_namespace(net: bool) -> Result<()> {
     let (uid, gid) = (geteuid().as_raw(), getegid().as_raw());
-    let first = if net.is_some() { CloneFlags::CLONE_NEWNET } else { CloneFlags::empty() };
+    let first = if net { CloneFlags::CLONE_NEWNET } else { CloneFlags::empty() };
     nix::sched::unshare(CloneFlags::CLONE_NEWUSER | first)
         .map_err(|e| Error::kernel("unshare(user, network namespaces)", e.into(), USERNS_FIX))?;
     // After a set-gid exec the process may be non-dumpable, which makes /proc/self/*_map
@@ -238,8 +266,31 @@ fn enter_namespaces(net: Option<&netns::NetRequest>) -> Result<Option<std::os::u
     // setgroups must be denied before an unprivileged gid_map (CVE-2014-8989).
     write("/proc/self/setgroups", "deny".into())?;
     write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))?;
-    write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))?;
-    let chan = net.map(netns::build).transpose()?;
+    write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))
+}
+
+/// The namespaces of the sandbox. With `net`, the network namespace comes first, configured
+/// ([`netns::configure`]) and its sockets handed out ([`netns::hand_out`]) before the others
+/// exist: its tools run as children, and after `unshare(CLONE_NEWPID)` the first child would
+/// become the new namespace's pid 1, whose exit ends the namespace (the next fork fails with
+/// `ENOMEM`). `entered`: that namespace, entered and configured before the request came (or
+/// why it could not be). Returns the network's channel (the socket factory).
+fn enter_namespaces(
+    net: Option<&netns::NetRequest>,
+    entered: Option<Result<()>>,
+) -> Result<Option<std::os::unix::net::UnixStream>> {
+    match (net, entered) {
+        (Some(_), Some(entered)) => entered?,
+        (None, None) => enter_user_namespace(false)?,
+        // The early part says whether the network is isolated, and the request agrees with it.
+        _ => {
+            return Err(Error::refused(
+                "the sandbox request does not match what stage 2 was started for",
+                "report this",
+            ));
+        }
+    }
+    let chan = net.map(netns::hand_out).transpose()?;
     let rest = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS
@@ -259,7 +310,9 @@ fn exit_code(status: WaitStatus) -> Option<i32> {
     }
 }
 
-/// Wait for pid 1, forward signals, repeat the netlock probe, serve the socket factory.
+/// Wait for pid 1, forward signals, repeat the netlock probe, serve the socket factory. Returns
+/// once pid 1 has exited and been reaped (with a pid namespace, everything in it has then
+/// been killed and reaped by the kernel).
 fn supervise(req: &Request, child: Pid, mask: &SigSet, chan: Option<&std::os::unix::net::UnixStream>) -> i32 {
     let mut chan = chan;
     let sigfd = chan.and_then(|_| SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC).ok());
@@ -273,7 +326,13 @@ fn supervise(req: &Request, child: Pid, mask: &SigSet, chan: Option<&std::os::un
                     return c;
                 }
             }
-            Err(_) => return EXIT_SETUP,
+            Err(_) => {
+                // Never returned while pid 1 may live: the status is the launcher's cue that
+                // nothing of the sandbox runs any more.
+                let _ = signal::kill(child, Signal::SIGKILL);
+                let _ = waitpid(child, None);
+                return EXIT_SETUP;
+            }
         }
         if let Some(gid) = req.netlock_gid
             && std::time::Instant::now() >= next_probe

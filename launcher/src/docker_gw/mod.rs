@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ocsb_policy::docker::Context;
+use ocsb_policy::guard::Checkout;
 use ocsb_sandbox::SandboxSpec;
+use ocsb_sandbox::audit::Checked;
 use ocsb_sandbox::plan::{Access, Op};
 
 pub use daemon::{Daemon, upstream};
@@ -67,9 +69,15 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Starts a gateway for `project`'s sandbox `spec`, in front of `daemon`.
-    pub fn start(project: &Project, spec: &SandboxSpec, daemon: Daemon) -> Result<Gateway> {
-        let ctx = context(project, spec)?;
+    /// Starts a gateway for `project`'s sandbox `spec` (of `checkouts`, as the sandbox's plan
+    /// will protect them), in front of `daemon`.
+    pub fn start(
+        project: &Project,
+        spec: &SandboxSpec,
+        checkouts: &[Checkout],
+        daemon: Daemon,
+    ) -> Result<Gateway> {
+        let ctx = context(project, spec, checkouts)?;
         let inst = crate::egress_cmd::instance(project)?;
         let paths = inst.paths();
         let reach = match inst.backend {
@@ -233,27 +241,33 @@ pub fn list(project: &Project, json: bool) -> Result<()> {
 /// Starts the gateway for a sandbox of `project` when `OCSB_DOCKER=1` and a daemon answers on
 /// a unix socket, and puts it into `spec` (its socket, `DOCKER_HOST`). With no daemon there is
 /// nothing to serve, as there was no socket to pass before.
-/// `nested`: the repositories nested in the checkouts, which the sandbox's plan protects as
-/// checkouts of their own (the audit finds them as the sandbox starts); the gateway judges by
-/// that plan.
-pub fn attach(project: &Project, spec: &mut SandboxSpec, nested: &[PathBuf]) -> Result<Option<Gateway>> {
+/// `checked`: the check of the checkouts the sandbox starts from. The sandbox's plan protects
+/// the repositories nested in them as checkouts of their own, and the gateway judges by that
+/// plan. Returns the gateway and the checkouts it judges by, for the start to compare with its
+/// own ([`ocsb_sandbox::Ahead::judged`]).
+pub fn attach(
+    project: &Project,
+    spec: &mut SandboxSpec,
+    checked: &Checked,
+) -> Result<Option<(Gateway, Vec<Checkout>)>> {
     if project.settings.docker() != ocsb_policy::settings::DockerMode::Gateway || !spec.namespaces {
         return Ok(None);
     }
     let Some(socket) = upstream() else { return Ok(None) };
     let mut judged = spec.clone();
-    judged.nested_repos = nested.to_vec();
-    let gw = Gateway::start(project, &judged, Daemon { socket })?;
+    judged.nested_repos = checked.nested().to_vec();
+    let checkouts = ocsb_sandbox::checkouts::of_spec_known(&judged, checked.checkouts_for(&judged));
+    let gw = Gateway::start(project, &judged, &checkouts, Daemon { socket })?;
     spec.docker_gateway = Some(gw.socket());
     spec.env.retain(|(k, _)| k != "DOCKER_HOST");
     spec.env.push(("DOCKER_HOST".into(), format!("unix://{}", ocsb_sandbox::spec::DOCKER_GATEWAY_INSIDE)));
-    Ok(Some(gw))
+    Ok(Some((gw, checkouts)))
 }
 
 /// The policy's view of the sandbox: the host paths it may write (the sources of its
 /// read-write binds) and what is hidden inside them, from the sandbox's own plan.
-fn context(project: &Project, spec: &SandboxSpec) -> Result<Context> {
-    let plan = ocsb_sandbox::launch::plan_of(spec)?;
+fn context(project: &Project, spec: &SandboxSpec, checkouts: &[Checkout]) -> Result<Context> {
+    let plan = ocsb_sandbox::launch::plan_of(spec, checkouts)?;
     let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let writable: Vec<PathBuf> = plan
         .ops

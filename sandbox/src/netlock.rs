@@ -30,31 +30,59 @@ pub enum Probe {
 
 /// Send one datagram from a socket bound to `lo` and report whether the lock rejected it.
 pub fn probe() -> Result<Probe> {
-    let fd = socket::socket(AddressFamily::Inet, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None)
-        .map_err(|e| Error::netlock(format!("probe socket: {e}"), "check that IPv4 is available"))?;
-    socket::setsockopt(&fd, sockopt::BindToDevice, &OsString::from("lo"))
-        .map_err(|e| Error::netlock(format!("probe SO_BINDTODEVICE lo: {e}"), "needs Linux >= 5.7"))?;
-    let addr = SockaddrIn::from(PROBE_TARGET);
-    match socket::sendto(std::os::fd::AsRawFd::as_raw_fd(&fd), b"x", &addr, MsgFlags::empty()) {
-        Err(Errno::EPERM) => Ok(Probe::Locked),
-        Ok(_) => Ok(Probe::Open),
-        Err(e) => Err(Error::netlock(
-            format!(
-                "the probe datagram to {PROBE_TARGET} failed with {e} instead of EPERM: cannot tell whether the lock works"
-            ),
-            "run `ocsb netlock verify`; check `ip link show lo` is up",
-        )),
-    }
+    Prober::new(0)?.probe()
 }
 
 /// Fail unless the lock rejected the probe.
 pub fn require_locked(gid: u32) -> Result<()> {
-    match probe()? {
-        Probe::Locked => Ok(()),
-        Probe::Open => Err(Error::netlock(
-            format!("NOT working: a datagram sent as gid {gid} to {PROBE_TARGET} was not rejected"),
-            "start the lock: `ocsb netlock setup` (or `systemctl start ocsb-netlock`), then `ocsb netlock verify`",
-        )),
+    Prober::new(gid)?.require_locked()
+}
+
+/// A probe socket, made once and sent from again. *Why*: a socket stays in the network
+/// namespace it was made in, so one made before stage 2 enters an isolated sandbox's namespace
+/// keeps probing the host's lock from inside it; a socket made there would be rejected by the
+/// namespace's own table whatever the host's lock does.
+pub struct Prober {
+    fd: std::os::fd::OwnedFd,
+    gid: u32,
+}
+
+impl Prober {
+    /// A probe socket of this network namespace, bound to its `lo`, for the group `gid`.
+    pub fn new(gid: u32) -> Result<Prober> {
+        let fd = socket::socket(AddressFamily::Inet, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None)
+            .map_err(|e| Error::netlock(format!("probe socket: {e}"), "check that IPv4 is available"))?;
+        socket::setsockopt(&fd, sockopt::BindToDevice, &OsString::from("lo"))
+            .map_err(|e| Error::netlock(format!("probe SO_BINDTODEVICE lo: {e}"), "needs Linux >= 5.7"))?;
+        Ok(Prober { fd, gid })
+    }
+
+    pub fn probe(&self) -> Result<Probe> {
+        let addr = SockaddrIn::from(PROBE_TARGET);
+        match socket::sendto(std::os::fd::AsRawFd::as_raw_fd(&self.fd), b"x", &addr, MsgFlags::empty()) {
+            Err(Errno::EPERM) => Ok(Probe::Locked),
+            Ok(_) => Ok(Probe::Open),
+            Err(e) => Err(Error::netlock(
+                format!(
+                    "the probe datagram to {PROBE_TARGET} failed with {e} instead of EPERM: cannot tell whether the lock works"
+                ),
+                "run `ocsb netlock verify`; check `ip link show lo` is up",
+            )),
+        }
+    }
+
+    /// Fail unless the lock rejected the probe.
+    pub fn require_locked(&self) -> Result<()> {
+        match self.probe()? {
+            Probe::Locked => Ok(()),
+            Probe::Open => Err(Error::netlock(
+                format!(
+                    "NOT working: a datagram sent as gid {} to {PROBE_TARGET} was not rejected",
+                    self.gid
+                ),
+                "start the lock: `ocsb netlock setup` (or `systemctl start ocsb-netlock`), then `ocsb netlock verify`",
+            )),
+        }
     }
 }
 

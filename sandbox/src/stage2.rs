@@ -144,11 +144,15 @@ fn helper() -> Result<i32> {
     // The netlock is probed on the host's network, so before that namespace exists; on the
     // host's network, after the request, as close to the start as it can be. Failures are
     // reported once the request is in, where they always were.
-    let entered = (early.namespaces && early.net.isolated).then(|| {
-        check_netlock(early.netlock_gid)?;
-        enter_user_namespace(true)?;
-        netns::configure()
-    });
+    // The probe socket is made on the host's network too, and probes it from there while the
+    // sandbox runs ([`netlock::Prober`]).
+    let (mut prober, entered) = match early.namespaces && early.net.isolated {
+        false => (None, None),
+        true => match check_netlock(early.netlock_gid) {
+            Ok(p) => (p, Some(enter_user_namespace(true).and_then(|()| netns::configure()))),
+            Err(e) => (None, Some(Err(e))),
+        },
+    };
     // fd 0 is the hand-over until the request is in; then it is the command's stdin.
     let fd0 = std::io::stdin().as_fd().try_clone_to_owned();
     let mut chan =
@@ -169,7 +173,7 @@ fn helper() -> Result<i32> {
         ));
     }
     if entered.is_none() {
-        check_netlock(req.netlock_gid)?;
+        prober = check_netlock(req.netlock_gid)?;
     }
     let mask = handled_set();
     signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
@@ -194,6 +198,7 @@ fn helper() -> Result<i32> {
         ForkResult::Child => {
             drop(chan);
             drop(report);
+            drop(prober);
             drop(death_w);
             let code = match init(&req, death_r, prebuilt) {
                 Ok(never) => match never {},
@@ -206,7 +211,7 @@ fn helper() -> Result<i32> {
         }
         ForkResult::Parent { child } => {
             drop(death_r);
-            let code = supervise(&req, child, &mask, chan.as_ref());
+            let code = supervise(child, &mask, chan.as_ref(), prober.as_ref(), req.probe_interval);
             // Nothing is written to the command's output after this; let go of it, so that a
             // launcher relaying it sees its end now, not once the namespaces are torn down.
             if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
@@ -225,12 +230,13 @@ fn helper() -> Result<i32> {
 }
 
 /// The process is in the netlock's group `gid` (all three ids), and the lock holds for it.
-fn check_netlock(gid: Option<u32>) -> Result<()> {
-    if let Some(gid) = gid {
-        netlock::require_gid(gid)?;
-        netlock::require_locked(gid)?;
-    }
-    Ok(())
+/// Returns the probe socket, to probe again with while the sandbox runs.
+fn check_netlock(gid: Option<u32>) -> Result<Option<netlock::Prober>> {
+    let Some(gid) = gid else { return Ok(None) };
+    netlock::require_gid(gid)?;
+    let prober = netlock::Prober::new(gid)?;
+    prober.require_locked()?;
+    Ok(Some(prober))
 }
 
 fn read_early() -> Result<Early> {
@@ -313,10 +319,16 @@ fn exit_code(status: WaitStatus) -> Option<i32> {
 /// Wait for pid 1, forward signals, repeat the netlock probe, serve the socket factory. Returns
 /// once pid 1 has exited and been reaped (with a pid namespace, everything in it has then
 /// been killed and reaped by the kernel).
-fn supervise(req: &Request, child: Pid, mask: &SigSet, chan: Option<&std::os::unix::net::UnixStream>) -> i32 {
+fn supervise(
+    child: Pid,
+    mask: &SigSet,
+    chan: Option<&std::os::unix::net::UnixStream>,
+    prober: Option<&netlock::Prober>,
+    probe_interval: Duration,
+) -> i32 {
     let mut chan = chan;
     let sigfd = chan.and_then(|_| SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC).ok());
-    let interval = req.probe_interval.max(Duration::from_millis(100));
+    let interval = probe_interval.max(Duration::from_millis(100));
     let mut next_probe = std::time::Instant::now() + interval;
     loop {
         match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
@@ -334,11 +346,11 @@ fn supervise(req: &Request, child: Pid, mask: &SigSet, chan: Option<&std::os::un
                 return EXIT_SETUP;
             }
         }
-        if let Some(gid) = req.netlock_gid
+        if let Some(prober) = prober
             && std::time::Instant::now() >= next_probe
         {
             next_probe = std::time::Instant::now() + interval;
-            if let Err(e) = netlock::require_locked(gid) {
+            if let Err(e) = prober.require_locked() {
                 let _ = signal::kill(child, Signal::SIGKILL);
                 let _ = waitpid(child, None);
                 eprintln!("ocsb: {e}\nocsb: the sandbox was stopped");

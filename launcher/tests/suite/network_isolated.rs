@@ -378,3 +378,27 @@ tunnel(1)' 2>&1 | grep tunnel
     // Neither the accepted connection (in the sandbox's namespace) nor its tunnel to the origin.
     has(&out, "after the sandbox: the filter holds 0 more sockets", &err);
 }
+
+/// An isolated sandbox started in the netlock's group is stopped when the host's lock goes
+/// while it runs, as one on the host's network is: stage 2 keeps probing the host's lock from
+/// a socket made on the host's network (one made inside would be rejected by the sandbox's own
+/// table whatever the host's lock does). The same sandbox runs to its end with the lock kept.
+#[test]
+fn an_isolated_sandbox_in_the_netlock_group_is_stopped_when_the_hosts_lock_goes() {
+    let w = World::new();
+    let body = r#"mkdir -p .opencode-sandbox/local
+        echo OCSB_NETWORK=isolated > .opencode-sandbox/local/sandbox.conf
+        chown -R 1990 .opencode-sandbox/local
+        X 'id -G; sleep 6'; echo "kept rc=$?"
+        ( sleep 2; nft delete table inet ocsb_netlock ) &
+        T0=$(date +%s%N); X 'sleep 20'; RC=$?
+        echo "removed rc=$RC after $(( ($(date +%s%N) - T0) / 1000000 )) ms""#;
+    let (out, err) = scenario(&w, body);
+    has(&out, "kept rc=0", &err);
+    let line = out.lines().find(|l| l.starts_with("removed rc=")).unwrap_or_default();
+    assert!(line.starts_with("removed rc=125 "), "the sandbox outlived the lock: {line}\n{out}\n{err}");
+    let ms: u64 = line.split_whitespace().nth(3).and_then(|n| n.parse().ok()).unwrap_or(u64::MAX);
+    // The lock goes at 2 s and is probed every 5 s.
+    assert!(ms < 9000, "stopped {ms} ms after the start\n{err}");
+    assert!(err.contains("NOT working") && err.contains("the sandbox was stopped"), "{err}");
+}

@@ -42,6 +42,22 @@ struct Marker {
     pid: u32,
     /// Watched paths that existed, with why they are watched.
     present: BTreeMap<PathBuf, String>,
+    /// The nested repositories the sandbox protected: the launcher's placeholders at their tops
+    /// appear while it runs ([`launchers_placeholder`]). Absent from the markers of older
+    /// builds: then every such placeholder is reported, as it was.
+    #[serde(default)]
+    nested: Vec<PathBuf>,
+}
+
+/// An empty `.opencode-sandbox` or `.cc-safety-net` directory (not a link) at the top of a
+/// repository in `nested`, which a sandbox protected: the launcher made it there, as the
+/// checkout rule's placeholder. One with anything in it was not made by the launcher.
+fn launchers_placeholder(p: &Path, nested: &[PathBuf]) -> bool {
+    let named = p.file_name().is_some_and(|n| n == ".opencode-sandbox" || n == ".cc-safety-net");
+    named
+        && p.parent().is_some_and(|top| nested.iter().any(|n| n == top))
+        && p.symlink_metadata().is_ok_and(|m| m.is_dir())
+        && std::fs::read_dir(p).is_ok_and(|mut e| e.next().is_none())
 }
 
 /// The watched paths of a sandbox's checkouts that exist now, and the nested repositories.
@@ -258,11 +274,8 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], nested: &[PathBuf]) -> S
     let roots = walk_roots(spec);
     let checkout_roots: BTreeSet<&Path> = checkouts.iter().map(|c| c.root.as_path()).collect();
     for d in found.ocsb_dirs {
-        let placeholder = |p: &Path| {
-            nested.iter().any(|n| n == p) && std::fs::read_dir(&d).is_ok_and(|mut e| e.next().is_none())
-        };
-        let top = |p: &Path| checkout_roots.contains(p) || roots.iter().any(|r| r == p) || placeholder(p);
-        if !d.parent().is_some_and(top) {
+        let top = |p: &Path| checkout_roots.contains(p) || roots.iter().any(|r| r == p);
+        if !d.parent().is_some_and(top) && !launchers_placeholder(&d, nested) {
             present.insert(
                 d,
                 "ocsb's own settings below the top of a checkout: started there, ocsb would read them".into(),
@@ -378,7 +391,7 @@ fn standing(
             continue;
         };
         for (path, why) in &now.present {
-            if !m.present.contains_key(path) {
+            if !m.present.contains_key(path) && !launchers_placeholder(path, &m.nested) {
                 let mut f = Finding {
                     path: path.clone(),
                     why: format!("{why} (appeared while a sandbox ran whose launcher did not finish)"),
@@ -592,7 +605,12 @@ impl Checked {
         changed(&dir)?;
         let marker =
             dir.join(format!("running-{}-{}.json", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst)));
-        write_json(&marker, &Marker { pid: std::process::id(), present: checked.present.clone() })?;
+        let record = Marker {
+            pid: std::process::id(),
+            present: checked.present.clone(),
+            nested: checked.nested.clone(),
+        };
+        write_json(&marker, &record)?;
         Ok(Audit {
             marker,
             before: checked.present,
@@ -831,6 +849,44 @@ mod tests {
         pid
     }
 
+    /// A sandbox whose launcher died left its placeholders at the top of a nested repository
+    /// it protected (the checkout rule's): the next check does not take them for ocsb's
+    /// settings planted below a checkout's top, while they are empty. One with anything in
+    /// it, or a marker that does not name the repository, is reported as before.
+    #[test]
+    fn a_dead_runs_placeholders_at_a_nested_repositorys_top_are_not_reported() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        let dir = dir_of(&spec.state_dir);
+        let lib = spec.project_dir.canonicalize().unwrap().join("vendor/lib");
+        std::fs::create_dir_all(lib.join(".git")).unwrap();
+        let checked = check(&spec).unwrap();
+        assert!(checked.findings.is_empty(), "{:?}", checked.findings);
+        assert_eq!(checked.nested(), std::slice::from_ref(&lib));
+        let pid = dead_pid();
+        let dead = |n: usize, nested: Vec<PathBuf>| {
+            let m = Marker { pid, present: checked.present.clone(), nested };
+            write_json(&dir.join(format!("running-{pid}-{n}.json")), &m).unwrap();
+        };
+        let placeholders = [lib.join(".opencode-sandbox"), lib.join(".cc-safety-net")];
+        placeholders.iter().for_each(|p| std::fs::create_dir_all(p).unwrap());
+        dead(0, vec![lib.clone()]);
+        let found = check(&spec).unwrap().findings;
+        assert!(found.is_empty(), "{found:?}");
+        assert!(placeholders.iter().all(|p| p.is_dir()), "a placeholder was moved aside");
+        // Without the repository in the marker (an older build's), they are reported.
+        dead(1, Vec::new());
+        assert_eq!(check(&spec).unwrap().findings.len(), 2);
+        // With something in one, it is reported whatever the marker says.
+        std::fs::write(dir.join(FINDINGS), "[]").unwrap();
+        placeholders.iter().for_each(|p| std::fs::create_dir_all(p).unwrap());
+        std::fs::write(placeholders[0].join("sandbox.conf"), "OCSB_RW=(/)\n").unwrap();
+        dead(2, vec![lib.clone()]);
+        let found = check(&spec).unwrap().findings;
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].why.contains("did not finish"), "{found:?}");
+    }
+
     #[test]
     fn a_dead_run_is_checked_for_it_and_its_damaged_record_moves_nothing() {
         let t = tempfile::tempdir().unwrap();
@@ -839,8 +895,7 @@ mod tests {
         check(&spec).unwrap();
         let pid = dead_pid();
         // A run whose launcher died: what appeared since its marker is found and moved aside.
-        write_json(&dir.join(format!("running-{pid}-0.json")), &Marker { pid, present: BTreeMap::new() })
-            .unwrap();
+        write_json(&dir.join(format!("running-{pid}-0.json")), &Marker { pid, ..Marker::default() }).unwrap();
         std::fs::create_dir_all(spec.project_dir.join("a/.git")).unwrap();
         let found = check(&spec).unwrap().findings;
         assert_eq!(found.len(), 1, "{found:?}");
@@ -880,7 +935,7 @@ mod tests {
         // A dead run's marker is not consumed while the record cannot be read or written.
         let pid = dead_pid();
         let dead = dir.join(format!("running-{pid}-0.json"));
-        write_json(&dead, &Marker { pid, present: BTreeMap::new() }).unwrap();
+        write_json(&dead, &Marker { pid, ..Marker::default() }).unwrap();
         assert!(check(&spec).is_err());
         assert!(dead.exists(), "a dead run's marker must outlive a failed record");
     }

@@ -114,6 +114,33 @@ fn a_repository_nested_before_the_start_is_protected_not_refused() {
     no_markers(&w, &out, &err);
 }
 
+/// A launcher killed while the first sandbox since a repository was nested in the project ran
+/// leaves the checkout rule's placeholders at that repository's top, and its record of the
+/// run: the next start takes them for the launcher's, not for settings planted below a
+/// checkout's top.
+#[test]
+fn a_launcher_killed_during_a_first_start_leaves_nothing_to_refuse_at_a_nested_repository() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"X true >/dev/null 2>&1; echo "first $?"
+        mkdir -p vendor/lib; chown -R 1990 vendor
+        (cd vendor/lib && U git init -q . && U git commit -q --allow-empty -m v)
+        U "$OCSB" exec -- sleep 30 </dev/null >/dev/null 2>&1 &
+        for i in $(seq 100); do pgrep -f "^$OCSB __sandbox-init" >/dev/null && [ -d vendor/lib/.cc-safety-net ] && break; sleep 0.1; done
+        sleep 0.5; pkill -KILL -f "^$OCSB exec -- sleep 30"; sleep 0.5
+        for i in $(seq 50); do pgrep -f "^$OCSB __sandbox-init" >/dev/null || break; sleep 0.1; done
+        test -d vendor/lib/.cc-safety-net && echo placeholder-left
+        ls -a "$HOME/.local/share/opencode-sandbox/.proj.audit" | grep -q '^running-' && echo marker-left
+        X 'echo after' 2>exec.err; echo "exec $?"; cat exec.err >&2
+        U "$OCSB" audit >/dev/null 2>&1; echo "audit $?""#,
+    );
+    for l in ["first 0", "placeholder-left", "marker-left", "after", "exec 0", "audit 0"] {
+        has(&out, l, &err);
+    }
+    no_markers(&w, &out, &err);
+}
+
 /// The agent works with git: in the main checkout, and in a session started from a worktree
 /// (whose settings and trust come from the main checkout: its own `.opencode-sandbox/local`
 /// is read-only and ignored).

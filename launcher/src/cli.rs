@@ -138,6 +138,11 @@ pub enum Command {
     #[command(name = NETLOCK_PROBE, hide = true)]
     NetlockProbe,
 
+    /// (internal) Build an isolated sandbox's network in a namespace of its own, as stage 2
+    /// would, and exit: 0, or 1 with the reason on stderr (`ocsb doctor`).
+    #[command(name = ISOLATED_PROBE, hide = true)]
+    IsolatedProbe,
+
     /// (internal) Write the guard plugin into DIR and print the `OPENCODE_CONFIG_CONTENT` that
     /// `run` would use (no skills), so tests start a real OpenCode with the launcher's permissions.
     #[command(name = "__opencode-config", hide = true)]
@@ -153,6 +158,8 @@ pub enum Command {
 pub const SANDBOX_RUN: &str = "__sandbox-run";
 /// `ocsb __netlock-probe`.
 pub const NETLOCK_PROBE: &str = "__netlock-probe";
+/// `ocsb __isolated-probe`.
+pub const ISOLATED_PROBE: &str = "__isolated-probe";
 
 #[derive(Debug, Args)]
 pub struct WebFrontArgs {

@@ -25,6 +25,7 @@ pub mod handover;
 pub mod landlock;
 pub mod launch;
 pub mod mounts;
+pub mod netlink;
 pub mod netlock;
 pub mod netns;
 pub mod plan;

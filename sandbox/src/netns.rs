@@ -17,12 +17,11 @@
 //! command holds no capability over the namespace, so it cannot change the table or routes.
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -34,6 +33,7 @@ use nix::sys::socket::{
 use serde::{Deserialize, Serialize};
 
 use super::error::{Error, Result};
+use super::netlink::{self, Attrs, Request, nft};
 use super::sys;
 
 /// The port inside where redirected connections arrive. Privileged, so nothing in the sandbox
@@ -43,8 +43,6 @@ pub const TRANSPARENT_PORT: u16 = 1;
 pub const DNS_PORT: u16 = 53;
 /// How long the launcher waits for stage 2's sockets.
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(20);
-/// `CAP_NET_ADMIN`, the one capability `ip` and `nft` get (ambient) to set up the namespace.
-const CAP_NET_ADMIN: u32 = 12;
 
 /// What stage 2 is asked to build; part of its request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -68,11 +66,13 @@ pub enum Role {
     DnsTcp,
 }
 
-/// The namespace's nftables table. The DNS redirect comes before the loopback exception, so a
+/// The namespace's nftables table, as `nft list table inet ocsb_isolated` prints it: the
+/// contract [`table_requests`] implements (a test diffs the kernel's table against it). The
+/// DNS redirect comes before the loopback exception, so a
 /// resolver on the host's loopback (systemd-resolved's 127.0.0.53) is asked through the stub
 /// too; `ct status dnat` lets the redirected connections (and their replies) through the
 /// filter chain, which rejects everything else that is not loopback.
-const TABLE: &str = "table inet ocsb_isolated {
+pub const TABLE: &str = "table inet ocsb_isolated {
   chain nat {
     type nat hook output priority -100; policy accept;
     udp dport 53 redirect to :53
@@ -94,39 +94,104 @@ const TABLE: &str = "table inet ocsb_isolated {
 fn fail(what: &str, e: impl std::fmt::Display) -> Error {
     Error::refused(
         format!("isolated network: {what}: {e}"),
-        "OCSB_NETWORK=isolated needs ip(8) (iproute2) and nft(8) (nftables) in /usr/sbin or /sbin, \
-         and a kernel with nf_tables and nf_nat; or set OCSB_NETWORK=netlock",
+        "OCSB_NETWORK=isolated needs a kernel with nf_tables, nf_nat and nft_redir, nft_reject_inet \
+         and nft_ct (loaded, or loadable on the host: `sudo modprobe nft_redir nft_reject_inet nft_ct`); \
+         or set OCSB_NETWORK=netlock",
     )
 }
 
-/// The programs that build the namespace, with their Debian packages. Looked up in the system
-/// directories only (never `PATH`): they run with a capability over the sandbox's namespace.
-pub const TOOLS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
+const TABLE_NAME: &str = "ocsb_isolated";
 
-/// Where `name` is installed, if it is.
-pub fn find_tool(name: &str) -> Option<PathBuf> {
-    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.is_file())
+/// [`TABLE`] as netlink messages, one rule per line of it, in its order.
+fn table_requests() -> Vec<Request> {
+    use nft::*;
+    const UDP: u8 = 17;
+    const TCP: u8 = 6;
+    const IPV4: u8 = 2; // NFPROTO_IPV4
+    const IPV6: u8 = 10; // NFPROTO_IPV6
+    let port = |p: u16| p.to_be_bytes();
+    let l4proto = |p: u8| [meta(META_L4PROTO), cmp(CMP_EQ, &[p])];
+    let dport = |p: u16| [payload(TRANSPORT_HEADER, 2, 2), cmp(CMP_EQ, &port(p))];
+    let redirect_to = |p: u16| [immediate(&port(p)), redirect()];
+    // `ip daddr 127.0.0.0/8`: the first byte of the IPv4 destination.
+    let ip_loopback =
+        || [meta(META_NFPROTO), cmp(CMP_EQ, &[IPV4]), payload(NETWORK_HEADER, 16, 1), cmp(CMP_EQ, &[127])];
+    let ip6_loopback = || {
+        [
+            meta(META_NFPROTO),
+            cmp(CMP_EQ, &[IPV6]),
+            payload(NETWORK_HEADER, 24, 16),
+            cmp(CMP_EQ, &Ipv6Addr::LOCALHOST.octets()),
+        ]
+    };
+    let rule = |chain: &str, parts: &[&[Expr]]| -> Request {
+        let exprs: Vec<Expr> = parts.iter().flat_map(|p| p.iter().cloned()).collect();
+        nft::rule(TABLE_NAME, chain, &exprs)
+    };
+    vec![
+        table(TABLE_NAME),
+        chain(TABLE_NAME, "nat", "nat", HOOK_OUTPUT, -100),
+        // udp dport 53 redirect to :53
+        rule("nat", &[&l4proto(UDP), &dport(DNS_PORT), &redirect_to(DNS_PORT)]),
+        // tcp dport 53 redirect to :53
+        rule("nat", &[&l4proto(TCP), &dport(DNS_PORT), &redirect_to(DNS_PORT)]),
+        // ip daddr 127.0.0.0/8 accept
+        rule("nat", &[&ip_loopback(), &[accept()]]),
+        // ip6 daddr ::1 accept
+        rule("nat", &[&ip6_loopback(), &[accept()]]),
+        // meta l4proto tcp redirect to :1
+        rule("nat", &[&l4proto(TCP), &redirect_to(TRANSPARENT_PORT)]),
+        chain(TABLE_NAME, "filter", "filter", HOOK_OUTPUT, 0),
+        // ct status dnat accept
+        rule(
+            "filter",
+            &[&[
+                ct_status(),
+                bitwise(&CT_STATUS_DNAT.to_ne_bytes(), &[0; 4]),
+                cmp(CMP_NEQ, &[0; 4]),
+                accept(),
+            ]],
+        ),
+        // ip daddr 127.0.0.0/8 accept
+        rule("filter", &[&ip_loopback(), &[accept()]]),
+        // ip6 daddr ::1 accept
+        rule("filter", &[&ip6_loopback(), &[accept()]]),
+        // reject with icmpx admin-prohibited
+        rule("filter", &[&[reject_icmpx(ICMPX_ADMIN_PROHIBITED)]]),
+    ]
 }
 
-fn tool(name: &str) -> Result<PathBuf> {
-    find_tool(name).ok_or_else(|| fail(&format!("{name}(8) not found"), "install it"))
+/// `ip link set lo up`: in a new namespace `lo` is always interface 1.
+fn lo_up() -> Request {
+    const RTM_NEWLINK: u16 = 16;
+    const IFF_UP: u32 = 1;
+    // ifinfomsg: family, pad, type, index, flags, change.
+    let mut header = vec![0u8, 0, 0, 0];
+    header.extend_from_slice(&1i32.to_ne_bytes());
+    header.extend_from_slice(&IFF_UP.to_ne_bytes());
+    header.extend_from_slice(&IFF_UP.to_ne_bytes());
+    Request { kind: RTM_NEWLINK, flags: 0, header, attrs: Attrs::new() }
 }
 
-/// Runs `program args` with `CAP_NET_ADMIN` over the new namespace (ambient, so it survives
-/// the exec of a program that is not root in it), `input` on stdin.
-fn admin(program: &Path, args: &[&str], input: &str) -> Result<()> {
-    let mut c = Command::new(program);
-    c.args(args).env_clear().stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = c.spawn().map_err(|e| fail(&format!("start {}", program.display()), e))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(input.as_bytes());
-    }
-    let out = child.wait_with_output().map_err(|e| fail(&format!("wait for {}", program.display()), e))?;
-    if !out.status.success() {
-        let msg = String::from_utf8_lossy(&out.stderr);
-        return Err(fail(&format!("{} {}", program.display(), args.join(" ")), msg.trim()));
-    }
-    Ok(())
+/// `ip route add default dev lo src <src>`. *Why `src`*: without it a datagram to a remote
+/// address leaves from 0.0.0.0, and no reply (the DNS stub's, a reset) finds its way back.
+fn default_route(src: IpAddr) -> Request {
+    const RTM_NEWROUTE: u16 = 24;
+    const RT_TABLE_MAIN: u8 = 254;
+    const RTPROT_BOOT: u8 = 3;
+    const RT_SCOPE_LINK: u8 = 253;
+    const RTN_UNICAST: u8 = 1;
+    const RTA_OIF: u16 = 4;
+    const RTA_PREFSRC: u16 = 7;
+    let (family, src) = match src {
+        IpAddr::V4(a) => (libc::AF_INET as u8, a.octets().to_vec()),
+        IpAddr::V6(a) => (libc::AF_INET6 as u8, a.octets().to_vec()),
+    };
+    // rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags.
+    let mut header = vec![family, 0, 0, 0, RT_TABLE_MAIN, RTPROT_BOOT, RT_SCOPE_LINK, RTN_UNICAST];
+    header.extend_from_slice(&0u32.to_ne_bytes());
+    let attrs = Attrs::new().ne32(RTA_OIF, 1).bytes(RTA_PREFSRC, &src);
+    Request { kind: RTM_NEWROUTE, flags: netlink::CREATE, header, attrs }
 }
 
 /// Stage 2, right after `unshare` (it holds every capability over the new namespaces): `lo` up,
@@ -134,21 +199,29 @@ fn admin(program: &Path, args: &[&str], input: &str) -> Result<()> {
 /// redirected by the table rather than failing with `ENETUNREACH`), and the table. Needs
 /// nothing of the request, so stage 2 does it while the launcher is still checking.
 pub fn configure() -> Result<()> {
-    let mut caps = sys::capget().map_err(|e| fail("capget", e))?;
-    caps[0].inheritable |= 1 << CAP_NET_ADMIN;
-    sys::capset(caps).map_err(|e| fail("capset", e))?;
-    let raise = libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong;
-    sys::prctl3(libc::PR_CAP_AMBIENT, raise, CAP_NET_ADMIN.into()).map_err(|e| fail("PR_CAP_AMBIENT", e))?;
-    let ip = tool("ip")?;
-    // `src`: without it a datagram to a remote address leaves from 0.0.0.0, and no reply
-    // (the DNS stub's, a reset) finds its way back.
-    admin(&ip, &["-batch", "-"], "link set lo up\nroute add default dev lo src 127.0.0.1\n")?;
+    let mut route = netlink::Socket::route().map_err(|e| fail("open a netlink socket", e))?;
+    route.request(&lo_up()).map_err(|e| fail("set lo up", e))?;
+    route
+        .request(&default_route(Ipv4Addr::LOCALHOST.into()))
+        .map_err(|e| fail("add the default route", e))?;
     // Without IPv6 (disabled on the host) nothing is routed over it: closed, not open.
-    let _ = admin(&ip, &["-6", "route", "add", "default", "dev", "lo", "src", "::1"], "");
-    admin(&tool("nft")?, &["-f", "-"], TABLE)?;
-    let lower = libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong;
-    sys::prctl(libc::PR_CAP_AMBIENT, lower).map_err(|e| fail("PR_CAP_AMBIENT", e))?;
+    let _ = route.request(&default_route(Ipv6Addr::LOCALHOST.into()));
+    let mut nf = netlink::Socket::netfilter().map_err(|e| fail("open a netfilter netlink socket", e))?;
+    let (begin, end) = nft::batch_markers();
+    nf.batch(&begin, &table_requests(), &end).map_err(|e| fail("load the nftables table", e))?;
     Ok(())
+}
+
+/// Whether an isolated sandbox's network can be built here: a user and network namespace of
+/// this process's own, configured as stage 2 configures it ([`configure`]). For `ocsb doctor`,
+/// in a process of its own that has one thread (`unshare` of a user namespace needs that) and
+/// exits after.
+pub fn probe() -> Result<()> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWNET)
+        .map_err(|e| {
+            Error::kernel("unshare a user and network namespace", e.into(), super::error::USERNS_FIX)
+        })?;
+    configure()
 }
 
 /// Then, with the request: the sockets, and the hand-over. Returns the channel, kept open for
@@ -442,6 +515,77 @@ impl Factory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The namespace [`configure`] builds is the one `ip` and `nft` build from [`TABLE`]: in a
+    /// user and network namespace of its own (`unshare -Urn`), this test runs again as a child,
+    /// configures, dumps the kernel's table, routes and `lo`, then builds them again with the
+    /// tools and dumps them again.
+    #[cfg(feature = "host-tests")]
+    #[test]
+    fn the_namespace_is_the_one_the_tools_build_from_the_contract() {
+        const CHILD: &str = "OCSB_TEST_NETNS_OUT";
+        let name = "netns::tests::the_namespace_is_the_one_the_tools_build_from_the_contract";
+        let run = |args: &[&str], input: &str| -> String {
+            let mut c = std::process::Command::new(args[0]);
+            c.args(&args[1..]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+            let mut child = c.spawn().unwrap();
+            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+            let o = child.wait_with_output().unwrap();
+            assert!(o.status.success(), "{args:?}");
+            String::from_utf8(o.stdout).unwrap()
+        };
+        let dump = || {
+            [
+                run(&["nft", "list", "ruleset"], ""),
+                run(&["ip", "-4", "route", "show", "table", "all"], ""),
+                run(&["ip", "-6", "route", "show", "table", "all"], ""),
+                run(&["ip", "-o", "link", "show", "lo"], ""),
+            ]
+            .join("--\n")
+        };
+        if let Some(out) = std::env::var_os(CHILD) {
+            configure().unwrap();
+            let ours = dump();
+            run(&["nft", "flush", "ruleset"], "");
+            run(&["ip", "link", "set", "lo", "down"], "");
+            run(&["ip", "-6", "route", "flush", "table", "all"], "");
+            run(&["ip", "link", "set", "lo", "up"], "");
+            run(&["ip", "route", "add", "default", "dev", "lo", "src", "127.0.0.1"], "");
+            run(&["ip", "-6", "route", "add", "default", "dev", "lo", "src", "::1"], "");
+            run(&["nft", "-f", "-"], TABLE);
+            std::fs::write(out, format!("{ours}==\n{}", dump())).unwrap();
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let out = t.path().join("dumps");
+        let exe = std::env::current_exe().unwrap();
+        let o = std::process::Command::new("unshare")
+            .arg("-Urn")
+            .arg(exe)
+            .args(["--exact", name, "--test-threads=1"])
+            .env(CHILD, &out)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let text = std::fs::read_to_string(&out).unwrap();
+        let (ours, tools) = text.split_once("==\n").unwrap();
+        assert_eq!(ours, tools, "configure() built another namespace than ip and nft build");
+        for line in [
+            "udp dport 53 redirect to :53",
+            "meta l4proto tcp redirect to :1",
+            "ct status dnat accept",
+            "reject with icmpx admin-prohibited",
+            "default dev lo scope link src 127.0.0.1",
+            "LOWER_UP",
+        ] {
+            assert!(ours.contains(line), "{line} missing:\n{ours}");
+        }
+    }
 
     #[test]
     fn a_peer_that_is_not_stage_2_is_turned_away() {

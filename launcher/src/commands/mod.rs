@@ -48,6 +48,13 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         }
         Command::SandboxRun { spec, command } => std::process::exit(sandbox::run_spec(&spec, command)),
         Command::NetlockProbe => std::process::exit(netlock::probe::main().into()),
+        Command::IsolatedProbe => std::process::exit(match ocsb_sandbox::netns::probe() {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("{e}");
+                1
+            }
+        }),
         Command::OpencodeConfig { dir } => {
             println!("{}", opencode::config_for_tests(&dir)?);
             Ok(())

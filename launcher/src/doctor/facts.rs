@@ -18,8 +18,9 @@ pub struct Facts {
     pub loopback_ports: Vec<u16>,
     /// `OCSB_NETWORK`.
     pub network: ocsb_policy::settings::NetworkMode,
-    /// `ip` and `nft`, which build an isolated sandbox's namespace: found, or what is missing.
-    pub isolated_tools: Result<(), String>,
+    /// Whether an isolated sandbox's network can be built here (tried only when `network` is
+    /// isolated), or what failed and its fix.
+    pub isolated_net: Result<(), (String, String)>,
     /// `OCSB_DOCKER`: none, the gateway, or the raw socket.
     pub docker: DockerMode,
     pub opencode: OpencodeFacts,

@@ -154,7 +154,7 @@ const LANDLOCK_FIX: &str = "boot Linux >= 6.12 with landlock in the LSM list: ad
 
 /// Which network mode, and what it guarantees.
 fn network(f: &Facts) -> Check {
-    match (f.network, &f.isolated_tools) {
+    match (f.network, &f.isolated_net) {
         (NetworkMode::Netlock, _) => Check::ok(
             "network",
             "netlock (OCSB_NETWORK): the host's network, every socket of the sandbox locked to loopback and DNS by the netlock group; proxy-unaware tools cannot connect",
@@ -163,11 +163,11 @@ fn network(f: &Facts) -> Check {
             "network",
             "isolated (OCSB_NETWORK): the sandbox's own network namespace; the filter's port and OCSB_FORWARD_PORTS are relayed in, every other TCP connection and every DNS query goes through the egress rules",
         ),
-        (NetworkMode::Isolated, Err(missing)) => required(
+        (NetworkMode::Isolated, Err((what, fix))) => required(
             "network",
             f.sandbox_enabled,
-            format!("OCSB_NETWORK=isolated needs ip(8) and nft(8): install {missing}"),
-            format!("sudo apt install {missing}"),
+            format!("OCSB_NETWORK=isolated cannot build its network here: {what}"),
+            fix.clone(),
         ),
     }
 }
@@ -647,7 +647,7 @@ mod tests {
             egress: EgressFacts::Builtin,
             loopback_ports: vec![],
             network: NetworkMode::Netlock,
-            isolated_tools: Ok(()),
+            isolated_net: Ok(()),
             docker: DockerMode::Off,
             opencode: OpencodeFacts {
                 setting: "opencode".into(),
@@ -712,7 +712,10 @@ mod tests {
         let ll = find(&c, "landlock");
         assert_eq!(ll.status, Status::Warn);
         assert!(ll.message.contains("ioctl on devices") && !ll.message.contains("truncate"), "{ll}");
-        f.isolated_tools = Err("nftables".into());
+        f.isolated_net = Err((
+            "isolated network: load the nftables table: Operation not supported".into(),
+            "modprobe".into(),
+        ));
         assert_eq!(find(&judge(&f), "network").status, Status::Fail);
     }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use nix::unistd::{Group, User, getuid};
 use ocsb_policy::egress;
-use ocsb_policy::settings::{EgressBackend, Layer, LoadInput, NetlockAcquire, Settings};
+use ocsb_policy::settings::{EgressBackend, Layer, LoadInput, NetlockAcquire, NetworkMode, Settings};
 
 use super::facts::{
     EgressFacts, Facts, HelperFacts, KernelFacts, NetlockFacts, OpencodeFacts, PortFacts, ProbeFacts,
@@ -63,7 +63,10 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
         },
         loopback_ports: settings.loopback_ports(),
         network: settings.network(),
-        isolated_tools: isolated_tools(),
+        isolated_net: match settings.network() {
+            NetworkMode::Isolated => isolated_net(),
+            NetworkMode::Netlock => Ok(()),
+        },
         docker: settings.docker(),
         opencode: opencode(&settings, untrusted),
         ports,
@@ -377,12 +380,21 @@ fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> std::io::Result<Out
     }
 }
 
-/// The tools stage 2 runs to build an isolated namespace (the same directories it looks in).
-fn isolated_tools() -> Result<(), String> {
-    let missing: Vec<&str> = ocsb_sandbox::netns::TOOLS
-        .iter()
-        .filter(|(t, _)| ocsb_sandbox::netns::find_tool(t).is_none())
-        .map(|(_, pkg)| *pkg)
-        .collect();
-    if missing.is_empty() { Ok(()) } else { Err(missing.join(" ")) }
+/// An isolated sandbox's network, built in a namespace of a child's own by the code stage 2
+/// runs (`ocsb __isolated-probe`): the kernel's nftables and NAT support is what it needs.
+fn isolated_net() -> Result<(), (String, String)> {
+    let exe = std::env::current_exe()
+        .map_err(|e| (format!("cannot find ocsb itself: {e}"), "report this".into()))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg(crate::cli::ISOLATED_PROBE);
+    match run_with_timeout(&mut cmd, VERSION_TIMEOUT) {
+        Ok(o) if o.success => Ok(()),
+        // What failed, then its fix (the sandbox's error, as stage 2 would report it).
+        Ok(o) => {
+            let (what, fix) =
+                o.stderr.trim().split_once("\n  fix: ").unwrap_or((o.stderr.trim(), "report this"));
+            Err((what.trim_start_matches("sandbox: ").to_string(), fix.to_string()))
+        }
+        Err(e) => Err((e.to_string(), "report this".into())),
+    }
 }

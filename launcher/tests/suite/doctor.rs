@@ -569,6 +569,16 @@ fn all_ok_as_an_ordinary_user_through_the_shim() {
             group_gid(GROUP)
         )
     );
+    // Isolated: the doctor builds the sandbox's network namespace as stage 2 does, as the user.
+    let o = lab.doctor_with(
+        &prefix.join("bin/ocsb"),
+        &lab.p("work"),
+        &[],
+        &[("OCSB_DOCKER", "0"), ("OCSB_NOTIFICATIONS", "0"), ("OCSB_NETWORK", "isolated")],
+    );
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(line(&out, "network").starts_with("ok   network: isolated (OCSB_NETWORK): "), "{}", show(&o));
 }
 
 #[test]

@@ -122,21 +122,9 @@ pub fn run(spec: &SandboxSpec, server: Option<&Server>, ahead: Ahead) -> Result<
 pub fn run_for(project: &Project, policy: &Policy, spec: &SandboxSpec, mut ahead: Ahead) -> Result<i32> {
     let mut spec = spec.clone();
     // Served until this function returns, after the sandbox has exited.
-    let mut docker = None;
-    if project.settings.docker() == ocsb_policy::settings::DockerMode::Gateway {
-        // The gateway judges containers' binds by the sandbox's plan, which protects the git
-        // metadata of the checkouts and of the repositories nested in them: it needs them
-        // before the sandbox starts, from the check the start is made from (a start that then
-        // sees others refuses: `run_served`).
-        let checked = match ahead.checked.take() {
-            Some(c) => c,
-            None => ocsb_sandbox::audit::check(&spec)?,
-        };
-        if let Some((gw, judged)) = crate::docker_gw::attach(project, &mut spec, &checked)? {
-            docker = Some(gw);
-            ahead.judged = Some(judged);
-        }
-        ahead.checked = Some(checked);
+    let docker = crate::docker_gw::attach(project, &mut spec)?;
+    if let Some(gw) = &docker {
+        ahead.on_plan = Some(gw.judge_by());
     }
     let spec = &spec;
     let server = match spec.network {

@@ -567,18 +567,6 @@ pub fn check(spec: &SandboxSpec) -> Result<Checked> {
 }
 
 impl Checked {
-    /// The repositories nested in the checkouts: the sandbox protects their metadata too, and
-    /// so must whatever judges paths by the sandbox's plan before it starts (the Docker gateway).
-    pub fn nested(&self) -> &[PathBuf] {
-        &self.nested
-    }
-
-    /// The checkouts this check saw, for a sandbox of `spec` ([`checkouts::of_spec_known`]);
-    /// none when `spec` has another home (git's config would be read with another `~`).
-    pub fn checkouts_for(&self, spec: &SandboxSpec) -> &[Checkout] {
-        if self.looked_at.home == spec.home { &self.checkouts } else { &[] }
-    }
-
     /// Start the audit of a sandbox of `spec`: refused while a finding stands; otherwise what
     /// exists is recorded for the check after it exits. The check is made again unless it was
     /// made less than [`STANDS_FOR`] ago, for a spec of the same roots and settings, with the
@@ -752,10 +740,9 @@ mod tests {
     }
 
     /// The checkout rule of the start is made from the checkouts its check saw (git is not
-    /// asked again), for a spec of the same home only; a checkout the check did not see (a
-    /// nested repository) is looked at then.
+    /// asked again); a checkout the check did not see (a nested repository) is looked at then.
     #[test]
-    fn the_start_takes_the_checkouts_its_check_saw_for_its_home_only() {
+    fn the_start_takes_the_checkouts_its_check_saw() {
         let t = tempfile::tempdir().unwrap();
         let spec = spec_in(t.path());
         let git = |args: &[&str]| {
@@ -766,19 +753,16 @@ mod tests {
         git(&["config", "core.hooksPath", "seen"]);
         let checked = check(&spec).unwrap();
         let seen = spec.project_dir.canonicalize().unwrap().join("seen");
-        assert_eq!(checked.checkouts_for(&spec)[0].hooks_path.as_deref(), Some(seen.as_path()));
+        assert_eq!(checked.checkouts[0].hooks_path.as_deref(), Some(seen.as_path()));
         git(&["config", "core.hooksPath", "later"]);
-        let known = checkouts::of_spec_known(&spec, checked.checkouts_for(&spec));
+        let known = checkouts::of_spec_known(&spec, &checked.checkouts);
         assert_eq!(known[0].hooks_path.as_deref(), Some(seen.as_path()), "git was asked again");
         assert_ne!(checkouts::of_spec(&spec)[0].hooks_path, known[0].hooks_path);
-        let mut elsewhere = spec.clone();
-        elsewhere.home = t.path().join("other-home");
-        assert!(checked.checkouts_for(&elsewhere).is_empty());
         let mut nested = spec.clone();
         let lib = spec.project_dir.canonicalize().unwrap().join("lib");
         std::fs::create_dir_all(lib.join(".git")).unwrap();
         nested.nested_repos = vec![lib.clone()];
-        let both = checkouts::of_spec_known(&nested, checked.checkouts_for(&spec));
+        let both = checkouts::of_spec_known(&nested, &checked.checkouts);
         assert_eq!(both.iter().map(|c| c.root.clone()).collect::<Vec<_>>(), [known[0].root.clone(), lib]);
         let audit = checked.begin(&spec).unwrap();
         assert_eq!(audit.checkouts, known);
@@ -862,7 +846,7 @@ mod tests {
         std::fs::create_dir_all(lib.join(".git")).unwrap();
         let checked = check(&spec).unwrap();
         assert!(checked.findings.is_empty(), "{:?}", checked.findings);
-        assert_eq!(checked.nested(), std::slice::from_ref(&lib));
+        assert_eq!(checked.nested, std::slice::from_ref(&lib));
         let pid = dead_pid();
         let dead = |n: usize, nested: Vec<PathBuf>| {
             let m = Marker { pid, present: checked.present.clone(), nested };

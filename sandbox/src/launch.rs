@@ -108,12 +108,6 @@ fn create_placeholder(p: &plan::Placeholder) -> std::io::Result<()> {
     }
 }
 
-/// The mount plan the sandbox of `spec` is built from, the checkout rule applied: what it may
-/// write, and what inside that is read-only or hidden (the Docker gateway keeps containers to it).
-pub fn plan_of(spec: &SandboxSpec, known: &[Checkout]) -> Result<Plan> {
-    plan::build(&with_checkout_rule(spec, known)?, &RealFs)
-}
-
 /// The spec with the checkout rule (`ocsb_policy::guard`) applied to every writable checkout it
 /// names (those in `known` as they were seen there); what the spec said about protections
 /// before is replaced.
@@ -191,11 +185,15 @@ pub struct Ahead {
     /// Stage 2, started while the caller was still checking; used when it was started for
     /// this spec ([`Early::fits`]), stopped otherwise.
     pub stage2: Option<Early>,
-    /// The checkouts (nested repositories included, from `checked`) that something outside
-    /// the sandbox judges paths by, as the sandbox's plan will protect them (the Docker
-    /// gateway): the start refuses when its own look finds others, or sees them otherwise.
-    pub judged: Option<Vec<Checkout>>,
+    /// Given the mount plan the sandbox is made from, before anything runs in it, for what
+    /// judges paths by that plan (the Docker gateway keeps containers' binds to it). *Why the
+    /// plan itself*: a plan built apart, from an earlier look at the checkouts, could protect
+    /// other git files than the sandbox does. An error stops the start.
+    pub on_plan: Option<OnPlan>,
 }
+
+/// See [`Ahead::on_plan`].
+pub type OnPlan = Box<dyn FnOnce(&Plan) -> Result<()>>;
 
 /// [`run`], with `serve` for a spec whose network is isolated (refused without it: nothing
 /// would reach the sandbox's namespace), and what the caller made `ahead`.
@@ -207,21 +205,7 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) ->
     let mut spec = spec.clone();
     spec.nested_repos = audit.nested.clone();
     let checkouts = checkouts::of_spec_known(&spec, &audit.checkouts);
-    let sorted = |v: &[Checkout]| {
-        let mut v = v.to_vec();
-        v.sort_by(|a, b| a.root.cmp(&b.root));
-        v
-    };
-    if ahead.judged.as_deref().is_some_and(|j| sorted(j) != sorted(&checkouts)) {
-        // What judges paths by the sandbox's plan was given the checkouts of an earlier look
-        // (the nested repositories, git's config files); it must protect the same as the sandbox.
-        audit.end();
-        return Err(Error::refused(
-            "the repositories in the project, or their git config, changed while the sandbox was starting",
-            "start it again",
-        ));
-    }
-    let run = run_checked(&spec, serve, ahead.stage2, &checkouts);
+    let run = run_checked(&spec, serve, ahead.stage2, ahead.on_plan, &checkouts);
     audit.end();
     // Stage 2 is reaped after the look, which does not wait for it to tear the namespaces down.
     run.map(|(code, _ending)| code)
@@ -391,6 +375,7 @@ fn run_checked(
     spec: &SandboxSpec,
     serve: Option<Serve<'_>>,
     early: Option<Early>,
+    on_plan: Option<OnPlan>,
     checkouts: &[Checkout],
 ) -> Result<(i32, Ending)> {
     // Stage 2 first, so that its landlock rules are built while the plan is.
@@ -414,6 +399,9 @@ fn run_checked(
         }
     };
     let plan = prepare(spec, checkouts)?;
+    if let (Some(judge), Some(p)) = (on_plan, &plan) {
+        judge(p)?;
+    }
     if let Some(p) = &plan {
         for w in &p.warnings {
             eprintln!("ocsb: warning: {w}");
@@ -518,22 +506,5 @@ mod tests {
         spec.namespaces = false;
         spec.network = Network::Host;
         assert_eq!(early_of(&spec).net, crate::landlock::NetPart { isolated: false, tcp: None });
-    }
-
-    /// What judged paths by the sandbox's plan before the start (the Docker gateway) must have
-    /// judged by the checkouts the sandbox protects: otherwise the start is refused before
-    /// anything runs, and its audit ends.
-    #[test]
-    fn a_start_whose_checkouts_were_judged_otherwise_is_refused() {
-        let t = tempfile::tempdir().unwrap();
-        let (p, state) = (t.path().join("p"), t.path().join("state/p"));
-        std::fs::create_dir_all(p.join(".git")).unwrap();
-        std::fs::create_dir_all(&state).unwrap();
-        let spec = crate::spec::minimal(p, state.clone(), t.path().to_path_buf());
-        let ahead = Ahead { judged: Some(Vec::new()), ..Ahead::default() };
-        let e = run_served(&spec, None, ahead).unwrap_err().to_string();
-        assert!(e.contains("changed while the sandbox was starting"), "{e}");
-        let markers = std::fs::read_dir(crate::audit::dir_of(&state)).unwrap().flatten();
-        assert!(!markers.into_iter().any(|m| m.file_name().to_string_lossy().starts_with("running-")));
     }
 }

@@ -19,10 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ocsb_policy::docker::Context;
-use ocsb_policy::guard::Checkout;
 use ocsb_sandbox::SandboxSpec;
-use ocsb_sandbox::audit::Checked;
-use ocsb_sandbox::plan::{Access, Op};
+use ocsb_sandbox::plan::{Access, Op, Plan};
 
 pub use daemon::{Daemon, upstream};
 
@@ -64,20 +62,31 @@ pub struct Gateway {
     socket: PathBuf,
     /// The socket's inode, to remove it only while it is this gateway's.
     inode: u64,
-    shared: Arc<Shared>,
+    /// The session's label value and the daemon, to list (and remove) what it made.
+    session: String,
+    daemon: Daemon,
     cleanup: bool,
+    /// What serving needs but the sandbox's plan, until [`Gateway::judge_by`] takes it.
+    waiting: Arc<Mutex<Option<Waiting>>>,
+}
+
+/// A gateway listening, not yet serving: connections wait in the listen queue.
+struct Waiting {
+    listener: UnixListener,
+    /// Everything of it but the paths, which come from the sandbox's plan.
+    ctx: Context,
+    daemon: Daemon,
+    empty_file: PathBuf,
+    egress: egress::Egress,
+    log: Option<std::fs::File>,
 }
 
 impl Gateway {
-    /// Starts a gateway for `project`'s sandbox `spec` (of `checkouts`, as the sandbox's plan
-    /// will protect them), in front of `daemon`.
-    pub fn start(
-        project: &Project,
-        spec: &SandboxSpec,
-        checkouts: &[Checkout],
-        daemon: Daemon,
-    ) -> Result<Gateway> {
-        let ctx = context(project, spec, checkouts)?;
+    /// Listens for `project`'s sandbox in front of `daemon`. It serves once it has the plan
+    /// the sandbox is made from ([`Gateway::judge_by`]): the plan says which host paths a
+    /// container may bind, as it says which the sandbox may write.
+    pub fn start(project: &Project, daemon: Daemon) -> Result<Gateway> {
+        let ctx = project_context(project);
         let inst = crate::egress_cmd::instance(project)?;
         let paths = inst.paths();
         let reach = match inst.backend {
@@ -93,44 +102,27 @@ impl Gateway {
         // may be reached through one.
         let dir = std::fs::canonicalize(&paths.dir).map_err(|e| Error::io("resolve", &paths.dir, e))?;
         let (listener, socket, inode) = listen(&dir)?;
-        let shared = Arc::new(Shared {
-            ctx,
+        let session = ctx.session.clone();
+        let waiting = Waiting { listener, ctx, daemon: daemon.clone(), empty_file, egress, log };
+        Ok(Gateway {
+            socket,
+            inode,
+            session,
             daemon,
-            empty_file,
-            egress,
-            ports: ports::Ports::default(),
-            log: Mutex::new(log),
-        });
-        let cleanup = project.settings.docker_cleanup();
-        let gateway = Gateway { socket, inode, shared: shared.clone(), cleanup };
-        let busy = Arc::new(AtomicUsize::new(0));
-        std::thread::Builder::new()
-            .name("ocsb-docker".into())
-            .spawn(move || {
-                for c in listener.incoming() {
-                    let Ok(c) = c else {
-                        // Out of descriptors or memory: wait a moment rather than spin.
-                        std::thread::sleep(std::time::Duration::from_millis(50));
-                        continue;
-                    };
-                    if busy.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
-                        continue; // dropped: the client sees the connection close
-                    }
-                    busy.fetch_add(1, Ordering::SeqCst);
-                    let (shared, busy) = (shared.clone(), busy.clone());
-                    let spawned =
-                        std::thread::Builder::new().name("ocsb-docker-conn".into()).spawn(move || {
-                            conn::serve(c, &shared);
-                            busy.fetch_sub(1, Ordering::SeqCst);
-                        });
-                    if spawned.is_err() {
-                        // The closure (and its count) went with the failed spawn.
-                        continue;
-                    }
-                }
-            })
-            .map_err(|e| Error::failed(format!("cannot start the Docker gateway: {e}"), "report this"))?;
-        Ok(gateway)
+            cleanup: project.settings.docker_cleanup(),
+            waiting: Arc::new(Mutex::new(Some(waiting))),
+        })
+    }
+
+    /// What starts serving with the sandbox's plan ([`ocsb_sandbox::Ahead::on_plan`]).
+    pub fn judge_by(&self) -> ocsb_sandbox::launch::OnPlan {
+        let waiting = self.waiting.clone();
+        Box::new(move |plan| {
+            let taken = waiting.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let Some(w) = taken else { return Ok(()) };
+            serve(w, plan)
+                .map_err(|e| ocsb_sandbox::Error::failed(format!("docker gateway: {e}"), "report this"))
+        })
     }
 
     /// The gateway's socket on the host.
@@ -177,14 +169,55 @@ fn listen(dir: &Path) -> Result<(UnixListener, PathBuf, u64)> {
     Ok((listener, socket, ino))
 }
 
+/// Serve `w`'s connections, judged by `plan`, on a thread of their own.
+fn serve(w: Waiting, plan: &Plan) -> Result<()> {
+    let Waiting { listener, mut ctx, daemon, empty_file, egress, log } = w;
+    judge_paths(&mut ctx, plan);
+    let shared = Arc::new(Shared {
+        ctx,
+        daemon,
+        empty_file,
+        egress,
+        ports: ports::Ports::default(),
+        log: Mutex::new(log),
+    });
+    let busy = Arc::new(AtomicUsize::new(0));
+    std::thread::Builder::new()
+        .name("ocsb-docker".into())
+        .spawn(move || {
+            for c in listener.incoming() {
+                let Ok(c) = c else {
+                    // Out of descriptors or memory: wait a moment rather than spin.
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    continue;
+                };
+                if busy.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+                    continue; // dropped: the client sees the connection close
+                }
+                busy.fetch_add(1, Ordering::SeqCst);
+                let (shared, busy) = (shared.clone(), busy.clone());
+                let spawned = std::thread::Builder::new().name("ocsb-docker-conn".into()).spawn(move || {
+                    conn::serve(c, &shared);
+                    busy.fetch_sub(1, Ordering::SeqCst);
+                });
+                if spawned.is_err() {
+                    // The closure (and its count) went with the failed spawn.
+                    continue;
+                }
+            }
+        })
+        .map_err(|e| Error::failed(format!("cannot start the Docker gateway: {e}"), "report this"))?;
+    Ok(())
+}
+
 impl Drop for Gateway {
     fn drop(&mut self) {
         use std::os::unix::fs::MetadataExt;
         if std::fs::symlink_metadata(&self.socket).is_ok_and(|m| m.ino() == self.inode) {
             let _ = std::fs::remove_file(&self.socket);
         }
-        let (ctx, daemon) = (&self.shared.ctx, &self.shared.daemon);
-        let Ok((containers, networks)) = daemon.labelled(ocsb_policy::docker::SESSION_LABEL, &ctx.session)
+        let daemon = &self.daemon;
+        let Ok((containers, networks)) = daemon.labelled(ocsb_policy::docker::SESSION_LABEL, &self.session)
         else {
             return;
         };
@@ -240,34 +273,45 @@ pub fn list(project: &Project, json: bool) -> Result<()> {
 
 /// Starts the gateway for a sandbox of `project` when `OCSB_DOCKER=1` and a daemon answers on
 /// a unix socket, and puts it into `spec` (its socket, `DOCKER_HOST`). With no daemon there is
-/// nothing to serve, as there was no socket to pass before.
-/// `checked`: the check of the checkouts the sandbox starts from. The sandbox's plan protects
-/// the repositories nested in them as checkouts of their own, and the gateway judges by that
-/// plan. Returns the gateway and the checkouts it judges by, for the start to compare with its
-/// own ([`ocsb_sandbox::Ahead::judged`]).
-pub fn attach(
-    project: &Project,
-    spec: &mut SandboxSpec,
-    checked: &Checked,
-) -> Result<Option<(Gateway, Vec<Checkout>)>> {
+/// nothing to serve, as there was no socket to pass before. It serves once the sandbox's start
+/// gives it the sandbox's plan ([`Gateway::judge_by`]).
+pub fn attach(project: &Project, spec: &mut SandboxSpec) -> Result<Option<Gateway>> {
     if project.settings.docker() != ocsb_policy::settings::DockerMode::Gateway || !spec.namespaces {
         return Ok(None);
     }
     let Some(socket) = upstream() else { return Ok(None) };
-    let mut judged = spec.clone();
-    judged.nested_repos = checked.nested().to_vec();
-    let checkouts = ocsb_sandbox::checkouts::of_spec_known(&judged, checked.checkouts_for(&judged));
-    let gw = Gateway::start(project, &judged, &checkouts, Daemon { socket })?;
+    let gw = Gateway::start(project, Daemon { socket })?;
     spec.docker_gateway = Some(gw.socket());
     spec.env.retain(|(k, _)| k != "DOCKER_HOST");
     spec.env.push(("DOCKER_HOST".into(), format!("unix://{}", ocsb_sandbox::spec::DOCKER_GATEWAY_INSIDE)));
-    Ok(Some((gw, checkouts)))
+    Ok(Some(gw))
 }
 
-/// The policy's view of the sandbox: the host paths it may write (the sources of its
-/// read-write binds) and what is hidden inside them, from the sandbox's own plan.
-fn context(project: &Project, spec: &SandboxSpec, checkouts: &[Checkout]) -> Result<Context> {
-    let plan = ocsb_sandbox::launch::plan_of(spec, checkouts)?;
+/// The policy's view of the project, but for its paths ([`judge_paths`]).
+fn project_context(project: &Project) -> Context {
+    let name = project.settings.name().to_string();
+    let session = format!(
+        "{}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    );
+    Context {
+        network: format!("ocsb-{name}"),
+        project: name,
+        session,
+        writable: Vec::new(),
+        hidden: Vec::new(),
+        read_only: Vec::new(),
+        ports: project.settings.loopback_ports(),
+    }
+}
+
+/// The policy's view of the sandbox's paths, from its plan: the host paths it may write (the
+/// sources of its read-write binds) and what is hidden or read-only inside them.
+fn judge_paths(ctx: &mut Context, plan: &Plan) {
     let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let writable: Vec<PathBuf> = plan
         .ops
@@ -291,25 +335,9 @@ fn context(project: &Project, spec: &SandboxSpec, checkouts: &[Checkout]) -> Res
         v.sort();
         v.dedup();
     }
-    let name = project.settings.name().to_string();
-    let session = format!(
-        "{}-{:x}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0)
-    );
-    let ports = project.settings.loopback_ports();
-    Ok(Context {
-        network: format!("ocsb-{name}"),
-        project: name,
-        session,
-        writable,
-        hidden,
-        read_only,
-        ports,
-    })
+    ctx.writable = writable;
+    ctx.hidden = hidden;
+    ctx.read_only = read_only;
 }
 
 /// The empty file masks are bound from, in a directory hidden from the sandbox.

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checkouts::{self, HostLookup};
 use super::error::{Error, Result};
+use super::gitindex;
 use super::spec::SandboxSpec;
 
 /// Numbers this process's markers and changes of the records.
@@ -141,8 +142,8 @@ fn walk(root: &Path, out: &mut Walked) {
 }
 
 /// The checkouts of `spec`, and the findings their indexes give ([`index_finding`]), looked at
-/// together: the two git runs of each checkout (`git config` in discovery, `git ls-files` here)
-/// go in parallel, since neither needs the other's answer.
+/// together: `git config` (in discovery) and the index of each checkout are read in parallel,
+/// since neither needs the other's answer.
 fn look(spec: &SandboxSpec) -> (Vec<Checkout>, Vec<Finding>) {
     let roots = checkouts::roots_of_spec(spec);
     std::thread::scope(|s| {
@@ -158,22 +159,28 @@ fn look(spec: &SandboxSpec) -> (Vec<Checkout>, Vec<Finding>) {
 
 /// Index entries whose path has a `.git` component (or `..`): git does not check paths it reads
 /// from the index, so `git checkout -- .` would write them, into `.git/hooks` too.
+/// The index is read in-process where that reads it as git does ([`gitindex`]), else listed
+/// by `git ls-files`.
 fn index_finding(root: &Path) -> Option<Finding> {
     let g = checkouts::git_dirs(root)?;
-    let o = checkouts::git(root)
-        .args(["ls-files", "-z", "--cached"])
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    o.stdout
-        .split(|b| *b == 0)
-        .any(|p| p.split(|b| *b == b'/').any(|c| c.eq_ignore_ascii_case(b".git") || c == b".."))
-        .then(|| Finding {
-            path: g.gitdir.join("index"),
-            why: "the index names a path inside .git (or with `..`): `git checkout` or `git stash` \
+    let into_git = |p: &[u8]| p.split(|b| *b == b'/').any(|c| c.eq_ignore_ascii_case(b".git") || c == b"..");
+    let found = match gitindex::read(&g.gitdir.join("index")) {
+        gitindex::Index::Paths(paths) => paths.iter().any(|p| into_git(p)),
+        gitindex::Index::AskGit => {
+            let o = checkouts::git(root)
+                .args(["ls-files", "-z", "--cached"])
+                .stderr(std::process::Stdio::null())
+                .output()
+                .ok()?;
+            o.stdout.split(|b| *b == 0).any(into_git)
+        }
+    };
+    found.then(|| Finding {
+        path: g.gitdir.join("index"),
+        why: "the index names a path inside .git (or with `..`): `git checkout` or `git stash` \
                   on the host would write it, hooks included"
-                .into(),
-        })
+            .into(),
+    })
 }
 
 /// Symbolic links planted in git's own directories now, whatever happened before: git makes
@@ -730,6 +737,56 @@ mod tests {
         assert_eq!(out.git, vec![p.join(".git"), p.join("src/inner/.git"), p.join("vendor/x/.git")]);
         assert_eq!(out.bare, vec![p.join("lib/fake")]);
         assert_eq!(out.ocsb_dirs, vec![p.join("deep/.opencode-sandbox")]);
+    }
+
+    /// An index entry into `.git` is found whether the index is read here (versions 2 to 4) or
+    /// by `git ls-files` (a split index), and an index without one gives nothing.
+    #[test]
+    fn an_index_path_into_git_is_found_read_here_or_by_git() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("p");
+        std::fs::create_dir_all(&p).unwrap();
+        let git = |args: &[&str]| {
+            let o = checkouts::git(&p).args(args).output().unwrap();
+            assert!(o.status.success(), "git {args:?}");
+            String::from_utf8(o.stdout).unwrap()
+        };
+        git(&["init", "-q"]);
+        std::fs::write(p.join("f"), "x").unwrap();
+        git(&["add", "f"]);
+        assert_eq!(index_finding(&p), None);
+        let blob = git(&["hash-object", "-w", "f"]);
+        let index = p.join(".git/index");
+        // Git refuses such a path from the command line; an agent writes the index itself.
+        let plant = |spelled: &str, planted: &str| {
+            let data = std::fs::read(&index).unwrap();
+            let body = &data[..data.len() - 20];
+            let at = body.windows(spelled.len()).position(|w| w == spelled.as_bytes()).unwrap();
+            let mut body = body.to_vec();
+            body[at..at + planted.len()].copy_from_slice(planted.as_bytes());
+            let sum = <sha1::Sha1 as sha1::Digest>::digest(&body);
+            body.extend_from_slice(&sum);
+            std::fs::write(&index, body).unwrap();
+        };
+        for (spelled, planted) in [
+            (".gia/hooks/pre-commit", ".git/hooks/pre-commit"),
+            ("sub/.GIU/c", "sub/.GIT/c"),
+            ("zz/x", "../x"),
+        ] {
+            for v in ["2", "3", "4"] {
+                git(&["update-index", "--add", "--cacheinfo", &format!("100755,{},{spelled}", blob.trim())]);
+                git(&["update-index", "--index-version", v]);
+                plant(spelled, planted);
+                assert!(matches!(gitindex::read(&index), gitindex::Index::Paths(_)));
+                assert!(index_finding(&p).is_some(), "{planted} in version {v}");
+                git(&["update-index", "--split-index"]);
+                assert_eq!(gitindex::read(&index), gitindex::Index::AskGit);
+                assert!(index_finding(&p).is_some(), "{planted} in a split index");
+                std::fs::remove_file(&index).unwrap();
+                git(&["add", "f"]);
+                assert_eq!(index_finding(&p), None, "{planted} gone with the index");
+            }
+        }
     }
 
     /// A project without git at `root/p`, its state at `root/state/p`.

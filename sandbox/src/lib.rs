@@ -21,6 +21,7 @@ pub mod caps;
 pub mod checkouts;
 pub mod env;
 pub mod error;
+pub mod gitindex;
 pub mod handover;
 pub mod landlock;
 pub mod launch;

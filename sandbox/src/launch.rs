@@ -18,6 +18,7 @@ use ocsb_policy::guard::Checkout;
 use super::error::{Error, Result};
 use super::landlock::LandlockPolicy;
 use super::plan::{self, Plan, RealFs};
+use super::remembered::Remembered;
 use super::spec::{Netlock, Network, SandboxSpec, TmpMode, TtyMode};
 use super::stage2::{self, Request};
 use super::{audit, checkouts, handover, netlock, netns, pty, termfilter, tmpclean};
@@ -47,8 +48,10 @@ pub fn prepare(spec: &SandboxSpec, known: &[Checkout]) -> Result<Option<Plan>> {
     if spec.tmp == TmpMode::Private {
         tmpclean::clean(&tmp, tmpclean::MAX_AGE, SystemTime::now());
     }
-    let spec = &with_checkout_rule(spec, known)?;
-    let first = plan::build(spec, &RealFs)?;
+    // The two builds ask the host the same questions, one right after the other.
+    let seen = crate::remembered::Remembered::new(&RealFs);
+    let spec = &with_checkout_rule(spec, known, &seen)?;
+    let first = plan::build_remembered(spec, &seen)?;
     if first.placeholders.is_empty() {
         return Ok(Some(first));
     }
@@ -111,10 +114,10 @@ fn create_placeholder(p: &plan::Placeholder) -> std::io::Result<()> {
 /// The spec with the checkout rule (`ocsb_policy::guard`) applied to every writable checkout it
 /// names (those in `known` as they were seen there); what the spec said about protections
 /// before is replaced.
-fn with_checkout_rule(spec: &SandboxSpec, known: &[Checkout]) -> Result<SandboxSpec> {
+fn with_checkout_rule(spec: &SandboxSpec, known: &[Checkout], fs: &Remembered<'_>) -> Result<SandboxSpec> {
     let mut spec = spec.clone();
     spec.protect.clear();
-    let writable = plan::build(&spec, &RealFs)?.writable;
+    let writable = plan::build_remembered(&spec, fs)?.writable;
     let rule = ocsb_policy::guard::Rule { writable: &writable, rw_tool_files: &spec.rw_tool_files };
     spec.protect = rule.protections(&checkouts::of_spec_known(&spec, known), &checkouts::HostLookup);
     Ok(spec)

@@ -603,8 +603,13 @@ impl Plan {
 /// Build the plan. Fails (without side effects) on relative paths, unreadable paths and
 /// symlinked protected paths.
 pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
-    let remembered = super::remembered::Remembered::new(fs);
-    let fs: &dyn HostFs = &remembered;
+    build_remembered(spec, &super::remembered::Remembered::new(fs))
+}
+
+/// [`build`] with answers `fs` remembered from another build of the same moment (nothing on
+/// the host changed in between: the launcher's builds before it makes any placeholder).
+pub fn build_remembered(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>) -> Result<Plan> {
+    let fs: &dyn HostFs = fs;
     absolute(&spec.project_dir, "project directory")?;
     absolute(&spec.state_dir, "state directory")?;
     absolute(&spec.home, "home directory")?;

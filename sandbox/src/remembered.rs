@@ -2,8 +2,9 @@
 //!
 //! *Why*: a build resolves the same directories hundreds of times (every hidden name under the
 //! home, every snapshot entry), and each `canonicalize` costs a `readlink` per component; a
-//! start builds the plan more than once. Nothing is remembered beyond the build: the plan is
-//! enforced by mounts that open every path again without following links.
+//! start builds the plan more than once. Nothing is remembered beyond the builds of one moment
+//! (a start's two, before it makes any placeholder): the plan is enforced by mounts that open
+//! every path again without following links.
 //!
 //! Paths are remembered by their exact bytes, not as `Path`s: `Path` equality ignores a
 //! trailing `/`, and the kernel does not (`lstat("file/")` fails, `lstat("link-to-dir/")`

@@ -165,6 +165,11 @@ impl StateDir {
     /// unreadable (the agent may have put anything there; callers treat it as untrusted input).
     /// Creates nothing.
     pub fn read(&self, rel: &Path) -> Option<Vec<u8>> {
+        self.read_with_mode(rel).map(|(buf, _)| buf)
+    }
+
+    /// [`StateDir::read`], with the file's permission bits.
+    fn read_with_mode(&self, rel: &Path) -> Option<(Vec<u8>, u32)> {
         let (dir, name) = self.parent_of(rel, false).ok()?;
         let fd = openat(
             &dir,
@@ -174,12 +179,22 @@ impl StateDir {
         )
         .ok()?;
         let f = File::from(fd);
-        if !f.metadata().ok()?.is_file() {
+        let meta = f.metadata().ok()?;
+        if !meta.is_file() {
             return None;
         }
         let mut buf = Vec::new();
         f.take(16 << 20).read_to_end(&mut buf).ok()?;
-        Some(buf)
+        Some((buf, std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777))
+    }
+
+    /// [`StateDir::write`], unless `rel` is already a regular file of mode `mode` holding
+    /// `data`. *Why*: `write` syncs to disk, a cost on every start for files that rarely change.
+    pub fn write_if_changed(&self, rel: &Path, data: &[u8], mode: u32) -> Result<()> {
+        match self.read_with_mode(rel) {
+            Some((held, m)) if held == data && m == mode => Ok(()),
+            _ => self.write(rel, data, mode),
+        }
     }
 
     /// Make sure the launcher's private file `rel` exists: created exclusively (0600) with
@@ -369,6 +384,40 @@ mod tests {
         let m = std::fs::symlink_metadata(state.path().join("docker/config.json")).unwrap();
         assert!(m.is_file() && m.permissions().mode() & 0o777 == 0o600);
         assert_eq!(s.read(Path::new("docker/config.json")).unwrap(), b"{}");
+    }
+
+    /// A file that already holds the content, as a regular file of the mode, is left as it is
+    /// (no rewrite, no sync); another content, another mode or a link at the name is replaced.
+    #[test]
+    fn write_if_changed_leaves_only_the_same_file_alone() {
+        use std::os::unix::fs::MetadataExt;
+        let state = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let s = StateDir::open(state.path()).unwrap();
+        let rel = Path::new("docker/config.json");
+        let path = state.path().join(rel);
+        let ino = || std::fs::symlink_metadata(&path).unwrap().ino();
+        s.write_if_changed(rel, b"{}", 0o600).unwrap();
+        let first = ino();
+        s.write_if_changed(rel, b"{}", 0o600).unwrap();
+        assert_eq!(ino(), first, "the same file is not rewritten");
+        s.write_if_changed(rel, b"{\"a\":1}", 0o600).unwrap();
+        assert_ne!(ino(), first, "another content is written");
+        let second = ino();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        s.write_if_changed(rel, b"{\"a\":1}", 0o600).unwrap();
+        assert_ne!(ino(), second, "another mode is written");
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, b"{\"a\":1}").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        symlink(&victim, &path).unwrap();
+        s.write_if_changed(rel, b"{\"a\":1}", 0o600).unwrap();
+        assert!(
+            std::fs::symlink_metadata(&path).unwrap().is_file(),
+            "a link with the same content is replaced"
+        );
     }
 
     #[test]

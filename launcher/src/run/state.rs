@@ -196,7 +196,7 @@ pub fn write_docker_config(state: &StateDir, gateway: Option<std::net::IpAddr>, 
             }
         }
     }
-    Ok(state.write(path, &serde_json::to_vec_pretty(&v).unwrap_or_default(), 0o600)?)
+    Ok(state.write_if_changed(path, &serde_json::to_vec_pretty(&v).unwrap_or_default(), 0o600)?)
 }
 
 #[cfg(test)]

@@ -141,20 +141,43 @@ fn walk(root: &Path, out: &mut Walked) {
     }
 }
 
-/// The checkouts of `spec`, and the findings their indexes give ([`index_finding`]), looked at
-/// together: `git config` (in discovery) and the index of each checkout are read in parallel,
-/// since neither needs the other's answer.
-fn look(spec: &SandboxSpec) -> (Vec<Checkout>, Vec<Finding>) {
+/// What one look at the project sees: the checkouts (git's config), the findings their indexes
+/// give ([`index_finding`]) and the walk of the roots.
+struct Seen {
+    checkouts: Vec<Checkout>,
+    index: Vec<Finding>,
+    walked: Walked,
+}
+
+/// Look at `spec`'s project: `git config` (in discovery) on one side, the indexes and the walk
+/// of the roots on the other, in parallel, since none needs another's answer.
+fn look(spec: &SandboxSpec) -> Seen {
     let roots = checkouts::roots_of_spec(spec);
     std::thread::scope(|s| {
-        let index = s.spawn(|| roots.iter().filter_map(|(r, _)| index_finding(r)).collect::<Vec<_>>());
+        let other = s.spawn(|| {
+            let index = roots.iter().filter_map(|(r, _)| index_finding(r)).collect::<Vec<_>>();
+            (index, walk_all(spec))
+        });
         let checkouts = checkouts::of_roots(&roots, &spec.home);
-        match index.join() {
-            Ok(found) => (checkouts, found),
+        match other.join() {
+            Ok((index, walked)) => Seen { checkouts, index, walked },
             // Never "nothing found" for a look that did not finish.
             Err(panic) => std::panic::resume_unwind(panic),
         }
     })
+}
+
+/// Every root of `spec`, each tree once (a root inside another is walked with it).
+fn walk_all(spec: &SandboxSpec) -> Walked {
+    let mut found = Walked::default();
+    let mut walked = BTreeSet::new();
+    for r in walk_roots(spec) {
+        if walked.iter().any(|w: &PathBuf| r.starts_with(w)) || !walked.insert(r.clone()) {
+            continue;
+        }
+        walk(&r, &mut found);
+    }
+    found
 }
 
 /// Index entries whose path has a `.git` component (or `..`): git does not check paths it reads
@@ -258,7 +281,7 @@ fn pending_exec(checkouts: &[Checkout]) -> Vec<Finding> {
 /// of its own. Its plan puts read-only placeholders for ocsb's own settings at their top: an
 /// empty directory there is the launcher's, not settings planted below a checkout's top (one
 /// with anything in it was not made by the launcher, and is reported).
-fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], nested: &[PathBuf]) -> Snapshot {
+fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], found: &Walked, nested: &[PathBuf]) -> Snapshot {
     let rule = Rule { writable: &[], rw_tool_files: &spec.rw_tool_files };
     let mut present = BTreeMap::new();
     for (p, why) in rule.watched(checkouts) {
@@ -270,41 +293,36 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], nested: &[PathBuf]) -> S
         }
     }
     let own: BTreeSet<PathBuf> = checkouts.iter().map(|c| c.root.join(".git")).collect();
-    let mut found = Walked::default();
-    let mut walked = BTreeSet::new();
-    for r in walk_roots(spec) {
-        if walked.iter().any(|w: &PathBuf| r.starts_with(w)) || !walked.insert(r.clone()) {
-            continue;
-        }
-        walk(&r, &mut found);
-    }
     let roots = walk_roots(spec);
     let checkout_roots: BTreeSet<&Path> = checkouts.iter().map(|c| c.root.as_path()).collect();
-    for d in found.ocsb_dirs {
+    for d in &found.ocsb_dirs {
         let top = |p: &Path| checkout_roots.contains(p) || roots.iter().any(|r| r == p);
-        if !d.parent().is_some_and(top) && !launchers_placeholder(&d, nested) {
+        if !d.parent().is_some_and(top) && !launchers_placeholder(d, nested) {
             present.insert(
-                d,
+                d.clone(),
                 "ocsb's own settings below the top of a checkout: started there, ocsb would read them".into(),
             );
         }
     }
-    for d in found.bare {
-        present.insert(d, "laid out as a git directory: git run below it obeys its config and hooks".into());
+    for d in &found.bare {
+        present.insert(
+            d.clone(),
+            "laid out as a git directory: git run below it obeys its config and hooks".into(),
+        );
     }
-    for d in found.unreadable {
-        present.insert(d, "a directory the check cannot read: it could hide a repository".into());
+    for d in &found.unreadable {
+        present.insert(d.clone(), "a directory the check cannot read: it could hide a repository".into());
     }
     let mut nested = Vec::new();
-    for g in found.git {
+    for g in &found.git {
         let is_root_of_rw = g.parent().is_some_and(|p| roots.iter().any(|r| r == p));
-        if own.contains(&g) || is_root_of_rw {
+        if own.contains(g) || is_root_of_rw {
             continue;
         }
         if let Some(parent) = g.parent() {
             nested.push(parent.to_path_buf());
         }
-        present.insert(g, NESTED_WHY.to_string());
+        present.insert(g.clone(), NESTED_WHY.to_string());
     }
     Snapshot { present, nested }
 }
@@ -566,8 +584,8 @@ pub fn check(spec: &SandboxSpec) -> Result<Checked> {
     ensure_dir(&dir)?;
     let made = std::time::Instant::now();
     let changed = std::fs::read(dir.join(CHANGED)).ok();
-    let (checkouts, index) = look(spec);
-    let now = snapshot(spec, &checkouts, &spec.nested_repos);
+    let Seen { checkouts, index, walked } = look(spec);
+    let now = snapshot(spec, &checkouts, &walked, &spec.nested_repos);
     let findings = standing(spec, &checkouts, index, &now)?;
     let looked_at = Looked::of(spec);
     Ok(Checked { findings, present: now.present, nested: now.nested, checkouts, looked_at, changed, made })
@@ -619,8 +637,8 @@ impl Checked {
 impl Audit {
     /// After the sandbox exited: report and keep what appeared. Returns the new findings.
     pub fn end(self) -> Vec<Finding> {
-        let (checkouts, index) = look(&self.spec);
-        let now = snapshot(&self.spec, &checkouts, &self.nested);
+        let Seen { checkouts, index, walked } = look(&self.spec);
+        let now = snapshot(&self.spec, &checkouts, &walked, &self.nested);
         let mut new: Vec<Finding> = now
             .present
             .iter()
@@ -675,7 +693,7 @@ impl Audit {
 pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
     let mut findings = check(spec)?.findings;
     if accept {
-        let (checkouts, index) = look(spec);
+        let Seen { checkouts, index, .. } = look(spec);
         let mut never = guard::planted_now(&checkouts, &HostLookup, &|p| checkouts::read_small(p));
         never.extend(links_in_git(&checkouts));
         never.extend(index);
@@ -712,10 +730,16 @@ mod tests {
         let checkouts = checkouts::of_spec(&spec);
         let settings = lib.canonicalize().unwrap().join(".opencode-sandbox");
         let protected = [lib.canonicalize().unwrap()];
-        assert!(!snapshot(&spec, &checkouts, &protected).present.contains_key(&settings));
-        assert!(snapshot(&spec, &checkouts, &[]).present.contains_key(&settings), "not protected");
+        assert!(!snapshot(&spec, &checkouts, &walk_all(&spec), &protected).present.contains_key(&settings));
+        assert!(
+            snapshot(&spec, &checkouts, &walk_all(&spec), &[]).present.contains_key(&settings),
+            "not protected"
+        );
         std::fs::write(settings.join("sandbox.conf"), "OCSB_RW=(/)\n").unwrap();
-        assert!(snapshot(&spec, &checkouts, &protected).present.contains_key(&settings), "not empty");
+        assert!(
+            snapshot(&spec, &checkouts, &walk_all(&spec), &protected).present.contains_key(&settings),
+            "not empty"
+        );
     }
 
     #[test]

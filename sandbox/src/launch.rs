@@ -117,7 +117,7 @@ fn create_placeholder(p: &plan::Placeholder) -> std::io::Result<()> {
 fn with_checkout_rule(spec: &SandboxSpec, known: &[Checkout], fs: &Remembered<'_>) -> Result<SandboxSpec> {
     let mut spec = spec.clone();
     spec.protect.clear();
-    let writable = plan::build_remembered(&spec, fs)?.writable;
+    let writable = plan::writable_of(&spec, fs)?;
     let rule = ocsb_policy::guard::Rule { writable: &writable, rw_tool_files: &spec.rw_tool_files };
     spec.protect = rule.protections(&checkouts::of_spec_known(&spec, known), &checkouts::HostLookup);
     Ok(spec)

@@ -609,6 +609,28 @@ pub fn build(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Plan> {
 /// [`build`] with answers `fs` remembered from another build of the same moment (nothing on
 /// the host changed in between: the launcher's builds before it makes any placeholder).
 pub fn build_remembered(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>) -> Result<Plan> {
+    build_until(spec, fs, Until::All)
+}
+
+/// The host paths a sandbox of `spec` may write, its protections aside (what the checkout
+/// rule is made from): the phases of [`build`] that alone decide them, and no further. *Why*:
+/// the rest of a build (the home's snapshots, the hidden names) is most of its cost, and a
+/// start needs these paths before it can make its plan.
+pub fn writable_of(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>) -> Result<Vec<PathBuf>> {
+    let mut spec = spec.clone();
+    spec.protect.clear();
+    Ok(build_until(&spec, fs, Until::Writable)?.writable)
+}
+
+/// How far [`build_until`] goes.
+#[derive(PartialEq)]
+enum Until {
+    /// The writable binds made; for a spec without protections nothing after adds to them.
+    Writable,
+    All,
+}
+
+fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until: Until) -> Result<Plan> {
     let fs: &dyn HostFs = fs;
     absolute(&spec.project_dir, "project directory")?;
     absolute(&spec.state_dir, "state directory")?;
@@ -672,6 +694,9 @@ pub fn build_remembered(spec: &SandboxSpec, fs: &super::remembered::Remembered<'
     }
     for (dir, own) in &spec.caches {
         b.private_cache(dir, own)?;
+    }
+    if until == Until::Writable {
+        return Ok(b.plan);
     }
     let mut hidden: Vec<(PathBuf, &str)> = Vec::new();
     hidden.extend(spec.hide.iter().map(|p| (p.clone(), "OCSB_HIDE entry")));
@@ -932,6 +957,26 @@ mod tests {
             .iter()
             .position(|o| o.dst() == Path::new(dst))
             .unwrap_or_else(|| panic!("no op for {dst} in {:#?}", plan.ops))
+    }
+
+    /// The writable paths of a spec are those of its whole plan, its protections aside: the
+    /// phases after the caches add none.
+    #[test]
+    fn writable_of_is_what_the_whole_plan_makes_writable() {
+        let fs = host().with("/home/u/.cache", Kind::Dir).with("/home/u/.npm", Kind::Dir);
+        let mut s = spec();
+        s.rw = vec!["/home/u/data".into()];
+        s.caches = vec![("/home/u/.m2/repository".into(), "/home/u/.local/share/ocsb/p/.m2+repository".into())];
+        let fs = fs
+            .with("/home/u/data", Kind::Dir)
+            .with("/home/u/.m2", Kind::Dir)
+            .with("/home/u/.m2/repository", Kind::Dir)
+            .with("/home/u/.local/share/ocsb/p", Kind::Dir)
+            .with("/home/u/.local/share/ocsb/p/.m2+repository", Kind::Dir);
+        let seen = crate::remembered::Remembered::new(&fs);
+        let whole = build(&s, &fs).unwrap().writable;
+        assert!(whole.len() >= 6, "{whole:?}");
+        assert_eq!(writable_of(&s, &seen).unwrap(), whole);
     }
 
     #[test]

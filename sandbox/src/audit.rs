@@ -187,9 +187,9 @@ fn walk_all(spec: &SandboxSpec) -> Walked {
 fn index_finding(root: &Path) -> Option<Finding> {
     let g = checkouts::git_dirs(root)?;
     let into_git = |p: &[u8]| p.split(|b| *b == b'/').any(|c| c.eq_ignore_ascii_case(b".git") || c == b"..");
-    let found = match gitindex::read(&g.gitdir.join("index")) {
-        gitindex::Index::Paths(paths) => paths.iter().any(|p| into_git(p)),
-        gitindex::Index::AskGit => {
+    let found = match gitindex::scan(&g.gitdir.join("index"), &g.common.join("config"), &into_git) {
+        gitindex::Scan::Read(found) => found,
+        gitindex::Scan::AskGit => {
             let o = checkouts::git(root)
                 .args(["ls-files", "-z", "--cached"])
                 .stderr(std::process::Stdio::null())
@@ -788,8 +788,8 @@ mod tests {
             let at = body.windows(spelled.len()).position(|w| w == spelled.as_bytes()).unwrap();
             let mut body = body.to_vec();
             body[at..at + planted.len()].copy_from_slice(planted.as_bytes());
-            let sum = <sha1::Sha1 as sha1::Digest>::digest(&body);
-            body.extend_from_slice(&sum);
+            // The trailing hash is left as it was: git does not check it.
+            body.extend_from_slice(&data[data.len() - 20..]);
             std::fs::write(&index, body).unwrap();
         };
         for (spelled, planted) in [
@@ -801,10 +801,14 @@ mod tests {
                 git(&["update-index", "--add", "--cacheinfo", &format!("100755,{},{spelled}", blob.trim())]);
                 git(&["update-index", "--index-version", v]);
                 plant(spelled, planted);
-                assert!(matches!(gitindex::read(&index), gitindex::Index::Paths(_)));
+                let config = p.join(".git/config");
+                assert!(matches!(gitindex::scan(&index, &config, &|_| false), gitindex::Scan::Read(_)));
                 assert!(index_finding(&p).is_some(), "{planted} in version {v}");
                 git(&["update-index", "--split-index"]);
-                assert_eq!(gitindex::read(&index), gitindex::Index::AskGit);
+                assert_eq!(
+                    gitindex::scan(&index, &p.join(".git/config"), &|_| false),
+                    gitindex::Scan::AskGit
+                );
                 assert!(index_finding(&p).is_some(), "{planted} in a split index");
                 std::fs::remove_file(&index).unwrap();
                 git(&["add", "f"]);

@@ -3,34 +3,63 @@
 //! sandbox, and a git process is about 1.5 ms of CPU on a start that is otherwise short of it.
 //!
 //! The reader takes only an index it reads exactly as git does; anything else is
-//! [`Index::AskGit`] and the caller runs `git ls-files`, as it always did:
-//! - the trailing SHA-1 of the whole file must match (git checks it too, unless
-//!   `index.skipHash`; a SHA-256 repository's index never matches, so it goes to git);
-//! - versions 2, 3 and 4 only, each entry inside the file, no NUL inside a path;
-//! - no extension git must understand (lower-case signature: `link` for a split index, `sdir`
-//!   for a sparse one, whose entries are elsewhere) and none that changes where git reads
-//!   entries or extensions from (`IEOT`, `EOIE`: a crafted offset would have git read other
-//!   bytes than this reader).
+//! [`Scan::AskGit`] and the caller runs `git ls-files`, as it always did. Git itself checks
+//! neither the trailing checksum (only `git fsck` does) nor much else, so the reader decides by
+//! the layout alone, as git reads it:
+//! - object ids of SHA-1 only: a repository whose config mentions an object format at all goes
+//!   to git (its ids, 32 bytes, would move every field after them);
+//! - a regular file of at most [`MAX_BYTES`]; versions 2, 3 and 4; each entry inside the file;
+//!   no NUL inside a name and only NULs padding it (git takes the byte after a name into it);
+//! - no extension git must understand (a signature not starting with an upper-case letter:
+//!   `link` for a split index, `sdir` for a sparse one, whose entries are elsewhere) and none
+//!   that changes where git reads entries or extensions from (`IEOT`, `EOIE`: a crafted offset
+//!   would have git read other bytes than this reader).
+//!
+//! Names are checked as they are read, one at a time: a version-4 index can repeat a long name
+//! in every entry at a few bytes each, and keeping them all would take gigabytes.
 
+use std::io::Read;
 use std::path::Path;
 
-use sha1::{Digest, Sha1};
-
-/// What the index of a checkout names.
+/// What scanning an index gave.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Index {
-    /// Every entry's path, in the index's order (all stages).
-    Paths(Vec<Vec<u8>>),
-    /// Not one this reader takes as git would: ask git.
+pub enum Scan {
+    /// Whether an entry's path (any stage) matched.
+    Read(bool),
+    /// Not an index this reader takes as git would: ask git.
     AskGit,
 }
 
-/// The index at `path`; no file is an empty index (git lists nothing either).
-pub fn read(path: &Path) -> Index {
-    match std::fs::read(path) {
-        Ok(data) => parse(&data).map_or(Index::AskGit, Index::Paths),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Index::Paths(Vec::new()),
-        Err(_) => Index::AskGit,
+/// Larger indexes go to git (a checkout of a few hundred thousand files).
+pub const MAX_BYTES: u64 = 64 << 20;
+
+/// Whether the index at `index` names a path `matches` takes, for a repository whose common
+/// git directory holds `config`. No index file is an empty index (git lists nothing either).
+pub fn scan(index: &Path, config: &Path, matches: &dyn Fn(&[u8]) -> bool) -> Scan {
+    // The repository's format is read from this file alone (no includes): without the word,
+    // its objects are SHA-1's.
+    match std::fs::read(config) {
+        Ok(c) if !c.to_ascii_lowercase().windows(12).any(|w| w == b"objectformat") => {}
+        _ => return Scan::AskGit,
+    }
+    let data = match std::fs::File::open(index) {
+        Ok(f) => match f.metadata() {
+            Ok(m) if m.is_file() && m.len() <= MAX_BYTES => {
+                let mut data = Vec::with_capacity(m.len() as usize);
+                match f.take(MAX_BYTES + 1).read_to_end(&mut data) {
+                    Ok(_) => data,
+                    Err(_) => return Scan::AskGit,
+                }
+            }
+            _ => return Scan::AskGit,
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Scan::Read(false),
+        Err(_) => return Scan::AskGit,
+    };
+    let mut found = false;
+    match walk(&data, &mut |p| found = found || matches(p)) {
+        Some(()) => Scan::Read(found),
+        None => Scan::AskGit,
     }
 }
 
@@ -42,26 +71,25 @@ const EXTENDED: u16 = 0x4000;
 /// The extended flags git knows (intent-to-add, skip-worktree); it refuses any other.
 const KNOWN_EXTENDED: u16 = 0x2000 | 0x4000;
 
-fn parse(data: &[u8]) -> Option<Vec<Vec<u8>>> {
+/// Visit every entry's path in order; `None` when the layout is not one this reader takes.
+fn walk(data: &[u8], visit: &mut dyn FnMut(&[u8])) -> Option<()> {
     if data.len() < 12 + HASH || &data[..4] != b"DIRC" {
         return None;
     }
-    let (body, sum) = data.split_at(data.len() - HASH);
-    if Sha1::digest(body).as_slice() != sum {
+    // The trailing hash, which git does not check, is not part of what it parses.
+    let body = &data[..data.len() - HASH];
+    // Git looks for `EOIE` in the last 32 bytes before the hash whatever precedes them, and
+    // then reads extensions (and, through `IEOT`, entries) at the offsets it gives.
+    if body.len() >= 12 + 32 && &body[body.len() - 32..body.len() - 28] == b"EOIE" {
         return None;
     }
     let version = be32(body, 4)?;
     if !(2..=4).contains(&version) {
         return None;
     }
-    // Git looks for `EOIE` in the last 32 bytes before the checksum whatever precedes them, and
-    // then reads extensions (and, through `IEOT`, entries) at the offsets it gives.
-    if body.len() >= 12 + 32 && &body[body.len() - 32..body.len() - 28] == b"EOIE" {
-        return None;
-    }
-    let count = be32(body, 8)? as usize;
+    let count = be32(body, 8)?;
     let mut at = 12;
-    let mut paths: Vec<Vec<u8>> = Vec::with_capacity(count.min(body.len() / FIXED));
+    let mut name: Vec<u8> = Vec::new();
     for _ in 0..count {
         let flags = u16::from_be_bytes(body.get(at + FIXED - 2..at + FIXED)?.try_into().ok()?);
         let mut name_at = at + FIXED;
@@ -73,10 +101,10 @@ fn parse(data: &[u8]) -> Option<Vec<Vec<u8>>> {
             name_at += 2;
         }
         let len = usize::from(flags) & NAME_MASK;
-        let (path, next) = if version == 4 {
-            let previous = paths.last().map_or(&[][..], |p| p.as_slice());
+        let next = if version == 4 {
+            // The previous name, less `strip` bytes at its end, then this entry's suffix.
             let (strip, suffix_at) = varint(body, name_at)?;
-            let kept = previous.len().checked_sub(strip)?;
+            let kept = name.len().checked_sub(strip)?;
             let suffix_len = match len {
                 NAME_MASK => nul_at(body, suffix_at)? - suffix_at,
                 _ => len.checked_sub(kept)?,
@@ -86,23 +114,28 @@ fn parse(data: &[u8]) -> Option<Vec<Vec<u8>>> {
             if *body.get(end)? != 0 || suffix.contains(&0) {
                 return None;
             }
-            ([&previous[..kept], suffix].concat(), end + 1)
+            name.truncate(kept);
+            name.extend_from_slice(suffix);
+            end + 1
         } else {
             let len = match len {
                 NAME_MASK => nul_at(body, name_at)? - name_at,
                 _ => len,
             };
-            let name = body.get(name_at..name_at.checked_add(len)?)?;
-            if name.contains(&0) {
+            let end = name_at.checked_add(len)?;
+            // Padded with NULs to a multiple of 8 from the entry's start, at least one.
+            let next = at + ((name_at - at + len + 8) & !7);
+            if body.get(name_at..end)?.contains(&0) || body.get(end..next)?.iter().any(|b| *b != 0) {
                 return None;
             }
-            // Padded with NULs to a multiple of 8 from the entry's start, at least one.
-            (name.to_vec(), at + ((name_at - at + len + 8) & !7))
+            name.clear();
+            name.extend_from_slice(&body[name_at..end]);
+            next
         };
         if next > body.len() {
             return None;
         }
-        paths.push(path);
+        visit(&name);
         at = next;
     }
     // Extensions, while a signature and a size fit (git ignores fewer than 8 bytes left).
@@ -114,7 +147,7 @@ fn parse(data: &[u8]) -> Option<Vec<Vec<u8>>> {
         }
         at = at.checked_add(8 + size).filter(|end| *end <= body.len())?;
     }
-    Some(paths)
+    Some(())
 }
 
 fn be32(data: &[u8], at: usize) -> Option<u32> {
@@ -188,6 +221,18 @@ mod tests {
         git(dir, &["update-index", "--add", "--cacheinfo", &format!("100644,{},{long}", blob.trim())]);
     }
 
+    /// Every path [`walk`] visits, in order.
+    fn paths(data: &[u8]) -> Option<Vec<Vec<u8>>> {
+        let mut v = Vec::new();
+        walk(data, &mut |p| v.push(p.to_vec()))?;
+        Some(v)
+    }
+
+    fn scan_of(dir: &Path) -> Scan {
+        let into_git = |p: &[u8]| p.split(|b| *b == b'/').any(|c| c.eq_ignore_ascii_case(b".git"));
+        scan(&dir.join(".git/index"), &dir.join(".git/config"), &into_git)
+    }
+
     /// Each version git writes is read as `git ls-files` lists it.
     #[test]
     fn every_version_git_writes_reads_as_ls_files_lists_it() {
@@ -199,20 +244,45 @@ mod tests {
             let data = std::fs::read(dir.join(".git/index")).unwrap();
             // Version 2 cannot hold the intent-to-add flag: git writes 3.
             assert_eq!(be32(&data, 4), Some(v.parse::<u32>().unwrap().max(3)));
-            let Index::Paths(paths) = read(&dir.join(".git/index")) else { panic!("version {v} not read") };
+            let paths = paths(&data).unwrap_or_else(|| panic!("version {v} not read"));
             assert_eq!(paths, ls_files(dir), "version {v}");
             assert!(
                 paths.iter().filter(|p| p.as_slice() == b"a").count() == 3,
                 "the conflict's three stages"
             );
             assert!(paths.iter().any(|p| p.len() > 4095), "the long path");
+            assert_eq!(scan_of(dir), Scan::Read(false));
         }
-        assert_eq!(read(&dir.join("missing")), Index::Paths(Vec::new()));
+        std::fs::remove_file(dir.join(".git/index")).unwrap();
+        assert_eq!(scan_of(dir), Scan::Read(false), "no index");
+    }
+
+    /// An entry of version 2: no times, mode 100644, a zero id, `name` with its length field
+    /// `len`, then `pad` (git writes NULs to a multiple of 8).
+    fn entry(name: &[u8], len: u16, pad: &[u8]) -> Vec<u8> {
+        let mut e = vec![0u8; 24];
+        e.extend_from_slice(&0o100644u32.to_be_bytes());
+        e.extend_from_slice(&[0; 12]);
+        e.extend_from_slice(&[0; HASH]);
+        e.extend_from_slice(&len.to_be_bytes());
+        e.extend_from_slice(name);
+        e.extend_from_slice(pad);
+        e
+    }
+
+    fn index_of(version: u32, entries: &[Vec<u8>]) -> Vec<u8> {
+        let mut d = b"DIRC".to_vec();
+        d.extend_from_slice(&version.to_be_bytes());
+        d.extend_from_slice(&(entries.len() as u32).to_be_bytes());
+        entries.iter().for_each(|e| d.extend_from_slice(e));
+        d.extend_from_slice(&[0; HASH]);
+        d
     }
 
     /// What this reader would not take as git does goes to git: a split or sparse index, an
-    /// offset table (or its marker at the end, wherever it sits), a changed byte (the checksum),
-    /// an unknown version.
+    /// offset table (or its marker at the end, wherever it sits), an unknown version, a byte
+    /// after a name that git would take into it, a repository of another object format, an
+    /// index that is not a regular file.
     #[test]
     fn what_is_not_read_exactly_goes_to_git() {
         let t = tempfile::tempdir().unwrap();
@@ -220,15 +290,24 @@ mod tests {
         repo(dir);
         let index = dir.join(".git/index");
         let good = std::fs::read(&index).unwrap();
-        assert!(parse(&good).is_some());
-        let mut flipped = good.clone();
-        flipped[70] ^= 1;
-        assert_eq!(parse(&flipped), None, "a changed byte");
-        let mut v5 = good[..good.len() - HASH].to_vec();
+        assert!(paths(&good).is_some());
+        let mut v5 = good.clone();
         v5[7] = 5;
-        let sum = Sha1::digest(&v5);
-        v5.extend_from_slice(&sum);
-        assert_eq!(parse(&v5), None, "version 5");
+        assert_eq!(paths(&v5), None, "version 5");
+        let mut eoie = good[..good.len() - HASH].to_vec();
+        let at = eoie.len();
+        eoie.extend_from_slice(b"ZZZZ");
+        eoie.extend_from_slice(&32u32.to_be_bytes());
+        eoie.extend_from_slice(b"EOIE");
+        eoie.extend_from_slice(&[0; 28]);
+        assert_eq!(eoie.len() - at, 40);
+        eoie.extend_from_slice(&[0; HASH]);
+        assert_eq!(paths(&eoie), None, "EOIE at the end, inside another extension");
+        // `ls-files` reads a name up to its NUL: a `t` where the padding starts makes
+        // `sub/.gi` (7 bytes by its length field) its `sub/.git`.
+        let ok = index_of(2, &[entry(b"sub/.gi", 7, b"\0\0\0")]);
+        assert_eq!(paths(&ok), Some(vec![b"sub/.gi".to_vec()]));
+        assert_eq!(paths(&index_of(2, &[entry(b"sub/.gi", 7, b"t\0\0")])), None, "a byte after the name");
         git(
             dir,
             &[
@@ -240,21 +319,55 @@ mod tests {
                 "--force-write-index",
             ],
         );
-        assert_eq!(read(&index), Index::AskGit, "IEOT/EOIE");
+        assert_eq!(scan_of(dir), Scan::AskGit, "IEOT/EOIE");
         git(dir, &["update-index", "--split-index"]);
-        assert_eq!(read(&index), Index::AskGit, "split index");
+        assert_eq!(scan_of(dir), Scan::AskGit, "split index");
         git(dir, &["update-index", "--no-split-index"]);
-        assert!(matches!(read(&index), Index::Paths(_)));
-        let mut eoie = good[..good.len() - HASH].to_vec();
-        let at = eoie.len();
-        eoie.extend_from_slice(b"ZZZZ");
-        eoie.extend_from_slice(&32u32.to_be_bytes());
-        eoie.extend_from_slice(b"EOIE");
-        eoie.extend_from_slice(&[0; 28]);
-        assert_eq!(eoie.len() - at, 40);
-        let sum = Sha1::digest(&eoie);
-        eoie.extend_from_slice(&sum);
-        assert_eq!(parse(&eoie), None, "EOIE at the end, inside another extension");
+        assert_eq!(scan_of(dir), Scan::Read(false));
+        std::fs::rename(&index, dir.join("kept")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
+        assert_eq!(scan_of(dir), Scan::AskGit, "not a regular file");
+        std::fs::remove_file(&index).unwrap();
+        std::fs::rename(dir.join("kept"), &index).unwrap();
+        assert_eq!(scan_of(dir), Scan::Read(false));
+        // SHA-256: ids of 32 bytes move every field; git reads such an index otherwise.
+        let other = t.path().join("sha256");
+        std::fs::create_dir(&other).unwrap();
+        git(&other, &["init", "-q", "--object-format=sha256"]);
+        std::fs::write(other.join(".git/index"), &good).unwrap();
+        assert_eq!(scan_of(&other), Scan::AskGit, "another object format");
+    }
+
+    /// A version-4 index can repeat a long name in every entry at a few bytes each: it is
+    /// checked name by name, each as it is read.
+    #[test]
+    fn a_name_repeated_in_every_entry_is_checked_as_it_is_read() {
+        let long = vec![b'x'; 60_000];
+        let mut first = entry(b"", 0x0fff, b"");
+        first.truncate(first.len());
+        let mut body = first;
+        body.push(0); // strip nothing
+        body.extend_from_slice(&long);
+        body.push(0);
+        let mut entries = vec![body];
+        for _ in 0..20_000 {
+            let mut e = entry(b"", 0x0fff, b"");
+            e.extend_from_slice(&[0, 0]); // strip nothing, no suffix
+            entries.push(e);
+        }
+        let mut last = entry(b"", 0x0fff, b"");
+        last.push(0x80 | 0x7f);
+        last.push(0x7f); // strip (127 + 1) * 128 + 127 = 16,511 bytes
+        last.extend_from_slice(b"/.git/x\0");
+        entries.push(last);
+        let data = index_of(4, &entries);
+        let (mut n, mut hit) = (0, false);
+        walk(&data, &mut |p| {
+            n += 1;
+            hit |= p.ends_with(b"/.git/x");
+        })
+        .unwrap();
+        assert_eq!((n, hit), (20_002, true));
     }
 
     #[test]

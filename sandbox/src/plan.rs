@@ -966,7 +966,8 @@ mod tests {
         let fs = host().with("/home/u/.cache", Kind::Dir).with("/home/u/.npm", Kind::Dir);
         let mut s = spec();
         s.rw = vec!["/home/u/data".into()];
-        s.caches = vec![("/home/u/.m2/repository".into(), "/home/u/.local/share/ocsb/p/.m2+repository".into())];
+        s.caches =
+            vec![("/home/u/.m2/repository".into(), "/home/u/.local/share/ocsb/p/.m2+repository".into())];
         let fs = fs
             .with("/home/u/data", Kind::Dir)
             .with("/home/u/.m2", Kind::Dir)

@@ -323,17 +323,26 @@ impl Stage2 {
                 st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
             }
         };
-        Ok((code, Ending(self.child)))
+        Ok((code, Ending { child: Some(self.child), chan: self.chan }))
     }
 }
 
-/// A stage 2 that has reported the command's status and is tearing the namespaces down;
-/// reaped when dropped.
-struct Ending(Child);
+/// A stage 2 that has reported the command's status. It frees the port rules and tears the
+/// namespaces down once this is dropped (the hand-over closed): after the launcher's look at
+/// the project, which would otherwise share the CPU with that work. *Not reaped here*:
+/// nothing of the sandbox runs any more (its pid namespace is gone), and waiting would put
+/// that work back before the launcher's exit; a launcher that lives on reaps it in a thread.
+struct Ending {
+    child: Option<Child>,
+    chan: UnixStream,
+}
 
 impl Drop for Ending {
     fn drop(&mut self) {
-        let _ = self.0.wait();
+        let _ = self.chan.shutdown(std::net::Shutdown::Both);
+        if let Some(mut child) = self.child.take() {
+            let _ = std::thread::Builder::new().name("ocsb-stage2-reap".into()).spawn(move || child.wait());
+        }
     }
 }
 

@@ -33,7 +33,7 @@ use nix::sched::CloneFlags;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::{ForkResult, Pid, getegid, geteuid};
 use serde::{Deserialize, Serialize};
 
@@ -219,15 +219,33 @@ fn helper() -> Result<i32> {
                 let _ = nix::unistd::dup2_stderr(&null);
             }
             handover::report(&mut report, code);
-            // pid 1 completed the ruleset and restricted itself with it. This copy is closed
-            // only now, after the report: the last close frees every port rule (milliseconds),
-            // and pid 1's own close, not being the last, then cost the command nothing.
-            drop(prebuilt);
+            let_go(&mut report, child, prebuilt);
             drop(death_w);
             Ok(code)
         }
     }
 }
+
+/// After the report: what is left of the sandbox goes once the launcher has let go of the
+/// hand-over (it is then done with its look at the project), or after [`LET_GO_WITHIN`].
+/// *Why wait*: freeing the port rules (pid 1's domain, which its unreaped zombie holds, and
+/// this copy of the ruleset: milliseconds each for the ephemeral range) and tearing the
+/// namespaces down took the CPU the launcher's look after the sandbox needs on a small
+/// machine. Nothing of the sandbox runs by now: pid 1 has exited, and the kernel killed the
+/// rest of its pid namespace before that.
+fn let_go(report: &mut std::os::unix::net::UnixStream, pid1: Pid, prebuilt: Option<landlock::Prebuilt>) {
+    // The command's stdin and the terminal are not held meanwhile.
+    if let Ok(null) = std::fs::File::open("/dev/null") {
+        let _ = nix::unistd::dup2_stdin(&null);
+    }
+    let _ = report.set_read_timeout(Some(LET_GO_WITHIN));
+    let _ = std::io::Read::read(report, &mut [0u8; 1]);
+    let _ = waitpid(pid1, None);
+    drop(prebuilt);
+}
+
+/// How long stage 2 waits for the launcher to let go (see [`let_go`]).
+const LET_GO_WITHIN: Duration = Duration::from_secs(10);
 
 /// The process is in the netlock's group `gid` (all three ids), and the lock holds for it.
 /// Returns the probe socket, to probe again with while the sandbox runs.
@@ -331,7 +349,8 @@ fn supervise(
     let interval = probe_interval.max(Duration::from_millis(100));
     let mut next_probe = std::time::Instant::now() + interval;
     loop {
-        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+        // Not reaped (`WNOWAIT`): see `let_go`.
+        match waitid(Id::Pid(child), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT) {
             Ok(WaitStatus::StillAlive) => {}
             Ok(st) => {
                 if let Some(c) = exit_code(st) {

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checkouts::{self, HostLookup};
 use super::error::{Error, Result};
-use super::gitindex;
+use super::indexes;
 use super::spec::SandboxSpec;
 
 /// Numbers this process's markers and changes of the records.
@@ -66,6 +66,9 @@ struct Snapshot {
     present: BTreeMap<PathBuf, String>,
     nested: Vec<PathBuf>,
 }
+
+const ROOT_WHY: &str = "a git repository at the top of a writable root: git run there (a shell \
+    prompt, `git status`) obeys its config and hooks";
 
 const NESTED_WHY: &str = "a git repository inside a writable checkout: git run there (or the \
     superproject's `git status` through a gitlink) obeys its config and hooks";
@@ -141,8 +144,8 @@ fn walk(root: &Path, out: &mut Walked) {
     }
 }
 
-/// What one look at the project sees: the checkouts (git's config), the findings their indexes
-/// give ([`index_finding`]) and the walk of the roots.
+/// What one look at the project sees: the checkouts (git's config), the findings their
+/// repositories' indexes give ([`indexes`]) and the walk of the roots.
 struct Seen {
     checkouts: Vec<Checkout>,
     index: Vec<Finding>,
@@ -154,10 +157,7 @@ struct Seen {
 fn look(spec: &SandboxSpec) -> Seen {
     let roots = checkouts::roots_of_spec(spec);
     std::thread::scope(|s| {
-        let other = s.spawn(|| {
-            let index = roots.iter().filter_map(|(r, _)| index_finding(r)).collect::<Vec<_>>();
-            (index, walk_all(spec))
-        });
+        let other = s.spawn(|| (indexes::findings(&roots), walk_all(spec)));
         let checkouts = checkouts::of_roots(&roots, &spec.home);
         match other.join() {
             Ok((index, walked)) => Seen { checkouts, index, walked },
@@ -178,32 +178,6 @@ fn walk_all(spec: &SandboxSpec) -> Walked {
         walk(&r, &mut found);
     }
     found
-}
-
-/// Index entries whose path has a `.git` component (or `..`): git does not check paths it reads
-/// from the index, so `git checkout -- .` would write them, into `.git/hooks` too.
-/// The index is read in-process where that reads it as git does ([`gitindex`]), else listed
-/// by `git ls-files`.
-fn index_finding(root: &Path) -> Option<Finding> {
-    let g = checkouts::git_dirs(root)?;
-    let into_git = |p: &[u8]| p.split(|b| *b == b'/').any(|c| c.eq_ignore_ascii_case(b".git") || c == b"..");
-    let found = match gitindex::scan(&g.gitdir.join("index"), &g.common.join("config"), &into_git) {
-        gitindex::Scan::Read(found) => found,
-        gitindex::Scan::AskGit => {
-            let o = checkouts::git(root)
-                .args(["ls-files", "-z", "--cached"])
-                .stderr(std::process::Stdio::null())
-                .output()
-                .ok()?;
-            o.stdout.split(|b| *b == 0).any(into_git)
-        }
-    };
-    found.then(|| Finding {
-        path: g.gitdir.join("index"),
-        why: "the index names a path inside .git (or with `..`): `git checkout` or `git stash` \
-                  on the host would write it, hooks included"
-            .into(),
-    })
 }
 
 /// Symbolic links planted in git's own directories now, whatever happened before: git makes
@@ -317,6 +291,14 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], found: &Walked, nested: 
     for g in &found.git {
         let is_root_of_rw = g.parent().is_some_and(|p| roots.iter().any(|r| r == p));
         if own.contains(g) || is_root_of_rw {
+            // The repository at the top of a root is the user's checkout: recorded, so that one
+            // made while a sandbox ran (`git init` in a project that was none, with an
+            // fsmonitor in its config) is reported. Below the worktrees directory only a
+            // repository of its own counts: a worktree's `.git` is a file, made by `ocsb wt
+            // add` while another session of the project may run.
+            if is_root_of_rw || g.is_dir() {
+                present.insert(g.clone(), ROOT_WHY.to_string());
+            }
             continue;
         }
         if let Some(parent) = g.parent() {
@@ -778,7 +760,7 @@ mod tests {
         git(&["init", "-q"]);
         std::fs::write(p.join("f"), "x").unwrap();
         git(&["add", "f"]);
-        assert_eq!(index_finding(&p), None);
+        assert_eq!(indexes::findings(&[(p.clone(), true)]).pop(), None);
         let blob = git(&["hash-object", "-w", "f"]);
         let index = p.join(".git/index");
         // Git refuses such a path from the command line; an agent writes the index itself.
@@ -802,17 +784,27 @@ mod tests {
                 git(&["update-index", "--index-version", v]);
                 plant(spelled, planted);
                 let config = p.join(".git/config");
-                assert!(matches!(gitindex::scan(&index, &config, &|_| false), gitindex::Scan::Read(_)));
-                assert!(index_finding(&p).is_some(), "{planted} in version {v}");
+                assert!(matches!(
+                    crate::gitindex::scan(&index, &config, &|_| false),
+                    crate::gitindex::Scan::Read(_)
+                ));
+                assert!(indexes::findings(&[(p.clone(), true)]).pop().is_some(), "{planted} in version {v}");
                 git(&["update-index", "--split-index"]);
                 assert_eq!(
-                    gitindex::scan(&index, &p.join(".git/config"), &|_| false),
-                    gitindex::Scan::AskGit
+                    crate::gitindex::scan(&index, &p.join(".git/config"), &|_| false),
+                    crate::gitindex::Scan::AskGit
                 );
-                assert!(index_finding(&p).is_some(), "{planted} in a split index");
+                assert!(
+                    indexes::findings(&[(p.clone(), true)]).pop().is_some(),
+                    "{planted} in a split index"
+                );
                 std::fs::remove_file(&index).unwrap();
                 git(&["add", "f"]);
-                assert_eq!(index_finding(&p), None, "{planted} gone with the index");
+                assert_eq!(
+                    indexes::findings(&[(p.clone(), true)]).pop(),
+                    None,
+                    "{planted} gone with the index"
+                );
             }
         }
     }
@@ -871,6 +863,59 @@ mod tests {
         assert!(!spec.project_dir.join("sub/.git").exists());
     }
 
+    /// A repository made at the top of the project while a sandbox ran (it was none before) is
+    /// reported and moved aside; the user's own, there before, is not; nor is a worktree made
+    /// meanwhile in the worktrees directory (`ocsb wt add` beside a running session), whose
+    /// `.git` is a file, while a repository of its own there is.
+    #[test]
+    fn a_repository_made_at_the_top_of_a_root_while_a_sandbox_ran_is_reported() {
+        let git = |dir: &Path, args: &[&str]| {
+            let st = checkouts::git(dir).args(args).status().unwrap();
+            assert!(st.success(), "git {args:?}");
+        };
+        // Each case in a project of its own (a finding stands until it is resolved).
+        let project = || {
+            let t = tempfile::tempdir().unwrap();
+            let mut spec = spec_in(t.path());
+            let w = t.path().join("p-worktrees");
+            std::fs::create_dir_all(&w).unwrap();
+            spec.worktrees_dir = Some(w.clone());
+            (t, spec, w)
+        };
+        let (_t, spec, _) = project();
+        let audit = begin(&spec).unwrap();
+        git(&spec.project_dir, &["init", "-q"]);
+        git(&spec.project_dir, &["config", "core.fsmonitor", "touch /tmp/pwned"]);
+        let found = audit.end();
+        assert!(found.iter().any(|f| f.why.contains("at the top of a writable root")), "{found:?}");
+        assert!(!spec.project_dir.join(".git").exists(), "moved aside");
+        // The user's own repository, there before, and a worktree made meanwhile: nothing.
+        let (_t, spec, w) = project();
+        git(&spec.project_dir, &["init", "-q"]);
+        let audit = begin(&spec).unwrap();
+        let c = [
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "1",
+        ];
+        git(&spec.project_dir, &c);
+        git(&spec.project_dir, &["worktree", "add", "-q", w.join("feature").to_str().unwrap()]);
+        let found = audit.end();
+        assert!(found.is_empty(), "{found:?}");
+        // A repository of its own in the worktrees directory.
+        let (_t, spec, w) = project();
+        let audit = begin(&spec).unwrap();
+        git(&w, &["init", "-q", "evil"]);
+        let found = audit.end();
+        assert!(found.iter().any(|f| f.why.contains("at the top of a writable root")), "{found:?}");
+    }
+
     #[test]
     fn a_sandbox_begun_after_a_check_makes_the_next_start_look_again() {
         let t = tempfile::tempdir().unwrap();
@@ -907,7 +952,8 @@ mod tests {
         std::fs::create_dir_all(spec.project_dir.join("sub/.git")).unwrap();
         let audit = checked.begin(&spec).unwrap();
         assert_eq!(audit.nested, vec![spec.project_dir.join("sub").canonicalize().unwrap()]);
-        assert!(audit.end().is_empty());
+        let found = audit.end();
+        assert!(found.is_empty(), "{found:?}");
     }
 
     /// The pid of a process that has exited.

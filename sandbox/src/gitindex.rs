@@ -19,6 +19,7 @@
 //! in every entry at a few bytes each, and keeping them all would take gigabytes.
 
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// What scanning an index gave.
@@ -28,10 +29,18 @@ pub enum Scan {
     Read(bool),
     /// Not an index this reader takes as git would: ask git.
     AskGit,
+    /// Not one that can be checked at all, and why: not a regular file (git would hang on a
+    /// FIFO), or names of more than [`MAX_NAME_BYTES`] in all.
+    Unchecked(&'static str),
 }
 
 /// Larger indexes go to git (a checkout of a few hundred thousand files).
 pub const MAX_BYTES: u64 = 64 << 20;
+/// The most bytes of names a check reads (a version-4 index can repeat one long name in every
+/// entry at a few bytes each: gigabytes of names from a small file).
+pub const MAX_NAME_BYTES: u64 = 256 << 20;
+/// Why an index is [`Scan::Unchecked`] for its names.
+pub const TOO_MANY_NAMES: &str = "it names more bytes of paths than the check reads";
 
 /// Whether the index at `index` names a path `matches` takes, for a repository whose common
 /// git directory holds `config`. No index file is an empty index (git lists nothing either).
@@ -42,9 +51,13 @@ pub fn scan(index: &Path, config: &Path, matches: &dyn Fn(&[u8]) -> bool) -> Sca
         Ok(c) if !c.to_ascii_lowercase().windows(12).any(|w| w == b"objectformat") => {}
         _ => return Scan::AskGit,
     }
-    let data = match std::fs::File::open(index) {
+    // Opened without blocking: a FIFO in its place must not stop the look.
+    let opened =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(index);
+    let data = match opened {
         Ok(f) => match f.metadata() {
-            Ok(m) if m.is_file() && m.len() <= MAX_BYTES => {
+            Ok(m) if !m.is_file() => return Scan::Unchecked("the index is not a regular file"),
+            Ok(m) if m.len() <= MAX_BYTES => {
                 let mut data = Vec::with_capacity(m.len() as usize);
                 match f.take(MAX_BYTES + 1).read_to_end(&mut data) {
                     Ok(_) => data,
@@ -56,9 +69,15 @@ pub fn scan(index: &Path, config: &Path, matches: &dyn Fn(&[u8]) -> bool) -> Sca
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Scan::Read(false),
         Err(_) => return Scan::AskGit,
     };
-    let mut found = false;
-    match walk(&data, &mut |p| found = found || matches(p)) {
-        Some(()) => Scan::Read(found),
+    let (mut found, mut read) = (false, 0u64);
+    let walked = walk(&data, &mut |p| {
+        read += p.len() as u64;
+        found = found || matches(p);
+        read <= MAX_NAME_BYTES
+    });
+    match walked {
+        Some(true) => Scan::Read(found),
+        Some(false) => Scan::Unchecked(TOO_MANY_NAMES),
         None => Scan::AskGit,
     }
 }
@@ -71,8 +90,9 @@ const EXTENDED: u16 = 0x4000;
 /// The extended flags git knows (intent-to-add, skip-worktree); it refuses any other.
 const KNOWN_EXTENDED: u16 = 0x2000 | 0x4000;
 
-/// Visit every entry's path in order; `None` when the layout is not one this reader takes.
-fn walk(data: &[u8], visit: &mut dyn FnMut(&[u8])) -> Option<()> {
+/// Visit every entry's path in order, while `visit` returns true: `Some(false)` when it
+/// stopped, `None` when the layout is not one this reader takes.
+fn walk(data: &[u8], visit: &mut dyn FnMut(&[u8]) -> bool) -> Option<bool> {
     if data.len() < 12 + HASH || &data[..4] != b"DIRC" {
         return None;
     }
@@ -135,7 +155,9 @@ fn walk(data: &[u8], visit: &mut dyn FnMut(&[u8])) -> Option<()> {
         if next > body.len() {
             return None;
         }
-        visit(&name);
+        if !visit(&name) {
+            return Some(false);
+        }
         at = next;
     }
     // Extensions, while a signature and a size fit (git ignores fewer than 8 bytes left).
@@ -147,7 +169,7 @@ fn walk(data: &[u8], visit: &mut dyn FnMut(&[u8])) -> Option<()> {
         }
         at = at.checked_add(8 + size).filter(|end| *end <= body.len())?;
     }
-    Some(())
+    Some(true)
 }
 
 fn be32(data: &[u8], at: usize) -> Option<u32> {
@@ -224,7 +246,10 @@ mod tests {
     /// Every path [`walk`] visits, in order.
     fn paths(data: &[u8]) -> Option<Vec<Vec<u8>>> {
         let mut v = Vec::new();
-        walk(data, &mut |p| v.push(p.to_vec()))?;
+        walk(data, &mut |p| {
+            v.push(p.to_vec());
+            true
+        })?;
         Some(v)
     }
 
@@ -326,7 +351,10 @@ mod tests {
         assert_eq!(scan_of(dir), Scan::Read(false));
         std::fs::rename(&index, dir.join("kept")).unwrap();
         std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
-        assert_eq!(scan_of(dir), Scan::AskGit, "not a regular file");
+        assert!(matches!(scan_of(dir), Scan::Unchecked(_)), "not a regular file");
+        std::fs::remove_file(&index).unwrap();
+        nix::unistd::mkfifo(&index, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(matches!(scan_of(dir), Scan::Unchecked(_)), "a FIFO, without waiting for a writer");
         std::fs::remove_file(&index).unwrap();
         std::fs::rename(dir.join("kept"), &index).unwrap();
         assert_eq!(scan_of(dir), Scan::Read(false));
@@ -362,12 +390,19 @@ mod tests {
         entries.push(last);
         let data = index_of(4, &entries);
         let (mut n, mut hit) = (0, false);
-        walk(&data, &mut |p| {
+        let whole = walk(&data, &mut |p| {
             n += 1;
             hit |= p.ends_with(b"/.git/x");
-        })
-        .unwrap();
+            true
+        });
+        assert_eq!(whole, Some(true));
         assert_eq!((n, hit), (20_002, true));
+        // 1.2 GB of names: more than a check reads.
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("index"), &data).unwrap();
+        std::fs::write(t.path().join("config"), "[core]\n").unwrap();
+        let scanned = scan(&t.path().join("index"), &t.path().join("config"), &|_| false);
+        assert_eq!(scanned, Scan::Unchecked(TOO_MANY_NAMES));
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod env;
 pub mod error;
 pub mod gitindex;
 pub mod handover;
+pub mod indexes;
 pub mod landlock;
 pub mod launch;
 pub mod mounts;

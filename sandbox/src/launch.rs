@@ -49,7 +49,7 @@ pub fn prepare(spec: &SandboxSpec, known: &[Checkout]) -> Result<Option<Plan>> {
         tmpclean::clean(&tmp, tmpclean::MAX_AGE, SystemTime::now());
     }
     // The two builds ask the host the same questions, one right after the other.
-    let seen = crate::remembered::Remembered::new(&RealFs);
+    let seen = Remembered::new(&RealFs);
     let spec = &with_checkout_rule(spec, known, &seen)?;
     let first = plan::build_remembered(spec, &seen)?;
     if first.placeholders.is_empty() {
@@ -210,7 +210,7 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) ->
     let checkouts = checkouts::of_spec_known(&spec, &audit.checkouts);
     let run = run_checked(&spec, serve, ahead.stage2, ahead.on_plan, &checkouts);
     audit.end();
-    // Stage 2 is reaped after the look, which does not wait for it to tear the namespaces down.
+    // Only now, after the look, may stage 2 free the port rules and tear the namespaces down.
     run.map(|(code, _ending)| code)
 }
 

@@ -335,8 +335,8 @@ fn exit_code(status: WaitStatus) -> Option<i32> {
 }
 
 /// Wait for pid 1, forward signals, repeat the netlock probe, serve the socket factory. Returns
-/// once pid 1 has exited and been reaped (with a pid namespace, everything in it has then
-/// been killed and reaped by the kernel).
+/// once pid 1 has exited (with a pid namespace, everything in it has then been killed and
+/// reaped by the kernel); pid 1 itself is left unreaped for [`let_go`].
 fn supervise(
     child: Pid,
     mask: &SigSet,

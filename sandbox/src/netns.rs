@@ -67,7 +67,7 @@ pub enum Role {
 }
 
 /// The namespace's nftables table, as `nft list table inet ocsb_isolated` prints it: the
-/// contract [`table_requests`] implements (a test diffs the kernel's table against it). The
+/// contract `table_requests` implements (a test diffs the kernel's table against it). The
 /// DNS redirect comes before the loopback exception, so a
 /// resolver on the host's loopback (systemd-resolved's 127.0.0.53) is asked through the stub
 /// too; `ct status dnat` lets the redirected connections (and their replies) through the

@@ -88,6 +88,16 @@ pub fn report(chan: &mut UnixStream, code: i32) {
     let _ = chan.write_all(&code.to_le_bytes());
 }
 
+/// Stage 2's side, after [`report`]: wait until the launcher lets go of the hand-over (shuts
+/// it down whole, or exits), at most `within`. *Why not a read*: the launcher shut its sending
+/// side down with the request, so the socket reads as ended from then on; only the hang-up
+/// (`POLLHUP`, reported whether asked for or not) says the launcher is done.
+pub fn await_let_go(chan: &UnixStream, within: std::time::Duration) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut pfd = [PollFd::new(chan.as_fd(), PollFlags::empty())];
+    let _ = poll(&mut pfd, PollTimeout::try_from(within).unwrap_or(PollTimeout::MAX));
+}
+
 /// The launcher's side: the status stage 2 reported; `None` when it exited without saying one
 /// (it failed, and said why on stderr).
 pub fn reported(chan: &mut UnixStream) -> Option<i32> {
@@ -139,6 +149,32 @@ mod tests {
         assert_eq!(reported(&mut b), Some(137));
         drop(a);
         assert_eq!(reported(&mut b), None);
+    }
+
+    /// Stage 2 waits past the launcher's half-close (made with the request) and past the
+    /// status, and goes on once the launcher shuts the hand-over down whole, or is gone.
+    #[test]
+    fn stage_2_waits_for_the_launcher_to_let_go() {
+        use std::time::{Duration, Instant};
+        let (launcher, stage2) = UnixStream::pair().unwrap();
+        launcher.shutdown(std::net::Shutdown::Write).unwrap();
+        let t = Instant::now();
+        await_let_go(&stage2, Duration::from_millis(300));
+        assert!(t.elapsed() >= Duration::from_millis(250), "a half-close is no let-go");
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            launcher.shutdown(std::net::Shutdown::Both).unwrap();
+            launcher
+        });
+        let t = Instant::now();
+        await_let_go(&stage2, Duration::from_secs(10));
+        assert!(t.elapsed() < Duration::from_secs(5), "the let-go was not seen");
+        drop(closer.join().unwrap());
+        let (gone, stage2) = UnixStream::pair().unwrap();
+        drop(gone);
+        let t = Instant::now();
+        await_let_go(&stage2, Duration::from_secs(10));
+        assert!(t.elapsed() < Duration::from_secs(5), "a launcher gone is a let-go");
     }
 
     #[test]

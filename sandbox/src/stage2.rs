@@ -212,14 +212,19 @@ fn helper() -> Result<i32> {
         ForkResult::Parent { child } => {
             drop(death_r);
             let code = supervise(child, &mask, chan.as_ref(), prober.as_ref(), req.probe_interval);
-            // Nothing is written to the command's output after this; let go of it, so that a
-            // launcher relaying it sees its end now, not once the namespaces are torn down.
-            if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+            // The socket factory is served no more: closed, so that a request the launcher
+            // still makes fails at once rather than waits.
+            drop(chan);
+            // Nothing is written to the command's output after this, nor read from its input;
+            // let go of them, so that a launcher relaying them sees their end now, not once the
+            // namespaces are torn down.
+            if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+                let _ = nix::unistd::dup2_stdin(&null);
                 let _ = nix::unistd::dup2_stdout(&null);
                 let _ = nix::unistd::dup2_stderr(&null);
             }
             handover::report(&mut report, code);
-            let_go(&mut report, child, prebuilt);
+            let_go(&report, child, prebuilt);
             drop(death_w);
             Ok(code)
         }
@@ -233,13 +238,8 @@ fn helper() -> Result<i32> {
 /// namespaces down took the CPU the launcher's look after the sandbox needs on a small
 /// machine. Nothing of the sandbox runs by now: pid 1 has exited, and the kernel killed the
 /// rest of its pid namespace before that.
-fn let_go(report: &mut std::os::unix::net::UnixStream, pid1: Pid, prebuilt: Option<landlock::Prebuilt>) {
-    // The command's stdin and the terminal are not held meanwhile.
-    if let Ok(null) = std::fs::File::open("/dev/null") {
-        let _ = nix::unistd::dup2_stdin(&null);
-    }
-    let _ = report.set_read_timeout(Some(LET_GO_WITHIN));
-    let _ = std::io::Read::read(report, &mut [0u8; 1]);
+fn let_go(report: &std::os::unix::net::UnixStream, pid1: Pid, prebuilt: Option<landlock::Prebuilt>) {
+    handover::await_let_go(report, LET_GO_WITHIN);
     let _ = waitpid(pid1, None);
     drop(prebuilt);
 }

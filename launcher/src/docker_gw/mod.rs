@@ -119,7 +119,13 @@ impl Gateway {
         let waiting = self.waiting.clone();
         Box::new(move |plan| {
             let taken = waiting.lock().unwrap_or_else(|p| p.into_inner()).take();
-            let Some(w) = taken else { return Ok(()) };
+            // One gateway serves one sandbox: a second plan is not taken for the first's.
+            let Some(w) = taken else {
+                return Err(ocsb_sandbox::Error::failed(
+                    "the Docker gateway already serves a sandbox",
+                    "report this",
+                ));
+            };
             serve(w, plan)
                 .map_err(|e| ocsb_sandbox::Error::failed(format!("docker gateway: {e}"), "report this"))
         })

@@ -293,12 +293,11 @@ fn enter_user_namespace(net: bool) -> Result<()> {
     write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))
 }
 
-/// The namespaces of the sandbox. With `net`, the network namespace comes first, configured
-/// ([`netns::configure`]) and its sockets handed out ([`netns::hand_out`]) before the others
-/// exist: its tools run as children, and after `unshare(CLONE_NEWPID)` the first child would
-/// become the new namespace's pid 1, whose exit ends the namespace (the next fork fails with
-/// `ENOMEM`). `entered`: that namespace, entered and configured before the request came (or
-/// why it could not be). Returns the network's channel (the socket factory).
+/// The namespaces of the sandbox. With `net`, the user and network namespaces come first:
+/// entered and configured ([`netns::configure`]) before the request came, while the launcher
+/// was still checking (`entered`: done, or why it could not be), and the network's sockets are
+/// handed out ([`netns::hand_out`]) before the other namespaces exist. Returns the network's
+/// channel (the socket factory).
 fn enter_namespaces(
     net: Option<&netns::NetRequest>,
     entered: Option<Result<()>>,

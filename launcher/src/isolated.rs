@@ -125,6 +125,7 @@ pub fn run_for(project: &Project, policy: &Policy, spec: &SandboxSpec, mut ahead
     let docker = crate::docker_gw::attach(project, &mut spec)?;
     if let Some(gw) = &docker {
         ahead.on_plan = Some(gw.judge_by());
+        ahead.on_exit = Some(gw.at_exit());
     }
     let spec = &spec;
     let server = match spec.network {

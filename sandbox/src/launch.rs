@@ -193,10 +193,18 @@ pub struct Ahead {
     /// plan itself*: a plan built apart, from an earlier look at the checkouts, could protect
     /// other git files than the sandbox does. An error stops the start.
     pub on_plan: Option<OnPlan>,
+    /// Called once the sandbox has exited, before the look at the checkouts that ends the run,
+    /// for what the sandbox started outside itself that can still write its paths (the Docker
+    /// gateway stops such containers). *Why before the look*: a writer still running after it
+    /// could plant what the look is there to find, and nothing would look again.
+    pub on_exit: Option<OnExit>,
 }
 
 /// See [`Ahead::on_plan`].
 pub type OnPlan = Box<dyn FnOnce(&Plan) -> Result<()>>;
+
+/// See [`Ahead::on_exit`].
+pub type OnExit = Box<dyn FnOnce()>;
 
 /// [`run`], with `serve` for a spec whose network is isolated (refused without it: nothing
 /// would reach the sandbox's namespace), and what the caller made `ahead`.
@@ -209,6 +217,9 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) ->
     spec.nested_repos = audit.nested.clone();
     let checkouts = checkouts::of_spec_known(&spec, &audit.checkouts);
     let run = run_checked(&spec, serve, ahead.stage2, ahead.on_plan, &checkouts);
+    if let Some(quiet) = ahead.on_exit {
+        quiet();
+    }
     audit.end();
     // Only now, after the look, may stage 2 free the port rules and tear the namespaces down.
     run.map(|(code, _ending)| code)

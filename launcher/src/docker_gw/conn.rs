@@ -69,6 +69,18 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
     {
         return refuse(&mut w, gw, &head, refusal);
     }
+    // Recorded, and held until the daemon has answered, so that the session's end stops it
+    // if it can write the project ([`super::ending`]).
+    let running = match sets_running(&head) {
+        Some(id) => match super::ending::record(&gw.started, &id) {
+            Some(held) => Some(held),
+            None => {
+                let why = Refusal::new("session", "the session has ended: nothing more is started in it");
+                return refuse(&mut w, gw, &head, why);
+            }
+        },
+        None => None,
+    };
     let mut up = UnixStream::connect(&gw.daemon.socket)?;
     let mut out = format!("{} {} HTTP/1.1\r\n", head.method, head.target());
     for (k, v) in &head.headers {
@@ -100,6 +112,7 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
         });
     }
     io::copy(&mut up, &mut w)?;
+    drop(running);
     let _ = w.shutdown(std::net::Shutdown::Both);
     // Docker forwards no port from an internal network: the gateway does, once the container
     // has its address.
@@ -114,10 +127,23 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
 /// The container a `start` or `restart` call is about (the policy let it through, so it is
 /// the project's).
 fn starts(head: &Head) -> Option<String> {
+    on_container(head, &["start", "restart"])
+}
+
+/// The container a call sets running: [`starts`], and `unpause`.
+fn sets_running(head: &Head) -> Option<String> {
+    on_container(head, &["start", "restart", "unpause"])
+}
+
+/// The container of a `POST /containers/ID/VERB` call with one of `verbs`.
+fn on_container(head: &Head, verbs: &[&str]) -> Option<String> {
     let path = head.path.split('?').next().unwrap_or_default();
-    let verb = head.method == "POST" && (path.ends_with("/start") || path.ends_with("/restart"));
+    let verb = path.rsplit('/').next().unwrap_or_default();
+    if head.method != "POST" || !verbs.contains(&verb) {
+        return None;
+    }
     match route(&head.method, &head.path) {
-        Ok(Call::On(Owned::Container(id))) if verb => Some(id),
+        Ok(Call::On(Owned::Container(id))) => Some(id),
         _ => None,
     }
 }

@@ -9,6 +9,7 @@
 mod conn;
 mod daemon;
 mod egress;
+mod ending;
 mod http;
 mod ports;
 
@@ -40,6 +41,8 @@ pub(crate) struct Shared {
     egress: egress::Egress,
     /// The ports the project's containers publish, forwarded by the gateway.
     ports: ports::Ports,
+    /// The containers the session set running ([`Gateway::at_exit`] stops those that write).
+    started: ending::Record,
     log: Mutex<Option<std::fs::File>>,
 }
 
@@ -66,6 +69,8 @@ pub struct Gateway {
     session: String,
     daemon: Daemon,
     cleanup: bool,
+    /// The containers the session set running, shared with the connections.
+    started: ending::Record,
     /// What serving needs but the sandbox's plan, until [`Gateway::judge_by`] takes it.
     waiting: Arc<Mutex<Option<Waiting>>>,
 }
@@ -78,6 +83,7 @@ struct Waiting {
     daemon: Daemon,
     empty_file: PathBuf,
     egress: egress::Egress,
+    started: ending::Record,
     log: Option<std::fs::File>,
 }
 
@@ -103,13 +109,23 @@ impl Gateway {
         let dir = std::fs::canonicalize(&paths.dir).map_err(|e| Error::io("resolve", &paths.dir, e))?;
         let (listener, socket, inode) = listen(&dir)?;
         let session = ctx.session.clone();
-        let waiting = Waiting { listener, ctx, daemon: daemon.clone(), empty_file, egress, log };
+        let started = ending::Record::default();
+        let waiting = Waiting {
+            listener,
+            ctx,
+            daemon: daemon.clone(),
+            empty_file,
+            egress,
+            started: started.clone(),
+            log,
+        };
         Ok(Gateway {
             socket,
             inode,
             session,
             daemon,
             cleanup: project.settings.docker_cleanup(),
+            started,
             waiting: Arc::new(Mutex::new(Some(waiting))),
         })
     }
@@ -129,6 +145,13 @@ impl Gateway {
             serve(w, plan)
                 .map_err(|e| ocsb_sandbox::Error::failed(format!("docker gateway: {e}"), "report this"))
         })
+    }
+
+    /// What stops, once the sandbox has exited, the containers the session set running that
+    /// can write a host path ([`ocsb_sandbox::Ahead::on_exit`]; `ending` says why).
+    pub fn at_exit(&self) -> ocsb_sandbox::launch::OnExit {
+        let (started, daemon, session) = (self.started.clone(), self.daemon.clone(), self.session.clone());
+        Box::new(move || ending::stop_writers(&started, &daemon, &session))
     }
 
     /// The gateway's socket on the host.
@@ -177,7 +200,7 @@ fn listen(dir: &Path) -> Result<(UnixListener, PathBuf, u64)> {
 
 /// Serve `w`'s connections, judged by `plan`, on a thread of their own.
 fn serve(w: Waiting, plan: &Plan) -> Result<()> {
-    let Waiting { listener, mut ctx, daemon, empty_file, egress, log } = w;
+    let Waiting { listener, mut ctx, daemon, empty_file, egress, started, log } = w;
     judge_paths(&mut ctx, plan);
     let shared = Arc::new(Shared {
         ctx,
@@ -185,6 +208,7 @@ fn serve(w: Waiting, plan: &Plan) -> Result<()> {
         empty_file,
         egress,
         ports: ports::Ports::default(),
+        started,
         log: Mutex::new(log),
     });
     let busy = Arc::new(AtomicUsize::new(0));

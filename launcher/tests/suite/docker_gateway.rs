@@ -682,6 +682,56 @@ fn a_sessions_containers_are_kept_and_listed_or_removed_when_it_ends() {
     assert!(out.lines().any(|l| l.starts_with("after cleanup: keep-gw") && !l.contains("gone-")), "{out}");
 }
 
+/// A container the agent leaves running with the project bound writable is stopped (kept) when
+/// the session ends, before the launcher's look at the checkouts: what it plants in its grace
+/// period (a repository whose `core.fsmonitor` runs a command) is found and moved aside, and
+/// the user's `git status` there afterwards runs nothing. Without the stop, the look came
+/// first and found nothing, and the container planted after it. A container with only a
+/// volume runs on; `--restart always` with a writable bind (the daemon would start it again
+/// after the session) is refused.
+#[test]
+fn a_container_that_writes_the_project_does_not_outlive_its_session() {
+    let w = World::new();
+    let pwned = w.home.join("PWNED-late");
+    std::fs::write(
+        w.proj.join("plant.sh"),
+        format!(
+            "sleep 2; mkdir -p /src/sub/.git/objects /src/sub/.git/refs\n\
+             echo 'ref: refs/heads/main' > /src/sub/.git/HEAD\n\
+             printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = touch {}; false\\n' > /src/sub/.git/config\n\
+             sleep 60\n",
+            pwned.display()
+        ),
+    )
+    .unwrap();
+    let body = format!(
+        "mkdir -p sub && chown 1990 sub plant.sh
+        D \"docker run -d --name w-$NAME --user 1990:1990 --network none -v $PWD:/src {IMAGE} sh /src/plant.sh >/dev/null
+           docker run -d --name v-$NAME --network none -v data-$NAME:/d {IMAGE} sleep 60 >/dev/null
+           docker run -d --name r-$NAME --restart always --network none -v $PWD:/src {IMAGE} true\"
+        echo \"writer running: $(docker inspect -f '{{{{.State.Running}}}}' w-$NAME)\"
+        echo \"volume-only running: $(docker inspect -f '{{{{.State.Running}}}}' v-$NAME)\"
+        echo \"restart-always made: $(docker ps -aq --filter name=r-$NAME | wc -l)\"
+        sleep 3
+        echo \"planted repo on the host: $(test -e sub/.git && echo yes || echo no)\"
+        env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid 1990 --clear-groups -- git -C sub status >/dev/null 2>&1
+        echo \"fsmonitor ran: $(test -e {pwned} && echo yes || echo no)\"
+        docker rm -f w-$NAME v-$NAME >/dev/null; docker volume rm data-$NAME >/dev/null",
+        pwned = pwned.display()
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    refused(&out, "restart", &err);
+    has(&out, "restart-always made: 0", &err);
+    assert!(out.contains("ocsb: docker: stopped w-gw"), "the session says what it stopped: {out}\n{err}");
+    assert!(!out.contains("stopped v-gw"), "a volume-only container is not stopped: {out}");
+    has(&out, "writer running: false", &err);
+    has(&out, "volume-only running: true", &err);
+    // The plant came in the grace period, so the look after the stop found it.
+    assert!(out.contains("sub/.git") && out.contains("appeared while the sandbox ran"), "{out}\n{err}");
+    has(&out, "planted repo on the host: no", &err);
+    has(&out, "fsmonitor ran: no", &err);
+}
+
 /// A second request hidden in an escaped path (`%0D%0A`) never reaches the daemon: the path is
 /// forwarded as it came, and one with escapes is refused.
 #[test]

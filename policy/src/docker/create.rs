@@ -383,6 +383,18 @@ fn host_config(
             mount(m, ctx, canonical, needs)?;
         }
     }
+    // The session stops, when it ends, each container it set running that can write a host
+    // path (nothing may change the project after the launcher's look at it); `always` would
+    // have the daemon start such a container again when it restarts, with no session around.
+    let restart = h.get("RestartPolicy").and_then(|r| r.get("Name")).and_then(Value::as_str);
+    if restart == Some("always") && writes_host_paths(h) {
+        return Err(Refusal::new(
+            "restart",
+            "restart policy `always` with a writable bind: the daemon would start the container again \
+             after its session stopped it, and it would write the project with no session around it",
+        )
+        .allow("--restart unless-stopped (it stays stopped once its session stops it)"));
+    }
     if h.get("PublishAllPorts").is_some_and(truthy) {
         return Err(Refusal::new("ports", "-P publishes on every address of the host")
             .allow("publish each port on loopback: -p 127.0.0.1:PORT:PORT"));
@@ -594,6 +606,24 @@ fn binds_entry(
         Some(o) => format!("{}:{dst}:{o}", real.display()),
         None => format!("{}:{dst}", real.display()),
     })
+}
+
+/// Whether a host configuration binds a host path writable (`-v /path:/dst` without `ro`, or
+/// `--mount type=bind` without `readonly`).
+fn writes_host_paths(h: &Map<String, Value>) -> bool {
+    let bind = strings(h.get("Binds")).into_iter().any(|b| {
+        let mut parts = b.splitn(3, ':');
+        let src = parts.next().unwrap_or_default();
+        let opts = parts.nth(1).unwrap_or_default();
+        src.starts_with('/') && !opts.split(',').any(|o| o == "ro")
+    });
+    let mount = h.get("Mounts").and_then(Value::as_array).is_some_and(|ms| {
+        ms.iter().any(|m| {
+            m.get("Type").and_then(Value::as_str) == Some("bind")
+                && m.get("ReadOnly") != Some(&Value::Bool(true))
+        })
+    });
+    bind || mount
 }
 
 /// One entry of `--mount`; a bind's source is replaced by the path that was checked.
@@ -889,6 +919,30 @@ mod tests {
             [(PathBuf::from("/home/u/shop/.git/hooks"), "/src/.git/hooks".to_string())]
         );
         assert_eq!(needs.pins, [(PathBuf::from("/home/u/shop/.git"), "/src/.git".to_string())]);
+    }
+
+    #[test]
+    fn restart_always_is_refused_only_for_a_container_that_writes_host_paths() {
+        let with = |host: Value| json!({"Image": "x", "HostConfig": host});
+        let always = json!({"Name": "always"});
+        for writes in [
+            json!({"RestartPolicy": always, "Binds": ["/home/u/shop:/src"]}),
+            json!({"RestartPolicy": always, "Binds": ["/home/u/shop:/src:rw,z"]}),
+            json!({"RestartPolicy": always, "Mounts": [{"Type": "bind", "Source": "/home/u/shop", "Target": "/s"}]}),
+        ] {
+            let r = refused(with(writes.clone()));
+            assert_eq!(r.rule, "restart", "{writes}");
+            assert!(r.what.contains("writable bind"), "{}", r.what);
+        }
+        for passes in [
+            json!({"RestartPolicy": always, "Binds": ["/home/u/shop:/src:ro"]}),
+            json!({"RestartPolicy": always, "Binds": ["cache:/c"]}),
+            json!({"RestartPolicy": always, "Mounts": [{"Type": "bind", "Source": "/home/u/shop", "Target": "/s", "ReadOnly": true}]}),
+            json!({"RestartPolicy": {"Name": "unless-stopped"}, "Binds": ["/home/u/shop:/src"]}),
+            json!({"RestartPolicy": {"Name": "on-failure", "MaximumRetryCount": 3}, "Binds": ["/home/u/shop:/src"]}),
+        ] {
+            assert!(check(with(passes.clone())).is_ok(), "{passes}");
+        }
     }
 
     #[test]

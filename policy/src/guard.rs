@@ -517,11 +517,13 @@ pub struct Finding {
 /// What is planted now, whatever happened before: a `commondir` in a main git directory, and a
 /// linked worktree whose pointers do not agree (its `.git` file and the `gitdir` file of the
 /// git directory it names must point at each other, and that directory must lie in the
-/// common directory's `worktrees/`).
+/// common directory's `worktrees/`), or whose common directory the sandbox may have made
+/// (`may_write`) and is no checkout's `.git`.
 pub fn planted_now(
     checkouts: &[Checkout],
     fs: &dyn Lookup,
     read: &dyn Fn(&Path) -> Option<String>,
+    may_write: &dyn Fn(&Path) -> bool,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     for c in checkouts {
@@ -551,6 +553,29 @@ pub fn planted_now(
                 why: format!(
                     "this worktree's .git names {}, which does not name it back as a worktree of {}",
                     g.gitdir.display(),
+                    g.common.display()
+                ),
+            });
+            continue;
+        }
+        // Git takes this worktree's config and hooks from its common directory. One the sandbox
+        // may have made is trusted only as a checkout's own `.git` (whose appearance the
+        // launcher's look reports) or the common directory of the checkout the session commits
+        // in (checked when it started); the rule holds the names in both. Laid out anywhere
+        // else — without the `HEAD` that would show it as a repository, or in the sandbox's own
+        // `/tmp` — the user's git in this worktree would obey it.
+        let of_checkout = checkouts.iter().any(|o| {
+            let own_git = g.common.file_name().is_some_and(|n| n == ".git")
+                && Some(o.root.as_path()) == g.common.parent();
+            let committed_in = o.commits && o.git.as_ref().is_some_and(|og| og.common == g.common);
+            own_git || committed_in
+        });
+        if !of_checkout && may_write(&g.common) {
+            out.push(Finding {
+                path: main_git,
+                why: format!(
+                    "this worktree's git data is in {}, which the sandbox can write and which is no \
+                     checkout's .git: git here would obey its config and hooks",
                     g.common.display()
                 ),
             });
@@ -767,22 +792,71 @@ mod tests {
     fn commondir_in_a_main_git_dir_and_inconsistent_worktree_pointers_are_planted() {
         let fs = repo().with("/p/.git/commondir", Entry::File);
         let none = |_: &Path| None;
-        let f = planted_now(&[main_checkout()], &fs, &none);
+        let no_write = |_: &Path| false;
+        let f = planted_now(&[main_checkout()], &fs, &none, &no_write);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].path, Path::new("/p/.git/commondir"));
         let ours = |p: &Path| (p == Path::new("/p/.git/commondir")).then(|| COMMONDIR_SELF.to_string());
-        assert!(planted_now(&[main_checkout()], &fs, &ours).is_empty(), "the placeholder is not a plant");
-        assert!(planted_now(&[main_checkout()], &repo(), &none).is_empty());
+        assert!(
+            planted_now(&[main_checkout()], &fs, &ours, &no_write).is_empty(),
+            "the placeholder is not a plant"
+        );
+        assert!(planted_now(&[main_checkout()], &repo(), &none, &no_write).is_empty());
 
         let back = |p: &Path| {
             (p == Path::new("/p/.git/worktrees/feat/gitdir")).then(|| "/w/feat/.git\n".to_string())
         };
-        assert!(planted_now(&[worktree(true)], &repo(), &back).is_empty());
-        let f = planted_now(&[worktree(true)], &repo(), &none);
+        assert!(planted_now(&[worktree(true)], &repo(), &back, &no_write).is_empty());
+        let f = planted_now(&[worktree(true)], &repo(), &none, &no_write);
         assert_eq!(f[0].path, Path::new("/w/feat/.git"), "no back-pointer");
         let mut evil = worktree(true);
         evil.git = Some(GitDirs { gitdir: "/w/feat/.evil".into(), common: "/w/feat/.evil".into() });
-        assert_eq!(planted_now(&[evil], &repo(), &back).len(), 1, "points outside worktrees/");
+        assert_eq!(planted_now(&[evil], &repo(), &back, &no_write).len(), 1, "points outside worktrees/");
+    }
+
+    #[test]
+    fn a_worktrees_common_directory_the_sandbox_may_have_made_is_a_checkouts_git_or_planted() {
+        let back = |p: &Path| {
+            let back = [
+                ("/p/.git/worktrees/feat/gitdir", "/w/feat/.git\n"),
+                ("/w/ag/worktrees/y/gitdir", "/w/evil/.git\n"),
+            ];
+            back.iter().find(|(f, _)| p == Path::new(f)).map(|(_, t)| t.to_string())
+        };
+        let under = |roots: &'static [&'static str]| move |p: &Path| roots.iter().any(|r| p.starts_with(r));
+        // The main checkout's `.git`, writable or not: the rule's own.
+        let both = [main_checkout(), worktree(true)];
+        assert!(planted_now(&both, &repo(), &back, &under(&["/p", "/w"])).is_empty());
+        // Git data the agent laid out in the worktrees directory (no `HEAD`, so no repository to
+        // the walk), with pointers that agree.
+        let mut evil = worktree(false);
+        evil.root = "/w/evil".into();
+        evil.git = Some(GitDirs { gitdir: "/w/ag/worktrees/y".into(), common: "/w/ag".into() });
+        let f = planted_now(&[main_checkout(), evil.clone()], &repo(), &back, &under(&["/p", "/w"]));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].path, Path::new("/w/evil/.git"));
+        assert!(f[0].why.contains("/w/ag") && f[0].why.contains("no checkout's .git"), "{}", f[0].why);
+        // Named `.git` but in the sandbox's `/tmp`, where no checkout is.
+        evil.git =
+            Some(GitDirs { gitdir: "/s/tmp/x/.git/worktrees/y".into(), common: "/s/tmp/x/.git".into() });
+        let back_tmp = |p: &Path| {
+            (p == Path::new("/s/tmp/x/.git/worktrees/y/gitdir")).then(|| "/w/evil/.git\n".to_string())
+        };
+        let f =
+            planted_now(&[main_checkout(), evil.clone()], &repo(), &back_tmp, &under(&["/p", "/w", "/s"]));
+        assert_eq!(f.len(), 1, "{f:?}");
+        // The common directory of the checkout the session commits in (a session started in a
+        // linked worktree, whose main checkout is no root of the sandbox).
+        let mut session = worktree(true);
+        session.root = "/w/feat".into();
+        let sibling = Checkout { root: "/w/other".into(), commits: false, ..worktree(false) };
+        let back_both = |p: &Path| {
+            (p == Path::new("/p/.git/worktrees/feat/gitdir")).then(|| "/w/feat/.git\n".to_string())
+        };
+        let f = planted_now(&[session, sibling], &repo(), &back_both, &under(&["/p/.git", "/w"]));
+        assert!(f.iter().all(|f| !f.why.contains("no checkout's .git")), "{f:?}");
+        // The same outside everything the sandbox can write: the user's own (a bare repository).
+        assert!(planted_now(&[main_checkout(), evil], &repo(), &back_tmp, &under(&["/p", "/w"])).is_empty());
     }
 
     #[test]

@@ -367,8 +367,7 @@ fn standing(
     now: &Snapshot,
 ) -> Result<Vec<Finding>> {
     let dir = dir_of(&spec.state_dir);
-    let mut planted = guard::planted_now(checkouts, &HostLookup, &|p| checkouts::read_small(p));
-    planted.extend(links_in_git(checkouts));
+    let mut planted = planted(spec, checkouts);
     planted.extend(index);
     let _lock = lock(&dir)?;
     let kept = read_findings(&dir)?;
@@ -630,8 +629,7 @@ impl Audit {
                 why: format!("{why} (appeared while the sandbox ran)"),
             })
             .collect();
-        new.extend(guard::planted_now(&checkouts, &HostLookup, &|p| checkouts::read_small(p)));
-        new.extend(links_in_git(&checkouts));
+        new.extend(planted(&self.spec, &checkouts));
         new.extend(index);
         new.extend(pending_exec(&checkouts));
         for f in &mut new {
@@ -670,14 +668,38 @@ impl Audit {
     }
 }
 
+/// What is planted by definition, whenever it appeared ([`guard::planted_now`], links in git
+/// directories).
+fn planted(spec: &SandboxSpec, checkouts: &[Checkout]) -> Vec<Finding> {
+    let may_write = sandbox_writes(spec);
+    let mut out = guard::planted_now(checkouts, &HostLookup, &|p| checkouts::read_small(p), &may_write);
+    out.extend(links_in_git(checkouts));
+    out
+}
+
+/// Whether a sandbox of `spec` can write `p` (it lies under one of its writable binds). The
+/// binds are worked out on the first question only: it is asked of a linked worktree whose
+/// git data is no checkout's `.git`, which a user's repositories seldom have. When they cannot
+/// be worked out, every path counts as writable: the check must not pass for want of an answer.
+fn sandbox_writes(spec: &SandboxSpec) -> impl Fn(&Path) -> bool + '_ {
+    let writable: std::cell::OnceCell<Option<Vec<PathBuf>>> = std::cell::OnceCell::new();
+    move |p: &Path| {
+        let binds = writable.get_or_init(|| {
+            let fs = super::plan::RealFs;
+            let binds = super::plan::writable_of(spec, &super::remembered::Remembered::new(&fs)).ok()?;
+            Some(binds.into_iter().map(|w| w.canonicalize().unwrap_or(w)).collect())
+        });
+        binds.as_ref().is_none_or(|binds| binds.iter().any(|w| p.starts_with(w)))
+    }
+}
+
 /// `ocsb audit`: what stands now (as a start would see it). `accept` clears what the user
 /// vouches for; what is planted by definition (see `guard::planted_now`) cannot be accepted.
 pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
     let mut findings = check(spec)?.findings;
     if accept {
         let Seen { checkouts, index, .. } = look(spec);
-        let mut never = guard::planted_now(&checkouts, &HostLookup, &|p| checkouts::read_small(p));
-        never.extend(links_in_git(&checkouts));
+        let mut never = planted(spec, &checkouts);
         never.extend(index);
         let (keep, accepted): (Vec<Finding>, Vec<Finding>) =
             findings.into_iter().partition(|f| never.iter().any(|n| n.path == f.path));

@@ -94,8 +94,13 @@ pub fn git_dirs(root: &Path) -> Option<GitDirs> {
         Entry::Dir | Entry::Symlink => Some(GitDirs { gitdir: dot.clone(), common: dot }),
         Entry::File => {
             let gitdir = pointer_target(&dot)?;
+            // Resolved through symlinks as git's `real_path` does: a lexical `..` after a link
+            // the agent made would name another directory than the one git reads config from.
             let common = match read_small(&gitdir.join("commondir")) {
-                Some(c) if !c.trim().is_empty() => lexical(&gitdir.join(c.trim_end_matches('\n'))),
+                Some(c) if !c.trim().is_empty() => {
+                    let joined = gitdir.join(c.trim_end_matches('\n'));
+                    joined.canonicalize().unwrap_or_else(|_| lexical(&joined))
+                }
                 _ => gitdir.clone(),
             };
             Some(GitDirs { gitdir, common })

@@ -268,3 +268,48 @@ import hashlib; b=open('.git/index','rb').read()[:-20].replace(b'.gia/',b'.git/'
     }
     no_markers(&w, &out, &err);
 }
+
+/// A linked worktree whose git data the agent laid out itself, with pointers that agree: in
+/// the worktrees directory without a `HEAD` (so no repository to the walk), and as a `.git` in
+/// the sandbox's own `/tmp` (which the look does not walk). The user's `git status` in such a
+/// worktree obeyed that config (`core.fsmonitor`). Each is now reported when the sandbox exits
+/// and its `.git` moved aside, so that `git status` there runs nothing.
+#[test]
+fn a_worktree_of_git_data_the_agent_laid_out_is_planted() {
+    let w = World::new();
+    let tmp = w.state.join("tmp");
+    let (out, err) = scenario(
+        &w,
+        &format!(
+            r#"W="$P-worktrees"; mkdir -p "$W"; chown 1990 "$W"; T={tmp}
+        cat > plant.sh <<PLANT
+set -e; W="$W"
+# git data at \$1, a worktree of it at \$2; the sandbox's own /tmp is \$3 on the host
+lay() {{
+  mkdir -p \$1/worktrees/y \$1/objects \$1/refs/heads \$2
+  echo "ref: refs/heads/main" > \$1/worktrees/y/HEAD; echo ../.. > \$1/worktrees/y/commondir
+  echo "\$2/.git" > \$1/worktrees/y/gitdir
+  printf "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch $HOME/PWNED_\$4; false\n" > \$1/config
+  echo "gitdir: \$3/worktrees/y" > \$2/.git
+}}
+lay \$W/ag \$W/evil \$W/ag wt
+lay /tmp/x/.git \$W/evil2 $T/x/.git tmp
+echo planted
+PLANT
+        chown 1990 plant.sh
+        X "sh $P/plant.sh" 2>&1
+        for d in evil evil2; do (cd "$W/$d" && U git status >/dev/null 2>&1); echo "$d .git: $(test -e "$W/$d/.git" && echo present || echo moved)"; done"#,
+            tmp = tmp.display()
+        ),
+    );
+    has(&out, "planted", &err);
+    for d in ["evil", "evil2"] {
+        assert!(
+            out.contains(&format!("proj-worktrees/{d}/.git.ocsb-planted-"))
+                && out.contains("no checkout's .git"),
+            "{d} reported and moved aside:\n{out}\n{err}"
+        );
+        has(&out, &format!("{d} .git: moved"), &err);
+    }
+    no_markers(&w, &out, &err);
+}

@@ -58,10 +58,19 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
         Ok(f) => f,
         Err(e) => return refuse(&mut w, gw, &head, Refusal::new("request", e.to_string())),
     };
-    let fwd = match judge(&mut head, framing, &mut r, gw) {
+    let mut fwd = match judge(&mut head, framing, &mut r, gw) {
         Ok(f) => f,
         Err(refusal) => return refuse(&mut w, gw, &head, refusal),
     };
+    let sets_running = sets_running(&head);
+    if sets_running.is_some() && fwd.body.is_none() {
+        // Read whole now, under the head's timeout: the call is recorded next, and the
+        // session's end waits for recorded calls, so none may wait on the client.
+        fwd.body = match http::read_body(&mut r, framing, http::MAX_JSON) {
+            Ok(b) => Some(b),
+            Err(e) => return refuse(&mut w, gw, &head, Refusal::new("request", e.to_string())),
+        };
+    }
     w.set_read_timeout(None)?;
     let started = starts(&head);
     if let Some(id) = &started
@@ -69,11 +78,11 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
     {
         return refuse(&mut w, gw, &head, refusal);
     }
-    // Recorded, and held until the daemon has answered, so that the session's end stops it
-    // if it can write the project ([`super::ending`]).
-    let running = match sets_running(&head) {
-        Some(id) => match super::ending::record(&gw.started, &id) {
-            Some(held) => Some(held),
+    // Recorded, and in flight until the daemon has answered, so that the session's end stops
+    // the container ([`super::ending`]).
+    let running = match &sets_running {
+        Some(id) => match gw.started.record(id) {
+            Some(call) => Some(call),
             None => {
                 let why = Refusal::new("session", "the session has ended: nothing more is started in it");
                 return refuse(&mut w, gw, &head, why);

@@ -173,7 +173,9 @@ impl Daemon {
         let (_, containers) = self.call("GET", &format!("/containers/json?all=1&filters={q}"), None)?;
         let (_, networks) = self.call("GET", &format!("/networks?filters={q}"), None)?;
         let made = |v: &Value, name: &dyn Fn(&Value) -> String, state: &str, labels: &str| Made {
-            id: v["Id"].as_str().unwrap_or_default().chars().take(12).collect(),
+            // The full id: the daemon takes a name before an id prefix, so a short id could
+            // name another container.
+            id: v["Id"].as_str().unwrap_or_default().to_string(),
             name: name(v),
             state: v[state].as_str().unwrap_or_default().to_string(),
             session: v[labels][SESSION_LABEL].as_str().unwrap_or_default().to_string(),

@@ -41,7 +41,7 @@ pub(crate) struct Shared {
     egress: egress::Egress,
     /// The ports the project's containers publish, forwarded by the gateway.
     ports: ports::Ports,
-    /// The containers the session set running ([`Gateway::at_exit`] stops those that write).
+    /// The containers the session set running ([`Gateway::at_exit`] stops them).
     started: ending::Record,
     log: Mutex<Option<std::fs::File>>,
 }
@@ -147,11 +147,11 @@ impl Gateway {
         })
     }
 
-    /// What stops, once the sandbox has exited, the containers the session set running that
-    /// can write a host path ([`ocsb_sandbox::Ahead::on_exit`]; `ending` says why).
+    /// What stops, once the sandbox has exited, every container the session made or set
+    /// running ([`ocsb_sandbox::Ahead::on_exit`]; `ending` says why).
     pub fn at_exit(&self) -> ocsb_sandbox::launch::OnExit {
         let (started, daemon, session) = (self.started.clone(), self.daemon.clone(), self.session.clone());
-        Box::new(move || ending::stop_writers(&started, &daemon, &session))
+        Box::new(move || ending::stop_all(&started, &daemon, &session))
     }
 
     /// The gateway's socket on the host.
@@ -289,7 +289,8 @@ pub fn list(project: &Project, json: bool) -> Result<()> {
     }
     for (kind, list) in [("container", &containers), ("network", &networks)] {
         for m in list {
-            println!("{kind:<9} {:<12} {:<24} {:<10} session {}", m.id, m.name, m.state, m.session);
+            let id: String = m.id.chars().take(12).collect();
+            println!("{kind:<9} {id:<12} {:<24} {:<10} session {}", m.name, m.state, m.session);
         }
     }
     if containers.is_empty() && networks.is_empty() {

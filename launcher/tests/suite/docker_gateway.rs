@@ -673,8 +673,10 @@ fn a_sessions_containers_are_kept_and_listed_or_removed_when_it_ends() {
     let (out, err) = docker_scenario(&w, &body);
     assert!(out.contains("are kept; `ocsb docker ls` lists the project's"), "{out}\n{err}");
     has(&out, "kept: 1", &err);
+    // Kept, and stopped: nothing the session started runs on after it.
+    assert!(out.contains("ocsb: docker: stopped keep-gw"), "{out}");
     assert!(
-        out.lines().any(|l| l.starts_with("container") && l.contains("keep-gw") && l.contains("running")),
+        out.lines().any(|l| l.starts_with("container") && l.contains("keep-gw") && l.contains("exited")),
         "{out}"
     );
     assert!(out.contains("removed the 1 container(s) and 0 network(s) this session made"), "{out}");
@@ -687,8 +689,8 @@ fn a_sessions_containers_are_kept_and_listed_or_removed_when_it_ends() {
 /// period (a repository whose `core.fsmonitor` runs a command) is found and moved aside, and
 /// the user's `git status` there afterwards runs nothing. Without the stop, the look came
 /// first and found nothing, and the container planted after it. A container with only a
-/// volume runs on; `--restart always` with a writable bind (the daemon would start it again
-/// after the session) is refused.
+/// volume is stopped too (one with the project open could hand it a descriptor over a socket
+/// in the volume); restart policies that would have the daemon start either again are refused.
 #[test]
 fn a_container_that_writes_the_project_does_not_outlive_its_session() {
     let w = World::new();
@@ -708,10 +710,10 @@ fn a_container_that_writes_the_project_does_not_outlive_its_session() {
         "mkdir -p sub && chown 1990 sub plant.sh
         D \"docker run -d --name w-$NAME --user 1990:1990 --network none -v $PWD:/src {IMAGE} sh /src/plant.sh >/dev/null
            docker run -d --name v-$NAME --network none -v data-$NAME:/d {IMAGE} sleep 60 >/dev/null
-           docker run -d --name r-$NAME --restart always --network none -v $PWD:/src {IMAGE} true\"
+           docker run -d --name r-$NAME --restart on-failure --network none {IMAGE} true\"
         echo \"writer running: $(docker inspect -f '{{{{.State.Running}}}}' w-$NAME)\"
         echo \"volume-only running: $(docker inspect -f '{{{{.State.Running}}}}' v-$NAME)\"
-        echo \"restart-always made: $(docker ps -aq --filter name=r-$NAME | wc -l)\"
+        echo \"restart-on-failure made: $(docker ps -aq --filter name=r-$NAME | wc -l)\"
         sleep 3
         echo \"planted repo on the host: $(test -e sub/.git && echo yes || echo no)\"
         env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid 1990 --clear-groups -- git -C sub status >/dev/null 2>&1
@@ -721,13 +723,68 @@ fn a_container_that_writes_the_project_does_not_outlive_its_session() {
     );
     let (out, err) = docker_scenario(&w, &body);
     refused(&out, "restart", &err);
-    has(&out, "restart-always made: 0", &err);
-    assert!(out.contains("ocsb: docker: stopped w-gw"), "the session says what it stopped: {out}\n{err}");
-    assert!(!out.contains("stopped v-gw"), "a volume-only container is not stopped: {out}");
+    has(&out, "restart-on-failure made: 0", &err);
+    let stopped = out.lines().find(|l| l.starts_with("ocsb: docker: stopped ")).unwrap_or_default();
+    assert!(
+        stopped.contains("w-gw") && stopped.contains("v-gw"),
+        "the session says what it stopped: {out}\n{err}"
+    );
     has(&out, "writer running: false", &err);
-    has(&out, "volume-only running: true", &err);
+    has(&out, "volume-only running: false", &err);
     // The plant came in the grace period, so the look after the stop found it.
     assert!(out.contains("sub/.git") && out.contains("appeared while the sandbox ran"), "{out}\n{err}");
+    has(&out, "planted repo on the host: no", &err);
+    has(&out, "fsmonitor ran: no", &err);
+}
+
+/// The class behind stopping every container, not only those with a writable bind: a container
+/// with only a volume is handed an open descriptor of the project, over a socket in that
+/// volume, by one that has the project bound, and keeps it after that one stops. It is
+/// stopped with the session too, before it plants (eight seconds after it got the
+/// descriptor), so the user's `git status` afterwards runs nothing.
+#[test]
+fn a_container_handed_the_project_over_a_volume_is_stopped_too() {
+    let w = World::new();
+    let pwned = w.home.join("PWNED-relay");
+    let tool = w.proj.join("fdpass");
+    let cc = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&tool)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/fdpass.c"))
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "cc -static fdpass.c: {}", String::from_utf8_lossy(&cc.stderr));
+    std::fs::write(
+        w.proj.join("keep.sh"),
+        format!(
+            "cd /proc/self/fd/3 || exit 1\nsleep 8\nmkdir -p sub/.git/objects sub/.git/refs\n\
+             echo 'ref: refs/heads/main' > sub/.git/HEAD\n\
+             printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = touch {}; false\\n' > sub/.git/config\n\
+             sleep 60\n",
+            pwned.display()
+        ),
+    )
+    .unwrap();
+    let body = format!(
+        "mkdir -p sub && chown 1990 sub fdpass keep.sh
+        D \"docker run -d --name w-$NAME --user 1990:1990 --network none -v $PWD:/src -v fv-$NAME:/v {IMAGE} \
+              sh -c 'cp /src/fdpass /src/keep.sh /v/; while [ ! -S /v/s ]; do sleep 0.1; done; /v/fdpass dir /v/s /src; sleep 60' >/dev/null
+           docker run -d --name k-$NAME --user 1990:1990 --network none -v fv-$NAME:/v {IMAGE} \
+              sh -c 'while [ ! -f /v/keep.sh ]; do sleep 0.1; done; exec /v/fdpass get /v/s sh /v/keep.sh' >/dev/null
+           sleep 2; echo relayed\"
+        echo \"keeper mounts: $(docker inspect -f '{{{{range .Mounts}}}}{{{{.Type}}}} {{{{end}}}}' k-$NAME)\"
+        echo \"keeper running: $(docker inspect -f '{{{{.State.Running}}}}' k-$NAME)\"
+        sleep 10
+        echo \"planted repo on the host: $(test -e sub/.git && echo yes || echo no)\"
+        env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid 1990 --clear-groups -- git -C sub status >/dev/null 2>&1
+        echo \"fsmonitor ran: $(test -e {pwned} && echo yes || echo no)\"
+        docker rm -f w-$NAME k-$NAME >/dev/null; docker volume rm fv-$NAME >/dev/null",
+        pwned = pwned.display()
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "relayed", &err);
+    has(&out, "keeper mounts: volume", &err);
+    has(&out, "keeper running: false", &err);
     has(&out, "planted repo on the host: no", &err);
     has(&out, "fsmonitor ran: no", &err);
 }

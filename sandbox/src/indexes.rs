@@ -11,6 +11,8 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 
 use ocsb_policy::guard::{self, Finding, Lookup};
 
@@ -142,8 +144,18 @@ fn check(t: &Target) -> Option<Finding> {
     Some(Finding { path: t.index.clone(), why })
 }
 
+/// How long `git ls-files` may take to list an index.
+const LS_FILES_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// `git ls-files` of `gitdir`, read as it comes (no listing is kept whole).
 fn ls_files(gitdir: &Path) -> Scan {
+    ls_files_within(gitdir, LS_FILES_TIMEOUT)
+}
+
+/// [`ls_files`], killed after `limit`. *Why a limit*: the index is checked to be a regular file
+/// before git opens it, but another session of the project, still running, could put a FIFO in
+/// its place meanwhile, and git would wait on it for ever, with the look that ends this run.
+fn ls_files_within(gitdir: &Path, limit: Duration) -> Scan {
     let spawned = checkouts::git(gitdir)
         .arg("--git-dir")
         .arg(gitdir)
@@ -153,6 +165,19 @@ fn ls_files(gitdir: &Path) -> Scan {
         .spawn();
     let Ok(mut child) = spawned else { return Scan::AskGit };
     let Some(stdout) = child.stdout.take() else { return Scan::AskGit };
+    let child = Arc::new(Mutex::new(child));
+    let (done, finished) = mpsc::channel::<()>();
+    let watchdog = {
+        let child = child.clone();
+        std::thread::spawn(move || {
+            let late = finished.recv_timeout(limit) == Err(mpsc::RecvTimeoutError::Timeout);
+            if late {
+                // Reaped only below, after this thread is joined: the pid is still the child's.
+                let _ = child.lock().unwrap_or_else(|p| p.into_inner()).kill();
+            }
+            late
+        })
+    };
     let mut reader = BufReader::new(stdout);
     let (mut found, mut read, mut path) = (false, 0u64, Vec::new());
     let over = loop {
@@ -170,16 +195,26 @@ fn ls_files(gitdir: &Path) -> Scan {
             Err(_) => break false,
         }
     };
+    let _ = done.send(());
+    let late = watchdog.join().unwrap_or(true);
+    let mut child = child.lock().unwrap_or_else(|p| p.into_inner());
     if over {
         let _ = child.kill();
-        let _ = child.wait();
+    }
+    let _ = child.wait();
+    if late {
+        return Scan::Unchecked(SLOW_GIT);
+    }
+    if over {
         return Scan::Unchecked(TOO_MANY_NAMES);
     }
     // An index git cannot list is not a finding of its own: git on the host fails on it too,
     // and what makes it fail (a `commondir` planted to point elsewhere) is reported as itself.
-    let _ = child.wait();
     Scan::Read(found)
 }
+
+/// Why an index is unchecked when git did not list it within [`LS_FILES_TIMEOUT`].
+const SLOW_GIT: &str = "git did not list it in time: it may have been replaced by a FIFO";
 
 #[cfg(test)]
 mod tests {
@@ -259,5 +294,20 @@ mod tests {
         assert!(f.len() == 1 && f[0].why.contains("not a regular file"), "{f:?}");
         std::fs::remove_file(&main).unwrap();
         assert!(findings(&[(p, true)]).is_empty(), "no index: nothing to check");
+    }
+
+    /// A FIFO put in the index's place after the check that it is a regular file: git hangs on
+    /// it, and is killed after the limit; the index is a finding.
+    #[test]
+    fn git_that_hangs_on_the_index_is_stopped_and_the_index_is_a_finding() {
+        let t = tempfile::tempdir().unwrap();
+        let (p, _) = repo(t.path());
+        let git_dir = p.join(".git");
+        assert_eq!(ls_files_within(&git_dir, Duration::from_secs(5)), Scan::Read(false), "a plain index");
+        std::fs::remove_file(git_dir.join("index")).unwrap();
+        nix::unistd::mkfifo(&git_dir.join("index"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(ls_files_within(&git_dir, Duration::from_millis(500)), Scan::Unchecked(SLOW_GIT));
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     }
 }

@@ -14,9 +14,9 @@ mod http;
 mod ports;
 
 use std::io::Write;
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ocsb_policy::docker::Context;
@@ -71,6 +71,8 @@ pub struct Gateway {
     cleanup: bool,
     /// The containers the session set running, shared with the connections.
     started: ending::Record,
+    /// Set when the gateway is dropped: the accept loop ends at its next connection.
+    closing: Arc<AtomicBool>,
     /// What serving needs but the sandbox's plan, until [`Gateway::judge_by`] takes it.
     waiting: Arc<Mutex<Option<Waiting>>>,
 }
@@ -84,6 +86,7 @@ struct Waiting {
     empty_file: PathBuf,
     egress: egress::Egress,
     started: ending::Record,
+    closing: Arc<AtomicBool>,
     log: Option<std::fs::File>,
 }
 
@@ -109,7 +112,7 @@ impl Gateway {
         let dir = std::fs::canonicalize(&paths.dir).map_err(|e| Error::io("resolve", &paths.dir, e))?;
         let (listener, socket, inode) = listen(&dir)?;
         let session = ctx.session.clone();
-        let started = ending::Record::default();
+        let (started, closing) = (ending::Record::default(), Arc::new(AtomicBool::new(false)));
         let waiting = Waiting {
             listener,
             ctx,
@@ -117,6 +120,7 @@ impl Gateway {
             empty_file,
             egress,
             started: started.clone(),
+            closing: closing.clone(),
             log,
         };
         Ok(Gateway {
@@ -126,6 +130,7 @@ impl Gateway {
             daemon,
             cleanup: project.settings.docker_cleanup(),
             started,
+            closing,
             waiting: Arc::new(Mutex::new(Some(waiting))),
         })
     }
@@ -184,9 +189,7 @@ fn listen(dir: &Path) -> Result<(UnixListener, PathBuf, u64)> {
     });
     for e in stale {
         let path = via(&e.file_name().to_string_lossy());
-        if std::os::unix::net::UnixStream::connect(&path)
-            .is_err_and(|err| err.kind() == std::io::ErrorKind::ConnectionRefused)
-        {
+        if UnixStream::connect(&path).is_err_and(|err| err.kind() == std::io::ErrorKind::ConnectionRefused) {
             let _ = std::fs::remove_file(&path);
         }
     }
@@ -200,7 +203,7 @@ fn listen(dir: &Path) -> Result<(UnixListener, PathBuf, u64)> {
 
 /// Serve `w`'s connections, judged by `plan`, on a thread of their own.
 fn serve(w: Waiting, plan: &Plan) -> Result<()> {
-    let Waiting { listener, mut ctx, daemon, empty_file, egress, started, log } = w;
+    let Waiting { listener, mut ctx, daemon, empty_file, egress, started, closing, log } = w;
     judge_paths(&mut ctx, plan);
     let shared = Arc::new(Shared {
         ctx,
@@ -215,35 +218,46 @@ fn serve(w: Waiting, plan: &Plan) -> Result<()> {
     std::thread::Builder::new()
         .name("ocsb-docker".into())
         .spawn(move || {
-            for c in listener.incoming() {
-                let Ok(c) = c else {
-                    // Out of descriptors or memory: wait a moment rather than spin.
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                    continue;
-                };
+            accept(&listener, &closing, |c| {
                 if busy.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
-                    continue; // dropped: the client sees the connection close
+                    return; // dropped: the client sees the connection close
                 }
                 busy.fetch_add(1, Ordering::SeqCst);
                 let (shared, busy) = (shared.clone(), busy.clone());
-                let spawned = std::thread::Builder::new().name("ocsb-docker-conn".into()).spawn(move || {
+                // A failed spawn takes the closure (and its count) with it.
+                let _ = std::thread::Builder::new().name("ocsb-docker-conn".into()).spawn(move || {
                     conn::serve(c, &shared);
                     busy.fetch_sub(1, Ordering::SeqCst);
                 });
-                if spawned.is_err() {
-                    // The closure (and its count) went with the failed spawn.
-                    continue;
-                }
-            }
+            });
         })
         .map_err(|e| Error::failed(format!("cannot start the Docker gateway: {e}"), "report this"))?;
     Ok(())
 }
 
+/// Hands each connection to `serve` until `closing` is set: the gateway's drop sets it and
+/// connects once, to wake the loop. The listener closes with the thread that runs this.
+fn accept(listener: &UnixListener, closing: &AtomicBool, mut serve: impl FnMut(UnixStream)) {
+    for c in listener.incoming() {
+        if closing.load(Ordering::SeqCst) {
+            break;
+        }
+        match c {
+            Ok(c) => serve(c),
+            // Out of descriptors or memory: wait a moment rather than spin.
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+}
+
 impl Drop for Gateway {
     fn drop(&mut self) {
         use std::os::unix::fs::MetadataExt;
+        self.closing.store(true, Ordering::SeqCst);
         if std::fs::symlink_metadata(&self.socket).is_ok_and(|m| m.ino() == self.inode) {
+            // Wakes the accept loop, which sees `closing` and ends (a gateway that never
+            // served has no loop, and the listener closes with `waiting`).
+            drop(UnixStream::connect(&self.socket));
             let _ = std::fs::remove_file(&self.socket);
         }
         let daemon = &self.daemon;
@@ -386,4 +400,44 @@ fn write_empty(path: &Path) -> Result<()> {
         .open(path)
         .map_err(|e| Error::io("create", path, e))?;
     f.set_permissions(std::fs::Permissions::from_mode(0o444)).map_err(|e| Error::io("chmod", path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dropped gateway's accept loop ends (it kept its thread and listener for as long as
+    /// the launcher lived): serving until `closing`, then one connection wakes it.
+    #[test]
+    fn the_accept_loop_ends_once_closing_is_set_and_it_is_woken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gw.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let closing = Arc::new(AtomicBool::new(false));
+        let served = Arc::new(AtomicUsize::new(0));
+        let looping = {
+            let (closing, served) = (closing.clone(), served.clone());
+            std::thread::spawn(move || {
+                accept(&listener, &closing, |_| {
+                    served.fetch_add(1, Ordering::SeqCst);
+                })
+            })
+        };
+        for _ in 0..2 {
+            drop(UnixStream::connect(&path).unwrap());
+        }
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while served.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(served.load(Ordering::SeqCst), 2);
+        closing.store(true, Ordering::SeqCst);
+        drop(UnixStream::connect(&path).unwrap());
+        while !looping.is_finished() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(looping.is_finished(), "the loop still runs");
+        assert_eq!(served.load(Ordering::SeqCst), 2, "the waking connection is not served");
+        assert!(UnixStream::connect(&path).is_err(), "the listener is closed");
+    }
 }

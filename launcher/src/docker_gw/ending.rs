@@ -43,19 +43,22 @@ pub(super) struct Started {
 struct State {
     closed: bool,
     ids: BTreeSet<String>,
-    in_flight: usize,
+    /// The containers of the calls in flight (one entry per call).
+    in_flight: Vec<String>,
 }
 
 /// [`Started`], shared.
 pub(super) type Record = Arc<Started>;
 
 /// A call that sets a container running, recorded and in flight until dropped.
-pub(super) struct InFlight<'a>(&'a Started);
+pub(super) struct InFlight<'a>(&'a Started, String);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         let mut s = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.in_flight = s.in_flight.saturating_sub(1);
+        if let Some(i) = s.in_flight.iter().position(|id| *id == self.1) {
+            s.in_flight.swap_remove(i);
+        }
         self.0.settled.notify_all();
     }
 }
@@ -70,21 +73,21 @@ impl Started {
             return None;
         }
         s.ids.insert(id.to_string());
-        s.in_flight += 1;
-        Some(InFlight(self))
+        s.in_flight.push(id.to_string());
+        Some(InFlight(self, id.to_string()))
     }
 
     /// Closes the record (no call sets a container running from now on) and waits up to
-    /// [`CLOSE_WAIT`] for the calls in flight. Returns every container recorded, and how many
-    /// calls were still in flight when the wait ended.
-    fn close(&self) -> (BTreeSet<String>, usize) {
+    /// [`CLOSE_WAIT`] for the calls in flight. Returns every container recorded, and those
+    /// whose calls were still in flight when the wait ended.
+    fn close(&self) -> (BTreeSet<String>, Vec<String>) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.closed = true;
         let (mut s, _) = self
             .settled
-            .wait_timeout_while(s, CLOSE_WAIT, |s| s.in_flight > 0)
+            .wait_timeout_while(s, CLOSE_WAIT, |s| !s.in_flight.is_empty())
             .unwrap_or_else(|p| p.into_inner());
-        (std::mem::take(&mut s.ids), s.in_flight)
+        (std::mem::take(&mut s.ids), s.in_flight.clone())
     }
 }
 
@@ -97,16 +100,16 @@ pub(super) fn stop_all(started: &Started, daemon: &Daemon, session: &str) {
         ids.extend(containers.into_iter().map(|c| c.id));
     }
     let mut failed = Vec::new();
-    if in_flight > 0 {
-        failed.push(format!("{in_flight} start(s) the daemon had not answered (of those below)"));
+    // A start the daemon has not answered may land after the stops below.
+    for id in in_flight {
+        failed.push(format!("{id} (its start was not answered in {}s)", CLOSE_WAIT.as_secs()));
     }
     let mut running = Vec::new();
     for id in ids {
         match daemon.call("GET", &format!("/containers/{}/json", seg(&id)), None) {
             Ok((200, v)) => {
                 let status = v["State"]["Status"].as_str().unwrap_or_default();
-                // Stopped already, unless a call to start it is still in flight.
-                if !STOPPED.contains(&status) || in_flight > 0 {
+                if !STOPPED.contains(&status) {
                     let name = v["Name"].as_str().unwrap_or(&id).trim_start_matches('/').to_string();
                     running.push((id, name));
                 }
@@ -184,7 +187,7 @@ mod tests {
         let t = std::time::Instant::now();
         let (ids, left) = started.close();
         assert!(t.elapsed() >= Duration::from_millis(100), "returned before the call was answered");
-        assert_eq!(left, 0);
+        assert!(left.is_empty(), "{left:?}");
         assert_eq!(ids.into_iter().collect::<Vec<_>>(), ["a", "b", "c"]);
         assert!(started.record("d").is_none(), "a call after the end is refused");
         let _ = in_flight.join();

@@ -527,6 +527,21 @@ pub fn planted_now(
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     for c in checkouts {
+        let dot = c.root.join(".git");
+        // Git follows a link (to a git directory, or to a `gitdir:` file), and reads a pointer
+        // this check could not: either would have git obey what the rule never saw.
+        let why = match (fs.entry(&dot), &c.git) {
+            (Entry::Symlink, _) => {
+                Some("a .git that is a symbolic link: git follows it to whatever it names")
+            }
+            (Entry::Missing, None) => None,
+            (_, None) => Some("a .git this check cannot read as git does: git may obey what it names"),
+            _ => None,
+        };
+        if let Some(why) = why {
+            out.push(Finding { path: dot, why: why.to_string() });
+            continue;
+        }
         let Some(g) = &c.git else { continue };
         if g.common.file_name().is_some_and(|n| n == ".git") {
             for (n, why) in NEVER_IN_MAIN {
@@ -812,6 +827,27 @@ mod tests {
         let mut evil = worktree(true);
         evil.git = Some(GitDirs { gitdir: "/w/feat/.evil".into(), common: "/w/feat/.evil".into() });
         assert_eq!(planted_now(&[evil], &repo(), &back, &no_write).len(), 1, "points outside worktrees/");
+    }
+
+    #[test]
+    fn a_linked_or_unreadable_dot_git_at_a_checkout_is_planted() {
+        let none = |_: &Path| None;
+        let no_write = |_: &Path| false;
+        let mut c = worktree(false);
+        c.root = "/w/r".into();
+        // `.git` a link (to a gitfile, as git follows it): whatever discovery made of it.
+        let fs = repo().with("/w/r", Entry::Dir).with("/w/r/.git", Entry::Symlink);
+        let f = planted_now(&[c.clone()], &fs, &none, &no_write);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].path == Path::new("/w/r/.git") && f[0].why.contains("symbolic link"));
+        // A `.git` file discovery could not read (git reads it as bytes).
+        c.git = None;
+        let fs = repo().with("/w/r", Entry::Dir).with("/w/r/.git", Entry::File);
+        let f = planted_now(&[c.clone()], &fs, &none, &no_write);
+        assert!(f.len() == 1 && f[0].why.contains("cannot read as git does"), "{f:?}");
+        // No `.git` at all: not a repository, nothing planted.
+        let fs = repo().with("/w/r", Entry::Dir);
+        assert!(planted_now(&[c], &fs, &none, &no_write).is_empty());
     }
 
     #[test]

@@ -91,15 +91,44 @@ fn walk_roots(spec: &SandboxSpec) -> Vec<PathBuf> {
 }
 
 /// What the walk of a tree finds: `.git` entries, directories laid out as a git directory
-/// (`HEAD`, `objects/`, `refs/`: git run below one takes it for a bare repository), ocsb's own
-/// directories below the top, and directories it cannot read (the check must see everything:
-/// an unreadable directory could hide any of the others).
+/// (git run below one takes it for a bare repository, or one with `core.worktree`), ocsb's own
+/// directories below the top, symbolic links (the walk does not follow them), and directories
+/// it cannot read (the check must see everything: an unreadable directory could hide any of
+/// the others).
 #[derive(Default)]
 struct Walked {
     git: Vec<PathBuf>,
     bare: Vec<PathBuf>,
     ocsb_dirs: Vec<PathBuf>,
+    links: Vec<PathBuf>,
     unreadable: Vec<PathBuf>,
+}
+
+/// The names of a directory that make it a git directory to git (`is_git_directory`): a `HEAD`,
+/// and `objects` and `refs` or a `commondir` that names them elsewhere. Of any type: git takes
+/// a `HEAD` that is a link to a ref, and follows links to `objects` and `refs`.
+#[derive(Default)]
+struct Layout {
+    head: bool,
+    objects: bool,
+    refs: bool,
+    commondir: bool,
+}
+
+impl Layout {
+    fn see(&mut self, name: &std::ffi::OsStr) {
+        match name.to_str() {
+            Some("HEAD") => self.head = true,
+            Some("objects") => self.objects = true,
+            Some("refs") => self.refs = true,
+            Some("commondir") => self.commondir = true,
+            _ => {}
+        }
+    }
+
+    fn is_git_dir(&self) -> bool {
+        self.head && ((self.objects && self.refs) || self.commondir)
+    }
 }
 
 /// Walk `root` without following links or entering a `.git`.
@@ -119,16 +148,11 @@ fn walk(root: &Path, out: &mut Walked) {
                 continue;
             }
         };
-        let mut seen = (false, false, false);
+        let mut layout = Layout::default();
         for e in rd.flatten() {
             let Ok(ft) = e.file_type() else { continue };
             let name = e.file_name();
-            match name.to_str() {
-                Some("HEAD") if ft.is_file() => seen.0 = true,
-                Some("objects") if ft.is_dir() => seen.1 = true,
-                Some("refs") if ft.is_dir() => seen.2 = true,
-                _ => {}
-            }
+            layout.see(&name);
             if name == ".git" {
                 out.git.push(e.path());
             } else if ft.is_dir() {
@@ -136,9 +160,11 @@ fn walk(root: &Path, out: &mut Walked) {
                     out.ocsb_dirs.push(e.path());
                 }
                 stack.push(e.path());
+            } else if ft.is_symlink() {
+                out.links.push(e.path());
             }
         }
-        if seen == (true, true, true) {
+        if layout.is_git_dir() {
             out.bare.push(dir);
         }
     }
@@ -287,6 +313,19 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], found: &Walked, nested: 
     for d in &found.unreadable {
         present.insert(d.clone(), "a directory the check cannot read: it could hide a repository".into());
     }
+    let may_write = sandbox_writes(spec);
+    for l in &found.links {
+        if let Some(to) = leads_out(l, &roots, &may_write) {
+            present.insert(
+                l.clone(),
+                format!(
+                    "a link to {}, which the sandbox can write and this check does not walk: git run \
+                     through the link obeys the repository there",
+                    to.display()
+                ),
+            );
+        }
+    }
     let mut nested = Vec::new();
     for g in &found.git {
         let is_root_of_rw = g.parent().is_some_and(|p| roots.iter().any(|r| r == p));
@@ -307,6 +346,22 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], found: &Walked, nested: 
         present.insert(g.clone(), NESTED_WHY.to_string());
     }
     Snapshot { present, nested }
+}
+
+/// Where the link `l` leads, when that is a directory the sandbox can write and the walk does
+/// not cover (its own `/tmp` in the state directory, a shared `/tmp`): git run through the link
+/// works in the directory it leads to, a repository the agent made there. A link whose text
+/// stays in the walked roots is not resolved (the links on its way are walked themselves):
+/// a tree of packages holds thousands of them.
+fn leads_out(l: &Path, roots: &[PathBuf], may_write: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
+    let text = std::fs::read_link(l).ok()?;
+    let lexical = checkouts::lexical(&l.parent()?.join(text));
+    if roots.iter().any(|r| lexical.starts_with(r)) {
+        return None;
+    }
+    let real = std::fs::canonicalize(l).ok()?;
+    let walked = roots.iter().any(|r| real.starts_with(r));
+    (!walked && real.is_dir() && may_write(&real)).then_some(real)
 }
 
 /// The kept findings: none when the file is missing; an error when it cannot be read, so that
@@ -468,22 +523,29 @@ fn ensure_dir(dir: &Path) -> Result<()> {
 /// plain `git` on the host does not; the finding then names the new place.
 fn defuse(f: &mut Finding) {
     let name = f.path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    let link = f.path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink());
-    if name != ".git" && name != "commondir" && name != "index" && !link {
+    let meta = f.path.symlink_metadata();
+    let link = meta.as_ref().is_ok_and(|m| m.file_type().is_symlink());
+    // A directory laid out as a git directory stops being one without its `HEAD`; the
+    // directory itself (it may be a source directory of the user's) stays where it is.
+    let from = if name == ".git" || name == "commondir" || name == "index" || link {
+        f.path.clone()
+    } else if meta.is_ok_and(|m| m.is_dir()) && f.path.join("HEAD").symlink_metadata().is_ok() {
+        f.path.join("HEAD")
+    } else {
         return;
-    }
+    };
     let secs =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let mut aside = name.clone();
+    let mut aside = from.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     aside.push(format!(".ocsb-planted-{secs}"));
-    let to = f.path.with_file_name(aside);
-    if std::fs::rename(&f.path, &to).is_ok() {
+    let to = from.with_file_name(aside);
+    if std::fs::rename(&from, &to).is_ok() {
         f.why = format!(
             "moved aside from {}: {}; to keep it, `mv {} {}` and `ocsb audit --accept`",
-            f.path.display(),
+            from.display(),
             f.why,
             to.display(),
-            f.path.display()
+            from.display()
         );
         f.path = to;
     }

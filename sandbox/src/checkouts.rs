@@ -6,7 +6,9 @@
 //! config and executes nothing; it runs after [`super::audit`] has refused planted metadata.
 
 use std::path::{Component, Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 
 use ocsb_policy::guard::{Checkout, Entry, GitDirs, Lookup};
 
@@ -41,6 +43,11 @@ pub fn read_small(p: &Path) -> Option<String> {
 /// following a final symlink, and without blocking on a planted FIFO (`O_NONBLOCK` fails its
 /// open); `None` for anything but a regular file of UTF-8.
 pub fn read_limited(p: &Path, limit: u64) -> Option<String> {
+    String::from_utf8(read_bytes(p, limit)?).ok()
+}
+
+/// [`read_limited`], as bytes: what git reads, whatever the encoding.
+fn read_bytes(p: &Path, limit: u64) -> Option<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
@@ -51,9 +58,9 @@ pub fn read_limited(p: &Path, limit: u64) -> Option<String> {
     if !f.metadata().ok()?.is_file() {
         return None;
     }
-    let mut s = String::new();
-    f.take(limit).read_to_string(&mut s).ok()?;
-    Some(s)
+    let mut b = Vec::new();
+    f.take(limit).read_to_end(&mut b).ok()?;
+    Some(b)
 }
 
 /// `a/b/../c` → `a/c`, without touching the filesystem.
@@ -71,19 +78,30 @@ pub fn lexical(p: &Path) -> PathBuf {
     out
 }
 
-/// The directory a `.git` file (`gitdir: <path>`) points at, read exactly as git reads it: the
-/// prefix `gitdir: ` with one space, the rest up to the trailing newlines taken as it is (extra
-/// spaces are part of the path), relative to the file's directory, and resolved through
-/// symlinks like git's `real_path` (a lexical `..` would name another place than git).
+/// The directory a `.git` file (`gitdir: <path>`) points at, read exactly as git reads it (as
+/// bytes, whatever their encoding): the prefix `gitdir: ` with one space, the trailing newlines
+/// and carriage returns of the file cut off, the path up to its first NUL taken as it is (extra
+/// spaces are part of it), relative to the file's directory, and resolved through symlinks like
+/// git's `real_path` (a lexical `..` would name another place than git). `None` for what git
+/// would not take either, or an inner newline.
 pub fn pointer_target(dot_git: &Path) -> Option<PathBuf> {
-    let text = read_small(dot_git)?;
-    let target = text.strip_prefix("gitdir: ")?.trim_end_matches(['\n', '\r']);
-    if target.is_empty() || target.contains('\n') {
-        return None;
-    }
-    let base = dot_git.parent()?;
-    let joined = base.join(target);
+    let bytes = read_bytes(dot_git, 64 * 1024)?;
+    let target = git_path(bytes.strip_prefix(b"gitdir: ")?)?;
+    let joined = dot_git.parent()?.join(target);
     Some(joined.canonicalize().unwrap_or_else(|_| lexical(&joined)))
+}
+
+/// A path as git reads it from a one-line file (`.git`, `commondir`): trailing newlines and
+/// carriage returns cut off, then up to the first NUL. `None` when empty, or for an inner
+/// newline (git would take it; the check does not pretend to know such a path).
+fn git_path(bytes: &[u8]) -> Option<&std::ffi::OsStr> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut end = bytes.len();
+    while end > 0 && matches!(bytes[end - 1], b'\n' | b'\r') {
+        end -= 1;
+    }
+    let path = bytes[..end].split(|b| *b == 0).next().unwrap_or_default();
+    (!path.is_empty() && !path.contains(&b'\n')).then(|| std::ffi::OsStr::from_bytes(path))
 }
 
 /// Where the checkout at `root` keeps its git data, or `None` when it is not a repository.
@@ -96,12 +114,13 @@ pub fn git_dirs(root: &Path) -> Option<GitDirs> {
             let gitdir = pointer_target(&dot)?;
             // Resolved through symlinks as git's `real_path` does: a lexical `..` after a link
             // the agent made would name another directory than the one git reads config from.
-            let common = match read_small(&gitdir.join("commondir")) {
-                Some(c) if !c.trim().is_empty() => {
-                    let joined = gitdir.join(c.trim_end_matches('\n'));
+            let common = match read_bytes(&gitdir.join("commondir"), 64 * 1024).as_deref().and_then(git_path)
+            {
+                Some(c) => {
+                    let joined = gitdir.join(c);
                     joined.canonicalize().unwrap_or_else(|_| lexical(&joined))
                 }
-                _ => gitdir.clone(),
+                None => gitdir.clone(),
             };
             Some(GitDirs { gitdir, common })
         }
@@ -152,15 +171,84 @@ pub fn linked_main(root: &Path) -> Result<Option<PathBuf>, String> {
     Ok(common.parent().map(Path::to_path_buf))
 }
 
-/// A git command that reads the user's config but nothing of the environment that would point
-/// it elsewhere, and that can run nothing: fsmonitor off, hooks from an empty directory.
-pub fn git(dir: &Path) -> Command {
+/// A git command for the user's own repository (`ocsb wt`): the user's config, nothing of the
+/// environment that would point git at another repository, and no fsmonitor.
+pub fn user_git(dir: &Path) -> Command {
     let mut cmd = Command::new("git");
     cmd.arg("-C").arg(dir).args(["-c", "core.fsmonitor=false"]).stdin(Stdio::null());
     for v in GIT_REPO_ENV {
         cmd.env_remove(v);
     }
     cmd
+}
+
+/// A git command for the launcher's look, which runs git on repositories the sandbox may have
+/// made or changed: it reads their config and index and must run nothing of theirs. On top of
+/// [`user_git`]: no hooks (an empty hooks path), no pager, and no transport at all — a
+/// repository that names a promisor remote makes git fetch missing objects while it lists a
+/// sparse index, and a local remote's `uploadpack` is a command. `GIT_ALLOW_PROTOCOL` set
+/// empty refuses every transport whatever the repository's `protocol.*.allow` says;
+/// `GIT_NO_LAZY_FETCH` stops the fetch itself on git 2.44 and later.
+pub fn git(dir: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.arg("--no-pager").arg("-C").arg(dir);
+    cmd.args(["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"]).stdin(Stdio::null());
+    for v in GIT_REPO_ENV {
+        cmd.env_remove(v);
+    }
+    cmd.env("GIT_ALLOW_PROTOCOL", "").env("GIT_NO_LAZY_FETCH", "1").env("GIT_TERMINAL_PROMPT", "0");
+    cmd
+}
+
+/// How long one of the look's git runs may take.
+pub const GIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Kills a child still running after its time. *Why*: git waits for ever on a FIFO put where
+/// it reads (an index, a config include), and the look must end.
+pub struct Watchdog {
+    done: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<bool>,
+}
+
+impl Watchdog {
+    /// Watches `child` for `limit`.
+    pub fn start(child: Arc<Mutex<Child>>, limit: Duration) -> Watchdog {
+        let (done, finished) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let late = finished.recv_timeout(limit) == Err(mpsc::RecvTimeoutError::Timeout);
+            if late {
+                // Reaped only after this thread is joined: the pid is still the child's.
+                let _ = child.lock().unwrap_or_else(|p| p.into_inner()).kill();
+            }
+            late
+        });
+        Watchdog { done, thread }
+    }
+
+    /// Ends the watch; whether the child had to be killed. Reap the child after this.
+    pub fn finish(self) -> bool {
+        let _ = self.done.send(());
+        self.thread.join().unwrap_or(true)
+    }
+}
+
+/// `cmd`'s stdout (at most `max` bytes) and exit status, or `None` when it cannot start, or
+/// was killed after [`GIT_TIMEOUT`].
+pub fn output_within(mut cmd: Command, max: u64) -> Option<(std::process::ExitStatus, Vec<u8>)> {
+    use std::io::Read;
+    let mut child = cmd.stdout(Stdio::piped()).spawn().ok()?;
+    let stdout = child.stdout.take()?;
+    let child = Arc::new(Mutex::new(child));
+    let watch = Watchdog::start(child.clone(), GIT_TIMEOUT);
+    let mut out = Vec::new();
+    let read = stdout.take(max).read_to_end(&mut out);
+    let late = watch.finish();
+    let mut child = child.lock().unwrap_or_else(|p| p.into_inner());
+    if read.is_err() || out.len() as u64 >= max {
+        let _ = child.kill();
+    }
+    let status = child.wait().ok()?;
+    (!late).then_some((status, out))
 }
 
 /// What git's config says for `root`.
@@ -178,11 +266,16 @@ pub struct ConfigFacts {
 /// is missing or cannot read the config, nothing is added: the fixed names of the rule are held
 /// all the same, and a host without a working git has no git to obey a hooks path or include.
 pub fn config_facts(root: &Path, home: &Path) -> ConfigFacts {
-    match git(root).args(["config", "--null", "--show-origin", "--list"]).stderr(Stdio::null()).output() {
-        Ok(o) if o.status.success() => parse_config_list(&o.stdout, root, home),
+    let mut cmd = git(root);
+    cmd.args(["config", "--null", "--show-origin", "--list"]).stderr(Stdio::null());
+    match output_within(cmd, MAX_CONFIG_LIST) {
+        Some((status, out)) if status.success() => parse_config_list(&out, root, home),
         _ => ConfigFacts::default(),
     }
 }
+
+/// The most of `git config --list` the look reads (an include of a huge file is cut off).
+const MAX_CONFIG_LIST: u64 = 64 << 20;
 
 fn expand(v: &str, base: &Path, home: &Path) -> PathBuf {
     let p = match v.strip_prefix("~/") {
@@ -307,6 +400,33 @@ fn canonical(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `.git` file read as git reads it: bytes of any encoding, the path cut at its first NUL
+    /// and the file's trailing newlines and carriage returns dropped.
+    #[test]
+    fn a_gitdir_pointer_is_read_as_git_reads_it() {
+        use std::os::unix::ffi::OsStrExt;
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(r.join("admin/y")).unwrap();
+        let dot = r.join(".git");
+        let target = r.join("admin/y");
+        let cases: [(&[u8], Option<&Path>); 6] = [
+            (b"gitdir: admin/y\n", Some(&target)),
+            (b"gitdir: admin/y\0\xff\n", Some(&target)),
+            (b"gitdir: admin/y\r\n\r\n", Some(&target)),
+            (b"gitdir:admin/y\n", None),
+            (b"gitdir: \n", None),
+            (b"gitdir: admin/\ny\n", None),
+        ];
+        for (text, want) in cases {
+            std::fs::write(&dot, text).unwrap();
+            assert_eq!(pointer_target(&dot).as_deref(), want, "{:?}", std::ffi::OsStr::from_bytes(text));
+        }
+        // Not UTF-8 and not cut by a NUL: the path git takes, byte for byte.
+        std::fs::write(&dot, b"gitdir: adm\xffin\n").unwrap();
+        assert_eq!(pointer_target(&dot), Some(r.join(std::ffi::OsStr::from_bytes(b"adm\xffin"))));
+    }
 
     #[test]
     fn config_list_gives_hooks_path_and_include_targets() {

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ocsb_policy::guard::{self, Finding, Lookup};
@@ -104,13 +104,11 @@ fn commondir_is(dir: &Path, text: &str) -> bool {
 
 /// The common directory git itself finds for `root`.
 fn common_dir(root: &Path) -> Option<PathBuf> {
-    let o = checkouts::git(root)
-        .args(["rev-parse", "--path-format=absolute", "--git-common-dir"])
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8(o.stdout).ok()?;
-    (o.status.success() && !text.trim().is_empty()).then(|| PathBuf::from(text.trim_end_matches('\n')))
+    let mut cmd = checkouts::git(root);
+    cmd.args(["rev-parse", "--path-format=absolute", "--git-common-dir"]).stderr(Stdio::null());
+    let (status, out) = checkouts::output_within(cmd, 64 * 1024)?;
+    let text = String::from_utf8(out).ok()?;
+    (status.success() && !text.trim().is_empty()).then(|| PathBuf::from(text.trim_end_matches('\n')))
 }
 
 fn into_git(p: &[u8]) -> bool {
@@ -145,11 +143,9 @@ fn check(t: &Target) -> Option<Finding> {
 }
 
 /// How long `git ls-files` may take to list an index.
-const LS_FILES_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// `git ls-files` of `gitdir`, read as it comes (no listing is kept whole).
 fn ls_files(gitdir: &Path) -> Scan {
-    ls_files_within(gitdir, LS_FILES_TIMEOUT)
+    ls_files_within(gitdir, checkouts::GIT_TIMEOUT)
 }
 
 /// [`ls_files`], killed after `limit`. *Why a limit*: the index is checked to be a regular file
@@ -166,18 +162,7 @@ fn ls_files_within(gitdir: &Path, limit: Duration) -> Scan {
     let Ok(mut child) = spawned else { return Scan::AskGit };
     let Some(stdout) = child.stdout.take() else { return Scan::AskGit };
     let child = Arc::new(Mutex::new(child));
-    let (done, finished) = mpsc::channel::<()>();
-    let watchdog = {
-        let child = child.clone();
-        std::thread::spawn(move || {
-            let late = finished.recv_timeout(limit) == Err(mpsc::RecvTimeoutError::Timeout);
-            if late {
-                // Reaped only below, after this thread is joined: the pid is still the child's.
-                let _ = child.lock().unwrap_or_else(|p| p.into_inner()).kill();
-            }
-            late
-        })
-    };
+    let watch = checkouts::Watchdog::start(child.clone(), limit);
     let mut reader = BufReader::new(stdout);
     let (mut found, mut read, mut path) = (false, 0u64, Vec::new());
     let over = loop {
@@ -195,8 +180,7 @@ fn ls_files_within(gitdir: &Path, limit: Duration) -> Scan {
             Err(_) => break false,
         }
     };
-    let _ = done.send(());
-    let late = watchdog.join().unwrap_or(true);
+    let late = watch.finish();
     let mut child = child.lock().unwrap_or_else(|p| p.into_inner());
     if over {
         let _ = child.kill();
@@ -213,7 +197,7 @@ fn ls_files_within(gitdir: &Path, limit: Duration) -> Scan {
     Scan::Read(found)
 }
 
-/// Why an index is unchecked when git did not list it within [`LS_FILES_TIMEOUT`].
+/// Why an index is unchecked when git did not list it within [`checkouts::GIT_TIMEOUT`].
 const SLOW_GIT: &str = "git did not list it in time: it may have been replaced by a FIFO";
 
 #[cfg(test)]

@@ -357,7 +357,12 @@ fn project_context(project: &Project) -> Context {
 /// The policy's view of the sandbox's paths, from its plan: the host paths it may write (the
 /// sources of its read-write binds) and what is hidden or read-only inside them.
 fn judge_paths(ctx: &mut Context, plan: &Plan) {
-    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    use ocsb_sandbox::plan::HostFs;
+    // Resolved as the kernel resolves them, each directory once: the plan names every hidden
+    // entry of the home, and this runs while the sandbox's start waits.
+    let fs = ocsb_sandbox::plan::RealFs;
+    let seen = ocsb_sandbox::remembered::Remembered::new(&fs);
+    let canonical = |p: &Path| seen.canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let writable: Vec<PathBuf> = plan
         .ops
         .iter()

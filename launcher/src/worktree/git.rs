@@ -31,7 +31,7 @@ impl Git {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut cmd = ocsb_sandbox::checkouts::git(&self.dir);
+        let mut cmd = ocsb_sandbox::checkouts::user_git(&self.dir);
         cmd.args(args);
         cmd
     }

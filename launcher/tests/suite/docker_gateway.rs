@@ -8,6 +8,7 @@
 //! the machine's own network namespace, and these tests send no packet there. Refused calls
 //! never reach it. The test of container traffic starts a daemon of its own in its namespace.
 
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -684,6 +685,28 @@ fn a_sessions_containers_are_kept_and_listed_or_removed_when_it_ends() {
     assert!(out.lines().any(|l| l.starts_with("after cleanup: keep-gw") && !l.contains("gone-")), "{out}");
 }
 
+/// Shell lines that lay out `<dir>/sub/.git` as a repository whose `core.fsmonitor` touches
+/// `marker`: what a container plants for the user's next `git status` to run.
+fn fsmonitor_repo(dir: &str, marker: &Path) -> String {
+    format!(
+        "mkdir -p {dir}/sub/.git/objects {dir}/sub/.git/refs\n\
+         echo 'ref: refs/heads/main' > {dir}/sub/.git/HEAD\n\
+         printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = touch {}; false\\n' > {dir}/sub/.git/config\n",
+        marker.display()
+    )
+}
+
+/// Shell lines for the host after the session: whether a repository is planted in `sub`, then
+/// the user's `git status` there, and whether it ran the planted command (`marker`).
+fn git_status_in_sub(marker: &Path) -> String {
+    format!(
+        "echo \"planted repo on the host: $(test -e sub/.git && echo yes || echo no)\"
+        env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid 1990 --clear-groups -- git -C sub status >/dev/null 2>&1
+        echo \"fsmonitor ran: $(test -e {} && echo yes || echo no)\"",
+        marker.display()
+    )
+}
+
 /// A container the agent leaves running with the project bound writable is stopped (kept) when
 /// the session ends, before the launcher's look at the checkouts: what it plants in its grace
 /// period (a repository whose `core.fsmonitor` runs a command) is found and moved aside, and
@@ -695,17 +718,8 @@ fn a_sessions_containers_are_kept_and_listed_or_removed_when_it_ends() {
 fn a_container_that_writes_the_project_does_not_outlive_its_session() {
     let w = World::new();
     let pwned = w.home.join("PWNED-late");
-    std::fs::write(
-        w.proj.join("plant.sh"),
-        format!(
-            "sleep 2; mkdir -p /src/sub/.git/objects /src/sub/.git/refs\n\
-             echo 'ref: refs/heads/main' > /src/sub/.git/HEAD\n\
-             printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = touch {}; false\\n' > /src/sub/.git/config\n\
-             sleep 60\n",
-            pwned.display()
-        ),
-    )
-    .unwrap();
+    std::fs::write(w.proj.join("plant.sh"), format!("sleep 2\n{}sleep 60\n", fsmonitor_repo("/src", &pwned)))
+        .unwrap();
     let body = format!(
         "mkdir -p sub && chown 1990 sub plant.sh
         D \"docker run -d --name w-$NAME --user 1990:1990 --network none -v $PWD:/src {IMAGE} sh /src/plant.sh >/dev/null
@@ -715,11 +729,9 @@ fn a_container_that_writes_the_project_does_not_outlive_its_session() {
         echo \"volume-only running: $(docker inspect -f '{{{{.State.Running}}}}' v-$NAME)\"
         echo \"restart-on-failure made: $(docker ps -aq --filter name=r-$NAME | wc -l)\"
         sleep 3
-        echo \"planted repo on the host: $(test -e sub/.git && echo yes || echo no)\"
-        env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid 1990 --clear-groups -- git -C sub status >/dev/null 2>&1
-        echo \"fsmonitor ran: $(test -e {pwned} && echo yes || echo no)\"
+        {host_check}
         docker rm -f w-$NAME v-$NAME >/dev/null; docker volume rm data-$NAME >/dev/null",
-        pwned = pwned.display()
+        host_check = git_status_in_sub(&pwned)
     );
     let (out, err) = docker_scenario(&w, &body);
     refused(&out, "restart", &err);
@@ -756,13 +768,7 @@ fn a_container_handed_the_project_over_a_volume_is_stopped_too() {
     assert!(cc.status.success(), "cc -static fdpass.c: {}", String::from_utf8_lossy(&cc.stderr));
     std::fs::write(
         w.proj.join("keep.sh"),
-        format!(
-            "cd /proc/self/fd/3 || exit 1\nsleep 8\nmkdir -p sub/.git/objects sub/.git/refs\n\
-             echo 'ref: refs/heads/main' > sub/.git/HEAD\n\
-             printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = touch {}; false\\n' > sub/.git/config\n\
-             sleep 60\n",
-            pwned.display()
-        ),
+        format!("cd /proc/self/fd/3 || exit 1\nsleep 8\n{}sleep 60\n", fsmonitor_repo(".", &pwned)),
     )
     .unwrap();
     let body = format!(
@@ -775,11 +781,9 @@ fn a_container_handed_the_project_over_a_volume_is_stopped_too() {
         echo \"keeper mounts: $(docker inspect -f '{{{{range .Mounts}}}}{{{{.Type}}}} {{{{end}}}}' k-$NAME)\"
         echo \"keeper running: $(docker inspect -f '{{{{.State.Running}}}}' k-$NAME)\"
         sleep 10
-        echo \"planted repo on the host: $(test -e sub/.git && echo yes || echo no)\"
-        env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid 1990 --clear-groups -- git -C sub status >/dev/null 2>&1
-        echo \"fsmonitor ran: $(test -e {pwned} && echo yes || echo no)\"
+        {host_check}
         docker rm -f w-$NAME k-$NAME >/dev/null; docker volume rm fv-$NAME >/dev/null",
-        pwned = pwned.display()
+        host_check = git_status_in_sub(&pwned)
     );
     let (out, err) = docker_scenario(&w, &body);
     has(&out, "relayed", &err);

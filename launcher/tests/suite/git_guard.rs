@@ -313,3 +313,92 @@ PLANT
     }
     no_markers(&w, &out, &err);
 }
+
+/// The launcher's own look runs git on the agent's repositories (to list an index it does not
+/// read itself), and must run nothing of theirs: a sparse index whose trees are missing made
+/// git fetch them from a promisor remote, and a local remote's `uploadpack` is a command. It
+/// ran on the host, from the launcher, before the user ran any git. The look's git has no
+/// transport now; the worktree is reported as the agent's, and nothing ran.
+#[test]
+fn the_look_runs_nothing_of_a_repository_the_agent_made() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"W="$P-worktrees"; mkdir -p "$W"; chown 1990 "$W"
+        cat > plant.sh <<PLANT
+set -e; W="$W"
+cd /tmp && rm -rf s && git init -q -b main s && cd s && mkdir d && echo x > d/f && echo y > top && git add . && git -c user.name=a -c user.email=a@b commit -qm c
+git sparse-checkout set --cone --sparse-index >/dev/null 2>&1
+mkdir -p \$W/ag/worktrees/y \$W/ag/objects \$W/ag/refs/heads \$W/ev
+cp /tmp/s/.git/index \$W/ag/worktrees/y/index
+echo "ref: refs/heads/main" > \$W/ag/worktrees/y/HEAD; echo ../.. > \$W/ag/worktrees/y/commondir
+echo "\$W/ev/.git" > \$W/ag/worktrees/y/gitdir
+printf '[core]\n\trepositoryformatversion = 0\n[remote "origin"]\n\turl = /\n\tpromisor = true\n\tuploadpack = touch $HOME/PWNED_look; false\n' > \$W/ag/config
+echo "gitdir: \$W/ag/worktrees/y" > \$W/ev/.git
+echo "sparse \$(git ls-files --sparse | tr '\n' ' ')"
+PLANT
+        chown 1990 plant.sh
+        X "sh $P/plant.sh" 2>&1
+        U "$OCSB" exec -- true 2>&1 | head -3"#,
+    );
+    has(&out, "sparse d/ top", &err);
+    assert!(out.contains("proj-worktrees/ev/.git.ocsb-planted-"), "reported and moved aside:\n{out}\n{err}");
+    no_markers(&w, &out, &err);
+}
+
+/// Git data the agent lays out where the walk looked for other shapes, each with a
+/// `core.fsmonitor` command: a worktree `.git` file git reads (a NUL, then bytes that are not
+/// UTF-8) and the check could not; a worktree whose `.git` is a link to a `gitdir:` file; a
+/// directory with a `HEAD` that is a link and `objects`/`refs`, and one with a `HEAD` and a
+/// `commondir` (both given a work tree by their config); links from the project and the
+/// worktrees directory to a repository in the sandbox's own `/tmp`, which the walk does not
+/// cover. Each went unreported and the user's `git status` there ran the command. Now each is
+/// reported when the sandbox exits and moved aside (for a directory laid out as a git
+/// directory, its `HEAD`), the next start refuses, and nothing runs.
+#[test]
+fn git_data_in_the_shapes_git_reads_and_the_walk_missed_is_planted() {
+    let w = World::new();
+    let tmp = w.state.join("tmp");
+    let (out, err) = scenario(
+        &w,
+        &format!(
+            r#"W="$P-worktrees"; mkdir -p "$W"; chown 1990 "$W"; T={tmp}
+        cat > plant.sh <<PLANT
+set -e; W="$W"
+fsm() {{ printf "[core]\n\trepositoryformatversion = \$2\n\tbare = false\n\tworktree = .\n\tfsmonitor = touch $HOME/PWNED_\$1; false\n"; }}
+admin() {{
+  mkdir -p \$W/\$1/worktrees/y \$W/\$1/objects \$W/\$1/refs/heads \$W/\$2
+  echo "ref: refs/heads/main" > \$W/\$1/worktrees/y/HEAD; echo ../.. > \$W/\$1/worktrees/y/commondir
+  echo "\$W/\$2/.git" > \$W/\$1/worktrees/y/gitdir
+  printf "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch $HOME/PWNED_\$2; false\n" > \$W/\$1/config
+}}
+admin a1 bytes; printf 'gitdir: %s\000\377\n' "\$W/a1/worktrees/y" > \$W/bytes/.git
+admin a2 linked; echo "gitdir: \$W/a2/worktrees/y" > \$W/linked/gf; ln -s gf \$W/linked/.git
+cd $P
+mkdir -p src/objects src/refs/heads; ln -s refs/heads/main src/HEAD; fsm src 0 > src/config
+mkdir -p lib/.c/objects lib/.c/refs/heads; echo "ref: refs/heads/main" > lib/HEAD; echo .c > lib/commondir
+fsm lib 0 > lib/config; fsm lib 0 > lib/.c/config
+git init -q /tmp/x; git -C /tmp/x config core.fsmonitor "touch $HOME/PWNED_tmp; false"
+ln -s $T/x $P/docs; ln -s $T/x \$W/feat-e
+echo planted
+PLANT
+        chown 1990 plant.sh
+        X "sh $P/plant.sh" 2>&1
+        for d in "$W/bytes" "$W/linked" "$P/src" "$P/lib" "$P/docs" "$W/feat-e"; do (cd "$d" 2>/dev/null && U git status >/dev/null 2>&1); done
+        U "$OCSB" exec -- true >/dev/null 2>&1; echo "next start $?""#,
+            tmp = tmp.display()
+        ),
+    );
+    has(&out, "planted", &err);
+    for moved in ["proj-worktrees/bytes/.git.ocsb-planted-", "proj-worktrees/linked/.git.ocsb-planted-"] {
+        assert!(out.contains(moved), "{moved}:\n{out}\n{err}");
+    }
+    for link in ["proj/docs.ocsb-planted-", "proj-worktrees/feat-e.ocsb-planted-"] {
+        assert!(out.contains(link), "{link}:\n{out}\n{err}");
+    }
+    for head in ["proj/src/HEAD.ocsb-planted-", "proj/lib/HEAD.ocsb-planted-"] {
+        assert!(out.contains(head), "{head}:\n{out}\n{err}");
+    }
+    assert!(!out.contains("next start 0"), "the next start refuses while the layouts stand:\n{out}");
+    no_markers(&w, &out, &err);
+}

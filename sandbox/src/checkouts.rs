@@ -1,9 +1,11 @@
 //! The facts the checkout rule (`ocsb_policy::guard`) is applied to: which writable trees are
 //! checkouts, where their git directories are, and which files git reads as config for them.
 //!
-//! Discovery reads pointer files itself and never follows a main `.git/commondir` (one there is
-//! planted, see `guard::planted_now`). The only git it runs is `git config --list`, which reads
-//! config and executes nothing; it runs after [`super::audit`] has refused planted metadata.
+//! Discovery reads pointer files itself, as git reads them, and never follows a main
+//! `.git/commondir` (one there is planted, see `guard::planted_now`). The git it runs
+//! (`git config --list` here, `rev-parse` and `ls-files` in [`super::indexes`]) may be in a
+//! repository the agent made, so it is [`git`]: it reads config and the index and can run
+//! nothing of the repository's, and is killed when it hangs.
 
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -349,19 +349,24 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], found: &Walked, nested: 
 }
 
 /// Where the link `l` leads, when that is a directory the sandbox can write and the walk does
-/// not cover (its own `/tmp` in the state directory, a shared `/tmp`): git run through the link
-/// works in the directory it leads to, a repository the agent made there. A link whose text
-/// stays in the walked roots is not resolved (the links on its way are walked themselves):
-/// a tree of packages holds thousands of them.
+/// not cover (its own `/tmp` in the state directory, a shared `/tmp`, the inside of a `.git`):
+/// git run through the link works in the directory it leads to, a repository the agent made
+/// there. A link whose text stays in the walked roots, outside any `.git`, is not resolved (the
+/// links on its way are walked themselves): a tree of packages holds thousands of them.
 fn leads_out(l: &Path, roots: &[PathBuf], may_write: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
     let text = std::fs::read_link(l).ok()?;
     let lexical = checkouts::lexical(&l.parent()?.join(text));
-    if roots.iter().any(|r| lexical.starts_with(r)) {
+    if roots.iter().any(|r| lexical.starts_with(r)) && !in_git(&lexical) {
         return None;
     }
     let real = std::fs::canonicalize(l).ok()?;
-    let walked = roots.iter().any(|r| real.starts_with(r));
+    let walked = roots.iter().any(|r| real.starts_with(r)) && !in_git(&real);
     (!walked && real.is_dir() && may_write(&real)).then_some(real)
+}
+
+/// Whether `p` lies inside a `.git` directory, which the walk does not enter.
+fn in_git(p: &Path) -> bool {
+    p.components().any(|c| c.as_os_str() == ".git")
 }
 
 /// The kept findings: none when the file is missing; an error when it cannot be read, so that

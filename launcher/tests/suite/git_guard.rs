@@ -351,8 +351,8 @@ PLANT
 /// UTF-8) and the check could not; a worktree whose `.git` is a link to a `gitdir:` file; a
 /// directory with a `HEAD` that is a link and `objects`/`refs`, and one with a `HEAD` and a
 /// `commondir` (both given a work tree by their config); links from the project and the
-/// worktrees directory to a repository in the sandbox's own `/tmp`, which the walk does not
-/// cover. Each went unreported and the user's `git status` there ran the command. Now each is
+/// worktrees directory to a repository in the sandbox's own `/tmp`, and to one inside `.git`,
+/// neither of which the walk covers. Each went unreported and the user's `git status` there ran the command. Now each is
 /// reported when the sandbox exits and moved aside (for a directory laid out as a git
 /// directory, its `HEAD`), the next start refuses, and nothing runs.
 #[test]
@@ -380,11 +380,13 @@ mkdir -p lib/.c/objects lib/.c/refs/heads; echo "ref: refs/heads/main" > lib/HEA
 fsm lib 0 > lib/config; fsm lib 0 > lib/.c/config
 git init -q /tmp/x; git -C /tmp/x config core.fsmonitor "touch $HOME/PWNED_tmp; false"
 ln -s $T/x $P/docs; ln -s $T/x \$W/feat-e
+mkdir -p $P/.git/objects/zz; git init -q $P/.git/objects/zz; git -C $P/.git/objects/zz config core.fsmonitor "touch $HOME/PWNED_ingit; false"
+ln -s .git/objects/zz $P/notes
 echo planted
 PLANT
         chown 1990 plant.sh
         X "sh $P/plant.sh" 2>&1
-        for d in "$W/bytes" "$W/linked" "$P/src" "$P/lib" "$P/docs" "$W/feat-e"; do (cd "$d" 2>/dev/null && U git status >/dev/null 2>&1); done
+        for d in "$W/bytes" "$W/linked" "$P/src" "$P/lib" "$P/docs" "$W/feat-e" "$P/notes"; do (cd "$d" 2>/dev/null && U git status >/dev/null 2>&1); done
         U "$OCSB" exec -- true >/dev/null 2>&1; echo "next start $?""#,
             tmp = tmp.display()
         ),
@@ -393,7 +395,8 @@ PLANT
     for moved in ["proj-worktrees/bytes/.git.ocsb-planted-", "proj-worktrees/linked/.git.ocsb-planted-"] {
         assert!(out.contains(moved), "{moved}:\n{out}\n{err}");
     }
-    for link in ["proj/docs.ocsb-planted-", "proj-worktrees/feat-e.ocsb-planted-"] {
+    for link in ["proj/docs.ocsb-planted-", "proj-worktrees/feat-e.ocsb-planted-", "proj/notes.ocsb-planted-"]
+    {
         assert!(out.contains(link), "{link}:\n{out}\n{err}");
     }
     for head in ["proj/src/HEAD.ocsb-planted-", "proj/lib/HEAD.ocsb-planted-"] {

@@ -253,22 +253,29 @@ fn links_in_git(checkouts: &[Checkout]) -> Vec<Finding> {
     out
 }
 
-/// An interactive rebase or cherry-pick the sandbox left with `exec` lines: `git rebase
-/// --continue` on the host would run them.
+/// An unfinished rebase, cherry-pick or revert a sandbox left, in any git directory of the
+/// checkouts' repositories: `--continue` on the host runs what its files say, and git reads
+/// more there than a check could parse as it does (`exec` lines with a tab or a carriage
+/// return, a merge strategy that names a program by path, todo lists of any size or
+/// encoding). So the state itself is the finding, whatever it holds: inspect it, or abort.
 fn pending_exec(checkouts: &[Checkout]) -> Vec<Finding> {
+    let mut dirs = BTreeSet::new();
+    for g in checkouts.iter().filter_map(|c| c.git.as_ref()) {
+        dirs.insert(g.gitdir.clone());
+        dirs.insert(g.common.clone());
+        let worktrees = g.common.join("worktrees");
+        dirs.extend(HostLookup.names(&worktrees).into_iter().take(MAX_ADMIN_DIRS).map(|n| worktrees.join(n)));
+    }
     let mut out = Vec::new();
-    for c in checkouts {
-        let Some(g) = &c.git else { continue };
-        for todo in [g.gitdir.join("rebase-merge/git-rebase-todo"), g.gitdir.join("sequencer/todo")] {
-            let Some(text) = checkouts::read_small(&todo) else { continue };
-            if text.lines().any(|l| {
-                let l = l.trim_start();
-                l.starts_with("exec ") || l.starts_with("x ")
-            }) {
+    for dir in dirs {
+        for state in ["rebase-merge", "rebase-apply", "sequencer"] {
+            let p = dir.join(state);
+            if p.symlink_metadata().is_ok() {
                 out.push(Finding {
-                    path: todo,
-                    why: "an unfinished rebase with `exec` lines the agent left: `git rebase --continue` \
-                          runs them (inspect, or `git rebase --abort`)"
+                    path: p,
+                    why: "an unfinished rebase, cherry-pick or revert left while the sandbox ran: \
+                          `--continue` runs what its files say (`exec` lines, a merge strategy); \
+                          inspect them, or abort it (`git rebase --abort`)"
                         .into(),
                 });
             }
@@ -276,6 +283,9 @@ fn pending_exec(checkouts: &[Checkout]) -> Vec<Finding> {
     }
     out
 }
+
+/// The most worktree git directories of a repository [`pending_exec`] looks in.
+const MAX_ADMIN_DIRS: usize = 256;
 
 /// `nested`: the repositories nested in the checkouts that the sandbox protected as checkouts
 /// of its own. Its plan puts read-only placeholders for ocsb's own settings at their top: an
@@ -311,7 +321,7 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], found: &Walked, nested: 
         );
     }
     for d in &found.unreadable {
-        present.insert(d.clone(), "a directory the check cannot read: it could hide a repository".into());
+        present.insert(d.clone(), UNREADABLE_WHY.into());
     }
     let may_write = sandbox_writes(spec);
     for l in &found.links {
@@ -347,6 +357,11 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], found: &Walked, nested: 
     }
     Snapshot { present, nested }
 }
+
+/// Why a directory the walk could not read is a finding. One that appeared while the sandbox
+/// ran is moved aside whole: what it hides (a `.git` the superproject's `git status` enters
+/// through a gitlink) cannot be told apart.
+const UNREADABLE_WHY: &str = "a directory the check cannot read: it could hide a repository";
 
 /// Where the link `l` leads, when that is a directory the sandbox can write and the walk does
 /// not cover (its own `/tmp` in the state directory, a shared `/tmp`, the inside of a `.git`):
@@ -532,27 +547,71 @@ fn defuse(f: &mut Finding) {
     let link = meta.as_ref().is_ok_and(|m| m.file_type().is_symlink());
     // A directory laid out as a git directory stops being one without its `HEAD`; the
     // directory itself (it may be a source directory of the user's) stays where it is.
-    let from = if name == ".git" || name == "commondir" || name == "index" || link {
+    let state = name == "rebase-merge" || name == "rebase-apply" || name == "sequencer";
+    let hidden = f.why.starts_with(UNREADABLE_WHY);
+    let from = if name == ".git" || name == "commondir" || name == "index" || state || hidden || link {
         f.path.clone()
     } else if meta.is_ok_and(|m| m.is_dir()) && f.path.join("HEAD").symlink_metadata().is_ok() {
         f.path.join("HEAD")
     } else {
         return;
     };
+    match move_aside(&from) {
+        Ok(to) => {
+            f.why = format!(
+                "moved aside from {}: {}; to keep it, `mv {} {}` and `ocsb audit --accept`",
+                from.display(),
+                f.why,
+                to.display(),
+                from.display()
+            );
+            f.path = to;
+        }
+        Err(e) => {
+            f.why = format!(
+                "NOT moved aside ({e}): do not run git in or above {} until it is gone; {}",
+                from.parent().unwrap_or(&from).display(),
+                f.why
+            );
+        }
+    }
+}
+
+/// Renames `from` to `<name>.ocsb-planted-<time>[-n]`, a name nothing holds yet. *Why the
+/// care*: the agent could take the name first (a file, a directory that is not empty) or make
+/// the directory it is in read-only, both its own to change; a plant left in place silently
+/// would be run by the user's next git.
+fn move_aside(from: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let secs =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let mut aside = from.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    aside.push(format!(".ocsb-planted-{secs}"));
-    let to = from.with_file_name(aside);
-    if std::fs::rename(&from, &to).is_ok() {
-        f.why = format!(
-            "moved aside from {}: {}; to keep it, `mv {} {}` and `ocsb audit --accept`",
-            from.display(),
-            f.why,
-            to.display(),
-            from.display()
-        );
-        f.path = to;
+    let name = from.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let free = (0..100).map(|n| {
+        let mut aside = name.clone();
+        aside.push(if n == 0 {
+            format!(".ocsb-planted-{secs}")
+        } else {
+            format!(".ocsb-planted-{secs}-{n}")
+        });
+        from.with_file_name(aside)
+    });
+    let to = free
+        .into_iter()
+        .find(|p| p.symlink_metadata().is_err())
+        .ok_or_else(|| std::io::Error::other("every name to move it to is taken"))?;
+    match std::fs::rename(from, &to) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            // A directory of the user's own that was made read-only: writable for the owner
+            // again (it was made during the run, or it would hold no plant), then once more.
+            let dir = from.parent().unwrap_or(Path::new("/"));
+            let m = dir.symlink_metadata()?;
+            if !m.is_dir() || m.uid() != nix::unistd::getuid().as_raw() {
+                return Err(e);
+            }
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode((m.mode() & 0o7777) | 0o700))?;
+            std::fs::rename(from, &to).map(|()| to)
+        }
+        r => r.map(|()| to),
     }
 }
 
@@ -697,6 +756,11 @@ impl Audit {
             })
             .collect();
         new.extend(planted(&self.spec, &checkouts));
+        let unread_before: BTreeSet<&Path> =
+            self.checkouts.iter().filter(|c| config_unread(c).is_some()).map(|c| c.root.as_path()).collect();
+        new.extend(
+            checkouts.iter().filter(|c| !unread_before.contains(c.root.as_path())).filter_map(config_unread),
+        );
         new.extend(index);
         new.extend(pending_exec(&checkouts));
         for f in &mut new {
@@ -742,6 +806,26 @@ fn planted(spec: &SandboxSpec, checkouts: &[Checkout]) -> Vec<Finding> {
     let mut out = guard::planted_now(checkouts, &HostLookup, &|p| checkouts::read_small(p), &may_write);
     out.extend(links_in_git(checkouts));
     out
+}
+
+/// A repository whose own config git did not read: git takes the directory for no repository
+/// now (a `HEAD` the agent broke, `objects` moved away), so the look got only the user's global
+/// config, and the hooks path and includes the rule must hold for the session that mends it
+/// again were lost. Not a plant to move aside: the user's repository, to mend. Asked at the end
+/// of a run of a repository whose config was read at its start.
+fn config_unread(c: &Checkout) -> Option<Finding> {
+    use std::os::unix::fs::MetadataExt;
+    let g = c.git.as_ref()?;
+    let own = g.common.join("config");
+    let m = own.symlink_metadata().ok().filter(|m| m.is_file() && m.len() > 0)?;
+    let read =
+        c.config_files.iter().any(|f| f.metadata().is_ok_and(|r| (r.dev(), r.ino()) == (m.dev(), m.ino())));
+    (!read).then(|| Finding {
+        path: g.gitdir.join("HEAD"),
+        why: "git does not take this for a repository now (its HEAD or objects are broken), so the \
+              check cannot read the config git would obey once it is mended: mend it, then run `ocsb audit`"
+            .to_string(),
+    })
 }
 
 /// Whether a sandbox of `spec` can write `p` (it lies under one of its writable binds). The

@@ -405,3 +405,63 @@ PLANT
     assert!(!out.contains("next start 0"), "the next start refuses while the layouts stand:\n{out}");
     no_markers(&w, &out, &err);
 }
+
+/// A `HEAD` the agent broke made git's discovery pass the repository by, so the look read only
+/// the user's global config and lost `core.hooksPath`: the next session did not hold the hooks
+/// directory, and the agent wrote a hook there, mended `HEAD`, and the user's `git commit` ran
+/// it. A repository whose own config git did not read is now a finding: the next start
+/// refuses until the user mends it, and nothing of the agent's runs.
+#[test]
+fn a_broken_head_does_not_hide_the_hooks_path() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"U git config core.hooksPath .husky/_; mkdir -p .husky/_; chown -R 1990 .husky
+        X 'echo garbage > .git/HEAD' 2>&1
+        X "mkdir -p .husky/_ && printf '#!/bin/sh\ntouch $HOME/PWNED_husky\n' > .husky/_/pre-commit && chmod +x .husky/_/pre-commit; echo hook=\$?; echo 'ref: refs/heads/main' > .git/HEAD" 2>/dev/null
+        U git commit -q --allow-empty -m host 2>&1 | tail -1"#,
+    );
+    assert!(!out.contains("hook=0"), "the hooks path was writable:\n{out}\n{err}");
+    assert!(
+        out.contains(".git/HEAD  (git does not take this for a repository now"),
+        "reported:\n{out}\n{err}"
+    );
+    no_markers(&w, &out, &err);
+}
+
+/// A rebase the agent stopped, with an `exec` line git reads and the check did not (a tab after
+/// `x`): the user's `git rebase --continue` ran it. Any unfinished rebase, cherry-pick or revert
+/// left while the sandbox ran is now reported and moved aside, whatever it holds.
+#[test]
+fn an_unfinished_rebase_the_agent_left_is_moved_aside() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"X "GIT_SEQUENCE_EDITOR='sed -i 1ibreak' git rebase -q -i HEAD >/dev/null 2>&1; printf 'x\ttouch $HOME/PWNED_rebase\n' > .git/rebase-merge/git-rebase-todo; echo stopped" 2>&1
+        U git rebase --continue >/dev/null 2>&1; echo "continue $?""#,
+    );
+    has(&out, "stopped", &err);
+    assert!(out.contains(".git/rebase-merge.ocsb-planted-"), "reported and moved aside:\n{out}\n{err}");
+    no_markers(&w, &out, &err);
+}
+
+/// Plants the check could not move aside: a nested repository (with a gitlink, so the
+/// superproject's `git status` enters it) in a directory the agent made read-only, and one in a
+/// directory it made unreadable. Moving the first failed in silence, and the second was only
+/// "a directory the check cannot read"; the user's `git status` ran both. Now the first is
+/// moved aside (the directory writable for its owner again), the unreadable directory is moved
+/// aside whole, and nothing runs.
+#[test]
+fn plants_in_read_only_or_unreadable_directories_are_moved_aside() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"X 'set -e; for d in sub sub2; do mkdir $d; git -C $d init -q; git -C $d config core.fsmonitor "touch $HOME/PWNED_$d; false"; git -C $d commit -q --allow-empty -m x; git add $d 2>/dev/null; done; chmod a-w sub; chmod 111 sub2; echo planted' 2>&1
+        U git status >/dev/null 2>&1; echo "status $?""#,
+    );
+    has(&out, "planted", &err);
+    assert!(out.contains("proj/sub/.git.ocsb-planted-"), "the read-only one moved aside:\n{out}\n{err}");
+    assert!(out.contains("proj/sub2.ocsb-planted-"), "the unreadable one moved aside:\n{out}\n{err}");
+    assert!(!out.contains("NOT moved aside"), "{out}");
+    no_markers(&w, &out, &err);
+}

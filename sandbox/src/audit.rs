@@ -181,6 +181,7 @@ struct Seen {
 /// Look at `spec`'s project: `git config` (in discovery) on one side, the indexes and the walk
 /// of the roots on the other, in parallel, since none needs another's answer.
 fn look(spec: &SandboxSpec) -> Seen {
+    let _budget = checkouts::begin_look();
     let roots = checkouts::roots_of_spec(spec);
     std::thread::scope(|s| {
         let other = s.spawn(|| (indexes::findings(&roots), walk_all(spec)));
@@ -540,8 +541,9 @@ fn ensure_dir(dir: &Path) -> Result<()> {
 }
 
 /// Move aside what host git would execute from (a nested `.git`, a `commondir`), so the next
-/// plain `git` on the host does not; the finding then names the new place.
-fn defuse(f: &mut Finding) {
+/// plain `git` on the host does not; the finding then names the new place. Returns the move
+/// (from, to) when it made one.
+fn defuse(f: &mut Finding) -> Option<(PathBuf, PathBuf)> {
     let name = f.path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     let meta = f.path.symlink_metadata();
     let link = meta.as_ref().is_ok_and(|m| m.file_type().is_symlink());
@@ -554,7 +556,7 @@ fn defuse(f: &mut Finding) {
     } else if meta.is_ok_and(|m| m.is_dir()) && f.path.join("HEAD").symlink_metadata().is_ok() {
         f.path.join("HEAD")
     } else {
-        return;
+        return None;
     };
     match move_aside(&from) {
         Ok(to) => {
@@ -565,7 +567,8 @@ fn defuse(f: &mut Finding) {
                 to.display(),
                 from.display()
             );
-            f.path = to;
+            f.path = to.clone();
+            Some((from, to))
         }
         Err(e) => {
             f.why = format!(
@@ -573,6 +576,7 @@ fn defuse(f: &mut Finding) {
                 from.parent().unwrap_or(&from).display(),
                 f.why
             );
+            None
         }
     }
 }
@@ -763,8 +767,16 @@ impl Audit {
         );
         new.extend(index);
         new.extend(pending_exec(&checkouts));
+        let mut moved: Vec<(PathBuf, PathBuf)> = Vec::new();
         for f in &mut new {
-            defuse(f);
+            // Inside what an earlier finding moved aside: named where it is now.
+            if let Some((from, to)) = moved.iter().find(|(from, _)| f.path.starts_with(from))
+                && let Ok(rest) = f.path.strip_prefix(from)
+            {
+                f.path = to.join(rest);
+                continue;
+            }
+            moved.extend(defuse(f));
         }
         let mut keep_marker = false;
         if !new.is_empty() {

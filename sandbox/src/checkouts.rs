@@ -10,7 +10,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ocsb_policy::guard::{Checkout, Entry, GitDirs, Lookup};
 
@@ -205,6 +205,40 @@ pub fn git(dir: &Path) -> Command {
 /// How long one of the look's git runs may take.
 pub const GIT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long all the git runs of one look may take together: each is bounded, and the agent
+/// can make as many repositories and worktrees as it likes.
+pub const LOOK_BUDGET: Duration = Duration::from_secs(60);
+
+/// When the git runs of the look in progress must have ended.
+static LOOK_UNTIL: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// Starts a look's budget ([`LOOK_BUDGET`]) for the git runs that follow, until the returned
+/// guard is dropped.
+pub fn begin_look() -> LookBudget {
+    *LOOK_UNTIL.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + LOOK_BUDGET);
+    LookBudget
+}
+
+/// A look's budget in force; see [`begin_look`].
+pub struct LookBudget;
+
+impl Drop for LookBudget {
+    fn drop(&mut self) {
+        *LOOK_UNTIL.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// The time a git run may take: `limit`, or less when the look's budget ends sooner; `None`
+/// once it has ended (the run is not made, and what it would have checked is unchecked).
+pub fn time_left(limit: Duration) -> Option<Duration> {
+    match *LOOK_UNTIL.lock().unwrap_or_else(|p| p.into_inner()) {
+        None => Some(limit),
+        Some(until) => {
+            until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()).map(|d| d.min(limit))
+        }
+    }
+}
+
 /// Kills a child still running after its time. *Why*: git waits for ever on a FIFO put where
 /// it reads (an index, a config include), and the look must end.
 pub struct Watchdog {
@@ -234,14 +268,15 @@ impl Watchdog {
     }
 }
 
-/// `cmd`'s stdout (at most `max` bytes) and exit status, or `None` when it cannot start, or
-/// was killed after [`GIT_TIMEOUT`].
+/// `cmd`'s stdout (at most `max` bytes) and exit status, or `None` when it cannot start, was
+/// killed after [`GIT_TIMEOUT`], or the look's budget has ended ([`time_left`]).
 pub fn output_within(mut cmd: Command, max: u64) -> Option<(std::process::ExitStatus, Vec<u8>)> {
     use std::io::Read;
+    let limit = time_left(GIT_TIMEOUT)?;
     let mut child = cmd.stdout(Stdio::piped()).spawn().ok()?;
     let stdout = child.stdout.take()?;
     let child = Arc::new(Mutex::new(child));
-    let watch = Watchdog::start(child.clone(), GIT_TIMEOUT);
+    let watch = Watchdog::start(child.clone(), limit);
     let mut out = Vec::new();
     let read = stdout.take(max).read_to_end(&mut out);
     let late = watch.finish();
@@ -402,6 +437,19 @@ fn canonical(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_looks_git_runs_share_one_budget() {
+        assert_eq!(time_left(GIT_TIMEOUT), Some(GIT_TIMEOUT), "no look: each run its own limit");
+        {
+            let _budget = begin_look();
+            let left = time_left(Duration::from_secs(600)).unwrap();
+            assert!(left <= LOOK_BUDGET && left > LOOK_BUDGET - Duration::from_secs(5), "{left:?}");
+            *LOOK_UNTIL.lock().unwrap() = Some(Instant::now());
+            assert_eq!(time_left(GIT_TIMEOUT), None, "spent: no more runs");
+        }
+        assert_eq!(time_left(GIT_TIMEOUT), Some(GIT_TIMEOUT), "the look ended");
+    }
 
     /// A `.git` file read as git reads it: bytes of any encoding, the path cut at its first NUL
     /// and the file's trailing newlines and carriage returns dropped.

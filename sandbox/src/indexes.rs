@@ -124,6 +124,9 @@ fn check(t: &Target) -> Option<Finding> {
         (None, Ok(_)) => Scan::AskGit,
     };
     let scanned = match scanned {
+        Scan::AskGit if blocks_git(&t.gitdir) => {
+            Scan::Unchecked("a file git reads first is not a regular file")
+        }
         Scan::AskGit => ls_files(&t.gitdir),
         s => s,
     };
@@ -143,6 +146,18 @@ fn check(t: &Target) -> Option<Finding> {
 }
 
 /// How long `git ls-files` may take to list an index.
+/// Whether a file git reads before the index (`HEAD`, `commondir`, the config) is something
+/// other than a regular file, a link or missing: a FIFO there holds git until it is killed,
+/// and many of them would hold the look for as many times its limit.
+fn blocks_git(gitdir: &Path) -> bool {
+    ["HEAD", "commondir", "config"].iter().any(|n| {
+        gitdir
+            .join(n)
+            .symlink_metadata()
+            .is_ok_and(|m| !m.is_file() && !m.is_dir() && !m.file_type().is_symlink())
+    })
+}
+
 /// `git ls-files` of `gitdir`, read as it comes (no listing is kept whole).
 fn ls_files(gitdir: &Path) -> Scan {
     ls_files_within(gitdir, checkouts::GIT_TIMEOUT)
@@ -152,6 +167,7 @@ fn ls_files(gitdir: &Path) -> Scan {
 /// before git opens it, but another session of the project, still running, could put a FIFO in
 /// its place meanwhile, and git would wait on it for ever, with the look that ends this run.
 fn ls_files_within(gitdir: &Path, limit: Duration) -> Scan {
+    let Some(limit) = checkouts::time_left(limit) else { return Scan::Unchecked(SLOW_GIT) };
     let spawned = checkouts::git(gitdir)
         .arg("--git-dir")
         .arg(gitdir)

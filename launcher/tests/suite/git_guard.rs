@@ -465,3 +465,27 @@ fn plants_in_read_only_or_unreadable_directories_are_moved_aside() {
     assert!(!out.contains("NOT moved aside"), "{out}");
     no_markers(&w, &out, &err);
 }
+
+/// The look must end: worktree git directories whose `HEAD` is a FIFO held each of the look's
+/// git runs for its whole limit, one after another (four took two minutes, and the agent can
+/// make any number). A file git reads first that is not a regular file is now a finding
+/// without running git, and all the look's git runs share one budget.
+#[test]
+fn git_directories_that_would_hold_git_do_not_hold_the_look() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"W="$P-worktrees"; mkdir -p "$W"; chown 1990 "$W"
+        s=$(date +%s)
+        X "set -e; git init -q $W/r; for n in 1 2 3 4; do d=$W/r/.git/worktrees/a\$n; mkdir -p \$d; echo ../../ > \$d/commondir; : > \$d/index; mkfifo \$d/HEAD; done; echo planted" 2>&1
+        echo "look took $(( $(date +%s) - s ))s""#,
+    );
+    has(&out, "planted", &err);
+    assert!(out.contains("a file git reads first is not a regular file"), "{out}\n{err}");
+    assert!(!out.contains("NOT moved aside"), "inside the moved-aside .git, named where it is:\n{out}");
+    let secs: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("look took ")?.strip_suffix('s')?.parse().ok())
+        .unwrap_or(u64::MAX);
+    assert!(secs < 25, "the session's end waited {secs}s for git:\n{out}");
+}

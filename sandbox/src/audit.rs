@@ -540,9 +540,11 @@ fn ensure_dir(dir: &Path) -> Result<()> {
     }
 }
 
-/// Move aside what host git would execute from (a nested `.git`, a `commondir`), so the next
-/// plain `git` on the host does not; the finding then names the new place. Returns the move
-/// (from, to) when it made one.
+/// Move aside what host git would act on (a nested `.git`, a `commondir`, an index, a link, an
+/// unfinished rebase's state, a directory the check could not read, the `HEAD` of a directory
+/// laid out as a git directory), so the next plain `git` on the host does not; the finding then
+/// names the new place, or says that it could not be moved. Returns the move (from, to) when
+/// it made one.
 fn defuse(f: &mut Finding) -> Option<(PathBuf, PathBuf)> {
     let name = f.path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     let meta = f.path.symlink_metadata();

@@ -259,7 +259,7 @@ fn links_in_git(checkouts: &[Checkout]) -> Vec<Finding> {
 /// more there than a check could parse as it does (`exec` lines with a tab or a carriage
 /// return, a merge strategy that names a program by path, todo lists of any size or
 /// encoding). So the state itself is the finding, whatever it holds: inspect it, or abort.
-fn pending_exec(checkouts: &[Checkout]) -> Vec<Finding> {
+fn unfinished_sequences(checkouts: &[Checkout]) -> Vec<Finding> {
     let mut dirs = BTreeSet::new();
     for g in checkouts.iter().filter_map(|c| c.git.as_ref()) {
         dirs.insert(g.gitdir.clone());
@@ -285,7 +285,7 @@ fn pending_exec(checkouts: &[Checkout]) -> Vec<Finding> {
     out
 }
 
-/// The most worktree git directories of a repository [`pending_exec`] looks in.
+/// The most worktree git directories of a repository [`unfinished_sequences`] looks in.
 const MAX_ADMIN_DIRS: usize = 256;
 
 /// `nested`: the repositories nested in the checkouts that the sandbox protected as checkouts
@@ -768,7 +768,7 @@ impl Audit {
             checkouts.iter().filter(|c| !unread_before.contains(c.root.as_path())).filter_map(config_unread),
         );
         new.extend(index);
-        new.extend(pending_exec(&checkouts));
+        new.extend(unfinished_sequences(&checkouts));
         let mut moved: Vec<(PathBuf, PathBuf)> = Vec::new();
         for f in &mut new {
             // Inside what an earlier finding moved aside: named where it is now.

@@ -269,6 +269,17 @@ import hashlib; b=open('.git/index','rb').read()[:-20].replace(b'.gia/',b'.git/'
     no_markers(&w, &out, &err);
 }
 
+/// A shell function for a `plant.sh` written through an unquoted here-document: `lay DATA
+/// WORKTREE NAME` lays out git data at `DATA` (no `HEAD` of its own; a linked worktree's
+/// directory `worktrees/y` whose pointers agree) for a worktree directory `WORKTREE`, its config
+/// running `touch $HOME/PWNED_NAME` as `core.fsmonitor`. The caller writes `WORKTREE/.git`.
+const LAY: &str = r#"lay() {
+  mkdir -p \$1/worktrees/y \$1/objects \$1/refs/heads \$2
+  echo "ref: refs/heads/main" > \$1/worktrees/y/HEAD; echo ../.. > \$1/worktrees/y/commondir
+  echo "\$2/.git" > \$1/worktrees/y/gitdir
+  printf "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch $HOME/PWNED_\$3; false\n" > \$1/config
+}"#;
+
 /// A linked worktree whose git data the agent laid out itself, with pointers that agree: in
 /// the worktrees directory without a `HEAD` (so no repository to the walk), and as a `.git` in
 /// the sandbox's own `/tmp` (which the look does not walk). The user's `git status` in such a
@@ -284,16 +295,10 @@ fn a_worktree_of_git_data_the_agent_laid_out_is_planted() {
             r#"W="$P-worktrees"; mkdir -p "$W"; chown 1990 "$W"; T={tmp}
         cat > plant.sh <<PLANT
 set -e; W="$W"
-# git data at \$1, a worktree of it at \$2; the sandbox's own /tmp is \$3 on the host
-lay() {{
-  mkdir -p \$1/worktrees/y \$1/objects \$1/refs/heads \$2
-  echo "ref: refs/heads/main" > \$1/worktrees/y/HEAD; echo ../.. > \$1/worktrees/y/commondir
-  echo "\$2/.git" > \$1/worktrees/y/gitdir
-  printf "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch $HOME/PWNED_\$4; false\n" > \$1/config
-  echo "gitdir: \$3/worktrees/y" > \$2/.git
-}}
-lay \$W/ag \$W/evil \$W/ag wt
-lay /tmp/x/.git \$W/evil2 $T/x/.git tmp
+{LAY}
+lay \$W/ag \$W/evil wt; echo "gitdir: \$W/ag/worktrees/y" > \$W/evil/.git
+# In the sandbox's own /tmp, which is $T on the host.
+lay /tmp/x/.git \$W/evil2 tmp; echo "gitdir: $T/x/.git/worktrees/y" > \$W/evil2/.git
 echo planted
 PLANT
         chown 1990 plant.sh
@@ -324,22 +329,23 @@ fn the_look_runs_nothing_of_a_repository_the_agent_made() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
-        r#"W="$P-worktrees"; mkdir -p "$W"; chown 1990 "$W"
+        &format!(
+            r#"W="$P-worktrees"; mkdir -p "$W"; chown 1990 "$W"
         cat > plant.sh <<PLANT
 set -e; W="$W"
+{LAY}
 cd /tmp && rm -rf s && git init -q -b main s && cd s && mkdir d && echo x > d/f && echo y > top && git add . && git -c user.name=a -c user.email=a@b commit -qm c
 git sparse-checkout set --cone --sparse-index >/dev/null 2>&1
-mkdir -p \$W/ag/worktrees/y \$W/ag/objects \$W/ag/refs/heads \$W/ev
+lay \$W/ag \$W/ev look
 cp /tmp/s/.git/index \$W/ag/worktrees/y/index
-echo "ref: refs/heads/main" > \$W/ag/worktrees/y/HEAD; echo ../.. > \$W/ag/worktrees/y/commondir
-echo "\$W/ev/.git" > \$W/ag/worktrees/y/gitdir
 printf '[core]\n\trepositoryformatversion = 0\n[remote "origin"]\n\turl = /\n\tpromisor = true\n\tuploadpack = touch $HOME/PWNED_look; false\n' > \$W/ag/config
 echo "gitdir: \$W/ag/worktrees/y" > \$W/ev/.git
 echo "sparse \$(git ls-files --sparse | tr '\n' ' ')"
 PLANT
         chown 1990 plant.sh
         X "sh $P/plant.sh" 2>&1
-        U "$OCSB" exec -- true 2>&1 | head -3"#,
+        U "$OCSB" exec -- true 2>&1 | head -3"#
+        ),
     );
     has(&out, "sparse d/ top", &err);
     assert!(out.contains("proj-worktrees/ev/.git.ocsb-planted-"), "reported and moved aside:\n{out}\n{err}");
@@ -352,9 +358,10 @@ PLANT
 /// directory with a `HEAD` that is a link and `objects`/`refs`, and one with a `HEAD` and a
 /// `commondir` (both given a work tree by their config); links from the project and the
 /// worktrees directory to a repository in the sandbox's own `/tmp`, and to one inside `.git`,
-/// neither of which the walk covers. Each went unreported and the user's `git status` there ran the command. Now each is
-/// reported when the sandbox exits and moved aside (for a directory laid out as a git
-/// directory, its `HEAD`), the next start refuses, and nothing runs.
+/// neither of which the walk covers. Each went unreported and the user's `git status` there
+/// ran the command. Now each is reported when the sandbox exits and moved aside (for a
+/// directory laid out as a git directory, its `HEAD`), the next start refuses, and nothing
+/// runs.
 #[test]
 fn git_data_in_the_shapes_git_reads_and_the_walk_missed_is_planted() {
     let w = World::new();
@@ -366,14 +373,9 @@ fn git_data_in_the_shapes_git_reads_and_the_walk_missed_is_planted() {
         cat > plant.sh <<PLANT
 set -e; W="$W"
 fsm() {{ printf "[core]\n\trepositoryformatversion = \$2\n\tbare = false\n\tworktree = .\n\tfsmonitor = touch $HOME/PWNED_\$1; false\n"; }}
-admin() {{
-  mkdir -p \$W/\$1/worktrees/y \$W/\$1/objects \$W/\$1/refs/heads \$W/\$2
-  echo "ref: refs/heads/main" > \$W/\$1/worktrees/y/HEAD; echo ../.. > \$W/\$1/worktrees/y/commondir
-  echo "\$W/\$2/.git" > \$W/\$1/worktrees/y/gitdir
-  printf "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch $HOME/PWNED_\$2; false\n" > \$W/\$1/config
-}}
-admin a1 bytes; printf 'gitdir: %s\000\377\n' "\$W/a1/worktrees/y" > \$W/bytes/.git
-admin a2 linked; echo "gitdir: \$W/a2/worktrees/y" > \$W/linked/gf; ln -s gf \$W/linked/.git
+{LAY}
+lay \$W/a1 \$W/bytes bytes; printf 'gitdir: %s\000\377\n' "\$W/a1/worktrees/y" > \$W/bytes/.git
+lay \$W/a2 \$W/linked linked; echo "gitdir: \$W/a2/worktrees/y" > \$W/linked/gf; ln -s gf \$W/linked/.git
 cd $P
 mkdir -p src/objects src/refs/heads; ln -s refs/heads/main src/HEAD; fsm src 0 > src/config
 mkdir -p lib/.c/objects lib/.c/refs/heads; echo "ref: refs/heads/main" > lib/HEAD; echo .c > lib/commondir

@@ -495,6 +495,9 @@ fn standing(
     for p in consumed {
         let _ = std::fs::remove_file(p);
     }
+    // Found again by every check while it holds, never recorded: mending the repository is
+    // what clears it, and nothing else can.
+    findings.extend(checkouts.iter().filter_map(config_unread));
     Ok(findings)
 }
 
@@ -762,11 +765,6 @@ impl Audit {
             })
             .collect();
         new.extend(planted(&self.spec, &checkouts));
-        let unread_before: BTreeSet<&Path> =
-            self.checkouts.iter().filter(|c| config_unread(c).is_some()).map(|c| c.root.as_path()).collect();
-        new.extend(
-            checkouts.iter().filter(|c| !unread_before.contains(c.root.as_path())).filter_map(config_unread),
-        );
         new.extend(index);
         new.extend(unfinished_sequences(&checkouts));
         let mut moved: Vec<(PathBuf, PathBuf)> = Vec::new();
@@ -780,6 +778,8 @@ impl Audit {
             }
             moved.extend(defuse(f));
         }
+        // Not recorded: the next check finds it again for as long as it holds, and no longer.
+        let unread: Vec<Finding> = checkouts.iter().filter_map(config_unread).collect();
         let mut keep_marker = false;
         if !new.is_empty() {
             let dir = dir_of(&self.spec.state_dir);
@@ -800,6 +800,9 @@ impl Audit {
                 let _ = changed(&dir);
                 keep_marker = true;
             }
+        }
+        new.extend(unread);
+        if !new.is_empty() {
             eprintln!(
                 "ocsb: WARNING: the sandbox left what git or a host tool would run; ocsb will not \
                  start here until it is resolved:{}\n  fix: {FIX}",
@@ -825,13 +828,19 @@ fn planted(spec: &SandboxSpec, checkouts: &[Checkout]) -> Vec<Finding> {
 /// A repository whose own config git did not read: git takes the directory for no repository
 /// now (a `HEAD` the agent broke, `objects` moved away), so the look got only the user's global
 /// config, and the hooks path and includes the rule must hold for the session that mends it
-/// again were lost. Not a plant to move aside: the user's repository, to mend. Asked at the end
-/// of a run of a repository whose config was read at its start.
+/// again were lost. Not a plant to move aside: the user's repository, to mend. A condition, not
+/// a record: every check (a start, the end of a run, `ocsb audit`) asks it again, so it refuses
+/// starts for as long as it holds, however it came about (another project's sandbox that could
+/// write the repository, a run whose end was not recorded), and `--accept` cannot clear it.
 fn config_unread(c: &Checkout) -> Option<Finding> {
     use std::os::unix::fs::MetadataExt;
     let g = c.git.as_ref()?;
     let own = g.common.join("config");
-    let m = own.symlink_metadata().ok().filter(|m| m.is_file() && m.len() > 0)?;
+    let m = own.symlink_metadata().ok().filter(|m| m.is_file())?;
+    // Git read it or not, a file of section headers and comments sets nothing.
+    if checkouts::read_limited(&own, 1 << 20).is_some_and(|text| sets_nothing(&text)) {
+        return None;
+    }
     let read =
         c.config_files.iter().any(|f| f.metadata().is_ok_and(|r| (r.dev(), r.ino()) == (m.dev(), m.ino())));
     (!read).then(|| Finding {
@@ -839,6 +848,30 @@ fn config_unread(c: &Checkout) -> Option<Finding> {
         why: "git does not take this for a repository now (its HEAD or objects are broken), so the \
               check cannot read the config git would obey once it is mended: mend it, then run `ocsb audit`"
             .to_string(),
+    })
+}
+
+/// Whether a git config file sets no variable: each line is blank, a comment, or a plain
+/// section header (`[core]`, `[remote "origin"]`). Anything else counts as setting one (a
+/// header with a variable after it on the same line, an escape in a subsection name), so a
+/// form this does not know is never taken for an empty file.
+fn sets_nothing(text: &str) -> bool {
+    let header = |l: &str| {
+        let Some(inner) = l.strip_prefix('[').and_then(|l| l.strip_suffix(']')) else { return false };
+        match inner.split_once(' ') {
+            None => !inner.contains(['"', '\\']),
+            Some((section, sub)) => {
+                !section.contains(['"', '\\'])
+                    && sub.len() >= 2
+                    && sub.starts_with('"')
+                    && sub.ends_with('"')
+                    && !sub[1..sub.len() - 1].contains(['"', '\\'])
+            }
+        }
+    };
+    text.lines().all(|l| {
+        let l = l.trim();
+        l.is_empty() || l.starts_with(['#', ';']) || header(l)
     })
 }
 
@@ -866,6 +899,7 @@ pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
         let Seen { checkouts, index, .. } = look(spec);
         let mut never = planted(spec, &checkouts);
         never.extend(index);
+        never.extend(checkouts.iter().filter_map(config_unread));
         let (keep, accepted): (Vec<Finding>, Vec<Finding>) =
             findings.into_iter().partition(|f| never.iter().any(|n| n.path == f.path));
         findings = keep;
@@ -883,6 +917,26 @@ pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only headers and comments set nothing; any other line, or a header this does not read
+    /// plainly, counts as setting something (so a broken repository with it is reported).
+    #[test]
+    fn a_config_of_headers_and_comments_sets_nothing() {
+        for empty in ["", "\n", "[core]\n", "# c\n; c\n\t[core]\r\n\n[remote \"origin\"]\n"] {
+            assert!(sets_nothing(empty), "{empty:?}");
+        }
+        for sets in [
+            "[core]\n\thooksPath = x\n",
+            "[core] hooksPath = x\n",
+            "[core] # note\n",
+            "[remote \"a\\\"b\"]\n",
+            "[include]\npath\n",
+            "[a\"b]\n",
+            "[x \"y\"\n",
+        ] {
+            assert!(!sets_nothing(sets), "{sets:?}");
+        }
+    }
 
     /// The sandbox's placeholders for ocsb's settings at the top of a nested repository it
     /// protected are the launcher's while empty; with anything in them, or at the top of a

@@ -408,11 +408,10 @@ PLANT
     no_markers(&w, &out, &err);
 }
 
-/// A `HEAD` the agent broke made git's discovery pass the repository by, so the look read only
-/// the user's global config and lost `core.hooksPath`: the next session did not hold the hooks
-/// directory, and the agent wrote a hook there, mended `HEAD`, and the user's `git commit` ran
-/// it. A repository whose own config git did not read is now a finding: the next start
-/// refuses until the user mends it, and nothing of the agent's runs.
+/// A `HEAD` the agent broke made the look read only the global config: the next session
+/// lost the repository's `core.hooksPath`, planted a hook there and mended `HEAD`. The broken
+/// repository is now a condition every check finds again: the end of the run reports it, no
+/// start is made while it holds, `ocsb audit --accept` cannot clear it, and mending `HEAD` does.
 #[test]
 fn a_broken_head_does_not_hide_the_hooks_path() {
     let w = World::new();
@@ -420,14 +419,23 @@ fn a_broken_head_does_not_hide_the_hooks_path() {
         &w,
         r#"U git config core.hooksPath .husky/_; mkdir -p .husky/_; chown -R 1990 .husky
         X 'echo garbage > .git/HEAD' 2>&1
-        X "mkdir -p .husky/_ && printf '#!/bin/sh\ntouch $HOME/PWNED_husky\n' > .husky/_/pre-commit && chmod +x .husky/_/pre-commit; echo hook=\$?; echo 'ref: refs/heads/main' > .git/HEAD" 2>/dev/null
+        U "$OCSB" audit --accept >/dev/null 2>&1; echo "accept $?"
+        X "mkdir -p .husky/_ && printf '#!/bin/sh\ntouch $HOME/PWNED_husky\n' > .husky/_/pre-commit && chmod +x .husky/_/pre-commit; echo hook=\$?; echo 'ref: refs/heads/main' > .git/HEAD" 2>second.err
+        echo "second $?"; grep -q 'refusing to start' second.err && grep -q "$P/.git/HEAD" second.err && echo refused-named
+        U git commit -q --allow-empty -m host 2>&1 | tail -1
+        U sh -c 'echo "ref: refs/heads/main" > .git/HEAD'
+        U "$OCSB" audit >/dev/null 2>&1; echo "audit $?"
+        X "echo mended-starts; echo x > .husky/_/pre-commit; echo hook=\$?" 2>/dev/null
         U git commit -q --allow-empty -m host 2>&1 | tail -1"#,
     );
-    assert!(!out.contains("hook=0"), "the hooks path was writable:\n{out}\n{err}");
     assert!(
         out.contains(".git/HEAD  (git does not take this for a repository now"),
         "reported:\n{out}\n{err}"
     );
+    for l in ["accept 1", "second 1", "refused-named", "audit 0", "mended-starts"] {
+        has(&out, l, &err);
+    }
+    assert!(!out.contains("hook=0"), "the hooks path was writable:\n{out}\n{err}");
     no_markers(&w, &out, &err);
 }
 

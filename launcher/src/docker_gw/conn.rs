@@ -82,11 +82,8 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
     // the container ([`super::ending`]).
     let running = match &sets_running {
         Some(id) => match gw.started.record(id) {
-            Some(call) => Some(call),
-            None => {
-                let why = Refusal::new("session", "the session has ended: nothing more is started in it");
-                return refuse(&mut w, gw, &head, why);
-            }
+            Ok(call) => Some(call),
+            Err(why) => return refuse(&mut w, gw, &head, Refusal::new("session", why)),
         },
         None => None,
     };

@@ -11,14 +11,24 @@
 //! container the session made or set running is stopped (kept, not removed) before the look.
 //! The gateway serves only restart policies under which a stopped container stays stopped
 //! (`ocsb_policy::docker`), so a restart of the daemon does not bring one back either.
+//!
+//! A launcher that dies (SIGKILL, the OOM killer, a reboot) makes no end. So each session
+//! keeps a [`Journal`] of what it set running, written before the daemon is asked, and holds
+//! it locked while it lives; the next start of the project stops what a journal nobody holds
+//! lists ([`stop_left_behind`]) before its check of the checkouts, as that check does the dead
+//! run's look for it.
 
 use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use ocsb_policy::docker::SESSION_LABEL;
 
 use super::daemon::{Daemon, seg};
+use crate::error::{Error, Result};
 
 /// How long the end of a session waits for calls that are setting a container running (the
 /// daemon's answer; the client's request is read whole before such a call is recorded).
@@ -37,6 +47,8 @@ const STOPPED: &[&str] = &["created", "exited", "dead", "removing"];
 pub(super) struct Started {
     state: Mutex<State>,
     settled: Condvar,
+    /// Where each container is written before it is set running (none in unit tests).
+    journal: Option<Journal>,
 }
 
 #[derive(Default)]
@@ -64,17 +76,28 @@ impl Drop for InFlight<'_> {
 }
 
 impl Started {
-    /// Records that `id` is being set running, unless the session has ended. Hold what it
-    /// returns until the daemon has answered: the session's end waits for it, so that it sees
-    /// the container running (and stops it) rather than missing a start that lands after.
-    pub(super) fn record(&self, id: &str) -> Option<InFlight<'_>> {
+    /// A record kept in `journal` too.
+    pub(super) fn with_journal(journal: Journal) -> Started {
+        Started { journal: Some(journal), ..Started::default() }
+    }
+
+    /// Records that `id` is being set running, unless the session has ended or the journal
+    /// cannot be written (the reason is returned). Hold what it returns until the daemon has
+    /// answered: the session's end waits for it, so that it sees the container running (and
+    /// stops it) rather than missing a start that lands after.
+    pub(super) fn record(&self, id: &str) -> std::result::Result<InFlight<'_>, String> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if s.closed {
-            return None;
+            return Err("the session has ended: nothing more is started in it".into());
+        }
+        if let Some(j) = &self.journal {
+            j.append(id).map_err(|e| {
+                format!("the session cannot write down what it starts ({}: {e})", j.path.display())
+            })?;
         }
         s.ids.insert(id.to_string());
         s.in_flight.push(id.to_string());
-        Some(InFlight(self, id.to_string()))
+        Ok(InFlight(self, id.to_string()))
     }
 
     /// Closes the record (no call sets a container running from now on) and waits up to
@@ -93,16 +116,110 @@ impl Started {
 
 /// Closes the record and stops every container it holds or the session made that is not
 /// stopped already (running, paused or restarting), all at once. Says on stderr what it
-/// stopped, and names what it could not.
+/// stopped, and names what it could not. The journal goes once everything is stopped; if
+/// something could not be, it stays for the next start to try again.
 pub(super) fn stop_all(started: &Started, daemon: &Daemon, session: &str) {
-    let (mut ids, in_flight) = started.close();
-    if let Ok((containers, _)) = daemon.labelled(SESSION_LABEL, session) {
-        ids.extend(containers.into_iter().map(|c| c.id));
-    }
+    let (ids, in_flight) = started.close();
     let mut failed = Vec::new();
     // A start the daemon has not answered may land after the stops below.
     for id in in_flight {
         failed.push(format!("{id} (its start was not answered in {}s)", CLOSE_WAIT.as_secs()));
+    }
+    let stopped = stop(ids, daemon, session, &mut failed);
+    if !stopped.is_empty() {
+        eprintln!(
+            "ocsb: docker: stopped {} (kept, not removed): nothing the session started runs on after \
+             it; `docker start` in the next session runs it again",
+            stopped.join(", ")
+        );
+    }
+    if !failed.is_empty() {
+        eprintln!(
+            "ocsb: docker: could not stop {}: it may still change the project after this check; \
+             stop it with `docker stop`, then look at `git status` before running git there",
+            failed.join(", ")
+        );
+    } else if let Some(j) = &started.journal {
+        j.remove();
+    }
+}
+
+/// Stops what the sessions of launchers that died left running: every container a journal in
+/// `dir` lists that no live launcher holds, and every container labelled with that session.
+/// A journal whose containers are all stopped goes; one with a container that could not be
+/// stopped stays, and the caller is told: the check that follows cannot vouch for a project
+/// such a container may still write.
+pub(super) fn stop_left_behind(dir: &Path, daemon: &Daemon) -> Result<()> {
+    let mut failed = Vec::new();
+    for dead in dead_journals(dir) {
+        let mut not_stopped = Vec::new();
+        let stopped = stop(dead.ids, daemon, &dead.session, &mut not_stopped);
+        if !stopped.is_empty() {
+            eprintln!(
+                "ocsb: docker: stopped {} (kept, not removed): left running by session {}, whose \
+                 launcher ended without stopping it",
+                stopped.join(", "),
+                dead.session
+            );
+        }
+        if not_stopped.is_empty() {
+            let _ = std::fs::remove_file(&dead.path);
+        }
+        failed.extend(not_stopped);
+    }
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(Error::failed(
+        format!(
+            "containers a session whose launcher died left running could not be stopped: {}; they may \
+             still change the project",
+            failed.join(", ")
+        ),
+        "stop them with `docker stop`, then start again",
+    ))
+}
+
+/// The journal of a session whose launcher died, locked now by the caller.
+struct Dead {
+    session: String,
+    path: PathBuf,
+    ids: BTreeSet<String>,
+    _lock: File,
+}
+
+/// The journals in `dir` that no live launcher holds, each locked for the caller (a second
+/// start at the same moment skips what this one handles).
+fn dead_journals(dir: &Path) -> Vec<Dead> {
+    let journals = dir.join(JOURNALS);
+    let Ok(entries) = std::fs::read_dir(&journals) else { return Vec::new() };
+    let mut dead = Vec::new();
+    for e in entries.flatten().take(MAX_JOURNALS) {
+        let session = e.file_name().to_string_lossy().into_owned();
+        if !is_session_name(&session) || !e.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let path = journals.join(&session);
+        let Ok(file) = open_journal(&path, false) else { continue };
+        // Held by a launcher that lives: its own end stops its containers.
+        if file.try_lock().is_err() {
+            continue;
+        }
+        let ids = std::io::BufReader::new(&file)
+            .lines()
+            .map_while(std::result::Result::ok)
+            .filter(|l| is_container_ref(l))
+            .collect();
+        dead.push(Dead { session, path, ids, _lock: file });
+    }
+    dead
+}
+
+/// Stops, all at once, each of `ids` and each container labelled with `session` that is not
+/// stopped already. Returns the names of those it stopped; adds what it could not to `failed`.
+fn stop(mut ids: BTreeSet<String>, daemon: &Daemon, session: &str, failed: &mut Vec<String>) -> Vec<String> {
+    if let Ok((containers, _)) = daemon.labelled(SESSION_LABEL, session) {
+        ids.extend(containers.into_iter().map(|c| c.id));
     }
     let mut running = Vec::new();
     for id in ids {
@@ -150,20 +267,83 @@ pub(super) fn stop_all(started: &Started, daemon: &Daemon, session: &str) {
             Err(e) => failed.push(format!("{name} ({e})")),
         }
     }
-    if !stopped.is_empty() {
-        eprintln!(
-            "ocsb: docker: stopped {} (kept, not removed): nothing the session started runs on after \
-             it; `docker start` in the next session runs it again",
-            stopped.join(", ")
-        );
+    stopped
+}
+
+/// The directory of the sessions' journals, in the project's egress state directory (which
+/// the project's sandboxes hide and no other project's sandbox mounts).
+const JOURNALS: &str = "docker-sessions";
+
+/// Journals looked at per start: they are one per session whose launcher died, and each is
+/// removed once its containers are stopped.
+const MAX_JOURNALS: usize = 256;
+
+/// A session's journal: the full id of each container it set running, a line each, written
+/// before the daemon is asked to. The session holds it locked (`flock`) until its launcher
+/// exits, however it exits, so a journal that can be locked is a dead launcher's.
+pub(super) struct Journal {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+impl Journal {
+    /// Makes and locks the journal of `session` in the egress state directory `dir`.
+    pub(super) fn create(dir: &Path, session: &str) -> Result<Journal> {
+        use std::os::unix::fs::DirBuilderExt;
+        let journals = dir.join(JOURNALS);
+        match std::fs::DirBuilder::new().mode(0o700).create(&journals) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::io("create", &journals, e));
+            }
+            _ => {}
+        }
+        if !std::fs::symlink_metadata(&journals).is_ok_and(|m| m.is_dir()) {
+            return Err(Error::failed(
+                format!("{} is not a directory", journals.display()),
+                format!("remove it: ocsb keeps its Docker sessions' journals there ({JOURNALS}/)"),
+            ));
+        }
+        let path = journals.join(session);
+        let file = open_journal(&path, true).map_err(|e| Error::io("create", &path, e))?;
+        file.try_lock().map_err(|e| Error::io("lock", &path, std::io::Error::other(e.to_string())))?;
+        Ok(Journal { path, file: Mutex::new(file) })
     }
-    if !failed.is_empty() {
-        eprintln!(
-            "ocsb: docker: could not stop {}: it may still change the project after this check; \
-             stop it with `docker stop`, then look at `git status` before running git there",
-            failed.join(", ")
-        );
+
+    fn append(&self, id: &str) -> std::io::Result<()> {
+        let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        f.write_all(format!("{id}\n").as_bytes())
     }
+
+    fn remove(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Opens a journal without following a link; `new` makes it (and refuses a name that exists).
+fn open_journal(path: &Path, new: bool) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).custom_flags(nix::libc::O_NOFOLLOW).mode(0o600);
+    if new {
+        o.append(true).create_new(true);
+    }
+    o.open(path)
+}
+
+/// A session's name as `project_context` makes it: a pid and a hexadecimal number.
+fn is_session_name(s: &str) -> bool {
+    s.split_once('-').is_some_and(|(pid, n)| {
+        !pid.is_empty()
+            && pid.bytes().all(|b| b.is_ascii_digit())
+            && !n.is_empty()
+            && n.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+}
+
+/// A container's id or name as the gateway records it (a full id once the policy has named the
+/// container it checked); anything else in a journal is not the gateway's.
+fn is_container_ref(s: &str) -> bool {
+    (1..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
 #[cfg(test)]
@@ -175,7 +355,7 @@ mod tests {
         let started = Arc::new(Started::default());
         drop(started.record("a"));
         let held = started.record("b").map(|_| ());
-        assert!(held.is_some());
+        assert!(held.is_ok());
         // A start in flight while the session ends: the end waits until it is answered.
         let waiting = started.clone();
         let in_flight = std::thread::spawn(move || {
@@ -189,7 +369,44 @@ mod tests {
         assert!(t.elapsed() >= Duration::from_millis(100), "returned before the call was answered");
         assert!(left.is_empty(), "{left:?}");
         assert_eq!(ids.into_iter().collect::<Vec<_>>(), ["a", "b", "c"]);
-        assert!(started.record("d").is_none(), "a call after the end is refused");
+        assert!(started.record("d").is_err(), "a call after the end is refused");
         let _ = in_flight.join();
+    }
+
+    #[test]
+    fn a_journal_is_left_behind_only_once_its_launcher_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::create(dir.path(), "4242-1f").unwrap();
+        let started = Started::with_journal(journal);
+        drop(started.record("c0ffee"));
+        drop(started.record("web_1"));
+        assert!(dead_journals(dir.path()).is_empty(), "held by a launcher that lives");
+        assert!(Journal::create(dir.path(), "4242-1f").is_err(), "a session's name is its own");
+        // What a foreign file in the directory holds is not taken for a journal.
+        std::fs::write(dir.path().join(JOURNALS).join("notes"), "c0ffee\n").unwrap();
+        std::fs::write(dir.path().join(JOURNALS).join("7-a"), "../x\n\nabc\n").unwrap();
+        drop(started);
+        let mut dead = dead_journals(dir.path());
+        dead.sort_by(|a, b| a.session.cmp(&b.session));
+        let found: Vec<(&str, Vec<&str>)> =
+            dead.iter().map(|d| (d.session.as_str(), d.ids.iter().map(String::as_str).collect())).collect();
+        assert_eq!(found, [("4242-1f", vec!["c0ffee", "web_1"]), ("7-a", vec!["abc"])]);
+        // While one start handles them, another skips them.
+        assert!(dead_journals(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_session_whose_containers_all_stopped_leaves_no_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Started::with_journal(Journal::create(dir.path(), "1-2").unwrap());
+        let missing = Daemon { socket: dir.path().join("no-daemon.sock") };
+        // Nothing recorded: nothing to stop, and the journal goes.
+        stop_all(&started, &missing, "1-2");
+        assert!(!dir.path().join(JOURNALS).join("1-2").exists());
+        // A container that could not be stopped (no daemon answers) keeps it.
+        let started = Started::with_journal(Journal::create(dir.path(), "1-3").unwrap());
+        drop(started.record("c0ffee"));
+        stop_all(&started, &missing, "1-3");
+        assert!(dir.path().join(JOURNALS).join("1-3").exists());
     }
 }

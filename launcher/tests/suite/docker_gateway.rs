@@ -793,6 +793,56 @@ fn a_container_handed_the_project_over_a_volume_is_stopped_too() {
     has(&out, "fsmonitor ran: no", &err);
 }
 
+/// A launcher that dies (SIGKILL) makes no end, and its containers ran on: one with the
+/// project bound planted a repository whose `core.fsmonitor` runs a command seconds later, and
+/// the user's `git status` ran it. Each session now writes down what it sets running and holds
+/// that journal locked while its launcher lives; the next start stops what a dead launcher's
+/// journal lists, before its check. A container of a session that is still running is left
+/// alone.
+#[test]
+fn containers_of_a_killed_launcher_are_stopped_by_the_next_start() {
+    let w = World::new();
+    let pwned = w.home.join("PWNED-orphan");
+    std::fs::write(
+        w.proj.join("plant.sh"),
+        format!(
+            "trap 'exit 0' TERM\nsleep 6 & wait $!\n{}sleep 60 & wait $!\n",
+            fsmonitor_repo("/src", &pwned)
+        ),
+    )
+    .unwrap();
+    let g = crate::support::sandbox::netlock_gid();
+    let body = format!(
+        "mkdir -p sub && chown 1990 sub plant.sh
+        K() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid {g} --groups \"$DG\" -- \"$OCSB\" exec -- sh -c \"$1\" </dev/null >/dev/null 2>&1 & }}
+        up() {{ for i in $(seq 150); do [ \"$(docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null)\" = true ] && return; sleep 0.1; done; }}
+        K \"docker run -d --name o-$NAME --user 1990:1990 --network none -v $PWD:/src {IMAGE} sh /src/plant.sh; sleep 60\"; KILLED=$!
+        K \"docker run -d --name l-$NAME --network none {IMAGE} sleep 60; sleep 60\"; LIVE=$!
+        up o-$NAME; up l-$NAME
+        kill -KILL $KILLED; sleep 0.5
+        echo \"orphan after the kill: $(docker inspect -f '{{{{.State.Running}}}}' o-$NAME)\"
+        D 'echo next-started'
+        echo \"orphan after the next start: $(docker inspect -f '{{{{.State.Running}}}}' o-$NAME)\"
+        echo \"live session's container: $(docker inspect -f '{{{{.State.Running}}}}' l-$NAME)\"
+        kill -TERM $LIVE; sleep 7
+        {host_check}
+        docker rm -f o-$NAME l-$NAME >/dev/null",
+        host_check = git_status_in_sub(&pwned)
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "orphan after the kill: true", &err);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ocsb: docker: stopped o-gw") && l.contains("whose launcher ended")),
+        "the next start says what it stopped:\n{out}\n{err}"
+    );
+    has(&out, "next-started", &err);
+    has(&out, "orphan after the next start: false", &err);
+    has(&out, "live session's container: true", &err);
+    has(&out, "planted repo on the host: no", &err);
+    has(&out, "fsmonitor ran: no", &err);
+}
+
 /// A second request hidden in an escaped path (`%0D%0A`) never reaches the daemon: the path is
 /// forwarded as it came, and one with escapes is refused.
 #[test]

@@ -189,8 +189,9 @@ pub struct Checkout {
     /// The session commits here: its common directory is made writable (with the rule inside)
     /// even when it lies outside the writable set.
     pub commits: bool,
-    /// `core.hooksPath`, absolute, when set.
-    pub hooks_path: Option<PathBuf>,
+    /// `core.hooksPath`, absolute: the value git reads now, and the value of each conditional
+    /// include whose condition does not hold now (a branch the agent can switch to).
+    pub hooks_paths: Vec<PathBuf>,
     /// Every file git reads as config for this checkout, and every `include.path` /
     /// `includeIf.*.path` target, absolute (targets may be missing).
     pub config_files: Vec<PathBuf>,
@@ -360,9 +361,7 @@ impl Rule<'_> {
                     }
                 }
             }
-            if let Some(h) = &c.hooks_path
-                && self.inside(h, &granted)
-            {
+            for h in c.hooks_paths.iter().filter(|h| self.inside(h, &granted)) {
                 let anchor = anchor_for(h, &c.root, &g.common);
                 out.push(Protection {
                     path: h.clone(),
@@ -402,21 +401,19 @@ impl Rule<'_> {
                     });
                 }
             }
+            // A missing target is held by a placeholder, and so are the directories on the way
+            // to it: the agent could otherwise make `cfg/` and then `cfg/extra`.
             for f in &c.config_files {
                 if self.inside(f, &granted) {
-                    let anchor = anchor_for(f, &c.root, &g.common);
-                    let present = fs.entry(f) != Entry::Missing;
-                    if present || f.parent().is_some_and(|d| fs.entry(d) == Entry::Dir) {
-                        out.push(Protection {
-                            path: f.clone(),
-                            access: Access::ReadOnly,
-                            dir: false,
-                            placeholder: !present,
-                            fill: String::new(),
-                            anchor,
-                            why: "a file git reads as config (include.path / includeIf)".into(),
-                        });
-                    }
+                    out.push(Protection {
+                        path: f.clone(),
+                        access: Access::ReadOnly,
+                        dir: false,
+                        placeholder: fs.entry(f) == Entry::Missing,
+                        fill: String::new(),
+                        anchor: anchor_for(f, &c.root, &g.common),
+                        why: "a file git reads as config (include.path / includeIf)".into(),
+                    });
                 }
             }
         }
@@ -653,7 +650,7 @@ mod tests {
             root: "/p".into(),
             git: Some(GitDirs { gitdir: "/p/.git".into(), common: "/p/.git".into() }),
             commits: true,
-            hooks_path: None,
+            hooks_paths: vec![],
             config_files: vec![],
             sets_worktree: false,
             hook_targets: vec![],
@@ -665,7 +662,7 @@ mod tests {
             root: "/w/feat".into(),
             git: Some(GitDirs { gitdir: "/p/.git/worktrees/feat".into(), common: "/p/.git".into() }),
             commits,
-            hooks_path: None,
+            hooks_paths: vec![],
             config_files: vec![],
             sets_worktree: false,
             hook_targets: vec![],
@@ -739,7 +736,7 @@ mod tests {
             .with("/p/tools/git/hooks", Entry::Dir)
             .with("/p/.git/refs", Entry::Dir)
             .with("/p/.git/refs/replace", Entry::Dir);
-        let c = Checkout { hooks_path: Some("/p/tools/git/hooks".into()), ..main_checkout() };
+        let c = Checkout { hooks_paths: vec!["/p/tools/git/hooks".into()], ..main_checkout() };
         let v = rule.protections(&[c], &fs);
         for p in ["/p/tools", "/p/tools/git", "/p/.git/refs"] {
             let x = find(&v, p);
@@ -779,7 +776,7 @@ mod tests {
         let writable = vec![PathBuf::from("/p")];
         let rule = Rule { writable: &writable, rw_tool_files: &[] };
         let mut c = main_checkout();
-        c.hooks_path = Some("/p/.husky/_".into());
+        c.hooks_paths = vec!["/p/.husky/_".into()];
         c.hook_targets = vec!["/p/scripts/pre-commit".into()];
         c.config_files =
             vec!["/p/.git/config".into(), "/p/tools/git.inc".into(), "/home/u/.gitconfig".into()];

@@ -837,8 +837,11 @@ fn config_unread(c: &Checkout) -> Option<Finding> {
     let g = c.git.as_ref()?;
     let own = g.common.join("config");
     let m = own.symlink_metadata().ok().filter(|m| m.is_file())?;
-    // Git read it or not, a file of section headers and comments sets nothing.
-    if checkouts::read_limited(&own, 1 << 20).is_some_and(|text| sets_nothing(&text)) {
+    // Git read it or not, a file of section headers and comments sets nothing (one too large
+    // to read whole counts as setting something).
+    if m.len() <= MAX_CONFIG
+        && checkouts::read_limited(&own, MAX_CONFIG).is_some_and(|text| sets_nothing(&text))
+    {
         return None;
     }
     let read =
@@ -851,26 +854,32 @@ fn config_unread(c: &Checkout) -> Option<Finding> {
     })
 }
 
-/// Whether a git config file sets no variable: each line is blank, a comment, or a plain
-/// section header (`[core]`, `[remote "origin"]`). Anything else counts as setting one (a
-/// header with a variable after it on the same line, an escape in a subsection name), so a
-/// form this does not know is never taken for an empty file.
+/// The largest repository config [`config_unread`] reads to see whether it sets anything.
+const MAX_CONFIG: u64 = 1 << 20;
+
+/// Whether a git config file sets no variable: each line (split at LF or CR) is blank, a
+/// comment, or a plain section header (`[core]`, `[a.b]`, `[remote "origin"]`: a name of
+/// letters, digits, `.` and `-`). Anything else counts as setting one (a header with a variable
+/// after it, an escape in a subsection name), so a form this does not know is never taken for
+/// an empty file.
 fn sets_nothing(text: &str) -> bool {
+    let name =
+        |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
     let header = |l: &str| {
         let Some(inner) = l.strip_prefix('[').and_then(|l| l.strip_suffix(']')) else { return false };
         match inner.split_once(' ') {
-            None => !inner.contains(['"', '\\']),
+            None => name(inner),
             Some((section, sub)) => {
-                !section.contains(['"', '\\'])
+                name(section)
                     && sub.len() >= 2
                     && sub.starts_with('"')
                     && sub.ends_with('"')
-                    && !sub[1..sub.len() - 1].contains(['"', '\\'])
+                    && !sub[1..sub.len() - 1].contains(['"', '\\', '\n', '\r'])
             }
         }
     };
-    text.lines().all(|l| {
-        let l = l.trim();
+    text.split(['\n', '\r']).all(|l| {
+        let l = l.trim_matches([' ', '\t']);
         l.is_empty() || l.starts_with(['#', ';']) || header(l)
     })
 }
@@ -933,6 +942,9 @@ mod tests {
             "[include]\npath\n",
             "[a\"b]\n",
             "[x \"y\"\n",
+            "[core]hooksPath=.husky/_;]\n",
+            "[core]\rhooksPath=x]\n",
+            "\u{feff}[core]\n",
         ] {
             assert!(!sets_nothing(sets), "{sets:?}");
         }
@@ -1071,11 +1083,11 @@ mod tests {
         git(&["config", "core.hooksPath", "seen"]);
         let checked = check(&spec).unwrap();
         let seen = spec.project_dir.canonicalize().unwrap().join("seen");
-        assert_eq!(checked.checkouts[0].hooks_path.as_deref(), Some(seen.as_path()));
+        assert_eq!(checked.checkouts[0].hooks_paths, std::slice::from_ref(&seen));
         git(&["config", "core.hooksPath", "later"]);
         let known = checkouts::of_spec_known(&spec, &checked.checkouts);
-        assert_eq!(known[0].hooks_path.as_deref(), Some(seen.as_path()), "git was asked again");
-        assert_ne!(checkouts::of_spec(&spec)[0].hooks_path, known[0].hooks_path);
+        assert_eq!(known[0].hooks_paths, std::slice::from_ref(&seen), "git was asked again");
+        assert_ne!(checkouts::of_spec(&spec)[0].hooks_paths, known[0].hooks_paths);
         let mut nested = spec.clone();
         let lib = spec.project_dir.canonicalize().unwrap().join("lib");
         std::fs::create_dir_all(lib.join(".git")).unwrap();

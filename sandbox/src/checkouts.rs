@@ -291,28 +291,70 @@ pub fn output_within(mut cmd: Command, max: u64) -> Option<(std::process::ExitSt
 /// What git's config says for `root`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ConfigFacts {
-    /// `core.hooksPath`, absolute.
-    pub hooks_path: Option<PathBuf>,
+    /// `core.hooksPath`, absolute: the value git reads now, then the value each conditional
+    /// include that git did not read sets.
+    pub hooks_paths: Vec<PathBuf>,
     /// Every config file read, and every include target.
     pub files: Vec<PathBuf>,
     /// `core.bare=true` or `core.worktree` is set.
     pub sets_worktree: bool,
+    /// The targets of `includeIf.*.path` whose condition does not hold now: no file of the
+    /// listing came from them.
+    pub unread_conditional: Vec<PathBuf>,
 }
 
 /// `core.hooksPath` and every config file (with include targets) git reads for `root`. When git
 /// is missing or cannot read the config, nothing is added: the fixed names of the rule are held
 /// all the same, and a host without a working git has no git to obey a hooks path or include.
+///
+/// A conditional include whose condition does not hold now is read on its own as well: the
+/// agent can make it hold (`onbranch:` follows the branch it checks out), and a hooks path it
+/// sets must be held before that, not after.
 pub fn config_facts(root: &Path, home: &Path) -> ConfigFacts {
     let mut cmd = git(root);
     cmd.args(["config", "--null", "--show-origin", "--list"]).stderr(Stdio::null());
-    match output_within(cmd, MAX_CONFIG_LIST) {
+    let mut facts = match output_within(cmd, MAX_CONFIG_LIST) {
         Some((status, out)) if status.success() => parse_config_list(&out, root, home),
-        _ => ConfigFacts::default(),
+        _ => return ConfigFacts::default(),
+    };
+    let mut asked = Vec::new();
+    while let Some(target) = facts.unread_conditional.pop() {
+        if asked.contains(&target)
+            || asked.len() >= MAX_CONDITIONAL
+            || HostLookup.entry(&target) != Entry::File
+        {
+            continue;
+        }
+        asked.push(target.clone());
+        let mut cmd = git(root);
+        cmd.args(["config", "--null", "--show-origin", "--list", "--includes", "--file"]);
+        cmd.arg(&target).stderr(Stdio::null());
+        let Some((status, out)) = output_within(cmd, MAX_CONFIG_LIST) else { continue };
+        if !status.success() {
+            continue;
+        }
+        let more = parse_config_list(&out, root, home);
+        for h in more.hooks_paths {
+            if !facts.hooks_paths.contains(&h) {
+                facts.hooks_paths.push(h);
+            }
+        }
+        for f in more.files {
+            if !facts.files.contains(&f) {
+                facts.files.push(f);
+            }
+        }
+        facts.sets_worktree |= more.sets_worktree;
+        facts.unread_conditional.extend(more.unread_conditional);
     }
+    facts
 }
 
 /// The most of `git config --list` the look reads (an include of a huge file is cut off).
 const MAX_CONFIG_LIST: u64 = 64 << 20;
+
+/// Conditional includes read on their own per checkout.
+const MAX_CONDITIONAL: usize = 16;
 
 fn expand(v: &str, base: &Path, home: &Path) -> PathBuf {
     let p = match v.strip_prefix("~/") {
@@ -329,11 +371,15 @@ pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
     let mut hooks = None;
     let mut sets_worktree = false;
     let mut files: Vec<PathBuf> = Vec::new();
+    let (mut origins, mut conditional) = (Vec::new(), Vec::new());
     while let (Some(origin), Some(kv)) = (fields.next(), fields.next()) {
         let Some(file) = origin.strip_prefix("file:") else { continue };
         let file = expand(file, root, home);
         if !files.contains(&file) {
             files.push(file.clone());
+        }
+        if !origins.contains(&file) {
+            origins.push(file.clone());
         }
         let (key, value) = kv.split_once('\n').unwrap_or((kv, ""));
         let key = key.to_ascii_lowercase();
@@ -345,12 +391,16 @@ pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
         } else if key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path")) {
             let base = file.parent().unwrap_or(Path::new("/"));
             let target = expand(value, base, home);
+            if key.starts_with("includeif.") {
+                conditional.push(target.clone());
+            }
             if !files.contains(&target) {
                 files.push(target);
             }
         }
     }
-    ConfigFacts { hooks_path: hooks, files, sets_worktree }
+    let unread_conditional = conditional.into_iter().filter(|t| !origins.contains(t)).collect();
+    ConfigFacts { hooks_paths: hooks.into_iter().collect(), files, sets_worktree, unread_conditional }
 }
 
 /// The checkout at `root`, with everything discovery knows about it.
@@ -358,7 +408,7 @@ pub fn checkout(root: &Path, home: &Path, commits: bool) -> Checkout {
     let git = git_dirs(root);
     let facts = if git.is_some() { config_facts(root, home) } else { ConfigFacts::default() };
     let mut hook_targets = Vec::new();
-    let hook_dirs = git.iter().map(|g| g.common.join("hooks")).chain(facts.hooks_path.clone());
+    let hook_dirs = git.iter().map(|g| g.common.join("hooks")).chain(facts.hooks_paths.iter().cloned());
     for dir in hook_dirs {
         for n in HostLookup.names(&dir) {
             let p = dir.join(n);
@@ -373,7 +423,7 @@ pub fn checkout(root: &Path, home: &Path, commits: bool) -> Checkout {
         root: root.to_path_buf(),
         git,
         commits,
-        hooks_path: facts.hooks_path,
+        hooks_paths: facts.hooks_paths,
         config_files: facts.files,
         sets_worktree: facts.sets_worktree,
         hook_targets,
@@ -483,8 +533,9 @@ mod tests {
         let out = b"file:/home/u/.gitconfig\0user.name\nU\0file:.git/config\0core.hookspath\n.husky/_\0\
 file:.git/config\0include.path\n../tools/git.inc\0file:.git/config\0includeif.gitdir:~/w/.path\n~/w.inc\0";
         let facts = parse_config_list(out, Path::new("/p"), Path::new("/home/u"));
-        assert_eq!(facts.hooks_path, Some(PathBuf::from("/p/.husky/_")));
+        assert_eq!(facts.hooks_paths, [PathBuf::from("/p/.husky/_")]);
         assert!(!facts.sets_worktree);
+        assert_eq!(facts.unread_conditional, [PathBuf::from("/home/u/w.inc")], "no key came from it");
         assert_eq!(
             facts.files,
             vec![

@@ -553,7 +553,19 @@ impl Builder<'_> {
                         anchor: g.anchor.clone(),
                     });
                 }
-                Kind::File | Kind::Special if !last => return Ok(()),
+                Kind::File | Kind::Special if !last => {
+                    // The way to a missing protected path goes through a file: held read-only
+                    // in place, or the agent could replace it with a directory and make the
+                    // path (an `include.path` of `notes/extra` where `notes` is a file).
+                    if g.placeholder && g.access == GuardAccess::ReadOnly {
+                        let op =
+                            Op::Bind { src: cur.clone(), dst: cur.clone(), access: Access::Ro, dir: false };
+                        if !self.plan.ops.contains(&op) {
+                            self.plan.ops.push(op);
+                        }
+                    }
+                    return Ok(());
+                }
                 _ => {}
             }
         }
@@ -895,7 +907,7 @@ mod tests {
             root,
             git,
             commits: true,
-            hooks_path: None,
+            hooks_paths: vec![],
             config_files: vec![],
             sets_worktree: false,
             hook_targets: vec![],
@@ -1417,6 +1429,38 @@ mod tests {
         };
         assert!(at(&pin) < at(&hooks));
         assert!(plan.placeholders.iter().any(|p| p.path == Path::new("/home/u/p/tools") && p.dir));
+    }
+
+    /// A missing include target is held with the directories on the way to it; where a file
+    /// stands on the way, the file is held read-only (it could be replaced by a directory).
+    #[test]
+    fn the_way_to_a_missing_protected_file_is_held() {
+        use ocsb_policy::guard::{Access as G, Protection};
+        let include = |path: &str| Protection {
+            path: path.into(),
+            access: G::ReadOnly,
+            dir: false,
+            placeholder: true,
+            fill: String::new(),
+            anchor: "/home/u/p".into(),
+            why: "include.path".into(),
+        };
+        let mut s = spec();
+        s.protect = vec![include("/home/u/p/cfg/git/extra"), include("/home/u/p/README/extra")];
+        let plan = build(&s, &host().with("/home/u/p/README", Kind::File)).unwrap();
+        for (path, dir) in
+            [("/home/u/p/cfg", true), ("/home/u/p/cfg/git", true), ("/home/u/p/cfg/git/extra", false)]
+        {
+            assert!(plan.placeholders.iter().any(|p| p.path == Path::new(path) && p.dir == dir), "{path}");
+        }
+        let bind = |p: &str, access, dir| Op::Bind { src: p.into(), dst: p.into(), access, dir };
+        for op in [
+            bind("/home/u/p/cfg/git/extra", Access::Ro, false),
+            bind("/home/u/p/cfg", Access::Rw, true),
+            bind("/home/u/p/README", Access::Ro, false),
+        ] {
+            assert!(plan.ops.contains(&op), "{op:?} missing: {:#?}", plan.ops);
+        }
     }
 
     #[test]

@@ -111,6 +111,7 @@ pub fn status() -> Result<()> {
 
 /// `ocsb audit [--accept]`: what a sandbox start would refuse over (see [`ocsb_sandbox::audit`]).
 pub fn audit(project: &Project, accept: bool) -> Result<()> {
+    crate::docker_gw::stop_left_behind(project)?;
     let spec = crate::sandbox_spec::spec(project, Netlock::Off, &[], vec![])?;
     let findings = audit::report(&spec, accept)?;
     if findings.is_empty() {
@@ -137,6 +138,8 @@ pub fn audit(project: &Project, accept: bool) -> Result<()> {
 ///
 /// Returns the check, for the sandbox started next ([`audit::Checked::begin`]).
 pub fn refuse_planted(project: &Project, doing: &str) -> Result<audit::Checked> {
+    // Before the check: a container a killed launcher left running could write after it.
+    crate::docker_gw::stop_left_behind(project)?;
     let spec = crate::sandbox_spec::spec(project, Netlock::Off, &[], vec![])?;
     let checked = audit::check(&spec)?;
     if checked.findings.is_empty() {

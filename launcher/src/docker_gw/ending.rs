@@ -145,15 +145,25 @@ pub(super) fn stop_all(started: &Started, daemon: &Daemon, session: &str) {
 }
 
 /// Stops what the sessions of launchers that died left running: every container a journal in
-/// `dir` lists that no live launcher holds, and every container labelled with that session.
-/// A journal whose containers are all stopped goes; one with a container that could not be
-/// stopped stays, and the caller is told: the check that follows cannot vouch for a project
+/// `dir` lists that no live launcher holds, and every container labelled with that session,
+/// each on the daemon that session used (whatever the settings or `DOCKER_HOST` of this start
+/// say). A journal whose containers are all stopped goes; one with a container that could not
+/// be stopped stays, and the caller is told: the check that follows cannot vouch for a project
 /// such a container may still write.
-pub(super) fn stop_left_behind(dir: &Path, daemon: &Daemon) -> Result<()> {
+pub(super) fn stop_left_behind(dir: &Path) -> Result<()> {
     let mut failed = Vec::new();
     for dead in dead_journals(dir) {
         let mut not_stopped = Vec::new();
-        let stopped = stop(dead.ids, daemon, &dead.session, &mut not_stopped);
+        let stopped = match &dead.daemon {
+            Some(daemon) => stop(dead.ids, daemon, &dead.session, &mut not_stopped),
+            None => {
+                not_stopped.push(format!(
+                    "those of {} (its journal names no daemon; remove it if they are gone)",
+                    dead.path.display()
+                ));
+                Vec::new()
+            }
+        };
         if !stopped.is_empty() {
             eprintln!(
                 "ocsb: docker: stopped {} (kept, not removed): left running by session {}, whose \
@@ -176,7 +186,8 @@ pub(super) fn stop_left_behind(dir: &Path, daemon: &Daemon) -> Result<()> {
              still change the project",
             failed.join(", ")
         ),
-        "stop them with `docker stop`, then start again",
+        "start the Docker daemon the session used if it is down, or stop them with `docker stop`; then \
+         start again",
     ))
 }
 
@@ -184,33 +195,47 @@ pub(super) fn stop_left_behind(dir: &Path, daemon: &Daemon) -> Result<()> {
 struct Dead {
     session: String,
     path: PathBuf,
+    /// The daemon the session's containers ran on; `None` when the journal names none.
+    daemon: Option<Daemon>,
     ids: BTreeSet<String>,
     _lock: File,
 }
 
 /// The journals in `dir` that no live launcher holds, each locked for the caller (a second
-/// start at the same moment skips what this one handles).
+/// start at the same moment skips what this one handles). A journal being made that its
+/// launcher left unfinished goes.
 fn dead_journals(dir: &Path) -> Vec<Dead> {
     let journals = dir.join(JOURNALS);
     let Ok(entries) = std::fs::read_dir(&journals) else { return Vec::new() };
     let mut dead = Vec::new();
     for e in entries.flatten().take(MAX_JOURNALS) {
-        let session = e.file_name().to_string_lossy().into_owned();
-        if !is_session_name(&session) || !e.file_type().is_ok_and(|t| t.is_file()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !e.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
-        let path = journals.join(&session);
+        let path = journals.join(&name);
+        let unfinished = name.strip_prefix(MAKING).is_some_and(is_session_name);
+        if !unfinished && !is_session_name(&name) {
+            continue;
+        }
         let Ok(file) = open_journal(&path, false) else { continue };
         // Held by a launcher that lives: its own end stops its containers.
         if file.try_lock().is_err() {
             continue;
         }
-        let ids = std::io::BufReader::new(&file)
-            .lines()
-            .map_while(std::result::Result::ok)
-            .filter(|l| is_container_ref(l))
-            .collect();
-        dead.push(Dead { session, path, ids, _lock: file });
+        if unfinished {
+            // Its launcher died before the session served anything.
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        let mut lines = std::io::BufReader::new(&file).lines().map_while(std::result::Result::ok);
+        let daemon = lines
+            .next()
+            .and_then(|l| l.strip_prefix(DAEMON).map(PathBuf::from))
+            .filter(|p| p.is_absolute())
+            .map(|socket| Daemon { socket });
+        let ids = lines.filter(|l| is_container_ref(l)).collect();
+        dead.push(Dead { session: name, path, daemon, ids, _lock: file });
     }
     dead
 }
@@ -278,17 +303,26 @@ const JOURNALS: &str = "docker-sessions";
 /// removed once its containers are stopped.
 const MAX_JOURNALS: usize = 256;
 
-/// A session's journal: the full id of each container it set running, a line each, written
-/// before the daemon is asked to. The session holds it locked (`flock`) until its launcher
-/// exits, however it exits, so a journal that can be locked is a dead launcher's.
+/// The first line of a journal: the daemon's socket, after this.
+const DAEMON: &str = "daemon ";
+
+/// The name a journal has while it is made, before the session's: it is renamed once locked
+/// and headed, so that no start ever takes a journal being made for a dead one.
+const MAKING: &str = ".making-";
+
+/// A session's journal: the daemon's socket, then the full id of each container it set
+/// running, a line each, written before the daemon is asked to. The session holds it locked
+/// (`flock`) until its launcher exits, however it exits, so a journal that can be locked is a
+/// dead launcher's.
 pub(super) struct Journal {
     path: PathBuf,
     file: Mutex<File>,
 }
 
 impl Journal {
-    /// Makes and locks the journal of `session` in the egress state directory `dir`.
-    pub(super) fn create(dir: &Path, session: &str) -> Result<Journal> {
+    /// Makes and locks the journal of `session`, whose containers run on `daemon`, in the
+    /// egress state directory `dir`.
+    pub(super) fn create(dir: &Path, session: &str, daemon: &Daemon) -> Result<Journal> {
         use std::os::unix::fs::DirBuilderExt;
         let journals = dir.join(JOURNALS);
         match std::fs::DirBuilder::new().mode(0o700).create(&journals) {
@@ -303,9 +337,28 @@ impl Journal {
                 format!("remove it: ocsb keeps its Docker sessions' journals there ({JOURNALS}/)"),
             ));
         }
-        let path = journals.join(session);
-        let file = open_journal(&path, true).map_err(|e| Error::io("create", &path, e))?;
-        file.try_lock().map_err(|e| Error::io("lock", &path, std::io::Error::other(e.to_string())))?;
+        let socket =
+            daemon.socket.to_str().filter(|s| !s.contains('\n') && daemon.socket.is_absolute()).ok_or_else(
+                || {
+                    Error::failed(
+                        format!("the Docker socket {} cannot be written down", daemon.socket.display()),
+                        "give DOCKER_HOST an absolute unix:// path of UTF-8 without a line break",
+                    )
+                },
+            )?;
+        let (making, path) = (journals.join(format!("{MAKING}{session}")), journals.join(session));
+        let mut file = open_journal(&making, true).map_err(|e| Error::io("create", &making, e))?;
+        file.try_lock().map_err(|e| Error::io("lock", &making, std::io::Error::other(e.to_string())))?;
+        file.write_all(format!("{DAEMON}{socket}\n").as_bytes())
+            .map_err(|e| Error::io("write", &making, e))?;
+        if path.symlink_metadata().is_ok() {
+            let _ = std::fs::remove_file(&making);
+            return Err(Error::failed(
+                format!("{} exists already", path.display()),
+                "report this: a session's name is its own",
+            ));
+        }
+        std::fs::rename(&making, &path).map_err(|e| Error::io("rename", &making, e))?;
         Ok(Journal { path, file: Mutex::new(file) })
     }
 
@@ -376,21 +429,37 @@ mod tests {
     #[test]
     fn a_journal_is_left_behind_only_once_its_launcher_lets_go() {
         let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::create(dir.path(), "4242-1f").unwrap();
+        let daemon = Daemon { socket: "/run/d.sock".into() };
+        let journal = Journal::create(dir.path(), "4242-1f", &daemon).unwrap();
         let started = Started::with_journal(journal);
         drop(started.record("c0ffee"));
         drop(started.record("web_1"));
         assert!(dead_journals(dir.path()).is_empty(), "held by a launcher that lives");
-        assert!(Journal::create(dir.path(), "4242-1f").is_err(), "a session's name is its own");
-        // What a foreign file in the directory holds is not taken for a journal.
-        std::fs::write(dir.path().join(JOURNALS).join("notes"), "c0ffee\n").unwrap();
-        std::fs::write(dir.path().join(JOURNALS).join("7-a"), "../x\n\nabc\n").unwrap();
+        assert!(Journal::create(dir.path(), "4242-1f", &daemon).is_err(), "a session's name is its own");
+        // What a foreign file in the directory holds is not taken for a journal; one without
+        // a daemon is dead with no daemon to ask; one being made whose launcher died goes.
+        let journals = dir.path().join(JOURNALS);
+        std::fs::write(journals.join("notes"), "daemon /x\nc0ffee\n").unwrap();
+        std::fs::write(journals.join("7-a"), "../x\n\nabc\n").unwrap();
+        std::fs::write(journals.join(".making-8-b"), "").unwrap();
         drop(started);
         let mut dead = dead_journals(dir.path());
         dead.sort_by(|a, b| a.session.cmp(&b.session));
-        let found: Vec<(&str, Vec<&str>)> =
-            dead.iter().map(|d| (d.session.as_str(), d.ids.iter().map(String::as_str).collect())).collect();
-        assert_eq!(found, [("4242-1f", vec!["c0ffee", "web_1"]), ("7-a", vec!["abc"])]);
+        let found: Vec<(&str, Option<&Path>, Vec<&str>)> = dead
+            .iter()
+            .map(|d| {
+                let daemon = d.daemon.as_ref().map(|d| d.socket.as_path());
+                (d.session.as_str(), daemon, d.ids.iter().map(String::as_str).collect())
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("4242-1f", Some(Path::new("/run/d.sock")), vec!["c0ffee", "web_1"]),
+                ("7-a", None, vec!["abc"])
+            ]
+        );
+        assert!(!journals.join(".making-8-b").exists());
         // While one start handles them, another skips them.
         assert!(dead_journals(dir.path()).is_empty());
     }
@@ -398,15 +467,20 @@ mod tests {
     #[test]
     fn a_session_whose_containers_all_stopped_leaves_no_journal() {
         let dir = tempfile::tempdir().unwrap();
-        let started = Started::with_journal(Journal::create(dir.path(), "1-2").unwrap());
         let missing = Daemon { socket: dir.path().join("no-daemon.sock") };
+        let started = Started::with_journal(Journal::create(dir.path(), "1-2", &missing).unwrap());
         // Nothing recorded: nothing to stop, and the journal goes.
         stop_all(&started, &missing, "1-2");
         assert!(!dir.path().join(JOURNALS).join("1-2").exists());
         // A container that could not be stopped (no daemon answers) keeps it.
-        let started = Started::with_journal(Journal::create(dir.path(), "1-3").unwrap());
+        let started = Started::with_journal(Journal::create(dir.path(), "1-3", &missing).unwrap());
         drop(started.record("c0ffee"));
         stop_all(&started, &missing, "1-3");
+        assert!(dir.path().join(JOURNALS).join("1-3").exists());
+        // Nor does the next start, while that daemon does not answer: it is refused.
+        drop(started);
+        let e = stop_left_behind(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("c0ffee") && e.contains("could not be stopped"), "{e}");
         assert!(dir.path().join(JOURNALS).join("1-3").exists());
     }
 }

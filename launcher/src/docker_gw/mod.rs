@@ -112,7 +112,7 @@ impl Gateway {
         let dir = std::fs::canonicalize(&paths.dir).map_err(|e| Error::io("resolve", &paths.dir, e))?;
         let (listener, socket, inode) = listen(&dir)?;
         let session = ctx.session.clone();
-        let journal = ending::Journal::create(&paths.dir, &session)?;
+        let journal = ending::Journal::create(&paths.dir, &session, &daemon)?;
         let started = Arc::new(ending::Started::with_journal(journal));
         let closing = Arc::new(AtomicBool::new(false));
         let waiting = Waiting {
@@ -319,15 +319,11 @@ pub fn list(project: &Project, json: bool) -> Result<()> {
 }
 
 /// Stops what the Docker sessions of `project` whose launchers died left running
-/// ([`ending::stop_left_behind`]), when the gateway is on and a daemon answers. Made before a
-/// start's check of the checkouts, so that no such container writes the project after it.
+/// ([`ending::stop_left_behind`]), whatever this start's Docker settings are. Made before
+/// every check of the checkouts, so that no such container writes the project after it.
 pub fn stop_left_behind(project: &Project) -> Result<()> {
-    if project.settings.docker() != ocsb_policy::settings::DockerMode::Gateway {
-        return Ok(());
-    }
-    let Some(socket) = upstream() else { return Ok(()) };
     let inst = crate::egress_cmd::instance(project)?;
-    ending::stop_left_behind(&inst.paths().dir, &Daemon { socket })
+    ending::stop_left_behind(&inst.paths().dir)
 }
 
 /// Starts the gateway for a sandbox of `project` when `OCSB_DOCKER=1` and a daemon answers on

@@ -51,8 +51,6 @@ pub fn open_state(project: &Project) -> Result<Opened> {
     project.require_trusted()?;
     project.check_writable_roots()?;
     state::claim(project)?;
-    // Before the check: a container a dead launcher left running could write after it.
-    crate::docker_gw::stop_left_behind(project)?;
     let checked = crate::commands::sandbox::refuse_planted(project, "start a sandbox")?;
     let sd = StateDir::open(&project.settings.state_dir())?;
     let created = state::ensure_private(&sd)?;

@@ -843,6 +843,42 @@ fn containers_of_a_killed_launcher_are_stopped_by_the_next_start() {
     has(&out, "fsmonitor ran: no", &err);
 }
 
+/// The journal names the daemon its session used, and the next start asks that one whatever
+/// its own settings: a start with `OCSB_DOCKER=0`, then one that would reach another daemon,
+/// each took the dead session's container for gone and dropped the journal, and the container
+/// ran on. A journal whose daemon does not answer refuses the start until it does.
+#[test]
+fn a_killed_launchers_containers_are_stopped_on_the_daemon_they_ran_on() {
+    let w = World::new();
+    let body = format!(
+        r#"G={g}; APPLETS="{APPLETS}"; IMAGE={IMAGE}
+        {OWN_DOCKERD}
+        N() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" "$@" setpriv --reuid 1990 --regid $G --groups "$DG" -- "$OCSB" exec -- sh -c 'echo next-started' </dev/null 2>&1; }}
+        K() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid $G --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null >/dev/null 2>&1 & }}
+        running() {{ DOCKER_HOST=$DH docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null; }}
+        up() {{ for i in $(seq 150); do [ "$(running $1)" = true ] && return; sleep 0.1; done; }}
+        K "docker run -d --name o-$NAME --network none {IMAGE} sleep 300; sleep 60"; KILLED=$!
+        up o-$NAME; kill -KILL $KILLED; sleep 0.5
+        J=$(find "$HOME" -type d -name docker-sessions | head -1); echo "journals: $(ls "$J" | wc -l)"
+        mv "$DD/sock" "$DD/away"
+        N OCSB_DOCKER=0 DOCKER_HOST=unix:///var/run/docker.sock | grep -c 'could not be stopped' | sed 's/^/refused while its daemon is away: /'
+        mv "$DD/away" "$DD/sock"
+        N OCSB_DOCKER=0 | grep -E 'next-started|stopped o-'
+        echo "running after the start: $(running o-$NAME)"
+        echo "journals left: $(ls "$J" | wc -l)"
+        DOCKER_HOST=$DH docker rm -f o-$NAME >/dev/null
+        {DOCKERD_STOP}"#,
+        g = crate::support::sandbox::netlock_gid(),
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "journals: 1", &err);
+    has(&out, "refused while its daemon is away: 1", &err);
+    assert!(out.lines().any(|l| l.starts_with("ocsb: docker: stopped o-gw")), "{out}\n{err}");
+    has(&out, "next-started", &err);
+    has(&out, "running after the start: false", &err);
+    has(&out, "journals left: 0", &err);
+}
+
 /// A second request hidden in an escaped path (`%0D%0A`) never reaches the daemon: the path is
 /// forwarded as it came, and one with escapes is refused.
 #[test]

@@ -439,6 +439,35 @@ fn a_broken_head_does_not_hide_the_hooks_path() {
     no_markers(&w, &out, &err);
 }
 
+/// Config git does not read yet but will: an include whose target's directory does not exist
+/// (the agent made `cfg/` and then `cfg/extra` with `core.fsmonitor`, and the user's `git
+/// status` ran it), and a conditional include on a branch the agent can switch to (it set
+/// `core.hooksPath` only on `main`: the agent checked out another branch, and the next session
+/// wrote a hook there and switched back). The target and the directories on the way to it are
+/// now held by placeholders, and what a conditional include sets is held whatever the branch.
+#[test]
+fn config_git_will_read_once_it_exists_or_its_condition_holds_is_held() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"U git config include.path ../cfg/extra
+        X "mkdir -p cfg; printf '[core]\n\tfsmonitor = touch $HOME/PWNED_inc\n' > cfg/extra; echo include=\$?" 2>/dev/null
+        printf '[core]\n\thooksPath = .husky/_\n' > hooks.inc; chown 1990 hooks.inc; U git add hooks.inc; U git commit -qm inc
+        U git config 'includeIf.onbranch:main.path' ../hooks.inc; mkdir -p .husky/_; chown -R 1990 .husky
+        X "git switch -q -c other; echo switched=\$?" 2>&1
+        X "mkdir -p .husky/_; printf '#!/bin/sh\ntouch $HOME/PWNED_onbranch\n' > .husky/_/pre-commit && chmod +x .husky/_/pre-commit; echo hook=\$?; git switch -q main" 2>/dev/null
+        X "git commit -q --allow-empty -m inside; echo commit=\$?" 2>/dev/null
+        U git status --short >/dev/null 2>&1; U git commit -q --allow-empty -m host 2>&1 | tail -1
+        U "$OCSB" audit >/dev/null 2>&1; echo "audit $?""#,
+    );
+    for l in ["switched=0", "commit=0", "audit 0"] {
+        has(&out, l, &err);
+    }
+    assert!(!out.contains("include=0"), "the include target could be made:\n{out}\n{err}");
+    assert!(!out.contains("hook=0"), "the conditional hooks path was writable:\n{out}\n{err}");
+    no_markers(&w, &out, &err);
+}
+
 /// A rebase the agent stopped, with an `exec` line git reads and the check did not (a tab after
 /// `x`): the user's `git rebase --continue` ran it. Any unfinished rebase, cherry-pick or revert
 /// left while the sandbox ran is now reported and moved aside, whatever it holds.

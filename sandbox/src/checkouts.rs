@@ -291,8 +291,8 @@ pub fn output_within(mut cmd: Command, max: u64) -> Option<(std::process::ExitSt
 /// What git's config says for `root`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ConfigFacts {
-    /// `core.hooksPath`, absolute: the value git reads now, then the value each conditional
-    /// include that git did not read sets.
+    /// `core.hooksPath`, absolute: every value the listing gives (not only the one git obeys
+    /// now), then the value each conditional include that git did not read sets.
     pub hooks_paths: Vec<PathBuf>,
     /// Every config file read, and every include target.
     pub files: Vec<PathBuf>,
@@ -356,25 +356,59 @@ const MAX_CONFIG_LIST: u64 = 64 << 20;
 /// Conditional includes read on their own per checkout.
 const MAX_CONDITIONAL: usize = 16;
 
-fn expand(v: &str, base: &Path, home: &Path) -> PathBuf {
-    let p = match v.strip_prefix("~/") {
-        Some(rest) => home.join(rest),
-        None => base.join(v),
+/// Where a path in git's config leads: `~/` and `~user/` expanded as git expands them,
+/// relative to `base` otherwise, `..` taken lexically. Also returns each directory that a `..`
+/// of the value steps out of (one the value itself named, not `base` or above): the kernel
+/// follows a link there before the `..` applies, so each must stay the directory it is for the
+/// lexical answer to be the file git reads. `None` where git cannot expand it either (a user
+/// with no entry).
+fn expand(v: &str, base: &Path, home: &Path) -> Option<(PathBuf, Vec<PathBuf>)> {
+    let (start, rest) = match v.strip_prefix('~') {
+        Some(r) => {
+            let (user, r) = r.split_once('/').unwrap_or((r, ""));
+            let dir = if user.is_empty() {
+                home.to_path_buf()
+            } else {
+                nix::unistd::User::from_name(user).ok()??.dir
+            };
+            (dir, r)
+        }
+        None => (base.to_path_buf(), v),
     };
-    lexical(&p)
+    let mut out = lexical(&start);
+    let (mut through, mut named) = (Vec::new(), 0usize);
+    for c in Path::new(rest).components() {
+        match c {
+            Component::RootDir => (out, named) = (PathBuf::from("/"), 0),
+            Component::ParentDir => {
+                if named > 0 {
+                    through.push(out.clone());
+                    named -= 1;
+                }
+                out.pop();
+            }
+            Component::Normal(n) => {
+                out.push(n);
+                named += 1;
+            }
+            Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    Some((out, through))
 }
 
 /// Parse `git config --null --show-origin --list` (`file:<path>` NUL `key` LF `value` NUL …).
 pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
     let text = String::from_utf8_lossy(out);
     let mut fields = text.split('\0');
-    let mut hooks = None;
+    let mut hooks: Vec<PathBuf> = Vec::new();
     let mut sets_worktree = false;
     let mut files: Vec<PathBuf> = Vec::new();
     let (mut origins, mut conditional) = (Vec::new(), Vec::new());
     while let (Some(origin), Some(kv)) = (fields.next(), fields.next()) {
-        let Some(file) = origin.strip_prefix("file:") else { continue };
-        let file = expand(file, root, home);
+        let Some((file, _)) = origin.strip_prefix("file:").and_then(|f| expand(f, root, home)) else {
+            continue;
+        };
         if !files.contains(&file) {
             files.push(file.clone());
         }
@@ -386,21 +420,37 @@ pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
         if key == "core.worktree" || (key == "core.bare" && value.eq_ignore_ascii_case("true")) {
             sets_worktree = true;
         }
-        if key == "core.hookspath" {
-            hooks = (!value.is_empty()).then(|| expand(value, root, home));
+        // Every value, not the last only: a later one from a conditional include hides an
+        // earlier one only while its condition holds, and the agent can make it stop holding.
+        let (lead, include) = if key == "core.hookspath" {
+            ((!value.is_empty()).then(|| expand(value, root, home)).flatten(), false)
         } else if key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path")) {
-            let base = file.parent().unwrap_or(Path::new("/"));
-            let target = expand(value, base, home);
-            if key.starts_with("includeif.") {
-                conditional.push(target.clone());
+            (expand(value, file.parent().unwrap_or(Path::new("/")), home), true)
+        } else {
+            (None, false)
+        };
+        let Some((target, through)) = lead else { continue };
+        // The directories a `..` steps out of are held as the files are.
+        for t in through {
+            if !files.contains(&t) {
+                files.push(t);
             }
-            if !files.contains(&target) {
-                files.push(target);
+        }
+        if !include {
+            if !hooks.contains(&target) {
+                hooks.push(target);
             }
+            continue;
+        }
+        if key.starts_with("includeif.") {
+            conditional.push(target.clone());
+        }
+        if !files.contains(&target) {
+            files.push(target);
         }
     }
     let unread_conditional = conditional.into_iter().filter(|t| !origins.contains(t)).collect();
-    ConfigFacts { hooks_paths: hooks.into_iter().collect(), files, sets_worktree, unread_conditional }
+    ConfigFacts { hooks_paths: hooks, files, sets_worktree, unread_conditional }
 }
 
 /// The checkout at `root`, with everything discovery knows about it.
@@ -536,6 +586,25 @@ file:.git/config\0include.path\n../tools/git.inc\0file:.git/config\0includeif.gi
         assert_eq!(facts.hooks_paths, [PathBuf::from("/p/.husky/_")]);
         assert!(!facts.sets_worktree);
         assert_eq!(facts.unread_conditional, [PathBuf::from("/home/u/w.inc")], "no key came from it");
+        // Every hooks path, in order; a `..` after a directory the value names holds that
+        // directory; `~user/` is that user's home; a user with no entry leads nowhere.
+        let out =
+            b"file:.git/config\0core.hookspath\ntools/hooks\0file:/p/hooks.inc\0core.hookspath\n.husky/_\0\
+file:.git/config\0include.path\n../cfg/sub/../x.inc\0file:.git/config\0include.path\n~root/r.inc\0\
+file:.git/config\0include.path\n~no-such-user-ocsb/n.inc\0";
+        let more = parse_config_list(out, Path::new("/p"), Path::new("/home/u"));
+        assert_eq!(more.hooks_paths, [PathBuf::from("/p/tools/hooks"), PathBuf::from("/p/.husky/_")]);
+        let root_home = nix::unistd::User::from_name("root").unwrap().unwrap().dir;
+        assert_eq!(
+            more.files,
+            vec![
+                PathBuf::from("/p/.git/config"),
+                PathBuf::from("/p/hooks.inc"),
+                PathBuf::from("/p/cfg/sub"),
+                PathBuf::from("/p/cfg/x.inc"),
+                root_home.join("r.inc"),
+            ]
+        );
         assert_eq!(
             facts.files,
             vec![

@@ -243,6 +243,10 @@ fn dead_journals(dir: &Path) -> Vec<Dead> {
 /// Stops, all at once, each of `ids` and each container labelled with `session` that is not
 /// stopped already. Returns the names of those it stopped; adds what it could not to `failed`.
 fn stop(mut ids: BTreeSet<String>, daemon: &Daemon, session: &str, failed: &mut Vec<String>) -> Vec<String> {
+    // Every start is in `ids` before the daemon is asked; the label only adds what a daemon
+    // started on its own. So a daemon this user cannot reach, which started nothing for the
+    // session, leaves nothing to stop, and any recorded start it cannot be asked about fails
+    // below.
     if let Ok((containers, _)) = daemon.labelled(SESSION_LABEL, session) {
         ids.extend(containers.into_iter().map(|c| c.id));
     }
@@ -464,12 +468,35 @@ mod tests {
         assert!(dead_journals(dir.path()).is_empty());
     }
 
+    /// A daemon that answers every call with an empty list.
+    fn empty_daemon(dir: &Path) -> Daemon {
+        use std::io::Read;
+        let socket = dir.join("empty-daemon.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        std::thread::spawn(move || {
+            for mut c in listener.incoming().flatten() {
+                let mut head = [0u8; 4096];
+                let _ = c.read(&mut head);
+                let _ = c.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n[]",
+                );
+            }
+        });
+        Daemon { socket }
+    }
+
     #[test]
     fn a_session_whose_containers_all_stopped_leaves_no_journal() {
         let dir = tempfile::tempdir().unwrap();
+        let daemon = empty_daemon(dir.path());
+        let started = Started::with_journal(Journal::create(dir.path(), "1-1", &daemon).unwrap());
+        // Nothing recorded and nothing labelled with the session: the journal goes.
+        stop_all(&started, &daemon, "1-1");
+        assert!(!dir.path().join(JOURNALS).join("1-1").exists());
+        // Nor with a daemon that does not answer (or that this user cannot reach): every start
+        // would be in the journal.
         let missing = Daemon { socket: dir.path().join("no-daemon.sock") };
         let started = Started::with_journal(Journal::create(dir.path(), "1-2", &missing).unwrap());
-        // Nothing recorded: nothing to stop, and the journal goes.
         stop_all(&started, &missing, "1-2");
         assert!(!dir.path().join(JOURNALS).join("1-2").exists());
         // A container that could not be stopped (no daemon answers) keeps it.

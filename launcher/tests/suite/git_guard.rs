@@ -468,6 +468,32 @@ fn config_git_will_read_once_it_exists_or_its_condition_holds_is_held() {
     no_markers(&w, &out, &err);
 }
 
+/// Config values that do not lead where they seem: a `core.hooksPath` hidden by a later one
+/// from a conditional include that holds now (the agent switched branches, and the hidden one,
+/// never held, was the one git obeyed), and an include path with `..` after a directory the
+/// agent could swap for a link (git opens the path as written, so the link decides). Every
+/// hooks path of the listing is held now, and each directory a `..` steps out of is too.
+#[test]
+fn hooks_paths_hidden_by_a_condition_and_links_before_dotdot_are_held() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"U git config core.hooksPath tools/hooks
+        printf '[core]\n\thooksPath = .husky/_\n' > hooks.inc; chown 1990 hooks.inc; mkdir -p .husky/_; chown -R 1990 .husky
+        U git config 'includeIf.onbranch:main.path' ../hooks.inc
+        U git config include.path ../cfg/sub/../x.inc
+        X "mkdir -p tools/hooks; printf '#!/bin/sh\ntouch $HOME/PWNED_override\n' > tools/hooks/pre-commit && chmod +x tools/hooks/pre-commit; echo hook=\$?; git switch -q -c other; echo switched=\$?" 2>/dev/null
+        X "mkdir -p evil; rm -rf cfg/sub; ln -s ../evil cfg/sub; echo link=\$?; printf '[core]\n\tfsmonitor = touch $HOME/PWNED_dotdot\n' > x.inc" 2>/dev/null
+        U git status --short >/dev/null 2>&1; U git commit -q --allow-empty -m host 2>&1 | tail -1
+        U "$OCSB" audit >/dev/null 2>&1; echo "audit $?""#,
+    );
+    has(&out, "switched=0", &err);
+    has(&out, "audit 0", &err);
+    assert!(!out.contains("hook=0"), "the hidden hooks path was writable:\n{out}\n{err}");
+    assert!(!out.contains("link=0"), "the directory before `..` became a link:\n{out}\n{err}");
+    no_markers(&w, &out, &err);
+}
+
 /// A rebase the agent stopped, with an `exec` line git reads and the check did not (a tab after
 /// `x`): the user's `git rebase --continue` ran it. Any unfinished rebase, cherry-pick or revert
 /// left while the sandbox ran is now reported and moved aside, whatever it holds.

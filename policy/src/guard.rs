@@ -189,8 +189,9 @@ pub struct Checkout {
     /// The session commits here: its common directory is made writable (with the rule inside)
     /// even when it lies outside the writable set.
     pub commits: bool,
-    /// `core.hooksPath`, absolute: the value git reads now, and the value of each conditional
-    /// include whose condition does not hold now (a branch the agent can switch to).
+    /// `core.hooksPath`, absolute: every value the config gives, not only the one git obeys
+    /// now, and the value of each conditional include whose condition does not hold now (a
+    /// branch the agent can switch to makes it hold, or stop holding).
     pub hooks_paths: Vec<PathBuf>,
     /// Every file git reads as config for this checkout, and every `include.path` /
     /// `includeIf.*.path` target, absolute (targets may be missing).

@@ -151,8 +151,8 @@ pub(super) fn stop_all(started: &Started, daemon: &Daemon, session: &str) {
 /// be stopped stays, and the caller is told: the check that follows cannot vouch for a project
 /// such a container may still write.
 pub(super) fn stop_left_behind(dir: &Path) -> Result<()> {
-    let mut failed = Vec::new();
-    for dead in dead_journals(dir) {
+    let (dead, mut failed) = dead_journals(dir);
+    for dead in dead {
         let mut not_stopped = Vec::new();
         let stopped = match &dead.daemon {
             Some(daemon) => stop(dead.ids, daemon, &dead.session, &mut not_stopped),
@@ -202,12 +202,17 @@ struct Dead {
 }
 
 /// The journals in `dir` that no live launcher holds, each locked for the caller (a second
-/// start at the same moment skips what this one handles). A journal being made that its
-/// launcher left unfinished goes.
-fn dead_journals(dir: &Path) -> Vec<Dead> {
+/// start at the same moment skips what this one handles), and what could not be read (a
+/// journal unread is never taken for none). A journal being made that its launcher left
+/// unfinished goes.
+fn dead_journals(dir: &Path) -> (Vec<Dead>, Vec<String>) {
     let journals = dir.join(JOURNALS);
-    let Ok(entries) = std::fs::read_dir(&journals) else { return Vec::new() };
-    let mut dead = Vec::new();
+    let (mut dead, mut unread) = (Vec::new(), Vec::new());
+    let entries = match std::fs::read_dir(&journals) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (dead, unread),
+        Err(e) => return (dead, vec![format!("those {} lists ({e})", journals.display())]),
+    };
     for e in entries.flatten().take(MAX_JOURNALS) {
         let name = e.file_name().to_string_lossy().into_owned();
         if !e.file_type().is_ok_and(|t| t.is_file()) {
@@ -218,7 +223,14 @@ fn dead_journals(dir: &Path) -> Vec<Dead> {
         if !unfinished && !is_session_name(&name) {
             continue;
         }
-        let Ok(file) = open_journal(&path, false) else { continue };
+        let file = match open_journal(&path, false) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue, // its session ended
+            Err(e) => {
+                unread.push(format!("those {} lists ({e})", path.display()));
+                continue;
+            }
+        };
         // Held by a launcher that lives: its own end stops its containers.
         if file.try_lock().is_err() {
             continue;
@@ -237,7 +249,7 @@ fn dead_journals(dir: &Path) -> Vec<Dead> {
         let ids = lines.filter(|l| is_container_ref(l)).collect();
         dead.push(Dead { session: name, path, daemon, ids, _lock: file });
     }
-    dead
+    (dead, unread)
 }
 
 /// Stops, all at once, each of `ids` and each container labelled with `session` that is not
@@ -438,7 +450,7 @@ mod tests {
         let started = Started::with_journal(journal);
         drop(started.record("c0ffee"));
         drop(started.record("web_1"));
-        assert!(dead_journals(dir.path()).is_empty(), "held by a launcher that lives");
+        assert!(dead_journals(dir.path()).0.is_empty(), "held by a launcher that lives");
         assert!(Journal::create(dir.path(), "4242-1f", &daemon).is_err(), "a session's name is its own");
         // What a foreign file in the directory holds is not taken for a journal; one without
         // a daemon is dead with no daemon to ask; one being made whose launcher died goes.
@@ -447,7 +459,8 @@ mod tests {
         std::fs::write(journals.join("7-a"), "../x\n\nabc\n").unwrap();
         std::fs::write(journals.join(".making-8-b"), "").unwrap();
         drop(started);
-        let mut dead = dead_journals(dir.path());
+        let (mut dead, unread) = dead_journals(dir.path());
+        assert!(unread.is_empty(), "{unread:?}");
         dead.sort_by(|a, b| a.session.cmp(&b.session));
         let found: Vec<(&str, Option<&Path>, Vec<&str>)> = dead
             .iter()
@@ -465,7 +478,15 @@ mod tests {
         );
         assert!(!journals.join(".making-8-b").exists());
         // While one start handles them, another skips them.
-        assert!(dead_journals(dir.path()).is_empty());
+        assert!(dead_journals(dir.path()).0.is_empty());
+        drop(dead);
+        // A journal that cannot be read is not taken for none (as root, modes do not hold).
+        if !nix::unistd::geteuid().is_root() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(journals.join("7-a"), std::fs::Permissions::from_mode(0o000)).unwrap();
+            let (_, unread) = dead_journals(dir.path());
+            assert!(unread.iter().any(|u| u.contains("7-a")), "{unread:?}");
+        }
     }
 
     /// A daemon that answers every call with an empty list.

@@ -193,8 +193,10 @@ pub struct Checkout {
     /// now, and the value of each conditional include whose condition does not hold now (a
     /// branch the agent can switch to makes it hold, or stop holding).
     pub hooks_paths: Vec<PathBuf>,
-    /// Every file git reads as config for this checkout, and every `include.path` /
-    /// `includeIf.*.path` target, absolute (targets may be missing).
+    /// Every file git reads as config for this checkout, every `include.path` /
+    /// `includeIf.*.path` target, and every program a config value has git run by a path
+    /// (`core.fsmonitor = tools/fsmonitor`, a `filter.*.clean` script), absolute (any may be
+    /// missing).
     pub config_files: Vec<PathBuf>,
     /// The repository config sets `core.bare` or `core.worktree` (see [`COMMONDIR_SELF`]).
     pub sets_worktree: bool,
@@ -413,7 +415,8 @@ impl Rule<'_> {
                         placeholder: fs.entry(f) == Entry::Missing,
                         fill: String::new(),
                         anchor: anchor_for(f, &c.root, &g.common),
-                        why: "a file git reads as config (include.path / includeIf)".into(),
+                        why: "a file git reads as config (include.path / includeIf) or runs (a program a config value names)"
+                            .into(),
                     });
                 }
             }

@@ -397,6 +397,45 @@ fn expand(v: &str, base: &Path, home: &Path) -> Option<(PathBuf, Vec<PathBuf>)> 
     Some((out, through))
 }
 
+/// The program a config value has git run by a path (`tools/fsmonitor`, `./scripts/clean.sh`,
+/// `~/bin/x`): the first word of a command git runs, when it names a file rather than a
+/// program on `PATH` (a word without `/`). Git runs such commands from the top of the work
+/// tree, so a relative path is taken from there. `None` for any other key or value.
+///
+/// *Why*: the agent can write the work tree, and the user's own git runs these on the host
+/// (`git status` runs `core.fsmonitor`, checkouts run filters, diffs run textconv).
+fn runs_program<'a>(key: &str, value: &'a str) -> Option<&'a str> {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    let section = key.split('.').next().unwrap_or(key);
+    let runs = matches!(
+        key,
+        "core.fsmonitor"
+            | "core.sshcommand"
+            | "core.editor"
+            | "core.pager"
+            | "core.askpass"
+            | "sequence.editor"
+            | "diff.external"
+            | "uploadpack.packobjectshook"
+    ) || match section {
+        "alias" => value.trim_start().starts_with('!'),
+        "filter" => matches!(last, "clean" | "smudge" | "process"),
+        "diff" => matches!(last, "textconv" | "command"),
+        "merge" => last == "driver",
+        "gpg" => last == "program",
+        "credential" => last == "helper",
+        "pager" => true,
+        "difftool" | "mergetool" => matches!(last, "cmd" | "path"),
+        _ => false,
+    };
+    if !runs {
+        return None;
+    }
+    let v = value.trim_start().trim_start_matches('!').trim_start();
+    let word = v.split([' ', '\t']).next().unwrap_or_default().trim_matches(['"', '\'']);
+    (word.contains('/') && !word.is_empty()).then_some(word)
+}
+
 /// Parse `git config --null --show-origin --list` (`file:<path>` NUL `key` LF `value` NUL …).
 pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
     let text = String::from_utf8_lossy(out);
@@ -426,6 +465,9 @@ pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
             ((!value.is_empty()).then(|| expand(value, root, home)).flatten(), false)
         } else if key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path")) {
             (expand(value, file.parent().unwrap_or(Path::new("/")), home), true)
+        } else if let Some(program) = runs_program(&key, value) {
+            // Held as a config file is: its name is what git runs.
+            (expand(program, root, home), true)
         } else {
             (None, false)
         };
@@ -594,6 +636,24 @@ file:.git/config\0include.path\n../cfg/sub/../x.inc\0file:.git/config\0include.p
 file:.git/config\0include.path\n~no-such-user-ocsb/n.inc\0";
         let more = parse_config_list(out, Path::new("/p"), Path::new("/home/u"));
         assert_eq!(more.hooks_paths, [PathBuf::from("/p/tools/hooks"), PathBuf::from("/p/.husky/_")]);
+        // Programs a value runs by a path are held as config files; those found on `PATH`,
+        // and values that run nothing, are not.
+        let out =
+            b"file:.git/config\0core.fsmonitor\ntools/fsmonitor\0file:.git/config\0core.fsmonitor\ntrue\0\
+file:.git/config\0filter.nb.clean\n'./scripts/clean.sh' --x\0file:.git/config\0alias.t\n!../out/t.sh\0\
+file:.git/config\0alias.s\nstatus -s\0file:.git/config\0diff.x.textconv\nhexdump -C\0\
+file:.git/config\0user.email\na/b@c\0file:.git/config\0credential.helper\n/home/u/bin/cred\0";
+        let runs = parse_config_list(out, Path::new("/p/w"), Path::new("/home/u"));
+        assert_eq!(
+            runs.files,
+            vec![
+                PathBuf::from("/p/w/.git/config"),
+                PathBuf::from("/p/w/tools/fsmonitor"),
+                PathBuf::from("/p/w/scripts/clean.sh"),
+                PathBuf::from("/p/out/t.sh"),
+                PathBuf::from("/home/u/bin/cred"),
+            ]
+        );
         let root_home = nix::unistd::User::from_name("root").unwrap().unwrap().dir;
         assert_eq!(
             more.files,

@@ -494,6 +494,28 @@ fn hooks_paths_hidden_by_a_condition_and_links_before_dotdot_are_held() {
     no_markers(&w, &out, &err);
 }
 
+/// A program the user's config has git run by a path in the tree (`core.fsmonitor =
+/// tools/fsmon.sh`, as watchman-style integrations set it): the agent rewrote the script, and
+/// the user's `git status` ran it. Such programs are held read-only like the config itself;
+/// programs git finds on `PATH` are not the tree's.
+#[test]
+fn programs_the_config_runs_from_the_tree_are_held() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"mkdir -p tools; printf '#!/bin/sh\nexit 1\n' > tools/fsmon.sh; chmod +x tools/fsmon.sh; chown -R 1990 tools
+        U git config core.fsmonitor tools/fsmon.sh; U git config filter.nb.clean './tools/clean.sh --strip'
+        X "printf '#!/bin/sh\ntouch $HOME/PWNED_fsmon\nexit 1\n' > tools/fsmon.sh; echo fsmon=\$?; printf '#!/bin/sh\ntouch $HOME/PWNED_clean\n' > tools/clean.sh; echo clean=\$?; echo x > tools/other; echo other=\$?" 2>/dev/null
+        echo '*.txt filter=nb' > .gitattributes; echo t > a.txt; chown 1990 .gitattributes a.txt
+        U git status --short >/dev/null 2>&1; U git add a.txt 2>/dev/null; echo "status done""#,
+    );
+    has(&out, "other=0", &err);
+    has(&out, "status done", &err);
+    assert!(!out.contains("fsmon=0"), "the fsmonitor script was writable:\n{out}\n{err}");
+    assert!(!out.contains("clean=0"), "the filter's missing script could be made:\n{out}\n{err}");
+    no_markers(&w, &out, &err);
+}
+
 /// A rebase the agent stopped, with an `exec` line git reads and the check did not (a tab after
 /// `x`): the user's `git rebase --continue` ran it. Any unfinished rebase, cherry-pick or revert
 /// left while the sandbox ran is now reported and moved aside, whatever it holds.

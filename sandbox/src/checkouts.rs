@@ -407,26 +407,39 @@ fn expand(v: &str, base: &Path, home: &Path) -> Option<(PathBuf, Vec<PathBuf>)> 
 fn runs_program<'a>(key: &str, value: &'a str) -> Option<&'a str> {
     let last = key.rsplit('.').next().unwrap_or(key);
     let section = key.split('.').next().unwrap_or(key);
-    let runs = matches!(
-        key,
-        "core.fsmonitor"
-            | "core.sshcommand"
-            | "core.editor"
-            | "core.pager"
-            | "core.askpass"
-            | "sequence.editor"
-            | "diff.external"
-            | "uploadpack.packobjectshook"
-    ) || match section {
-        "alias" => value.trim_start().starts_with('!'),
-        "filter" => matches!(last, "clean" | "smudge" | "process"),
-        "diff" => matches!(last, "textconv" | "command"),
-        "merge" => last == "driver",
-        "gpg" => last == "program",
-        "credential" => last == "helper",
+    let bang = value.trim_start().starts_with('!');
+    let runs = match section {
+        // A submodule's `path` is a directory of the tree, not a program.
+        "submodule" => last == "update" && bang,
+        "alias" => bang,
         "pager" => true,
-        "difftool" | "mergetool" => matches!(last, "cmd" | "path"),
-        _ => false,
+        "difftool" | "mergetool" | "man" | "browser" => matches!(last, "cmd" | "path"),
+        _ => matches!(
+            last,
+            "fsmonitor"
+                | "sshcommand"
+                | "editor"
+                | "pager"
+                | "askpass"
+                | "gitproxy"
+                | "external"
+                | "textconv"
+                | "command"
+                | "cmd"
+                | "clean"
+                | "smudge"
+                | "process"
+                | "driver"
+                | "program"
+                | "helper"
+                | "uploadpack"
+                | "receivepack"
+                | "packobjectshook"
+                | "tunnel"
+                | "defaultkeycommand"
+                | "difffilter"
+                | "smtpserver"
+        ),
     };
     if !runs {
         return None;
@@ -642,7 +655,8 @@ file:.git/config\0include.path\n~no-such-user-ocsb/n.inc\0";
             b"file:.git/config\0core.fsmonitor\ntools/fsmonitor\0file:.git/config\0core.fsmonitor\ntrue\0\
 file:.git/config\0filter.nb.clean\n'./scripts/clean.sh' --x\0file:.git/config\0alias.t\n!../out/t.sh\0\
 file:.git/config\0alias.s\nstatus -s\0file:.git/config\0diff.x.textconv\nhexdump -C\0\
-file:.git/config\0user.email\na/b@c\0file:.git/config\0credential.helper\n/home/u/bin/cred\0";
+file:.git/config\0user.email\na/b@c\0file:.git/config\0credential.helper\n/home/u/bin/cred\0\
+file:.git/config\0submodule.lib/x.path\nlib/x\0file:.git/config\0remote.o.uploadpack\nbin/up\0";
         let runs = parse_config_list(out, Path::new("/p/w"), Path::new("/home/u"));
         assert_eq!(
             runs.files,
@@ -652,6 +666,7 @@ file:.git/config\0user.email\na/b@c\0file:.git/config\0credential.helper\n/home/
                 PathBuf::from("/p/w/scripts/clean.sh"),
                 PathBuf::from("/p/out/t.sh"),
                 PathBuf::from("/home/u/bin/cred"),
+                PathBuf::from("/p/w/bin/up"),
             ]
         );
         let root_home = nix::unistd::User::from_name("root").unwrap().unwrap().dir;

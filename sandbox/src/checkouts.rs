@@ -397,56 +397,115 @@ fn expand(v: &str, base: &Path, home: &Path) -> Option<(PathBuf, Vec<PathBuf>)> 
     Some((out, through))
 }
 
-/// The program a config value has git run by a path (`tools/fsmonitor`, `./scripts/clean.sh`,
-/// `~/bin/x`): the first word of a command git runs, when it names a file rather than a
-/// program on `PATH` (a word without `/`). Git runs such commands from the top of the work
-/// tree, so a relative path is taken from there. `None` for any other key or value.
-///
-/// *Why*: the agent can write the work tree, and the user's own git runs these on the host
-/// (`git status` runs `core.fsmonitor`, checkouts run filters, diffs run textconv).
-fn runs_program<'a>(key: &str, value: &'a str) -> Option<&'a str> {
+/// How git runs a config value that names a program.
+#[derive(Debug, PartialEq, Eq)]
+enum Runs {
+    /// Through `sh -c`, from the top of the work tree: every word of it can name a program.
+    Shell,
+    /// Executed directly: the whole value is the program's path.
+    Exec,
+}
+
+/// Whether git runs the value of `key` as a program, and how. *Why*: the agent can write the
+/// work tree, and the user's own git runs these on the host (`git status` runs
+/// `core.fsmonitor`, checkouts run filters, diffs run textconv, `gc --auto` runs
+/// `gc.recentObjectsHook`). Keys of unknown sections that end like a command key count too:
+/// holding a file git would not run costs the agent a write, missing one costs the host.
+fn runs(key: &str, value: &str) -> Option<Runs> {
     let last = key.rsplit('.').next().unwrap_or(key);
     let section = key.split('.').next().unwrap_or(key);
     let bang = value.trim_start().starts_with('!');
-    let runs = match section {
-        // A submodule's `path` is a directory of the tree, not a program.
-        "submodule" => last == "update" && bang,
-        "alias" => bang,
-        "pager" => true,
-        "difftool" | "mergetool" | "man" | "browser" => matches!(last, "cmd" | "path"),
-        _ => matches!(
-            last,
-            "fsmonitor"
-                | "sshcommand"
-                | "editor"
-                | "pager"
-                | "askpass"
-                | "gitproxy"
-                | "external"
-                | "textconv"
-                | "command"
-                | "cmd"
-                | "clean"
-                | "smudge"
-                | "process"
-                | "driver"
-                | "program"
-                | "helper"
-                | "uploadpack"
-                | "receivepack"
-                | "packobjectshook"
-                | "tunnel"
-                | "defaultkeycommand"
-                | "difffilter"
-                | "smtpserver"
-        ),
+    let shell = match (section, last) {
+        ("core", "askpass" | "gitproxy") => return Some(Runs::Exec),
+        ("difftool" | "mergetool" | "man" | "browser", "path") => return Some(Runs::Exec),
+        ("lfs", "path") => return Some(Runs::Exec),
+        // A submodule's `path` is a directory of the tree; its `update` runs only as `!cmd`.
+        ("submodule", _) => last == "update" && bang,
+        ("alias", _) => bang,
+        // `helper = store` runs `git credential-store`: only `!cmd` or an absolute path runs
+        // a program by its path.
+        ("credential", "helper") => bang || value.trim_start().starts_with('/'),
+        ("sendemail", "smtpserver") => value.trim_start().starts_with('/'),
+        ("pager", _) => true,
+        ("instaweb", "httpd") | ("svn", "authorsprog") => true,
+        _ => {
+            last.ends_with("cmd")
+                || last.ends_with("command")
+                || last.ends_with("hook")
+                || matches!(
+                    last,
+                    "fsmonitor"
+                        | "sshcommand"
+                        | "editor"
+                        | "pager"
+                        | "external"
+                        | "textconv"
+                        | "clean"
+                        | "smudge"
+                        | "process"
+                        | "driver"
+                        | "program"
+                        | "helper"
+                        | "uploadpack"
+                        | "receivepack"
+                        | "tunnel"
+                        | "difffilter"
+                )
+        }
     };
-    if !runs {
-        return None;
+    shell.then_some(Runs::Shell)
+}
+
+/// The paths of programs a config value has git run: for a command git runs through the
+/// shell, every word that holds a `/` (`./tools/x.sh`, `sh scripts/y`, `a | ./b`), but for
+/// assignments (`FOO=a/b`), options (`--out=x/y`) and words whose value the shell makes
+/// (`$HOME/x`, backticks); for a program git executes directly, the whole value. Words the
+/// shell would join are read as it reads them (quotes, backslashes); operators split them.
+fn program_paths(key: &str, value: &str) -> Vec<String> {
+    let Some(how) = runs(key, value) else { return Vec::new() };
+    let value = value.trim();
+    if how == Runs::Exec {
+        return if value.contains('/') { vec![value.to_string()] } else { Vec::new() };
     }
-    let v = value.trim_start().trim_start_matches('!').trim_start();
-    let word = v.split([' ', '\t']).next().unwrap_or_default().trim_matches(['"', '\'']);
-    (word.contains('/') && !word.is_empty()).then_some(word)
+    let mut words: Vec<(String, bool)> = Vec::new();
+    let (mut word, mut made, mut quote) = (String::new(), false, None::<char>);
+    let mut chars = value.trim_start_matches('!').chars();
+    let end = |word: &mut String, made: &mut bool, words: &mut Vec<(String, bool)>| {
+        if !word.is_empty() {
+            words.push((std::mem::take(word), *made));
+        }
+        *made = false;
+    };
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some('"'), '\\') => word.extend(chars.next()),
+            (Some(_), c) => {
+                made |= c == '$' || c == '`';
+                word.push(c);
+            }
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '\\') => word.extend(chars.next()),
+            (None, c) if c.is_whitespace() || ";|&()<>{}".contains(c) => {
+                end(&mut word, &mut made, &mut words)
+            }
+            (None, c) => {
+                made |= c == '$' || c == '`';
+                word.push(c);
+            }
+        }
+    }
+    end(&mut word, &mut made, &mut words);
+    let assignment = |w: &str| {
+        w.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        })
+    };
+    words
+        .into_iter()
+        .filter(|(w, made)| !made && w.contains('/') && !w.starts_with('-') && !assignment(w))
+        .map(|(w, _)| w)
+        .collect()
 }
 
 /// Parse `git config --null --show-origin --list` (`file:<path>` NUL `key` LF `value` NUL …).
@@ -478,10 +537,16 @@ pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
             ((!value.is_empty()).then(|| expand(value, root, home)).flatten(), false)
         } else if key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path")) {
             (expand(value, file.parent().unwrap_or(Path::new("/")), home), true)
-        } else if let Some(program) = runs_program(&key, value) {
-            // Held as a config file is: its name is what git runs.
-            (expand(program, root, home), true)
         } else {
+            // The programs it runs are held as config files are: their names are what git runs.
+            for program in program_paths(&key, value) {
+                let Some((target, through)) = expand(&program, root, home) else { continue };
+                for t in through.into_iter().chain([target]) {
+                    if !files.contains(&t) {
+                        files.push(t);
+                    }
+                }
+            }
             (None, false)
         };
         let Some((target, through)) = lead else { continue };
@@ -656,7 +721,9 @@ file:.git/config\0include.path\n~no-such-user-ocsb/n.inc\0";
 file:.git/config\0filter.nb.clean\n'./scripts/clean.sh' --x\0file:.git/config\0alias.t\n!../out/t.sh\0\
 file:.git/config\0alias.s\nstatus -s\0file:.git/config\0diff.x.textconv\nhexdump -C\0\
 file:.git/config\0user.email\na/b@c\0file:.git/config\0credential.helper\n/home/u/bin/cred\0\
-file:.git/config\0submodule.lib/x.path\nlib/x\0file:.git/config\0remote.o.uploadpack\nbin/up\0";
+file:.git/config\0submodule.lib/x.path\nlib/x\0file:.git/config\0remote.o.uploadpack\nbin/up\0\
+file:.git/config\0credential.helper\nstore/x\0file:.git/config\0gc.recentobjectshook\nFOO=a/b sh t/gc.sh --o=x/y $HOME/z|./p\0\
+file:.git/config\0core.askpass\ntools/my pass\0";
         let runs = parse_config_list(out, Path::new("/p/w"), Path::new("/home/u"));
         assert_eq!(
             runs.files,
@@ -667,8 +734,18 @@ file:.git/config\0submodule.lib/x.path\nlib/x\0file:.git/config\0remote.o.upload
                 PathBuf::from("/p/out/t.sh"),
                 PathBuf::from("/home/u/bin/cred"),
                 PathBuf::from("/p/w/bin/up"),
+                PathBuf::from("/p/w/t/gc.sh"),
+                PathBuf::from("/p/w/p"),
+                PathBuf::from("/p/w/tools/my pass"),
             ]
         );
+        let words = |k: &str, v: &str| program_paths(k, v);
+        assert_eq!(
+            words("filter.x.clean", r#"'./my tools/x.sh' "a\"b/c" d\ e/f"#),
+            ["./my tools/x.sh", "a\"b/c", "d e/f"]
+        );
+        assert_eq!(words("alias.f", "!f() { ./x.sh; }; f"), ["./x.sh"]);
+        assert!(words("user.name", "a/b").is_empty() && words("credential.helper", "cache/x").is_empty());
         let root_home = nix::unistd::User::from_name("root").unwrap().unwrap().dir;
         assert_eq!(
             more.files,

@@ -156,6 +156,8 @@ pub(super) fn stop_left_behind(dir: &Path) -> Result<()> {
         let mut not_stopped = Vec::new();
         let stopped = match &dead.daemon {
             Some(daemon) => stop(dead.ids, daemon, &dead.session, &mut not_stopped),
+            // Its launcher died while making it, before the session served anything.
+            None if dead.ids.is_empty() => Vec::new(),
             None => {
                 not_stopped.push(format!(
                     "those of {} (its journal names no daemon; remove it if they are gone)",
@@ -203,26 +205,26 @@ struct Dead {
 
 /// The journals in `dir` that no live launcher holds, each locked for the caller (a second
 /// start at the same moment skips what this one handles), and what could not be read (a
-/// journal unread is never taken for none). A journal being made that its launcher left
-/// unfinished goes.
+/// journal unread is never taken for none). It looks under the directory's lock, so a journal
+/// being made is never taken for a dead launcher's.
 fn dead_journals(dir: &Path) -> (Vec<Dead>, Vec<String>) {
     let journals = dir.join(JOURNALS);
     let (mut dead, mut unread) = (Vec::new(), Vec::new());
+    let _making = match lock_directory(&journals, false) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => return (dead, unread), // no session has run
+        Err(e) => return (dead, vec![format!("those {} lists ({e})", journals.display())]),
+    };
     let entries = match std::fs::read_dir(&journals) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (dead, unread),
         Err(e) => return (dead, vec![format!("those {} lists ({e})", journals.display())]),
     };
     for e in entries.flatten().take(MAX_JOURNALS) {
         let name = e.file_name().to_string_lossy().into_owned();
-        if !e.file_type().is_ok_and(|t| t.is_file()) {
+        if !e.file_type().is_ok_and(|t| t.is_file()) || !is_session_name(&name) {
             continue;
         }
         let path = journals.join(&name);
-        let unfinished = name.strip_prefix(MAKING).is_some_and(is_session_name);
-        if !unfinished && !is_session_name(&name) {
-            continue;
-        }
         let file = match open_journal(&path, false) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue, // its session ended
@@ -233,11 +235,6 @@ fn dead_journals(dir: &Path) -> (Vec<Dead>, Vec<String>) {
         };
         // Held by a launcher that lives: its own end stops its containers.
         if file.try_lock().is_err() {
-            continue;
-        }
-        if unfinished {
-            // Its launcher died before the session served anything.
-            let _ = std::fs::remove_file(&path);
             continue;
         }
         let mut lines = std::io::BufReader::new(&file).lines().map_while(std::result::Result::ok);
@@ -322,9 +319,11 @@ const MAX_JOURNALS: usize = 256;
 /// The first line of a journal: the daemon's socket, after this.
 const DAEMON: &str = "daemon ";
 
-/// The name a journal has while it is made, before the session's: it is renamed once locked
-/// and headed, so that no start ever takes a journal being made for a dead one.
-const MAKING: &str = ".making-";
+/// The lock file of the journals' directory. A journal is made (created, locked, headed) under
+/// it, and every look for dead journals takes it: without it a start looking in the moment
+/// between another's creating its journal and locking it took that journal for a dead
+/// launcher's, and the other start failed.
+const DIRECTORY_LOCK: &str = ".lock";
 
 /// A session's journal: the daemon's socket, then the full id of each container it set
 /// running, a line each, written before the daemon is asked to. The session holds it locked
@@ -339,20 +338,7 @@ impl Journal {
     /// Makes and locks the journal of `session`, whose containers run on `daemon`, in the
     /// egress state directory `dir`.
     pub(super) fn create(dir: &Path, session: &str, daemon: &Daemon) -> Result<Journal> {
-        use std::os::unix::fs::DirBuilderExt;
         let journals = dir.join(JOURNALS);
-        match std::fs::DirBuilder::new().mode(0o700).create(&journals) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(Error::io("create", &journals, e));
-            }
-            _ => {}
-        }
-        if !std::fs::symlink_metadata(&journals).is_ok_and(|m| m.is_dir()) {
-            return Err(Error::failed(
-                format!("{} is not a directory", journals.display()),
-                format!("remove it: ocsb keeps its Docker sessions' journals there ({JOURNALS}/)"),
-            ));
-        }
         let socket =
             daemon.socket.to_str().filter(|s| !s.contains('\n') && daemon.socket.is_absolute()).ok_or_else(
                 || {
@@ -362,19 +348,17 @@ impl Journal {
                     )
                 },
             )?;
-        let (making, path) = (journals.join(format!("{MAKING}{session}")), journals.join(session));
-        let mut file = open_journal(&making, true).map_err(|e| Error::io("create", &making, e))?;
-        file.try_lock().map_err(|e| Error::io("lock", &making, std::io::Error::other(e.to_string())))?;
-        file.write_all(format!("{DAEMON}{socket}\n").as_bytes())
-            .map_err(|e| Error::io("write", &making, e))?;
-        if path.symlink_metadata().is_ok() {
-            let _ = std::fs::remove_file(&making);
-            return Err(Error::failed(
+        let _making = lock_directory(&journals, true).map_err(|e| Error::io("lock", &journals, e))?;
+        let path = journals.join(session);
+        let mut file = open_journal(&path, true).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Error::failed(
                 format!("{} exists already", path.display()),
                 "report this: a session's name is its own",
-            ));
-        }
-        std::fs::rename(&making, &path).map_err(|e| Error::io("rename", &making, e))?;
+            ),
+            _ => Error::io("create", &path, e),
+        })?;
+        file.try_lock().map_err(|e| Error::io("lock", &path, std::io::Error::other(e.to_string())))?;
+        file.write_all(format!("{DAEMON}{socket}\n").as_bytes()).map_err(|e| Error::io("write", &path, e))?;
         Ok(Journal { path, file: Mutex::new(file) })
     }
 
@@ -386,6 +370,38 @@ impl Journal {
     fn remove(&self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// Takes the lock of the journals' directory `journals` ([`DIRECTORY_LOCK`]), waiting for it,
+/// and returns it held; `make` creates the directory (its owner's alone) first. `None` when the
+/// directory does not exist and `make` is not set.
+fn lock_directory(journals: &Path, make: bool) -> std::io::Result<Option<File>> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if make {
+        match std::fs::DirBuilder::new().mode(0o700).create(journals) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+    }
+    match std::fs::symlink_metadata(journals) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(std::io::Error::other(format!(
+                "not a directory; remove it, ocsb keeps its Docker sessions' journals there ({JOURNALS}/)"
+            )));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !make => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(journals.join(DIRECTORY_LOCK))?;
+    lock.lock().map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(Some(lock))
 }
 
 /// Opens a journal without following a link; `new` makes it (and refuses a name that exists).
@@ -453,11 +469,10 @@ mod tests {
         assert!(dead_journals(dir.path()).0.is_empty(), "held by a launcher that lives");
         assert!(Journal::create(dir.path(), "4242-1f", &daemon).is_err(), "a session's name is its own");
         // What a foreign file in the directory holds is not taken for a journal; one without
-        // a daemon is dead with no daemon to ask; one being made whose launcher died goes.
+        // a daemon is dead with no daemon to ask.
         let journals = dir.path().join(JOURNALS);
         std::fs::write(journals.join("notes"), "daemon /x\nc0ffee\n").unwrap();
         std::fs::write(journals.join("7-a"), "../x\n\nabc\n").unwrap();
-        std::fs::write(journals.join(".making-8-b"), "").unwrap();
         drop(started);
         let (mut dead, unread) = dead_journals(dir.path());
         assert!(unread.is_empty(), "{unread:?}");
@@ -476,7 +491,6 @@ mod tests {
                 ("7-a", None, vec!["abc"])
             ]
         );
-        assert!(!journals.join(".making-8-b").exists());
         // While one start handles them, another skips them.
         assert!(dead_journals(dir.path()).0.is_empty());
         drop(dead);
@@ -487,6 +501,32 @@ mod tests {
             let (_, unread) = dead_journals(dir.path());
             assert!(unread.iter().any(|u| u.contains("7-a")), "{unread:?}");
         }
+    }
+
+    #[test]
+    fn a_journal_being_made_is_not_taken_for_a_dead_launchers() {
+        let dir = tempfile::tempdir().unwrap();
+        let journals = dir.path().join(JOURNALS);
+        // Another start is between creating its journal and locking it: the look waits.
+        let making = lock_directory(&journals, true).unwrap().unwrap();
+        std::fs::write(journals.join("9-c"), "").unwrap();
+        let path = dir.path().to_path_buf();
+        let look = std::thread::spawn(move || {
+            let (dead, unread) = dead_journals(&path);
+            (
+                dead.into_iter().map(|d| (d.session, d.daemon.is_none(), d.ids.len())).collect::<Vec<_>>(),
+                unread,
+            )
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!look.is_finished(), "looked while a journal was being made");
+        // That start died there: its journal names no daemon and lists nothing, and goes.
+        drop(making);
+        let (dead, unread) = look.join().unwrap();
+        assert!(unread.is_empty(), "{unread:?}");
+        assert_eq!(dead, [("9-c".to_string(), true, 0)]);
+        stop_left_behind(dir.path()).unwrap();
+        assert!(!journals.join("9-c").exists());
     }
 
     /// A daemon that answers every call with an empty list.

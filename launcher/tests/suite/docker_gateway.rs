@@ -815,7 +815,7 @@ fn containers_of_a_killed_launcher_are_stopped_by_the_next_start() {
     let body = format!(
         "mkdir -p sub && chown 1990 sub plant.sh
         K() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid {g} --groups \"$DG\" -- \"$OCSB\" exec -- sh -c \"$1\" </dev/null >/dev/null 2>&1 & }}
-        up() {{ for i in $(seq 150); do [ \"$(docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null)\" = true ] && return; sleep 0.1; done; }}
+        up() {{ for i in $(seq 300); do [ \"$(docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null)\" = true ] && return; sleep 0.1; done; }}
         K \"docker run -d --name o-$NAME --user 1990:1990 --network none -v $PWD:/src {IMAGE} sh /src/plant.sh; sleep 60\"; KILLED=$!
         K \"docker run -d --name l-$NAME --network none {IMAGE} sleep 60; sleep 60\"; LIVE=$!
         up o-$NAME; up l-$NAME
@@ -856,7 +856,7 @@ fn a_killed_launchers_containers_are_stopped_on_the_daemon_they_ran_on() {
         N() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" "$@" setpriv --reuid 1990 --regid $G --groups "$DG" -- "$OCSB" exec -- sh -c 'echo next-started' </dev/null 2>&1; }}
         K() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid $G --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null >/dev/null 2>&1 & }}
         running() {{ DOCKER_HOST=$DH docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null; }}
-        up() {{ for i in $(seq 150); do [ "$(running $1)" = true ] && return; sleep 0.1; done; }}
+        up() {{ for i in $(seq 300); do [ "$(running $1)" = true ] && return; sleep 0.1; done; }}
         K "docker run -d --name o-$NAME --network none {IMAGE} sleep 300; sleep 60"; KILLED=$!
         up o-$NAME; kill -KILL $KILLED; sleep 0.5
         J=$(find "$HOME" -type d -name docker-sessions | head -1); echo "journals: $(ls "$J" | wc -l)"

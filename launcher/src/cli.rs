@@ -143,6 +143,11 @@ pub enum Command {
     #[command(name = ISOLATED_PROBE, hide = true)]
     IsolatedProbe,
 
+    /// (internal) The Docker watcher a launcher with a gateway starts: waits until launcher
+    /// PID is gone, then stops what its sessions left running (their journals in DIR).
+    #[command(name = crate::docker_gw::WATCH, hide = true)]
+    DockerWatch { pid: u32, dir: PathBuf },
+
     /// (internal) Write the guard plugin into DIR and print the `OPENCODE_CONFIG_CONTENT` that
     /// `run` would use (no skills), so tests start a real OpenCode with the launcher's permissions.
     #[command(name = "__opencode-config", hide = true)]

@@ -55,6 +55,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
                 1
             }
         }),
+        Command::DockerWatch { pid, dir } => crate::docker_gw::watch(pid, &dir),
         Command::OpencodeConfig { dir } => {
             println!("{}", opencode::config_for_tests(&dir)?);
             Ok(())

@@ -150,7 +150,24 @@ pub(super) fn stop_all(started: &Started, daemon: &Daemon, session: &str) {
 /// say). A journal whose containers are all stopped goes; one with a container that could not
 /// be stopped stays, and the caller is told: the check that follows cannot vouch for a project
 /// such a container may still write.
+///
+/// It holds the journals' directory locked throughout, so a start made meanwhile (right after a
+/// kill, while the launcher's watcher stops what it left) waits for the stops to end: it would
+/// take a journal locked for them for a live session's, and check the checkouts while its
+/// containers still ran.
 pub(super) fn stop_left_behind(dir: &Path) -> Result<()> {
+    let journals = dir.join(JOURNALS);
+    let _looking = match lock_directory(&journals, false) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => return Ok(()), // no session has run
+        Err(e) => {
+            return Err(Error::failed(
+                format!("the Docker sessions' journals in {} cannot be read: {e}", journals.display()),
+                "make it a directory of yours that you can read, or remove it if no container of the \
+                 project runs",
+            ));
+        }
+    };
     let (dead, mut failed) = dead_journals(dir);
     for dead in dead {
         let mut not_stopped = Vec::new();
@@ -203,20 +220,15 @@ struct Dead {
     _lock: File,
 }
 
-/// The journals in `dir` that no live launcher holds, each locked for the caller (a second
-/// start at the same moment skips what this one handles), and what could not be read (a
-/// journal unread is never taken for none). It looks under the directory's lock, so a journal
-/// being made is never taken for a dead launcher's.
+/// The journals in `dir` that no live launcher holds, each locked for the caller, and what
+/// could not be read (a journal unread is never taken for none). The caller holds the
+/// directory's lock, so a journal being made is never taken for a dead launcher's.
 fn dead_journals(dir: &Path) -> (Vec<Dead>, Vec<String>) {
     let journals = dir.join(JOURNALS);
     let (mut dead, mut unread) = (Vec::new(), Vec::new());
-    let _making = match lock_directory(&journals, false) {
-        Ok(Some(lock)) => lock,
-        Ok(None) => return (dead, unread), // no session has run
-        Err(e) => return (dead, vec![format!("those {} lists ({e})", journals.display())]),
-    };
     let entries = match std::fs::read_dir(&journals) {
         Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (dead, unread),
         Err(e) => return (dead, vec![format!("those {} lists ({e})", journals.display())]),
     };
     for e in entries.flatten().take(MAX_JOURNALS) {
@@ -372,6 +384,28 @@ impl Journal {
     }
 }
 
+/// Waits, at most `limit`, until no journal in `dir` of the launcher `pid` (one named
+/// `<pid>-…`) is locked. The launcher's watcher wakes when the launcher's pipe closes, and the
+/// kernel lets go of a dying process's descriptors one by one: a journal may still be locked
+/// then (by a thread still closing them after the main one is a zombie), and would be taken
+/// for a live session's.
+pub(super) fn wait_released(dir: &Path, pid: u32, limit: Duration) {
+    let journals = dir.join(JOURNALS);
+    let prefix = format!("{pid}-");
+    let until = std::time::Instant::now() + limit;
+    let held = || {
+        std::fs::read_dir(&journals).into_iter().flatten().flatten().any(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(&prefix)
+                && is_session_name(&name)
+                && open_journal(&e.path(), false).is_ok_and(|f| f.try_lock().is_err())
+        })
+    };
+    while held() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Takes the lock of the journals' directory `journals` ([`DIRECTORY_LOCK`]), waiting for it,
 /// and returns it held; `make` creates the directory (its owner's alone) first. `None` when the
 /// directory does not exist and `make` is not set.
@@ -504,29 +538,43 @@ mod tests {
     }
 
     #[test]
-    fn a_journal_being_made_is_not_taken_for_a_dead_launchers() {
+    fn a_journal_being_made_or_stopped_for_is_waited_for() {
         let dir = tempfile::tempdir().unwrap();
         let journals = dir.path().join(JOURNALS);
-        // Another start is between creating its journal and locking it: the look waits.
+        // Another start is between creating its journal and locking it, or a watcher is
+        // stopping what a dead launcher left: the look waits.
         let making = lock_directory(&journals, true).unwrap().unwrap();
         std::fs::write(journals.join("9-c"), "").unwrap();
         let path = dir.path().to_path_buf();
-        let look = std::thread::spawn(move || {
-            let (dead, unread) = dead_journals(&path);
-            (
-                dead.into_iter().map(|d| (d.session, d.daemon.is_none(), d.ids.len())).collect::<Vec<_>>(),
-                unread,
-            )
-        });
+        let look = std::thread::spawn(move || stop_left_behind(&path).map_err(|e| e.to_string()));
         std::thread::sleep(Duration::from_millis(200));
-        assert!(!look.is_finished(), "looked while a journal was being made");
+        assert!(!look.is_finished(), "looked while the directory was held");
         // That start died there: its journal names no daemon and lists nothing, and goes.
         drop(making);
-        let (dead, unread) = look.join().unwrap();
-        assert!(unread.is_empty(), "{unread:?}");
-        assert_eq!(dead, [("9-c".to_string(), true, 0)]);
-        stop_left_behind(dir.path()).unwrap();
+        look.join().unwrap().unwrap();
         assert!(!journals.join("9-c").exists());
+    }
+
+    #[test]
+    fn the_watcher_waits_until_its_launchers_journals_are_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = Daemon { socket: "/run/d.sock".into() };
+        let journal = Journal::create(dir.path(), "77-1", &daemon).unwrap();
+        let let_go = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            drop(journal);
+        });
+        let t = std::time::Instant::now();
+        wait_released(dir.path(), 77, Duration::from_secs(5));
+        assert!(t.elapsed() >= Duration::from_millis(100), "returned while the journal was held");
+        let_go.join().unwrap();
+        // Another launcher's journal is not waited for; one never let go, only up to the limit.
+        let _other = Journal::create(dir.path(), "78-1", &daemon).unwrap();
+        let t = std::time::Instant::now();
+        wait_released(dir.path(), 77, Duration::from_secs(5));
+        assert!(t.elapsed() < Duration::from_millis(100));
+        wait_released(dir.path(), 78, Duration::from_millis(100));
+        assert!(t.elapsed() >= Duration::from_millis(100));
     }
 
     /// A daemon that answers every call with an empty list.

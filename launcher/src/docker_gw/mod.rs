@@ -12,6 +12,7 @@ mod egress;
 mod ending;
 mod http;
 mod ports;
+mod watcher;
 
 use std::io::Write;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -113,6 +114,7 @@ impl Gateway {
         let (listener, socket, inode) = listen(&dir)?;
         let session = ctx.session.clone();
         let journal = ending::Journal::create(&paths.dir, &session, &daemon)?;
+        watcher::ensure(&paths.dir, paths.open_log("docker.log").ok())?;
         let started = Arc::new(ending::Started::with_journal(journal));
         let closing = Arc::new(AtomicBool::new(false));
         let waiting = Waiting {
@@ -325,6 +327,14 @@ pub fn stop_left_behind(project: &Project) -> Result<()> {
     let inst = crate::egress_cmd::instance(project)?;
     ending::stop_left_behind(&inst.paths().dir)
 }
+
+/// `ocsb __docker-watch PID DIR`: the watcher a launcher with a gateway starts
+/// ([`watcher`] says why).
+pub fn watch(pid: u32, dir: &Path) -> Result<()> {
+    watcher::main(pid, dir)
+}
+
+pub use watcher::WATCH;
 
 /// Starts the gateway for a sandbox of `project` when `OCSB_DOCKER=1` and a daemon answers on
 /// a unix socket, and puts it into `spec` (its socket, `DOCKER_HOST`). With no daemon there is

@@ -798,7 +798,8 @@ fn a_container_handed_the_project_over_a_volume_is_stopped_too() {
 /// the user's `git status` ran it. Each session now writes down what it sets running and holds
 /// that journal locked while its launcher lives; the next start stops what a dead launcher's
 /// journal lists, before its check. A container of a session that is still running is left
-/// alone.
+/// alone. The launcher's watcher is killed with it here (a killed process group, a reboot), as
+/// it would stop the container first.
 #[test]
 fn containers_of_a_killed_launcher_are_stopped_by_the_next_start() {
     let w = World::new();
@@ -819,7 +820,7 @@ fn containers_of_a_killed_launcher_are_stopped_by_the_next_start() {
         K \"docker run -d --name o-$NAME --user 1990:1990 --network none -v $PWD:/src {IMAGE} sh /src/plant.sh; sleep 60\"; KILLED=$!
         K \"docker run -d --name l-$NAME --network none {IMAGE} sleep 60; sleep 60\"; LIVE=$!
         up o-$NAME; up l-$NAME
-        kill -KILL $KILLED; sleep 0.5
+        {KILL_WATCHERS}; kill -KILL $KILLED; sleep 0.5
         echo \"orphan after the kill: $(docker inspect -f '{{{{.State.Running}}}}' o-$NAME)\"
         D 'echo next-started'
         echo \"orphan after the next start: $(docker inspect -f '{{{{.State.Running}}}}' o-$NAME)\"
@@ -843,6 +844,94 @@ fn containers_of_a_killed_launcher_are_stopped_by_the_next_start() {
     has(&out, "fsmonitor ran: no", &err);
 }
 
+/// Shell lines that kill the Docker watchers of the scenario's launchers (a watcher that goes
+/// with its launcher), as root.
+const KILL_WATCHERS: &str = r#"pkill -KILL -f "^[^ ]*ocsb __docker-watch [0-9]+ $HOME/""#;
+
+/// A launcher killed with `SIGKILL` has its containers stopped by its watcher at once, with no
+/// start of the project: before, they ran until the next one, and a container that planted a
+/// repository with `core.fsmonitor` in that time had the user's `git status` run it. A live
+/// session's container runs on, and the watcher says what it stopped in the project's
+/// `docker.log`.
+#[test]
+fn a_killed_launchers_containers_are_stopped_at_once_by_its_watcher() {
+    let w = World::new();
+    let pwned = w.home.join("PWNED-watched");
+    std::fs::write(
+        w.proj.join("plant.sh"),
+        format!(
+            "trap 'exit 0' TERM\nsleep 6 & wait $!\n{}sleep 60 & wait $!\n",
+            fsmonitor_repo("/src", &pwned)
+        ),
+    )
+    .unwrap();
+    let g = crate::support::sandbox::netlock_gid();
+    let body = format!(
+        "mkdir -p sub && chown 1990 sub plant.sh
+        K() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid {g} --groups \"$DG\" -- \"$OCSB\" exec -- sh -c \"$1\" </dev/null >/dev/null 2>&1 & }}
+        running() {{ docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null; }}
+        up() {{ for i in $(seq 300); do [ \"$(running $1)\" = true ] && return; sleep 0.1; done; }}
+        K \"docker run -d --name o-$NAME --user 1990:1990 --network none -v $PWD:/src {IMAGE} sh /src/plant.sh; sleep 60\"; KILLED=$!
+        K \"docker run -d --name l-$NAME --network none {IMAGE} sleep 60; sleep 60\"; LIVE=$!
+        up o-$NAME; up l-$NAME
+        echo \"watchers: $(pgrep -c -f \"^[^ ]*ocsb __docker-watch [0-9]+ $HOME/\")\"
+        PIPE=$(readlink /proc/$(pgrep -f \"^[^ ]*ocsb __docker-watch $KILLED $HOME/\")/fd/0)
+        echo \"ends of its pipe: $(ls -l /proc/[0-9]*/fd/ 2>/dev/null | grep -c -F \" -> $PIPE\")\"
+        kill -KILL $KILLED
+        for i in $(seq 150); do [ \"$(running o-$NAME)\" = false ] && break; sleep 0.1; done
+        echo \"orphan after the kill: $(running o-$NAME)\"
+        echo \"live session's container: $(running l-$NAME)\"
+        sleep 7
+        {host_check}
+        L=$(find \"$HOME\" -name docker.log | head -1)
+        grep -c \"stopped o-$NAME (kept, not removed): left running by session\" \"$L\" | sed 's/^/logged: /'
+        J=$(find \"$HOME\" -type d -name docker-sessions | head -1); echo \"journals: $(ls \"$J\" | wc -l)\"
+        kill -TERM $LIVE; wait $LIVE
+        for i in $(seq 50); do pgrep -f \"^[^ ]*ocsb __docker-watch [0-9]+ $HOME/\" >/dev/null || break; sleep 0.1; done
+        echo \"watchers left: $(pgrep -c -f \"^[^ ]*ocsb __docker-watch [0-9]+ $HOME/\")\"
+        docker rm -f o-$NAME l-$NAME >/dev/null",
+        host_check = git_status_in_sub(&pwned)
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "watchers: 2", &err);
+    // The launcher's and the watcher's alone: no child of the launcher (the sandbox, the
+    // filter, git) holds the writing end, which would keep the watcher from waking.
+    has(&out, "ends of its pipe: 2", &err);
+    has(&out, "orphan after the kill: false", &err);
+    has(&out, "live session's container: true", &err);
+    has(&out, "planted repo on the host: no", &err);
+    has(&out, "fsmonitor ran: no", &err);
+    has(&out, "logged: 1", &err);
+    has(&out, "journals: 1", &err); // the live session's
+    has(&out, "watchers left: 0", &err);
+}
+
+/// A start made right after a kill, while the watcher is still stopping a container that
+/// ignores `SIGTERM` (a process 1 with no handler; the daemon kills it after the grace
+/// period), waits for that stop: it
+/// took the journal the watcher held for a live session's, and checked the checkouts while
+/// the container ran on.
+#[test]
+fn a_start_right_after_a_kill_waits_for_the_watchers_stops() {
+    let w = World::new();
+    let g = crate::support::sandbox::netlock_gid();
+    let body = format!(
+        "K() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid {g} --groups \"$DG\" -- \"$OCSB\" exec -- sh -c \"$1\" </dev/null >/dev/null 2>&1 & }}
+        running() {{ docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null; }}
+        up() {{ for i in $(seq 300); do [ \"$(running $1)\" = true ] && return; sleep 0.1; done; }}
+        K \"docker run -d --name o-$NAME --network none {IMAGE} sleep 300; sleep 60\"; KILLED=$!
+        up o-$NAME; kill -KILL $KILLED; sleep 0.3
+        S=$(date +%s%N); D 'echo next-started'; E=$(date +%s%N)
+        echo \"orphan when the start ran: $(running o-$NAME)\"
+        echo \"the start waited: $([ $(( (E - S) / 1000000 )) -ge 3000 ] && echo yes || echo no)\"
+        docker rm -f o-$NAME >/dev/null"
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "next-started", &err);
+    has(&out, "orphan when the start ran: false", &err);
+    has(&out, "the start waited: yes", &err);
+}
+
 /// The journal names the daemon its session used, and the next start asks that one whatever
 /// its own settings: a start with `OCSB_DOCKER=0`, then one that would reach another daemon,
 /// each took the dead session's container for gone and dropped the journal, and the container
@@ -858,7 +947,7 @@ fn a_killed_launchers_containers_are_stopped_on_the_daemon_they_ran_on() {
         running() {{ DOCKER_HOST=$DH docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null; }}
         up() {{ for i in $(seq 300); do [ "$(running $1)" = true ] && return; sleep 0.1; done; }}
         K "docker run -d --name o-$NAME --network none {IMAGE} sleep 300; sleep 60"; KILLED=$!
-        up o-$NAME; kill -KILL $KILLED; sleep 0.5
+        up o-$NAME; {KILL_WATCHERS}; kill -KILL $KILLED; sleep 0.5
         J=$(find "$HOME" -type d -name docker-sessions | head -1); echo "journals: $(ls "$J" | wc -l)"
         mv "$DD/sock" "$DD/away"
         N OCSB_DOCKER=0 DOCKER_HOST=unix:///var/run/docker.sock | grep -c 'could not be stopped' | sed 's/^/refused while its daemon is away: /'

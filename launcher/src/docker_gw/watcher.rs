@@ -1,0 +1,80 @@
+//! A watcher of the launcher, in a process of its own, that stops what the launcher's Docker
+//! sessions left running as soon as the launcher is gone, however it went.
+//!
+//! *Why*: a launcher killed with `SIGKILL` (by the user, the OOM killer) makes no end, and the
+//! journal of what its session set running ([`super::ending::Journal`]) is read by the
+//! project's next start. Until then, a container of that session keeps running and may plant
+//! in the project what the user's own git, run on the host meanwhile, executes. The watcher
+//! narrows that window to the moment the daemon takes to stop them: it waits on a pipe whose
+//! only writer the launcher holds, which the kernel closes when the launcher exits, then stops
+//! what every journal nobody holds lists. The next start still does the same, for a watcher
+//! that went with its launcher (a killed process group, session or cgroup, a reboot).
+//!
+//! The watcher is in a process group of its own, so the terminal's signals for the launcher's
+//! job (`^C`, `^Z`) do not reach it; its output goes to the project's `docker.log`, so it never
+//! touches the terminal.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The hidden subcommand the watcher runs as.
+pub const WATCH: &str = "__docker-watch";
+
+/// How long the watcher waits, after the pipe closed, for the launcher's journals to be let go
+/// ([`super::ending::wait_released`]).
+const EXIT_WAIT: Duration = Duration::from_secs(5);
+
+/// The program the watcher runs: the launcher's own.
+const SELF: &str = "/proc/self/exe";
+
+/// The watched directories of this launcher, each with the pipe's writing end. Kept until the
+/// process exits: dropping one would wake its watcher.
+static WATCHED: Mutex<Vec<(PathBuf, std::io::PipeWriter)>> = Mutex::new(Vec::new());
+
+/// Starts the watcher of this launcher for the project's egress state directory `dir`, once
+/// per process and directory.
+pub(super) fn ensure(dir: &Path, log: Option<std::fs::File>) -> Result<()> {
+    let mut watched = WATCHED.lock().unwrap_or_else(|p| p.into_inner());
+    if watched.iter().any(|(d, _)| d == dir) {
+        return Ok(());
+    }
+    // Both ends close on exec: no program but the watcher ever holds the reading end, and none
+    // but this launcher the writing one, so the watcher's read ends exactly with the launcher.
+    let (reader, writer) = std::io::pipe().map_err(|e| Error::io("create a pipe for", dir, e))?;
+    let stderr = log.map_or_else(Stdio::null, Stdio::from);
+    // This very program, even if an upgrade has replaced the file it was started from.
+    Command::new(SELF)
+        .arg0("ocsb")
+        .arg(WATCH)
+        .arg(std::process::id().to_string())
+        .arg(dir)
+        .stdin(reader)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .current_dir("/")
+        .process_group(0)
+        .spawn()
+        .map_err(|e| Error::io("start the Docker watcher", SELF, e))?;
+    watched.push((dir.to_path_buf(), writer));
+    Ok(())
+}
+
+/// `ocsb __docker-watch PID DIR`: waits until the launcher `pid` is gone (its pipe on stdin
+/// closes), then stops what the journals in `dir` nobody holds list.
+pub fn main(pid: u32, dir: &Path) -> Result<()> {
+    // What the launcher's caller let it inherit (a pipe someone waits on to close, a job
+    // server) is not kept for as long as the launcher lives and the stops take.
+    ocsb_sandbox::sys::close_range(3, 0).map_err(|e| Error::io("close the descriptors of", "ocsb", e))?;
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = [0u8; 64];
+    // Nothing is ever written: any read that returns is the end (or the pipe's failure).
+    while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+    super::ending::wait_released(dir, pid, EXIT_WAIT);
+    super::ending::stop_left_behind(dir)
+}

@@ -793,6 +793,42 @@ fn a_container_handed_the_project_over_a_volume_is_stopped_too() {
     has(&out, "fsmonitor ran: no", &err);
 }
 
+/// The command line of a Docker watcher of the scenario's launchers, for `pgrep -f`.
+const WATCHER: &str = "^ocsb __docker-watch [0-9]+ $HOME/";
+
+/// Shell functions of the killed-launcher tests: `K CMD` runs `ocsb exec -- sh -c CMD` as the
+/// user in the background (`$!` is the launcher), `running NAME` is a container's state, and
+/// `up NAME` waits until it runs.
+fn killable() -> String {
+    let g = crate::support::sandbox::netlock_gid();
+    format!(
+        r#"K() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid {g} --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null >/dev/null 2>&1 & }}
+        running() {{ docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null; }}
+        up() {{ for i in $(seq 300); do [ "$(running $1)" = true ] && return; sleep 0.1; done; }}
+        "#
+    )
+}
+
+/// Shell lines of two sessions of the project, each in a launcher of its own, both running
+/// when they end: `$KILLED`'s container `o-$NAME` plants in `sub`, 6 s after it starts unless
+/// it is stopped first, a repository whose `core.fsmonitor` makes `marker`; `$LIVE`'s runs
+/// `l-$NAME`.
+fn two_sessions(w: &World, marker: &Path) -> String {
+    let plant = format!(
+        "trap 'exit 0' TERM\nsleep 6 & wait $!\n{}sleep 60 & wait $!\n",
+        fsmonitor_repo("/src", marker)
+    );
+    std::fs::write(w.proj.join("plant.sh"), plant).unwrap();
+    format!(
+        r#"{killable}mkdir -p sub && chown 1990 sub plant.sh
+        K "docker run -d --name o-$NAME --user 1990:1990 --network none -v $PWD:/src {IMAGE} sh /src/plant.sh; sleep 60"; KILLED=$!
+        K "docker run -d --name l-$NAME --network none {IMAGE} sleep 60; sleep 60"; LIVE=$!
+        up o-$NAME; up l-$NAME
+        "#,
+        killable = killable()
+    )
+}
+
 /// A launcher that dies (SIGKILL) makes no end, and its containers ran on: one with the
 /// project bound planted a repository whose `core.fsmonitor` runs a command seconds later, and
 /// the user's `git status` ran it. Each session now writes down what it sets running and holds
@@ -804,30 +840,16 @@ fn a_container_handed_the_project_over_a_volume_is_stopped_too() {
 fn containers_of_a_killed_launcher_are_stopped_by_the_next_start() {
     let w = World::new();
     let pwned = w.home.join("PWNED-orphan");
-    std::fs::write(
-        w.proj.join("plant.sh"),
-        format!(
-            "trap 'exit 0' TERM\nsleep 6 & wait $!\n{}sleep 60 & wait $!\n",
-            fsmonitor_repo("/src", &pwned)
-        ),
-    )
-    .unwrap();
-    let g = crate::support::sandbox::netlock_gid();
     let body = format!(
-        "mkdir -p sub && chown 1990 sub plant.sh
-        K() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid {g} --groups \"$DG\" -- \"$OCSB\" exec -- sh -c \"$1\" </dev/null >/dev/null 2>&1 & }}
-        up() {{ for i in $(seq 300); do [ \"$(docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null)\" = true ] && return; sleep 0.1; done; }}
-        K \"docker run -d --name o-$NAME --user 1990:1990 --network none -v $PWD:/src {IMAGE} sh /src/plant.sh; sleep 60\"; KILLED=$!
-        K \"docker run -d --name l-$NAME --network none {IMAGE} sleep 60; sleep 60\"; LIVE=$!
-        up o-$NAME; up l-$NAME
-        {KILL_WATCHERS}; kill -KILL $KILLED; sleep 0.5
-        echo \"orphan after the kill: $(docker inspect -f '{{{{.State.Running}}}}' o-$NAME)\"
+        "{sessions}pkill -KILL -f \"{WATCHER}\"; kill -KILL $KILLED; sleep 0.5
+        echo \"orphan after the kill: $(running o-$NAME)\"
         D 'echo next-started'
-        echo \"orphan after the next start: $(docker inspect -f '{{{{.State.Running}}}}' o-$NAME)\"
-        echo \"live session's container: $(docker inspect -f '{{{{.State.Running}}}}' l-$NAME)\"
+        echo \"orphan after the next start: $(running o-$NAME)\"
+        echo \"live session's container: $(running l-$NAME)\"
         kill -TERM $LIVE; sleep 7
         {host_check}
         docker rm -f o-$NAME l-$NAME >/dev/null",
+        sessions = two_sessions(&w, &pwned),
         host_check = git_status_in_sub(&pwned)
     );
     let (out, err) = docker_scenario(&w, &body);
@@ -844,10 +866,6 @@ fn containers_of_a_killed_launcher_are_stopped_by_the_next_start() {
     has(&out, "fsmonitor ran: no", &err);
 }
 
-/// Shell lines that kill the Docker watchers of the scenario's launchers (a watcher that goes
-/// with its launcher), as root.
-const KILL_WATCHERS: &str = r#"pkill -KILL -f "^[^ ]*ocsb __docker-watch [0-9]+ $HOME/""#;
-
 /// A launcher killed with `SIGKILL` has its containers stopped by its watcher at once, with no
 /// start of the project: before, they ran until the next one, and a container that planted a
 /// repository with `core.fsmonitor` in that time had the user's `git status` run it. A live
@@ -857,25 +875,9 @@ const KILL_WATCHERS: &str = r#"pkill -KILL -f "^[^ ]*ocsb __docker-watch [0-9]+ 
 fn a_killed_launchers_containers_are_stopped_at_once_by_its_watcher() {
     let w = World::new();
     let pwned = w.home.join("PWNED-watched");
-    std::fs::write(
-        w.proj.join("plant.sh"),
-        format!(
-            "trap 'exit 0' TERM\nsleep 6 & wait $!\n{}sleep 60 & wait $!\n",
-            fsmonitor_repo("/src", &pwned)
-        ),
-    )
-    .unwrap();
-    let g = crate::support::sandbox::netlock_gid();
     let body = format!(
-        "mkdir -p sub && chown 1990 sub plant.sh
-        K() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid {g} --groups \"$DG\" -- \"$OCSB\" exec -- sh -c \"$1\" </dev/null >/dev/null 2>&1 & }}
-        running() {{ docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null; }}
-        up() {{ for i in $(seq 300); do [ \"$(running $1)\" = true ] && return; sleep 0.1; done; }}
-        K \"docker run -d --name o-$NAME --user 1990:1990 --network none -v $PWD:/src {IMAGE} sh /src/plant.sh; sleep 60\"; KILLED=$!
-        K \"docker run -d --name l-$NAME --network none {IMAGE} sleep 60; sleep 60\"; LIVE=$!
-        up o-$NAME; up l-$NAME
-        echo \"watchers: $(pgrep -c -f \"^[^ ]*ocsb __docker-watch [0-9]+ $HOME/\")\"
-        PIPE=$(readlink /proc/$(pgrep -f \"^[^ ]*ocsb __docker-watch $KILLED $HOME/\")/fd/0)
+        "{sessions}echo \"watchers: $(pgrep -c -f \"{WATCHER}\")\"
+        PIPE=$(readlink /proc/$(pgrep -f \"^ocsb __docker-watch $KILLED $HOME/\")/fd/0)
         echo \"ends of its pipe: $(ls -l /proc/[0-9]*/fd/ 2>/dev/null | grep -c -F \" -> $PIPE\")\"
         kill -KILL $KILLED
         for i in $(seq 150); do [ \"$(running o-$NAME)\" = false ] && break; sleep 0.1; done
@@ -887,9 +889,10 @@ fn a_killed_launchers_containers_are_stopped_at_once_by_its_watcher() {
         grep -c \"stopped o-$NAME (kept, not removed): left running by session\" \"$L\" | sed 's/^/logged: /'
         J=$(find \"$HOME\" -type d -name docker-sessions | head -1); echo \"journals: $(ls \"$J\" | wc -l)\"
         kill -TERM $LIVE; wait $LIVE
-        for i in $(seq 50); do pgrep -f \"^[^ ]*ocsb __docker-watch [0-9]+ $HOME/\" >/dev/null || break; sleep 0.1; done
-        echo \"watchers left: $(pgrep -c -f \"^[^ ]*ocsb __docker-watch [0-9]+ $HOME/\")\"
+        for i in $(seq 50); do pgrep -f \"{WATCHER}\" >/dev/null || break; sleep 0.1; done
+        echo \"watchers left: $(pgrep -c -f \"{WATCHER}\")\"
         docker rm -f o-$NAME l-$NAME >/dev/null",
+        sessions = two_sessions(&w, &pwned),
         host_check = git_status_in_sub(&pwned)
     );
     let (out, err) = docker_scenario(&w, &body);
@@ -908,23 +911,19 @@ fn a_killed_launchers_containers_are_stopped_at_once_by_its_watcher() {
 
 /// A start made right after a kill, while the watcher is still stopping a container that
 /// ignores `SIGTERM` (a process 1 with no handler; the daemon kills it after the grace
-/// period), waits for that stop: it
-/// took the journal the watcher held for a live session's, and checked the checkouts while
-/// the container ran on.
+/// period), waits for that stop: it took the journal the watcher held for a live session's,
+/// and checked the checkouts while the container ran on.
 #[test]
 fn a_start_right_after_a_kill_waits_for_the_watchers_stops() {
     let w = World::new();
-    let g = crate::support::sandbox::netlock_gid();
     let body = format!(
-        "K() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid {g} --groups \"$DG\" -- \"$OCSB\" exec -- sh -c \"$1\" </dev/null >/dev/null 2>&1 & }}
-        running() {{ docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null; }}
-        up() {{ for i in $(seq 300); do [ \"$(running $1)\" = true ] && return; sleep 0.1; done; }}
-        K \"docker run -d --name o-$NAME --network none {IMAGE} sleep 300; sleep 60\"; KILLED=$!
+        "{killable}K \"docker run -d --name o-$NAME --network none {IMAGE} sleep 300; sleep 60\"; KILLED=$!
         up o-$NAME; kill -KILL $KILLED; sleep 0.3
         S=$(date +%s%N); D 'echo next-started'; E=$(date +%s%N)
         echo \"orphan when the start ran: $(running o-$NAME)\"
         echo \"the start waited: $([ $(( (E - S) / 1000000 )) -ge 3000 ] && echo yes || echo no)\"
-        docker rm -f o-$NAME >/dev/null"
+        docker rm -f o-$NAME >/dev/null",
+        killable = killable()
     );
     let (out, err) = docker_scenario(&w, &body);
     has(&out, "next-started", &err);
@@ -947,7 +946,7 @@ fn a_killed_launchers_containers_are_stopped_on_the_daemon_they_ran_on() {
         running() {{ DOCKER_HOST=$DH docker inspect -f '{{{{.State.Running}}}}' $1 2>/dev/null; }}
         up() {{ for i in $(seq 300); do [ "$(running $1)" = true ] && return; sleep 0.1; done; }}
         K "docker run -d --name o-$NAME --network none {IMAGE} sleep 300; sleep 60"; KILLED=$!
-        up o-$NAME; {KILL_WATCHERS}; kill -KILL $KILLED; sleep 0.5
+        up o-$NAME; pkill -KILL -f "{WATCHER}"; kill -KILL $KILLED; sleep 0.5
         J=$(find "$HOME" -type d -name docker-sessions | head -1); echo "journals: $(ls "$J" | wc -l)"
         mv "$DD/sock" "$DD/away"
         N OCSB_DOCKER=0 DOCKER_HOST=unix:///var/run/docker.sock | grep -c 'could not be stopped' | sed 's/^/refused while its daemon is away: /'

@@ -114,7 +114,7 @@ impl Gateway {
         let (listener, socket, inode) = listen(&dir)?;
         let session = ctx.session.clone();
         let journal = ending::Journal::create(&paths.dir, &session, &daemon)?;
-        watcher::ensure(&paths.dir, paths.open_log("docker.log").ok())?;
+        watcher::ensure(&paths.dir, || paths.open_log("docker.log").ok())?;
         let started = Arc::new(ending::Started::with_journal(journal));
         let closing = Arc::new(AtomicBool::new(false));
         let waiting = Waiting {

@@ -38,8 +38,8 @@ const SELF: &str = "/proc/self/exe";
 static WATCHED: Mutex<Vec<(PathBuf, std::io::PipeWriter)>> = Mutex::new(Vec::new());
 
 /// Starts the watcher of this launcher for the project's egress state directory `dir`, once
-/// per process and directory.
-pub(super) fn ensure(dir: &Path, log: Option<std::fs::File>) -> Result<()> {
+/// per process and directory, writing to what `log` opens.
+pub(super) fn ensure(dir: &Path, log: impl FnOnce() -> Option<std::fs::File>) -> Result<()> {
     let mut watched = WATCHED.lock().unwrap_or_else(|p| p.into_inner());
     if watched.iter().any(|(d, _)| d == dir) {
         return Ok(());
@@ -47,7 +47,7 @@ pub(super) fn ensure(dir: &Path, log: Option<std::fs::File>) -> Result<()> {
     // Both ends close on exec: no program but the watcher ever holds the reading end, and none
     // but this launcher the writing one, so the watcher's read ends exactly with the launcher.
     let (reader, writer) = std::io::pipe().map_err(|e| Error::io("create a pipe for", dir, e))?;
-    let stderr = log.map_or_else(Stdio::null, Stdio::from);
+    let stderr = log().map_or_else(Stdio::null, Stdio::from);
     // This very program, even if an upgrade has replaced the file it was started from.
     Command::new(SELF)
         .arg0("ocsb")

@@ -156,6 +156,17 @@ pub(super) fn stop_all(started: &Started, daemon: &Daemon, session: &str) {
 /// take a journal locked for them for a live session's, and check the checkouts while its
 /// containers still ran.
 pub(super) fn stop_left_behind(dir: &Path) -> Result<()> {
+    stop_left_behind_by(dir, None)
+}
+
+/// What the watcher of the launcher `pid` does once that launcher is gone: [`stop_left_behind`],
+/// after waiting, at most `limit` and under the directory's lock (so that a start made
+/// meanwhile waits too), until the launcher's own journals are let go ([`wait_released`]).
+pub(super) fn stop_after_exit(dir: &Path, pid: u32, limit: Duration) -> Result<()> {
+    stop_left_behind_by(dir, Some((pid, limit)))
+}
+
+fn stop_left_behind_by(dir: &Path, exited: Option<(u32, Duration)>) -> Result<()> {
     let journals = dir.join(JOURNALS);
     let _looking = match lock_directory(&journals, false) {
         Ok(Some(lock)) => lock,
@@ -168,6 +179,15 @@ pub(super) fn stop_left_behind(dir: &Path) -> Result<()> {
             ));
         }
     };
+    if let Some((pid, limit)) = exited
+        && !wait_released(dir, pid, limit)
+    {
+        eprintln!(
+            "ocsb: docker: the journal of launcher {pid} was still held {} s after it ended; what it \
+             lists is left to the project's next start",
+            limit.as_secs()
+        );
+    }
     let (dead, mut failed) = dead_journals(dir);
     for dead in dead {
         let mut not_stopped = Vec::new();
@@ -231,11 +251,11 @@ fn dead_journals(dir: &Path) -> (Vec<Dead>, Vec<String>) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (dead, unread),
         Err(e) => return (dead, vec![format!("those {} lists ({e})", journals.display())]),
     };
-    for e in entries.flatten().take(MAX_JOURNALS) {
+    let mut names = entries.flatten().filter_map(|e| {
         let name = e.file_name().to_string_lossy().into_owned();
-        if !e.file_type().is_ok_and(|t| t.is_file()) || !is_session_name(&name) {
-            continue;
-        }
+        (e.file_type().is_ok_and(|t| t.is_file()) && is_session_name(&name)).then_some(name)
+    });
+    for name in names.by_ref().take(MAX_JOURNALS) {
         let path = journals.join(&name);
         let file = match open_journal(&path, false) {
             Ok(file) => file,
@@ -257,6 +277,11 @@ fn dead_journals(dir: &Path) -> (Vec<Dead>, Vec<String>) {
             .map(|socket| Daemon { socket });
         let ids = lines.filter(|l| is_container_ref(l)).collect();
         dead.push(Dead { session: name, path, daemon, ids, _lock: file });
+    }
+    // Those handled now go; the next start looks at the rest.
+    if names.next().is_some() {
+        unread
+            .push(format!("those of the journals in {} beyond the first {MAX_JOURNALS}", journals.display()));
     }
     (dead, unread)
 }
@@ -385,11 +410,12 @@ impl Journal {
 }
 
 /// Waits, at most `limit`, until no journal in `dir` of the launcher `pid` (one named
-/// `<pid>-…`) is locked. The launcher's watcher wakes when the launcher's pipe closes, and the
-/// kernel lets go of a dying process's descriptors one by one: a journal may still be locked
-/// then (by a thread still closing them after the main one is a zombie), and would be taken
-/// for a live session's.
-pub(super) fn wait_released(dir: &Path, pid: u32, limit: Duration) {
+/// `<pid>-…`) is locked, and says whether none is. The launcher's watcher wakes when the
+/// launcher's pipe closes, and the kernel lets go of a dying process's descriptors one by one:
+/// a journal may still be locked then (by a thread still closing them after the main one is a
+/// zombie), and would be taken for a live session's. The caller holds the directory's lock:
+/// the probe locks each journal for a moment, in which a start's look would take it for live.
+fn wait_released(dir: &Path, pid: u32, limit: Duration) -> bool {
     let journals = dir.join(JOURNALS);
     let prefix = format!("{pid}-");
     let until = std::time::Instant::now() + limit;
@@ -401,7 +427,13 @@ pub(super) fn wait_released(dir: &Path, pid: u32, limit: Duration) {
                 && open_journal(&e.path(), false).is_ok_and(|f| f.try_lock().is_err())
         })
     };
-    while held() && std::time::Instant::now() < until {
+    loop {
+        if !held() {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -434,7 +466,17 @@ fn lock_directory(journals: &Path, make: bool) -> std::io::Result<Option<File>> 
         .mode(0o600)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(journals.join(DIRECTORY_LOCK))?;
-    lock.lock().map_err(|e| std::io::Error::other(e.to_string()))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            eprintln!(
+                "ocsb: docker: waiting for another ocsb of this project (it may be stopping the \
+                 containers a killed launcher left)"
+            );
+            lock.lock()?;
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    }
     Ok(Some(lock))
 }
 
@@ -565,16 +607,28 @@ mod tests {
             drop(journal);
         });
         let t = std::time::Instant::now();
-        wait_released(dir.path(), 77, Duration::from_secs(5));
+        assert!(wait_released(dir.path(), 77, Duration::from_secs(5)));
         assert!(t.elapsed() >= Duration::from_millis(100), "returned while the journal was held");
         let_go.join().unwrap();
         // Another launcher's journal is not waited for; one never let go, only up to the limit.
         let _other = Journal::create(dir.path(), "78-1", &daemon).unwrap();
         let t = std::time::Instant::now();
-        wait_released(dir.path(), 77, Duration::from_secs(5));
+        assert!(wait_released(dir.path(), 77, Duration::from_secs(5)));
         assert!(t.elapsed() < Duration::from_millis(100));
-        wait_released(dir.path(), 78, Duration::from_millis(100));
+        assert!(!wait_released(dir.path(), 78, Duration::from_millis(100)));
         assert!(t.elapsed() >= Duration::from_millis(100));
+        // The watcher's stop waits for the launcher's journal under the directory's lock, and
+        // leaves one still held to the next start.
+        let look = std::thread::spawn({
+            let path = dir.path().to_path_buf();
+            move || stop_after_exit(&path, 78, Duration::from_millis(300)).map_err(|e| e.to_string())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let blocked =
+            std::fs::OpenOptions::new().read(true).open(dir.path().join(JOURNALS).join(DIRECTORY_LOCK));
+        assert!(blocked.unwrap().try_lock().is_err(), "waited without the directory's lock");
+        look.join().unwrap().unwrap();
+        assert!(dir.path().join(JOURNALS).join("78-1").exists());
     }
 
     /// A daemon that answers every call with an empty list.

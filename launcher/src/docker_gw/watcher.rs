@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 pub const WATCH: &str = "__docker-watch";
 
 /// How long the watcher waits, after the pipe closed, for the launcher's journals to be let go
-/// ([`super::ending::wait_released`]).
+/// ([`super::ending::stop_after_exit`]).
 const EXIT_WAIT: Duration = Duration::from_secs(5);
 
 /// The program the watcher runs: the launcher's own.
@@ -73,8 +73,13 @@ pub fn main(pid: u32, dir: &Path) -> Result<()> {
     ocsb_sandbox::sys::close_range(3, 0).map_err(|e| Error::io("close the descriptors of", "ocsb", e))?;
     let mut stdin = std::io::stdin().lock();
     let mut buf = [0u8; 64];
-    // Nothing is ever written: any read that returns is the end (or the pipe's failure).
-    while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
-    super::ending::wait_released(dir, pid, EXIT_WAIT);
-    super::ending::stop_left_behind(dir)
+    // Nothing is ever written: a read that returns is the end (or the pipe's failure).
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(n) if n > 0 => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            _ => break,
+        }
+    }
+    super::ending::stop_after_exit(dir, pid, EXIT_WAIT)
 }

@@ -15,7 +15,7 @@ TARGET  := $(or $(CARGO_TARGET_DIR),target)
 RELEASE ?= $(TARGET)/release
 
 # The egress filter (`ocsb-egress`) runs for a whole session: linked statically, it maps only the
-# code it runs (the README's memory figures). This re-links that one binary statically and keeps
+# code it runs (the memory figures of docs/benchmarks.md). This re-links that one binary statically and keeps
 # it as $(RELEASE)/static/ocsb-egress, where the next cargo command (which links it dynamically
 # in $(RELEASE)) does not overwrite it; that copy is what gets installed.
 FILTER_STATIC = $(CARGO) rustc --release --locked -p ocsb-egress --bin ocsb-egress -- -C target-feature=+crt-static && \

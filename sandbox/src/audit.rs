@@ -20,7 +20,7 @@
 //! the state directory (`<state>.audit/`), where no sandbox can write.
 //!
 //! The remaining window: host git run by the user *while* the agent works sees a plant before
-//! the check does. The README says so.
+//! the check does. docs/git.md says so.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -332,7 +332,7 @@ fn rebinding_never_reaches_a_private_address() {
 
 /// An address the filter host gets after the filter started is its own at once: the builtin
 /// refuses a connection that the kernel answers from that same address, before its next
-/// refresh of the host's addresses. (squid learns host addresses at `egress up`; see README.)
+/// refresh of the host's addresses. (squid learns host addresses at `egress up`; see docs/network.md.)
 #[test]
 fn a_host_address_added_after_start_is_refused_at_once() {
     let mut lab = Lab::new(RULES);

@@ -1,7 +1,7 @@
 //! Resource limits and connection ends: a client that half-closes after its request still gets
 //! the answer (both backends); a tunnel in which nothing moves ends, and a quiet tunnel makes
 //! room for a new client at the connection cap (builtin, with small limits); edge and malformed
-//! inputs get the answers the README lists from each backend.
+//! inputs get the answers docs/network.md lists from each backend.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -293,7 +293,7 @@ fn log_lines(path: &std::path::Path) -> Vec<ocsb_policy::egress::LogLine> {
 /// checks and dials, so `:8080abc` is refused as port 8080): a difference in what is malformed,
 /// never a way around a rule.
 #[test]
-fn malformed_requests_get_the_answers_the_readme_lists() {
+fn malformed_requests_get_the_answers_the_docs_list() {
     let mut lab = Lab::new(RULES);
     lab.start_builtin();
     lab.start_squid();

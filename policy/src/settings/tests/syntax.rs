@@ -114,6 +114,27 @@ fn settings_syntax_agrees_with_bash() {
     }
 }
 
+/// The README of the repository, which users read to configure ocsb.
+fn readme() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The README's settings table has one row per setting, no more and no fewer.
+#[test]
+fn settings_readme_table_lists_every_setting() {
+    let text = readme();
+    let rows: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `OCSB_")?.split_once('`').map(|(name, _)| name))
+        .collect();
+    let mut documented: Vec<String> = rows.iter().map(|n| format!("OCSB_{n}")).collect();
+    let mut known: Vec<String> = SCHEMA.iter().map(|s| s.name.to_string()).collect();
+    documented.sort();
+    known.sort();
+    assert_eq!(documented, known, "README.md's table of settings and the schema differ");
+}
+
 #[test]
 fn settings_syntax_example_of_the_readme() {
     let f = Fixture::new();
@@ -127,6 +148,7 @@ OCSB_WT_PREFIX=shop-wt-
 OCSB_WT_BASE=main
 OCSB_WT_SLUG_REGEX='SHOP-([0-9]+)'
 "#;
+    assert!(readme().contains(&format!("```sh\n{text}```")), "README.md no longer shows this example");
     let st = f.load_project(text).expect("the README's example loads");
     assert_eq!(st.name(), "shop");
     assert_eq!(st.web_port(), 4296);

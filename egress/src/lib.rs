@@ -23,6 +23,7 @@ pub mod instance;
 pub mod lifecycle;
 pub mod listen;
 pub mod logline;
+pub mod nss;
 pub mod paths;
 pub mod render;
 pub mod report;

@@ -15,6 +15,8 @@ mod suite {
     mod builtin_lifecycle;
     // host: the same raw requests through builtin, squid and `Policy::decide`: same verdicts.
     mod differential;
+    // host: names in /etc/hosts reach its addresses at once, never asked of the name server.
+    mod hosts_file;
     // host: half-closing clients get their answer; quiet tunnels end and make room at the cap.
     mod limits;
     // host: the squid backend on a real Docker engine: image, container, reload, logs, down.

@@ -238,6 +238,9 @@ async fn run(args: ServeArgs) -> Result<()> {
     let limits = args.limits.apply(Limits::default());
     let resolver = super::dial::Resolver::from_system(limits.dns_timeout)
         .map_err(|e| Error::state(e, "check /etc/resolv.conf: the filter resolves names for the sandbox"))?;
+    if let Some(note) = resolver.order_note() {
+        logger.note(&format!("/etc/nsswitch.conf: {note}"));
+    }
     let running = proxy::start(listeners, cell.clone(), logger.clone(), limits, resolver);
     let listen = running.addrs.clone();
     let shown: Vec<String> = listen.iter().map(|a| a.to_string()).collect();

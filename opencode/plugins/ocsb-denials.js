@@ -11,6 +11,14 @@
 // The launcher writes a record shortly after the filter logs the refusal (it polls the log),
 // so the plugin waits SETTLE_MS after the command before reading. It never throws into
 // OpenCode: a missing or unreadable file means nothing to report.
+//
+// A connection the sandbox itself refused never reaches the filter, so it leaves no record: in
+// the netlock mode a client that ignores the proxy variables gets a bare EACCES (landlock) or
+// EHOSTUNREACH (the lock's firewall). For those, the command's output is searched for the
+// texts clients print for a refused connect that name its address (Node's "connect EACCES
+// 192.0.2.1:80", ssh's "connect to host h port 22: Permission denied", Go's "connect: permission
+// denied"), and one line says why and what to do instead: outside, the filter; on loopback, the
+// declared ports.
 import fs from "node:fs";
 import path from "node:path";
 
@@ -77,10 +85,73 @@ export function report(records, told) {
   return lines;
 }
 
+// The refused-connect texts, each with the address and port where the client prints them.
+const REFUSED = [
+  // Node (net, http, fetch's cause): "connect EACCES 192.0.2.1:80", IPv6 without brackets.
+  { re: /\bconnect (EACCES|EHOSTUNREACH) (\S+):(\d+)\b/g, addr: 2, port: 3, errno: 1 },
+  // ssh (and git over ssh without GIT_SSH_COMMAND): "connect to host h port 22: Permission denied".
+  { re: /\bconnect to host (\S+) port (\d+): (Permission denied|No route to host)/g, addr: 1, port: 2, errno: 3 },
+  // Go: "dial tcp 192.0.2.1:443: connect: permission denied".
+  { re: /\bdial tcp[46]? (\S+):(\d+): connect: (permission denied|no route to host)/g, addr: 1, port: 2, errno: 3 },
+];
+
+const ERRNO = {
+  "Permission denied": "EACCES",
+  "permission denied": "EACCES",
+  "No route to host": "EHOSTUNREACH",
+  "no route to host": "EHOSTUNREACH",
+};
+
+function isLoopback(host) {
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  return h === "localhost" || h === "::1" || /^127\./.test(h) || /^::ffff:127\./.test(h);
+}
+
+// The lines for the refused connects in `text` (a command's output). `told` (key -> count) is
+// this session's memory: each kind of advice is given once, later ones are listed briefly.
+export function netlockNotes(text, told, env = {}) {
+  const proxy = env.HTTPS_PROXY || env.HTTP_PROXY || "the proxy in HTTP_PROXY/HTTPS_PROXY";
+  const seen = new Map();
+  for (const p of REFUSED) {
+    for (const m of text.matchAll(p.re)) {
+      const errno = ERRNO[m[p.errno]] || m[p.errno];
+      const target = `${m[p.addr]}:${m[p.port]}`;
+      if (!seen.has(target)) seen.set(target, { loop: isLoopback(m[p.addr]), port: m[p.port], errno });
+    }
+  }
+  const lines = [];
+  const again = [];
+  for (const [target, c] of seen) {
+    const kind = c.loop ? "loopback" : "outside";
+    if (told.has(kind)) {
+      told.set(kind, told.get(kind) + 1);
+      again.push(target);
+      continue;
+    }
+    told.set(kind, 1);
+    const what = `the connection to ${target}`;
+    if (c.loop) {
+      lines.push(
+        `ocsb netlock: ${what} was refused by the sandbox (${c.errno}), not by a server: the agent reaches only the loopback ports the user declared; ` +
+          `ask the user to add it to .opencode-sandbox/local/sandbox.conf (\`OCSB_LOOPBACK_PORTS=(${c.port})\`) and restart ocsb run.`,
+      );
+    } else {
+      lines.push(
+        `ocsb netlock: ${what} was refused by the sandbox (${c.errno}): only the egress filter (${proxy}) leads out; ` +
+          `use a client that honours HTTP_PROXY/HTTPS_PROXY (curl without --noproxy; Node 22.21+/24.5+, as NODE_USE_ENV_PROXY=1 is set; older Node does not), ` +
+          `or for another protocol ask the user to add \`connect host:port\` to .opencode-sandbox/local/egress.conf and tunnel through the filter (ncat --proxy).`,
+      );
+    }
+  }
+  if (again.length) lines.push(`ocsb netlock: refused again, as explained before: ${again.join(", ")}.`);
+  return lines;
+}
+
 export const OcsbDenials = async () => {
   const file = recordsFile(process.env);
   const started = new Map();
   const told = new Map(); // sessionID -> Map(key -> count)
+  const toldNetlock = new Map(); // sessionID -> Map(kind -> count)
   return {
     "tool.execute.before": async (input) => {
       if (input.tool === "bash") started.set(input.callID, Date.now() / 1000);
@@ -93,9 +164,12 @@ export const OcsbDenials = async () => {
       try {
         await new Promise((r) => setTimeout(r, SETTLE_MS));
         const records = readRecords(file, from - SLACK_S, Date.now() / 1000);
-        if (!records.length) return;
         if (!told.has(input.sessionID)) told.set(input.sessionID, new Map());
+        if (!toldNetlock.has(input.sessionID)) toldNetlock.set(input.sessionID, new Map());
         const lines = report(records, told.get(input.sessionID));
+        if (output && typeof output.output === "string") {
+          lines.push(...netlockNotes(output.output, toldNetlock.get(input.sessionID), process.env));
+        }
         if (lines.length && output && typeof output.output === "string") {
           output.output = `${output.output.replace(/\n*$/, "")}\n\n${lines.join("\n")}\n`;
         }

@@ -69,6 +69,11 @@ pub fn build(i: &EnvInputs<'_>) -> Vec<(String, String)> {
     for k in ["no_proxy", "NO_PROXY"] {
         set(k, "localhost,127.0.0.1,::1".into());
     }
+    // Node's own `fetch` and `http` ignore the proxy variables unless asked (Node 22.21+, 24.5+;
+    // older versions ignore this one too). Without it a Node tool's direct connection is refused
+    // by the netlock with a bare `EACCES`; with it the request goes through the filter and is
+    // judged by the rules like any other. Loopback stays direct (`NO_PROXY` above).
+    set("NODE_USE_ENV_PROXY", "1".into());
     // ssh through the filter's CONNECT tunnel. `-F ~/.ssh/config`: in the user namespace the
     // root-owned system configs look owned by nobody and ssh refuses them.
     let ssh_config = i.home.join(".ssh/config");
@@ -135,6 +140,7 @@ mod tests {
         assert!(get(&env, "SSH_AUTH_SOCK").is_none(), "only when the policy passes the agent");
         assert_eq!(get(&env, "DISPLAY").unwrap(), "");
         assert_eq!(get(&env, "HTTPS_PROXY").unwrap(), "http://127.0.0.1:3128");
+        assert_eq!(get(&env, "NODE_USE_ENV_PROXY").unwrap(), "1");
         assert_eq!(get(&env, "XDG_CONFIG_HOME").unwrap(), "/s/config");
         assert_eq!(get(&env, "DOCKER_CONFIG").unwrap(), "/s/docker");
         assert!(get(&env, "GIT_SSH_COMMAND").unwrap().contains("--proxy 127.0.0.1:3128"));

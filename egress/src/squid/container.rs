@@ -174,6 +174,23 @@ fn bind_mount(conf_dir: &Path) -> Mount {
     }
 }
 
+/// The host's `/etc/hosts`, read-only, as the container's. *Why*: squid answers a name the
+/// hosts file lists from it alone (an internal host, a VPN's name), as every program on the
+/// host does; Docker's own copy for a host-network container is taken once, when the container
+/// is created, while squid reads the file again with each reload of the rules. None where the
+/// host has no hosts file (squid then asks the name servers for every name).
+fn hosts_mount() -> Option<Mount> {
+    std::path::Path::new(HOSTS).is_file().then(|| Mount {
+        typ: Some(MountType::BIND),
+        source: Some(HOSTS.into()),
+        target: Some(HOSTS.into()),
+        read_only: Some(true),
+        ..Default::default()
+    })
+}
+
+const HOSTS: &str = "/etc/hosts";
+
 /// Create and start the container, then wait until squid answers its health check.
 pub async fn create_and_start(
     docker: &Docker,
@@ -208,7 +225,7 @@ pub async fn create_and_start(
             network_mode: Some("host".into()),
             // docker-init as PID 1: squid's `-k` commands refuse to signal PID 1.
             init: Some(true),
-            mounts: Some(vec![bind_mount(conf_dir)]),
+            mounts: Some([bind_mount(conf_dir)].into_iter().chain(hosts_mount()).collect()),
             readonly_rootfs: Some(true),
             tmpfs: Some(HashMap::from([
                 ("/run/squid".to_string(), tmpfs("1m")),

@@ -37,8 +37,8 @@ fn veth(ns: &str) -> String {
 
 /// The lab with IPv6 on its veth, origins on the hosts file's and the lies' IPv6 addresses, the
 /// hosts file in place and the name server dropping (`lie == false`) or lying.
-fn world(lie: bool) -> Lab {
-    let mut lab = Lab::new(RULES);
+fn world(lie: bool, rules: &str) -> Lab {
+    let mut lab = Lab::new(rules);
     let (f, w) = (lab.topo.filter.name().to_string(), lab.topo.world.name().to_string());
     sh(&["ip", "-n", &f, "addr", "add", "2001:db8::1/64", "dev", &veth(&f), "nodad"]);
     for a in ["2001:db8::7", "2001:db8::9"] {
@@ -109,7 +109,7 @@ fn never_asked(lab: &Lab) {
 
 #[test]
 fn a_silent_name_server_holds_up_no_hosts_file_name() {
-    let lab = world(false);
+    let lab = world(false, RULES);
     hosts_names_reach_the_hosts_files_addresses(&lab, BUILTIN_PORT, "builtin");
     hosts_names_reach_the_hosts_files_addresses(&lab, SQUID_PORT, "squid");
     never_asked(&lab);
@@ -129,7 +129,7 @@ fn a_silent_name_server_holds_up_no_hosts_file_name() {
 
 #[test]
 fn a_lying_name_server_is_never_asked_for_hosts_file_names() {
-    let lab = world(true);
+    let lab = world(true, RULES);
     hosts_names_reach_the_hosts_files_addresses(&lab, BUILTIN_PORT, "builtin");
     hosts_names_reach_the_hosts_files_addresses(&lab, SQUID_PORT, "squid");
     never_asked(&lab);
@@ -149,7 +149,7 @@ fn a_lying_name_server_is_never_asked_for_hosts_file_names() {
 /// hosts file when it starts and when its configuration is reloaded.)
 #[test]
 fn the_builtin_filter_follows_an_edited_hosts_file() {
-    let lab = world(false);
+    let lab = world(false, RULES);
     let p = SocketAddr::from(([127, 0, 0, 1], BUILTIN_PORT));
     let hosts = format!("/etc/netns/{}/hosts", lab.topo.filter.name());
     // In place (the bind mount shows the same file): a new name, and another address.
@@ -166,5 +166,25 @@ fn the_builtin_filter_follows_an_edited_hosts_file() {
         assert!(r.body.starts_with("origin=198.51.100.7:80 "), "{name}: {r:?}");
         assert!(t.elapsed() < Duration::from_secs(1), "{name} took {:?}", t.elapsed());
     }
+    never_asked(&lab);
+}
+
+/// `ocsb egress verify`'s checks of hosts-file names pass with the name server gone.
+#[test]
+fn egress_verify_passes_for_hosts_file_names_with_a_silent_name_server() {
+    let urls = ["http://intranet.vpn.test/", "http://six.vpn.test/"];
+    let expect: String = urls.iter().map(|u| format!("expect-pass {u}\n")).collect();
+    let lab = world(false, &format!("{RULES}{expect}"));
+    let mut opts = ocsb_egress::verify::VerifyOptions::new(SocketAddr::from(([127, 0, 0, 1], BUILTIN_PORT)));
+    opts.wrap = ["ip", "netns", "exec", lab.topo.filter.name()].map(Into::into).to_vec();
+    opts.max_time = 10;
+    let t = Instant::now();
+    let report = ocsb_egress::verify::run(&lab.instance().load_policy().unwrap(), &opts).unwrap();
+    for url in urls {
+        let check =
+            report.checks.iter().find(|c| c.url == url).unwrap_or_else(|| panic!("{url}: {report:#?}"));
+        assert!(check.ok, "{check:?}");
+    }
+    assert!(t.elapsed() < Duration::from_secs(5), "verify took {:?}", t.elapsed());
     never_asked(&lab);
 }

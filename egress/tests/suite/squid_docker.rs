@@ -112,6 +112,25 @@ fn squid_container_lifecycle() {
     assert_eq!(st.config, "current", "{st:?}");
     assert_eq!(st.health.as_deref(), Some("healthy"));
 
+    // squid answers hosts-file names from the host's own `/etc/hosts` (bound read-only, so a
+    // reload reads the file as it is now): the container's file is the host's.
+    let name = ocsb_egress::squid::container_name(&inst.name);
+    let archive =
+        std::process::Command::new("docker").args(["cp", &format!("{name}:/etc/hosts"), "-"]).output();
+    let archive = archive.unwrap();
+    assert!(archive.status.success(), "docker cp: {}", String::from_utf8_lossy(&archive.stderr));
+    let mut tar = tar::Archive::new(archive.stdout.as_slice());
+    let mut entry = tar.entries().unwrap().next().expect("docker cp gave an empty archive").unwrap();
+    let mut seen = String::new();
+    std::io::Read::read_to_string(&mut entry, &mut seen).unwrap();
+    assert_eq!(seen, std::fs::read_to_string("/etc/hosts").unwrap(), "the container's /etc/hosts");
+    let mounts = std::process::Command::new("docker")
+        .args(["inspect", "--format", "{{range .Mounts}}{{.Source}}:{{.Destination}}:{{.RW}} {{end}}", &name])
+        .output()
+        .unwrap();
+    let mounts = String::from_utf8_lossy(&mounts.stdout);
+    assert!(mounts.split_whitespace().any(|m| m == "/etc/hosts:/etc/hosts:false"), "{mounts}");
+
     let denied = client::connect(proxy, "www.example.com:443").0.unwrap();
     assert_eq!(denied.status, 403);
     let get = client::get(proxy, "http://www.example.com/", "www.example.com").unwrap();

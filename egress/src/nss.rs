@@ -20,8 +20,9 @@
 //!   as squid does, which knows only a hosts file and DNS too.
 //!
 //! Without the file, without a `hosts:` line, or with one that cannot be read or names neither
-//! `files`, `dns` nor `resolve`, the order is `files dns`, what every distribution ships and
-//! musl does (glibc's own fallback asks DNS first, which would send hosts-file names out).
+//! `files`, `dns` nor `resolve`, the order is `files dns`, what distributions ship and musl
+//! always does (a fallback that asked DNS first would send hosts-file names out). The file is
+//! read when the resolver starts; the hosts file is read again whenever it changes.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -122,11 +122,7 @@ pub fn run(spec: &SandboxSpec, server: Option<&Server>, ahead: Ahead) -> Result<
 pub fn run_for(project: &Project, policy: &Policy, spec: &SandboxSpec, mut ahead: Ahead) -> Result<i32> {
     let mut spec = spec.clone();
     // Served until this function returns, after the sandbox has exited.
-    let docker = crate::docker_gw::attach(project, &mut spec)?;
-    if let Some(gw) = &docker {
-        ahead.on_plan = Some(gw.judge_by());
-        ahead.on_exit = Some(gw.at_exit());
-    }
+    let docker = crate::docker_gw::attach(project, &mut spec, &mut ahead)?;
     let spec = &spec;
     let server = match spec.network {
         Network::Host => None,

@@ -200,11 +200,12 @@ pub struct Ahead {
     pub on_exit: Option<OnExit>,
 }
 
-/// See [`Ahead::on_plan`].
-pub type OnPlan = Box<dyn FnOnce(&Plan) -> Result<()>>;
+/// See [`Ahead::on_plan`]. `Send`: a caller may start the sandbox on a thread of its own
+/// (`ocsb run` does).
+pub type OnPlan = Box<dyn FnOnce(&Plan) -> Result<()> + Send>;
 
 /// See [`Ahead::on_exit`].
-pub type OnExit = Box<dyn FnOnce()>;
+pub type OnExit = Box<dyn FnOnce() + Send>;
 
 /// [`run`], with `serve` for a spec whose network is isolated (refused without it: nothing
 /// would reach the sandbox's namespace), and what the caller made `ahead`.

@@ -54,6 +54,12 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
             return http::answer(&mut w, 400, "Bad Request", &Refusal::new("request", e.to_string()).body());
         }
     };
+    // The daemon first, before any rule: a client whose ping fails falls back to its newest
+    // API version, which a rule then refuses, and the cause would never reach the user.
+    let mut up = match super::reach::connect(&gw.daemon.socket) {
+        Ok(up) => up,
+        Err(why) => return unreachable(&mut w, gw, &head, &why),
+    };
     let framing = match head.framing() {
         Ok(f) => f,
         Err(e) => return refuse(&mut w, gw, &head, Refusal::new("request", e.to_string())),
@@ -87,7 +93,6 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
         },
         None => None,
     };
-    let mut up = UnixStream::connect(&gw.daemon.socket)?;
     let mut out = format!("{} {} HTTP/1.1\r\n", head.method, head.target());
     for (k, v) in &head.headers {
         if !DROPPED.contains(&k.to_ascii_lowercase().as_str()) {
@@ -491,6 +496,18 @@ fn describe(obj: &Owned) -> String {
 
 /// The rule of a call on an object that does not exist.
 const NOT_FOUND: &str = "not-found";
+
+/// Answers a call when the daemon cannot be reached, with the cause and its fix (`502`, in
+/// the body the Docker CLI prints), and logs it.
+fn unreachable(
+    w: &mut UnixStream,
+    gw: &Shared,
+    head: &Head,
+    why: &super::reach::Unreachable,
+) -> io::Result<()> {
+    gw.log(&format!("FAIL {} {} {}", head.method, head.path, why.what()));
+    http::answer(w, 502, "Bad Gateway", &why.body())
+}
 
 fn refuse(w: &mut UnixStream, gw: &Shared, head: &Head, r: Refusal) -> io::Result<()> {
     gw.log(&format!("DENY {} {} rule={} {}", head.method, head.path, r.rule, r.what));

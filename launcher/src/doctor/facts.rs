@@ -23,6 +23,8 @@ pub struct Facts {
     pub isolated_net: Result<(), (String, String)>,
     /// `OCSB_DOCKER`: none, the gateway, or the raw socket.
     pub docker: DockerMode,
+    /// With `OCSB_DOCKER=1`: the daemon the gateway would forward to, pinged as the user.
+    pub docker_daemon: DockerDaemonFacts,
     pub opencode: OpencodeFacts,
     pub ports: Vec<PortFacts>,
     /// `OCSB_NOTIFICATIONS=1`.
@@ -142,6 +144,19 @@ pub enum EgressFacts {
     SquidUnchecked {
         endpoint: String,
     },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DockerDaemonFacts {
+    /// `OCSB_DOCKER` is not 1: nothing to forward to.
+    NotAsked,
+    /// No daemon on a unix socket: `DOCKER_HOST` names another kind of endpoint (`Some`), or
+    /// no default socket exists (`None`).
+    NoSocket { docker_host: Option<String> },
+    /// The daemon at this socket answered a ping.
+    Answered { socket: PathBuf },
+    /// The user cannot reach it, and why.
+    Unreachable(crate::docker_gw::reach::Unreachable),
 }
 
 #[derive(Debug, Clone)]

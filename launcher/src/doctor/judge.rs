@@ -7,8 +7,8 @@ use ocsb_policy::settings::{DockerMode, NetlockAcquire, NetworkMode};
 
 use super::check::Check;
 use super::facts::{
-    EgressFacts, Facts, HelperFacts, KernelFacts, NetlockFacts, OpencodeFacts, PortFacts, ProbeFacts,
-    ProjectFacts,
+    DockerDaemonFacts, EgressFacts, Facts, HelperFacts, KernelFacts, NetlockFacts, OpencodeFacts, PortFacts,
+    ProbeFacts, ProjectFacts,
 };
 
 /// Where a fix should put a personal setting: the project's local layer inside a project, the
@@ -49,7 +49,7 @@ pub fn judge(f: &Facts) -> Vec<Check> {
     }
     out.push(loopback(f));
     out.push(egress(&f.egress));
-    out.push(docker_access(f.docker, settings_file(&f.project)));
+    out.push(docker_access(f.docker, &f.docker_daemon, settings_file(&f.project)));
     out.push(opencode(&f.opencode, settings_file(&f.project)));
     for p in &f.ports {
         out.push(port(p, settings_file(&f.project)));
@@ -475,7 +475,9 @@ fn loopback(f: &Facts) -> Check {
     }
 }
 
-fn docker_access(mode: DockerMode, file: &str) -> Check {
+fn docker_access(mode: DockerMode, daemon: &DockerDaemonFacts, file: &str) -> Check {
+    const GATEWAY: &str = "OCSB_DOCKER=1: Docker through the gateway (no privileged containers or host \
+        namespaces, binds only of what the sandbox may write, the project's own containers, networks and volumes)";
     match mode {
         DockerMode::Raw => Check::warn(
             "docker-access",
@@ -484,11 +486,29 @@ fn docker_access(mode: DockerMode, file: &str) -> Check {
              and the filter (dockerd makes their sockets as root, on the forward path)",
             Some(format!("echo OCSB_DOCKER=1 >> {file}")),
         ),
-        DockerMode::Gateway => Check::ok(
-            "docker-access",
-            "OCSB_DOCKER=1: Docker through the gateway (no privileged containers or host namespaces, binds \
-             only of what the sandbox may write, the project's own containers, networks and volumes)",
-        ),
+        DockerMode::Gateway => match daemon {
+            DockerDaemonFacts::Answered { socket } => {
+                Check::ok("docker-access", format!("{GATEWAY}; the daemon at {} answers", socket.display()))
+            }
+            // Not a failure: the sandbox works without Docker; the start says the same.
+            DockerDaemonFacts::Unreachable(why) => Check::warn(
+                "docker-access",
+                format!("OCSB_DOCKER=1: Docker will not work in the sandbox: the gateway {}", why.what()),
+                Some(why.fix()),
+            ),
+            DockerDaemonFacts::NoSocket { docker_host: Some(host) } => Check::warn(
+                "docker-access",
+                format!(
+                    "OCSB_DOCKER=1: DOCKER_HOST={host} is not a unix socket, the only kind the gateway \
+                     forwards to: the sandbox gets no Docker"
+                ),
+                Some("set DOCKER_HOST=unix:///PATH/TO/docker.sock, or OCSB_DOCKER=0".into()),
+            ),
+            DockerDaemonFacts::NoSocket { docker_host: None } | DockerDaemonFacts::NotAsked => Check::ok(
+                "docker-access",
+                "OCSB_DOCKER=1: no Docker daemon here (no /run/docker.sock): the sandbox gets no Docker",
+            ),
+        },
         DockerMode::Off => Check::ok("docker-access", "OCSB_DOCKER=0: no Docker socket in the sandbox"),
     }
 }
@@ -649,6 +669,7 @@ mod tests {
             network: NetworkMode::Netlock,
             isolated_net: Ok(()),
             docker: DockerMode::Off,
+            docker_daemon: DockerDaemonFacts::NotAsked,
             opencode: OpencodeFacts {
                 setting: "opencode".into(),
                 found: Some("/usr/bin/opencode".into()),
@@ -808,6 +829,35 @@ mod tests {
         assert!(raw.message.contains("way out"), "{raw:?}");
         assert_eq!(raw.fix.as_deref(), Some("echo OCSB_DOCKER=1 >> ~/.config/opencode-sandbox/sandbox.conf"));
         f.docker = DockerMode::Gateway;
+        assert_eq!(find(&judge(&f), "docker-access").status, Status::Ok);
+    }
+
+    /// A daemon the user cannot reach is not "Docker through the gateway": it warns with the
+    /// cause and its fix (the sandbox still works without Docker).
+    #[test]
+    fn a_daemon_the_user_cannot_reach_warns_with_the_cause_and_the_fix() {
+        use crate::docker_gw::reach::{Cause, Unreachable};
+        let mut f = healthy();
+        f.docker = DockerMode::Gateway;
+        f.docker_daemon = DockerDaemonFacts::Unreachable(Unreachable {
+            socket: "/var/run/docker.sock".into(),
+            cause: Cause::Denied { group: Some("docker".into()) },
+        });
+        assert_eq!(
+            find(&judge(&f), "docker-access").to_string(),
+            "warn docker-access: OCSB_DOCKER=1: Docker will not work in the sandbox: the gateway cannot reach \
+             the Docker daemon at /var/run/docker.sock: permission denied; fix: add yourself to the group \
+             docker (sudo usermod -aG docker $USER, then log in again) or set OCSB_DOCKER=0"
+        );
+        f.docker_daemon = DockerDaemonFacts::Answered { socket: "/run/docker.sock".into() };
+        let ok = find(&judge(&f), "docker-access");
+        assert!(
+            ok.status == Status::Ok && ok.message.ends_with("the daemon at /run/docker.sock answers"),
+            "{ok:?}"
+        );
+        f.docker_daemon = DockerDaemonFacts::NoSocket { docker_host: Some("tcp://d:2375".into()) };
+        assert_eq!(find(&judge(&f), "docker-access").status, Status::Warn);
+        f.docker = DockerMode::Off;
         assert_eq!(find(&judge(&f), "docker-access").status, Status::Ok);
     }
 

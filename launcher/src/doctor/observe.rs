@@ -1,7 +1,8 @@
 //! The part of `doctor` that looks at the machine and fills in [`Facts`]. It changes nothing:
 //! it reads files and sysctls, runs `--version`s, binds and closes loopback ports, asks the
-//! Docker socket two questions, and runs the netlock probe (one datagram on a socket bound to
-//! `lo`, which cannot leave the machine even when the lock is missing).
+//! Docker socket a few questions (a ping, the squid backend's version and image), and runs the
+//! netlock probe (one datagram on a socket bound to `lo`, which cannot leave the machine even when
+//! the lock is missing).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener};
@@ -13,11 +14,13 @@ use std::time::{Duration, Instant};
 
 use nix::unistd::{Group, User, getuid};
 use ocsb_policy::egress;
-use ocsb_policy::settings::{EgressBackend, Layer, LoadInput, NetlockAcquire, NetworkMode, Settings};
+use ocsb_policy::settings::{
+    DockerMode, EgressBackend, Layer, LoadInput, NetlockAcquire, NetworkMode, Settings,
+};
 
 use super::facts::{
-    EgressFacts, Facts, HelperFacts, KernelFacts, NetlockFacts, OpencodeFacts, PortFacts, ProbeFacts,
-    ProjectFacts, ShimFacts,
+    DockerDaemonFacts, EgressFacts, Facts, HelperFacts, KernelFacts, NetlockFacts, OpencodeFacts, PortFacts,
+    ProbeFacts, ProjectFacts, ShimFacts,
 };
 use crate::error::{Error, Result};
 use crate::install::Installation;
@@ -68,6 +71,7 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
             NetworkMode::Netlock => Ok(()),
         },
         docker: settings.docker(),
+        docker_daemon: docker_daemon(&settings),
         opencode: opencode(&settings, untrusted),
         ports,
         notifications: settings.notifications(),
@@ -293,6 +297,22 @@ fn docker_get(socket: &Path, path: &str) -> std::result::Result<(u16, String), S
     let code = reply.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or("no HTTP reply")?;
     let body = reply.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Ok((code, body))
+}
+
+/// With `OCSB_DOCKER=1`: a ping, as the user, of the daemon the gateway forwards to (the one it
+/// finds the same way).
+fn docker_daemon(settings: &Settings) -> DockerDaemonFacts {
+    if settings.docker() != DockerMode::Gateway {
+        return DockerDaemonFacts::NotAsked;
+    }
+    let Some(socket) = crate::docker_gw::upstream() else {
+        let docker_host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
+        return DockerDaemonFacts::NoSocket { docker_host };
+    };
+    match crate::docker_gw::reach::ping(&socket) {
+        Ok(()) => DockerDaemonFacts::Answered { socket },
+        Err(why) => DockerDaemonFacts::Unreachable(why),
+    }
 }
 
 fn opencode(settings: &Settings, untrusted: bool) -> OpencodeFacts {

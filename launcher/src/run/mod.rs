@@ -244,16 +244,17 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
             Some(crate::isolated::Server::new(project, &prepared.policy)?.expose(oc_addr.port()))
         }
     };
-    let checked = prepared.checked;
+    let mut ahead = ocsb_sandbox::Ahead { checked: Some(prepared.checked), ..Default::default() };
+    // The Docker gateway (`OCSB_DOCKER=1`), as every sandbox start attaches it.
+    let docker = crate::docker_gw::attach(project, &mut spec, &mut ahead)?;
     let (tx, rx) = mpsc::channel();
     let sandbox_thread = std::thread::Builder::new()
         .name("ocsb-sandbox".into())
         .spawn(move || {
-            let r = crate::isolated::run(
-                &spec,
-                server.as_ref(),
-                ocsb_sandbox::Ahead { checked: Some(checked), ..Default::default() },
-            );
+            let r = crate::isolated::run(&spec, server.as_ref(), ahead);
+            // Served until the sandbox has exited (its containers are stopped by then), and
+            // gone before `run` reports the end.
+            drop(docker);
             let _ = tx.send(r);
         })
         .map_err(|e| Error::io("start a thread for", "the sandbox", e))?;

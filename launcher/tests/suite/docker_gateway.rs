@@ -16,13 +16,14 @@ use crate::support::sandbox::{World, has, scenario};
 
 /// Tagged by what it holds: a new tool in the list below gets a new tag, so a machine that has
 /// the old image builds the new one.
-const IMAGE: &str = "ocsb-test-busybox:4";
+pub(crate) const IMAGE: &str = "ocsb-test-busybox:4";
 
 /// The busybox tools the test image links.
 const APPLETS: &str = "sh echo cat ls sleep true id touch mv mkdir nc env grep printf sed httpd";
 
 /// Fail (never skip) unless dockerd answers; import the test image once (busybox-static).
-fn require_docker() {
+/// Shared with the `ocsb run` tests.
+pub(crate) fn require_docker() {
     static READY: OnceLock<()> = OnceLock::new();
     READY.get_or_init(|| {
         let up = Command::new("docker").args(["version", "--format", "{{.Server.APIVersion}}"]).output();
@@ -172,6 +173,39 @@ fn a_container_the_project_did_not_make_is_out_of_reach() {
     refused(&out, "ownership", &err);
     assert_eq!(out.matches("(rule ownership)").count(), 4, "start, exec, rm and logs: {out}");
     assert!(out.contains("running: false"), "the host's container was not started: {out}");
+}
+
+/// A user who may not open the daemon's socket (not in the group `docker`, as `X` runs): the
+/// start says Docker will not work and why, once; inside, the Docker CLI prints the gateway's
+/// answer with the cause and the fix, for its ping and version (which it sends before any
+/// rule would judge it) and with a fixed API version alike, never an API version refusal or a
+/// bare `EOF`. The log has it too. The control: the same commands in the group `docker`.
+#[test]
+fn a_user_without_access_to_the_daemon_is_told_the_cause_and_the_fix() {
+    let w = World::new();
+    let body = "X 'docker version; echo rc=$?; DOCKER_API_VERSION=1.41 docker ps; echo rc=$?' 2>&1
+        echo \"log: $(grep -c 'FAIL GET /.*cannot reach the Docker daemon' \"$HOME/.local/share/opencode-sandbox/$NAME/egress/docker.log\")\"
+        D 'docker version --format \"server {{.Server.APIVersion}}\"; docker ps >/dev/null && echo ps-ok'";
+    let (out, err) = docker_scenario(&w, body);
+    let fix = "cannot reach the Docker daemon at /run/docker.sock: permission denied; add yourself to the \
+               group docker (sudo usermod -aG docker $USER, then log in again) or set OCSB_DOCKER=0";
+    let said = format!("Error response from daemon: ocsb: the Docker gateway {fix}");
+    assert_eq!(out.matches(&said).count(), 2, "docker version and docker ps: {out}\n{err}");
+    assert_eq!(
+        out.matches(&format!(
+            "ocsb: warning: Docker will not work in the sandbox: {}",
+            fix.replacen("; ", "; fix: ", 1)
+        ))
+        .count(),
+        1,
+        "said once at the start: {out}"
+    );
+    for wrong in ["api-version", "EOF", "rc=0"] {
+        assert!(!out.contains(wrong), "{wrong}: {out}");
+    }
+    let logged = out.lines().find_map(|l| l.strip_prefix("log: ")?.trim().parse::<u32>().ok());
+    assert!(logged.is_some_and(|n| n >= 2), "the gateway's log names the cause: {out}");
+    assert!(out.contains("server 1.") && out.contains("ps-ok"), "in the group docker it works: {out}\n{err}");
 }
 
 #[test]

@@ -279,6 +279,60 @@ fn no_docker_for_the_squid_backend() {
     );
 }
 
+/// With `OCSB_DOCKER=1` (the default) doctor pings the daemon the gateway forwards to, as the
+/// user: one who may not open its socket (`ocsb-test`, not in the group `docker`) is told that
+/// Docker will not work in the sandbox, why, and the fix, as the sandbox's start and the
+/// gateway say it; a stopped daemon likewise. Root reaches it.
+#[test]
+fn docker_access_pings_the_daemon_as_the_user() {
+    let mut lab = Lab::new();
+    let socket = lab.docker_socket();
+    assert!(
+        Path::new("/var/run/docker.sock").exists(),
+        "no Docker engine at /var/run/docker.sock: install docker.io and start dockerd (tests/install-deps.sh does)"
+    );
+    let o = lab.doctor(&[]);
+    let out = stdout(&o);
+    let l = line(&out, "docker-access");
+    assert!(
+        l.starts_with("ok   docker-access: OCSB_DOCKER=1: Docker through the gateway (")
+            && l.ends_with(&format!("; the daemon at {} answers", socket.display())),
+        "{}",
+        show(&o)
+    );
+    let dead = lab.p("dead.sock");
+    drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
+    let o = lab.doctor(&[("DOCKER_HOST", &format!("unix://{}", dead.display()))]);
+    assert_eq!(
+        line(&stdout(&o), "docker-access"),
+        format!(
+            "warn docker-access: OCSB_DOCKER=1: Docker will not work in the sandbox: the gateway cannot reach \
+             the Docker daemon at {}: no daemon is listening there; fix: start the Docker daemon \
+             (sudo systemctl start docker) or set OCSB_DOCKER=0",
+            dead.display()
+        )
+    );
+    lab.as_test_user();
+    let o = lab.doctor(&[]);
+    let out = stdout(&o);
+    assert_eq!(
+        line(&out, "docker-access"),
+        format!(
+            "warn docker-access: OCSB_DOCKER=1: Docker will not work in the sandbox: the gateway cannot reach \
+             the Docker daemon at {}: permission denied; fix: add yourself to the group docker \
+             (sudo usermod -aG docker $USER, then log in again) or set OCSB_DOCKER=0",
+            socket.display()
+        ),
+        "{}",
+        show(&o)
+    );
+    let o = lab.doctor(&[("OCSB_DOCKER", "0")]);
+    assert_eq!(
+        line(&stdout(&o), "docker-access"),
+        "ok   docker-access: OCSB_DOCKER=0: no Docker socket in the sandbox"
+    );
+}
+
 #[test]
 fn squid_backend_with_a_real_docker() {
     let lab = Lab::new();

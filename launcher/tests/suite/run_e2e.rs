@@ -61,6 +61,8 @@ struct World {
     web: SocketAddr,
     /// `NAME=value` added to `ocsb run`'s environment.
     launcher_env: Vec<String>,
+    /// The words that run `ocsb run` as the test user (`setpriv …`): its own gid, no other group.
+    user: Vec<String>,
 }
 
 impl Drop for World {
@@ -183,6 +185,7 @@ fn world_at(provider_port: u16, tag: &str, base: u16) -> World {
         bin,
         web: SocketAddr::from(([127, 0, 0, 1], web)),
         launcher_env: Vec::new(),
+        user: as_user(),
     }
 }
 
@@ -228,7 +231,7 @@ fn other_project(w: &World, name: &str, web: u16, egress: u16) -> PathBuf {
 fn start_run(ns: &Netns, w: &World, project: &Path, log: &Path, browser: bool) -> Proc {
     let out = std::fs::File::create(log).unwrap();
     let mut cmd = ns.cmd();
-    cmd.args(as_user())
+    cmd.args(&w.user)
         .args(["env", "-i"])
         .arg(format!("HOME={}", w.home.display()))
         .arg("USER=ocsb-test")
@@ -1164,4 +1167,144 @@ fn opencode_sends_the_known_providers_to_the_broker() {
         ])),
         "{seen:?}"
     );
+}
+
+/// `ocsb run` gives the agent Docker through the gateway (`OCSB_DOCKER=1`, the default), as
+/// `exec` does: the scripted model runs `docker` with OpenCode's bash tool in the sandbox, for a
+/// user in the group `docker`. A container it runs writes the project as the user; one it
+/// leaves running is the real daemon's, labelled by the gateway as the project's; a privileged
+/// one is refused by the gateway's rule. Ctrl-C ends the session as it ends an `exec`: the
+/// container is stopped, the gateway's socket and the session's journal are gone, and so is
+/// the launcher's watcher. The machine's daemon runs in the machine's own network namespace,
+/// so every container has no network (`--network none`).
+#[test]
+fn run_gives_the_agent_docker_through_the_gateway() {
+    require_host();
+    super::docker_gateway::require_docker();
+    let image = super::docker_gateway::IMAGE;
+    let _turn = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let gid = netlock_gid();
+    let (ns, origins) = world_netns();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_provider, provider_port) = spawn_fake_provider(ns.exec(&["python3"]), tmp.path());
+    let mut w = world_at(provider_port, "-docker", 34000);
+    let conf = w.proj.join(".opencode-sandbox/local/sandbox.conf");
+    // `OCSB_DOCKER` as a new user has it: unset, so the default (1).
+    let text = std::fs::read_to_string(&conf).unwrap().replace("OCSB_DOCKER=0\n", "");
+    std::fs::write(&conf, format!("{text}OCSB_NOTIFICATIONS=0\n")).unwrap();
+    let docker_gid = testkit::host::group_gid("docker").to_string();
+    w.user = ["setpriv", "--reuid", "1990", "--regid", "1990", "--groups", &docker_gid, "--"]
+        .map(String::from)
+        .to_vec();
+    install_netlock_table(&ns, &w, gid);
+    let _origin = serve_origin(&ns, &origins, &w, "192.0.2.1");
+    let keep = format!("ocsb-run-keep-{}", std::process::id());
+    let _removed = RemovedAtEnd(keep.clone());
+
+    let log = w.root.join("run.log");
+    let mut run = start_run(&ns, &w, &w.proj, &log, false);
+    wait_ready(&log, &mut run);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("Docker will not work"), "{text}");
+    let password = std::fs::read_to_string(w.state.join("password")).unwrap().trim().to_string();
+
+    ns.enter();
+    let auth = basic("opencode", &password);
+    let ses = http(w.web, "POST", "/session", &[("Authorization", &auth)], Some("{}"), T).json();
+    let id = ses["id"].as_str().unwrap_or_else(|| panic!("{ses}")).to_string();
+    let output = |p: &serde_json::Value| p["state"]["output"].as_str().unwrap_or_default().to_string();
+
+    let p = agent_runs(
+        w.web,
+        &auth,
+        &id,
+        &format!(
+            "docker run --rm --network none --user \"$(id -u)\" -v \"$PWD\":/src {image} \
+             sh -c 'echo from-container-$(id -u) > /src/by-container' 2>&1; echo rc=$?"
+        ),
+    );
+    assert!(output(&p).contains("rc=0"), "{p:#}");
+    let written = w.proj.join("by-container");
+    assert_eq!(
+        std::fs::read_to_string(&written).unwrap_or_default(),
+        format!("from-container-{UID}\n"),
+        "{p:#}"
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&written).unwrap().uid(), UID, "the project's file is the user's");
+
+    let p = agent_runs(
+        w.web,
+        &auth,
+        &id,
+        &format!(
+            "docker run -d --name {keep} --network none {image} sleep 300 >/dev/null 2>&1; \
+             docker ps --format 'running {{{{.Names}}}}'"
+        ),
+    );
+    assert!(output(&p).contains(&format!("running {keep}")), "{p:#}");
+    // On the host, as root: the real daemon runs it, with the labels the gateway gave it.
+    let inspect = || {
+        let o = Command::new("docker")
+            .args([
+                "inspect",
+                "-f",
+                "{{index .Config.Labels \"dev.ocsb.project\"}} {{.State.Running}}",
+                &keep,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!(inspect(), "proj true");
+
+    let p = agent_runs(
+        w.web,
+        &auth,
+        &id,
+        &format!("docker run --rm --network none --privileged {image} true 2>&1; echo rc=$?"),
+    );
+    let out = output(&p);
+    assert!(
+        out.contains("refused by the Docker gateway (rule privileged)") && !out.contains("rc=0"),
+        "{p:#}"
+    );
+    let gw_log = std::fs::read_to_string(w.state.join("egress/docker.log")).unwrap_or_default();
+    assert!(gw_log.contains("rule=privileged"), "{gw_log}");
+
+    // Ctrl-C: the session's end stops what it left running, and the gateway goes with `run`.
+    let pid = run.0.id();
+    interrupt(&mut run);
+    assert_eq!(inspect(), "proj false", "stopped (kept) when run ended");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("ocsb: docker: stopped "), "{text}");
+    let egress = w.state.join("egress");
+    let left: Vec<String> = std::fs::read_dir(&egress)
+        .unwrap()
+        .chain(std::fs::read_dir(egress.join("docker-sessions")).unwrap())
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| (n.starts_with("docker-") && n.ends_with(".sock")) || n.starts_with(&format!("{pid}-")))
+        .collect();
+    assert!(left.is_empty(), "the gateway's socket and journal are gone: {left:?}");
+    let watcher = format!("__docker-watch\0{pid}\0");
+    let watching = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&watcher))
+        })
+    };
+    assert!(
+        testkit::proc::wait_for(Duration::from_secs(10), || !watching()),
+        "the watcher of {pid} still runs"
+    );
+}
+
+/// Removes a container of the machine's daemon when the test ends, however it ends.
+struct RemovedAtEnd(String);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
+    }
 }

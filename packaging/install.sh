@@ -44,7 +44,54 @@ entries() {
         -e "s#@unitdir@#$UNITDIR#" -e "s#@sysusersdir@#$SYSUSERSDIR#" \
         -e "s#@docdir@#$PREFIX/share/doc/ocsb#" -e "s#@mandir@#$PREFIX/share/man#" \
         -e "s#@bashcompdir@#$PREFIX/share/bash-completion/completions#" \
-        -e "s#@zshcompdir@#$ZSHCOMPDIR#" -e "s#@fishcompdir@#$PREFIX/share/fish/vendor_completions.d#"
+        -e "s#@zshcompdir@#$ZSHCOMPDIR#" -e "s#@fishcompdir@#$PREFIX/share/fish/vendor_completions.d#" \
+        -e "s#@pkgdatadir@#$PREFIX/share/ocsb#"
+}
+
+# The AppArmor profile of $PREFIX/bin/ocsb. Its name (and file in /etc/apparmor.d) is ocsb for
+# /usr, the package's prefix, and ocsb-<prefix> otherwise, so that a source install beside the
+# package neither replaces nor removes the package's profile. `ocsb doctor` names it the same way.
+if [ "$PREFIX" = /usr ]; then AA_NAME=ocsb
+else AA_NAME=ocsb-$(printf '%s' "${PREFIX#/}" | tr / -); fi
+AA_PROFILE=/etc/apparmor.d/$AA_NAME
+
+apparmor_enabled() {
+    if command -v aa-enabled >/dev/null 2>&1; then aa-enabled --quiet 2>/dev/null
+    else [ "$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)" = Y ]; fi
+}
+
+# Write the profile from its template with this prefix's name and path, where the system's
+# parser accepts it (AppArmor >= 4 knows `userns`; an older parser would fail on it at every
+# boot, and the kernels it runs with do not restrict user namespaces), then load it.
+install_apparmor() { # TEMPLATE
+    case $PREFIX in *[\"*?[{}^]*)
+        echo "install.sh: no AppArmor profile: PREFIX $PREFIX has characters AppArmor reads as a pattern" >&2
+        return 0 ;;
+    esac
+    command -v apparmor_parser >/dev/null 2>&1 || return 0
+    tmp=$(dirname "$AA_PROFILE")/.$AA_NAME.new
+    sed -e "s#^profile ocsb \"/usr/bin/ocsb\" #profile $AA_NAME \"$PREFIX/bin/ocsb\" #" \
+        -e "s#<local/ocsb>#<local/$AA_NAME>#" "$1" >"$tmp"
+    if ! apparmor_parser -Q -K -T "$tmp" >/dev/null 2>&1; then
+        rm -f "$tmp" "$AA_PROFILE"
+        echo "install.sh: $(apparmor_parser --version 2>/dev/null | head -n 1) rejects the profile (its userns rule needs AppArmor >= 4); none written to $AA_PROFILE (not needed with an older AppArmor: only AppArmor >= 4 restricts user namespaces)" >&2
+        return 0
+    fi
+    chmod 0644 "$tmp" && mv -f "$tmp" "$AA_PROFILE"
+    if apparmor_enabled; then
+        if apparmor_parser -r -T -W "$AA_PROFILE"; then echo "loaded the AppArmor profile $AA_PROFILE ($PREFIX/bin/ocsb may create user namespaces)"
+        else echo "install.sh: could not load $AA_PROFILE; load it with: sudo apparmor_parser -r $AA_PROFILE" >&2; fi
+    else
+        echo "wrote $AA_PROFILE; AppArmor is not enabled in this kernel, so it was not loaded"
+    fi
+}
+
+uninstall_apparmor() {
+    [ -e "$AA_PROFILE" ] || return 0
+    if apparmor_enabled; then apparmor_parser -R "$AA_PROFILE" >/dev/null 2>&1 || true; fi
+    rm -f "$AA_PROFILE"
+    for c in /var/cache/apparmor/*/"$AA_NAME"; do [ -e "$c" ] && rm -f "$c"; done
+    return 0
 }
 
 # The file a SOURCE column names: target/release/ is the build directory.
@@ -79,6 +126,7 @@ do_uninstall() {
         "$LIBEXECDIR/ocsb/ocsb-netlock-helper" remove >/dev/null 2>&1 ||
             echo "install.sh: could not delete table inet ocsb_netlock (nft delete table inet ocsb_netlock)" >&2
     fi
+    [ -n "$D" ] || uninstall_apparmor
     entries | while read -r src dest mode flag; do
         case $src in
             *'*'*) for f in "$D$dest"$(basename "$src"); do [ -e "$f" ] && rm -f "$f"; done; continue ;;
@@ -90,7 +138,8 @@ do_uninstall() {
         fi
         rm -f "$D$dest"
     done
-    rmdir "$D$LIBEXECDIR/ocsb" "$D$PREFIX/share/doc/ocsb" "$D/etc/ocsb" 2>/dev/null || true
+    rmdir "$D$LIBEXECDIR/ocsb" "$D$PREFIX/share/doc/ocsb" "$D$PREFIX/share/ocsb/apparmor" \
+        "$D$PREFIX/share/ocsb" "$D/etc/ocsb" 2>/dev/null || true
     if systemd_pid1; then systemctl daemon-reload; fi
     echo "ocsb removed (kept the group $GROUP and the user ocsb-netlock: files may carry their ids)"
 }
@@ -125,6 +174,8 @@ do_install() {
                 continue ;;
         esac
         f=$(source_path "$src")
+        # Only where AppArmor's configuration directory is (staging: where the packager made it).
+        if [ "$flag" = apparmor ] && [ ! -d "$D/etc/apparmor.d" ]; then continue; fi
         install -d -m 0755 "$(dirname "$D$dest")"
         case $flag in
             setgid-shim)
@@ -140,6 +191,10 @@ do_install() {
             unit)
                 sed "s#/usr/libexec/#$LIBEXECDIR/#g" "$f" > "$D$dest"
                 chmod "$mode" "$D$dest" ;;
+            apparmor)
+                install -m "$mode" "$f" "$D$dest"
+                # Staged packages write and load it in their own scripts, as the .deb does.
+                [ -n "$D" ] || install_apparmor "$D$dest" ;;
             *) install -m "$mode" "$f" "$D$dest" ;;
         esac
     done

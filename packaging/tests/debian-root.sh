@@ -1,8 +1,9 @@
 #!/bin/sh
-# Print the path of a cached tarball holding a clean Debian 12 (bookworm) root with what the ocsb
-# package needs at run time, building it with debootstrap first if it is not cached yet.
+# Print the path of a cached tarball holding a clean Debian root with what the ocsb package needs
+# at run time, building it with debootstrap first if it is not cached yet.
 #
 #   sh packaging/tests/debian-root.sh            -> /var/cache/ocsb-test/bookworm-<hash>.tar.gz
+#   sh packaging/tests/debian-root.sh trixie     -> /var/cache/ocsb-test/trixie-<hash>.tar.gz
 #
 # Only this step downloads (from the Debian mirror apt is configured with, like tests/install-deps.sh);
 # the install/purge test itself unpacks the tarball and needs no network. The cache key is a hash of
@@ -13,11 +14,19 @@ set -eu
 # The ocsb package's run-time dependencies (Depends of the .deb; libc is in every root). systemd
 # brings systemd-sysusers, which postinst runs before the shim gets its group; nftables brings
 # nft(8), which `ocsb-netlock-helper verify` runs (the systemd stage checks the table with it).
-INCLUDE=systemd,bubblewrap,libnftnl11,libmnl0,nftables
+# apparmor, installed by default on Debian and Ubuntu, is what postinst hands the AppArmor profile
+# to: Debian 12's parser (AppArmor 3.0) predates the profile's userns rule, Debian 13's (4.1)
+# knows it, as Ubuntu's (>= 4.0) does.
+SUITE=${1:-bookworm}
+case $SUITE in
+    bookworm | trixie) ;;
+    *) echo "debian-root.sh: unknown suite $SUITE (bookworm, trixie)" >&2; exit 1 ;;
+esac
+INCLUDE=systemd,curl,git,libnftnl11,libmnl0,nftables,apparmor
 
 CACHE=${OCSB_TEST_CACHE:-/var/cache/ocsb-test}
-HASH=$(printf 'bookworm minbase %s\n' "$INCLUDE" | sha256sum | cut -c1-12)
-TARBALL=$CACHE/bookworm-$HASH.tar.gz
+HASH=$(printf '%s minbase %s\n' "$SUITE" "$INCLUDE" | sha256sum | cut -c1-12)
+TARBALL=$CACHE/$SUITE-$HASH.tar.gz
 
 if [ -s "$TARBALL" ]; then
     echo "$TARBALL"
@@ -50,8 +59,8 @@ MIRROR=$(mirror)
 mkdir -p "$CACHE"
 WORK=$(mktemp -d "$CACHE/build.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-echo "debian-root.sh: debootstrap bookworm from $MIRROR into $WORK (cached afterwards)" >&2
-debootstrap --variant=minbase --include="$INCLUDE" bookworm "$WORK/root" "$MIRROR" >"$WORK/log" 2>&1 || {
+echo "debian-root.sh: debootstrap $SUITE from $MIRROR into $WORK (cached afterwards)" >&2
+debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$WORK/root" "$MIRROR" >"$WORK/log" 2>&1 || {
     tail -n 30 "$WORK/log" >&2
     echo "debian-root.sh: debootstrap failed (log above)" >&2
     exit 1

@@ -11,7 +11,9 @@
 #               root:opencode-sandbox and was never set-gid while group root; the group, the user,
 #               the statoverride, the enabled unit; `ocsb --version` and
 #               `ocsb-netlock-helper print` run; a reinstall (the upgrade path) keeps all that;
-#               purge leaves nothing behind but the two system accounts.
+#               purge leaves nothing behind but the two system accounts. The root has Debian
+#               12's apparmor (3.0), whose parser predates the profile's userns rule: postinst
+#               says so and writes no profile.
 #  4. netlock:  same root with /run/systemd/system present (so the scripts act as under systemd):
 #               a table applied in the private netns is deleted by the package's removal.
 #  5. rpm:      cargo generate-rpm; its files equal files.list; %pre's accounts equal sysusers.d;
@@ -20,7 +22,15 @@
 #  6. arch:     PKGBUILD's package() stages exactly files.list; versions agree.
 #  7. source:   packaging/install.sh install/uninstall in a clean root: modes, the set-gid order,
 #               uninstall leaves nothing behind but the accounts.
-#  8. systemd:  the .deb in a Docker container whose PID 1 is systemd (no network): the unit
+#  8. apparmor: a clean Debian 13 root (AppArmor 4.1, whose parser knows `userns` as Ubuntu's
+#               does): dpkg -i writes /etc/apparmor.d/ocsb for /usr/bin/ocsb, and it compiles
+#               with Debian 13's kernel feature set (which mediates user namespaces); a broken
+#               copy does not; purge removes it. `install.sh` writes ocsb-usr-local for
+#               /usr/local/bin/ocsb, which compiles too; uninstall removes it. Loading it needs a
+#               kernel with AppArmor: where this one has it, the root sees sysfs and securityfs and
+#               the profile must be loaded by postinst and unloaded by purge; where not, postinst
+#               must say it did not load it (and the run says the load was not exercised).
+#  9. systemd:  the .deb in a Docker container whose PID 1 is systemd (no network): the unit
 #               starts, `systemd-analyze security` <= 1.5, a SIGTERM'd daemon is restarted, the
 #               watchdog restarts a stuck one, the table stays in force throughout.
 #
@@ -110,6 +120,10 @@ inside_deb() {
         { cat "$NR/tmp/dpkg.log"; fail "dpkg -i"; }
     grep -q 'systemd is not running here' "$NR/tmp/dpkg.log" || { cat "$NR/tmp/dpkg.log"; fail "postinst did not say the service waits for systemd"; }
     ok "dpkg -i into a clean Debian 12 root (systemd not PID 1)"
+    grep -q 'AppArmor parser version 3\..* rejects the AppArmor profile' "$NR/tmp/dpkg.log" ||
+        { cat "$NR/tmp/dpkg.log"; fail "postinst did not say Debian 12's apparmor_parser rejects the profile"; }
+    [ ! -e "$NR/etc/apparmor.d/ocsb" ] || fail "postinst wrote /etc/apparmor.d/ocsb for a parser that rejects it (apparmor.service would fail at boot)"
+    ok "AppArmor 3.0 (Debian 12): no /etc/apparmor.d/ocsb, and postinst says why"
     n=$(check_setgid_order "$NR/tmp/trace1") || fail "the shim was set-gid while group root (trace above)"
     [ "$n" -ge 1 ] || fail "strace saw no set-gid chmod of the shim: the trace is not working"
     ok "shim: $n set-gid write(s), each after the chown to $GROUP (strace)"
@@ -211,13 +225,17 @@ inside_rpm() {
     umount "$NR/proc"; rm -rf --one-file-system "$NR"; NR=""
 }
 
-inside_source() {
-    NR=$(new_root)
-    # The files install.sh reads: the list, its sources, the build products.
+# The files install.sh reads, under $NR/src: the list, its sources, the build products.
+copy_sources() {
     mkdir -p "$NR/src/target/release"
     (cd "$ROOT" && tar cf - packaging/install.sh packaging/files.list $(awk 'NF && $1 !~ /^#/ && $1 !~ /^target\// { print $1 }' packaging/files.list)) |
         tar -C "$NR/src" -xf -
     (cd "$R" && tar cf - ocsb static/ocsb-egress ocsb-netlock-helper ocsb-netlock-exec man completions) | tar -C "$NR/src/target/release" -xf -
+}
+
+inside_source() {
+    NR=$(new_root)
+    copy_sources
     before=$(snapshot); accounts_before=$(accounts)
     strace -f -y -qq -s 300 -o "$NR/tmp/trace" -e trace=chown,fchown,fchownat,lchown,chmod,fchmod,fchmodat,open,openat \
         chroot "$NR" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C sh /src/packaging/install.sh install >"$NR/tmp/log" 2>&1 ||
@@ -230,6 +248,8 @@ inside_source() {
     [ -f "$NR/usr/local/share/man/man1/ocsb.1.gz" ] && [ -f "$NR/usr/local/share/man/man8/ocsb-netlock-helper.8.gz" ] || fail "man pages not installed"
     grep -q '^ExecStart=/usr/local/libexec/ocsb/ocsb-netlock-helper daemon$' "$NR/etc/systemd/system/ocsb-netlock.service" || fail "unit not rewritten for /usr/local"
     [ "$(in_root /usr/local/bin/ocsb --version)" = "ocsb $VERSION" ] || fail "ocsb --version after make install"
+    grep -q 'AppArmor parser version 3\..* rejects the profile' "$NR/tmp/log" || { cat "$NR/tmp/log"; fail "install.sh did not say Debian 12's apparmor_parser rejects the profile"; }
+    [ ! -e "$NR/etc/apparmor.d/ocsb-usr-local" ] || fail "install.sh wrote a profile that Debian 12's parser rejects"
     ok "install.sh install (PREFIX=/usr/local): shim 2755 root:$GROUP, set-gid after chgrp ($n); unit points to /usr/local"
     in_root sh /src/packaging/install.sh uninstall >"$NR/tmp/log" 2>&1 || { cat "$NR/tmp/log"; fail "install.sh uninstall"; }
     # Files and ocsb's own directories must all be gone; shared directories `install -d` made
@@ -248,8 +268,63 @@ inside_source() {
     umount "$NR/proc"; rm -rf --one-file-system "$NR"; NR=""
 }
 
+# The AppArmor profile under Debian 13's AppArmor 4.1, from the .deb and from install.sh.
+inside_apparmor() {
+    NR=$(new_root)
+    # With AppArmor in this kernel, the root sees it as the host does, so postinst loads for real.
+    loads=""
+    if [ "$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)" = Y ]; then
+        loads=1
+        mount -t sysfs sysfs "$NR/sys"
+        mount -t securityfs securityfs "$NR/sys/kernel/security"
+    fi
+    features=/usr/share/apparmor-features/features
+    [ -f "$NR$features" ] || fail "Debian 13's apparmor lacks $features"
+    grep -q 'userns_create' "$NR$features" || fail "$features does not mediate user namespaces: the compile below would prove less"
+    compiles() { in_root apparmor_parser -Q -K -T --features-file "$features" "$1" >"$NR/tmp/aa.log" 2>&1; }
+    loaded() { grep -q "^$1 (unconfined)" "$NR/sys/kernel/security/apparmor/profiles" 2>/dev/null; }
+
+    cp "$DEB" "$NR/tmp/ocsb.deb"
+    in_root dpkg -i /tmp/ocsb.deb >"$NR/tmp/dpkg.log" 2>&1 || { cat "$NR/tmp/dpkg.log"; fail "dpkg -i (Debian 13)"; }
+    cmp -s "$NR/etc/apparmor.d/ocsb" "$ROOT/packaging/apparmor/ocsb" || fail "postinst did not write /etc/apparmor.d/ocsb (the shipped profile)"
+    expect_mode /etc/apparmor.d/ocsb 644 root:root
+    grep -qx 'profile ocsb "/usr/bin/ocsb" flags=(unconfined) {' "$NR/etc/apparmor.d/ocsb" || fail "the profile does not attach to /usr/bin/ocsb"
+    grep -qx '  userns,' "$NR/etc/apparmor.d/ocsb" || fail "the profile lacks the userns rule"
+    compiles /etc/apparmor.d/ocsb || { cat "$NR/tmp/aa.log"; fail "apparmor_parser 4.1 rejects /etc/apparmor.d/ocsb"; }
+    sed 's/^  userns,$/  userns create bogus,/' "$NR/etc/apparmor.d/ocsb" >"$NR/tmp/broken"
+    if compiles /tmp/broken; then fail "apparmor_parser accepted a broken copy: the compile check proves nothing"; fi
+    ok "AppArmor 4.1 (Debian 13): postinst wrote /etc/apparmor.d/ocsb (profile ocsb for /usr/bin/ocsb, userns); it compiles with Debian 13's features (userns_create); a broken copy does not"
+    if [ -n "$loads" ]; then
+        loaded ocsb || { cat "$NR/tmp/dpkg.log"; fail "postinst did not load the profile into this kernel's AppArmor"; }
+        ok "postinst loaded profile ocsb into this kernel's AppArmor"
+    else
+        grep -q 'AppArmor is not enabled in this kernel, so it was not loaded' "$NR/tmp/dpkg.log" ||
+            { cat "$NR/tmp/dpkg.log"; fail "postinst did not say it skipped loading the profile"; }
+        ok "no AppArmor in this kernel: postinst says it did not load the profile (the load itself is not exercised here)"
+    fi
+    in_root dpkg --purge ocsb >"$NR/tmp/dpkg.log" 2>&1 || { cat "$NR/tmp/dpkg.log"; fail "dpkg --purge (Debian 13)"; }
+    [ ! -e "$NR/etc/apparmor.d/ocsb" ] || fail "purge left /etc/apparmor.d/ocsb"
+    if [ -n "$loads" ] && loaded ocsb; then fail "purge left profile ocsb loaded"; fi
+    ok "purge removes /etc/apparmor.d/ocsb${loads:+ and unloads it}"
+
+    copy_sources
+    in_root sh /src/packaging/install.sh install >"$NR/tmp/log" 2>&1 || { cat "$NR/tmp/log"; fail "install.sh install (Debian 13)"; }
+    p=/etc/apparmor.d/ocsb-usr-local
+    grep -qx 'profile ocsb-usr-local "/usr/local/bin/ocsb" flags=(unconfined) {' "$NR$p" || fail "install.sh: $p does not attach to /usr/local/bin/ocsb"
+    grep -qx '  include if exists <local/ocsb-usr-local>' "$NR$p" || fail "install.sh: $p does not include local/ocsb-usr-local"
+    compiles $p || { cat "$NR/tmp/aa.log"; fail "apparmor_parser 4.1 rejects $p"; }
+    cmp -s "$NR/usr/local/share/ocsb/apparmor/ocsb" "$ROOT/packaging/apparmor/ocsb" || fail "install.sh did not install the template"
+    if [ -n "$loads" ]; then loaded ocsb-usr-local || fail "install.sh did not load ocsb-usr-local"; fi
+    in_root sh /src/packaging/install.sh uninstall >"$NR/tmp/log" 2>&1 || { cat "$NR/tmp/log"; fail "install.sh uninstall (Debian 13)"; }
+    [ ! -e "$NR$p" ] && [ ! -e "$NR/usr/local/share/ocsb" ] || fail "install.sh uninstall left $p or /usr/local/share/ocsb"
+    if [ -n "$loads" ] && loaded ocsb-usr-local; then fail "uninstall left ocsb-usr-local loaded"; fi
+    ok "install.sh (PREFIX=/usr/local): $p for /usr/local/bin/ocsb compiles; uninstall removes it${loads:+ and unloads it}"
+    if [ -n "$loads" ]; then umount "$NR/sys/kernel/security" "$NR/sys"; fi
+    umount "$NR/proc"; rm -rf --one-file-system "$NR"; NR=""
+}
+
 case "${1:-}" in
-    __deb | __netlock | __rpm | __source)
+    __deb | __netlock | __rpm | __source | __apparmor)
         mount --make-rprivate /
         # A failed step leaves no root behind (proc first: rm must not walk into it).
         NR=""
@@ -415,7 +490,12 @@ ok "package() stages exactly files.list ($(wc -l <"$T/arch.files") files); pkgve
 step "7. from source: packaging/install.sh in a clean root"
 unshare --mount --net --pid --fork sh "$0" __source
 
-step "8. systemd: the .deb under a real systemd as PID 1 (a Docker container, no network)"
+step "8. apparmor: the profile under Debian 13's AppArmor 4.1 (.deb and install.sh)"
+TARBALL=$(sh "$HERE/debian-root.sh" trixie) || fail "debian-root.sh trixie"
+unshare --mount --net --pid --fork sh "$0" __apparmor
+TARBALL=$(sh "$HERE/debian-root.sh") || fail "debian-root.sh"
+
+step "9. systemd: the .deb under a real systemd as PID 1 (a Docker container, no network)"
 docker info >/dev/null 2>&1 || fail "no Docker engine (tests/install-deps.sh starts dockerd)"
 IMG=ocsb-pkgtest-systemd:$(basename "$TARBALL" .tar.gz)
 docker image inspect "$IMG" >/dev/null 2>&1 || docker import "$TARBALL" "$IMG" >/dev/null || fail "docker import $TARBALL"

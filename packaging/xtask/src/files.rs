@@ -32,6 +32,16 @@ pub enum Flag {
     Doc,
     /// Only in the .deb.
     DebOnly,
+    /// The AppArmor profile template: in the .deb and `make install`, not in the rpm or Arch
+    /// packages (those systems do not restrict user namespaces through AppArmor).
+    AppArmor,
+}
+
+impl Flag {
+    /// Whether packages of `layout` ship a file with this flag.
+    pub fn in_layout(flag: Option<Flag>, layout: Layout) -> bool {
+        !matches!(flag, Some(Flag::DebOnly | Flag::AppArmor)) || layout == Layout::Deb
+    }
 }
 
 /// A target layout: which directory each placeholder stands for.
@@ -67,6 +77,7 @@ impl Layout {
                 Layout::Rpm => "/usr/share/zsh/site-functions",
             },
             "fishcompdir" => "/usr/share/fish/vendor_completions.d",
+            "pkgdatadir" => "/usr/share/ocsb",
             _ => return None,
         })
     }
@@ -111,8 +122,11 @@ pub fn parse(text: &str, name: &str) -> Result<Vec<Entry>> {
             Some(&"unit") => Some(Flag::Unit),
             Some(&"doc") => Some(Flag::Doc),
             Some(&"deb-only") => Some(Flag::DebOnly),
+            Some(&"apparmor") => Some(Flag::AppArmor),
             Some(f) => {
-                return Err(at(format!("unknown flag {f:?} (setgid-shim, config, unit, doc, deb-only)")));
+                return Err(at(format!(
+                    "unknown flag {f:?} (setgid-shim, config, unit, doc, deb-only, apparmor)"
+                )));
             }
         };
         if flag == Some(Flag::SetgidShim) && mode != "0755" {
@@ -173,6 +187,8 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let entries = read(&root.join("packaging/files.list")).unwrap();
         assert!(entries.iter().any(|e| e.flag == Some(Flag::SetgidShim)));
+        let profile = entries.iter().find(|e| e.flag == Some(Flag::AppArmor)).expect("the AppArmor profile");
+        assert!(Flag::in_layout(profile.flag, Layout::Deb) && !Flag::in_layout(profile.flag, Layout::Rpm));
         for e in &entries {
             expand(&e.dest, Layout::Deb).unwrap();
             if !e.source.starts_with("target/") {

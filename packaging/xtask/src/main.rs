@@ -76,14 +76,17 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Files { layout } => {
             let layout = files::Layout::parse(&layout)?;
             for e in files::read(&root().join("packaging/files.list"))? {
+                if !files::Flag::in_layout(e.flag, layout) {
+                    continue;
+                }
                 let flag = match e.flag {
                     None => "",
                     Some(files::Flag::SetgidShim) => " setgid-shim",
                     Some(files::Flag::Config) => " config",
                     Some(files::Flag::Unit) => " unit",
                     Some(files::Flag::Doc) => " doc",
-                    Some(files::Flag::DebOnly) if layout != files::Layout::Deb => continue,
                     Some(files::Flag::DebOnly) => " deb-only",
+                    Some(files::Flag::AppArmor) => " apparmor",
                 };
                 println!("{} {} {}{flag}", e.source, files::expand(&e.dest, layout)?, e.mode);
             }

@@ -33,7 +33,7 @@ pub fn deb_block(entries: &[Entry]) -> Result<String> {
 /// straight to 2755 root:opencode-sandbox.
 pub fn rpm_block(entries: &[Entry]) -> Result<String> {
     let mut out = String::from("assets = [\n");
-    for e in entries.iter().filter(|e| e.flag != Some(Flag::DebOnly)) {
+    for e in entries.iter().filter(|e| Flag::in_layout(e.flag, Layout::Rpm)) {
         let dest = files::expand(&e.dest, Layout::Rpm)?;
         let mut fields = vec![format!("source = {:?}", e.source), format!("dest = {dest:?}")];
         match e.flag {

@@ -61,5 +61,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub const USERNS_FIX: &str = "unprivileged user namespaces are disabled or restricted: check \
     `sysctl kernel.unprivileged_userns_clone` (must be 1 where it exists), \
     `sysctl user.max_user_namespaces` (must be > 0) and \
-    `sysctl kernel.apparmor_restrict_unprivileged_userns` (Ubuntu: 0, or an AppArmor profile for ocsb); \
+    `sysctl kernel.apparmor_restrict_unprivileged_userns` (Ubuntu >= 23.10: 1 there needs ocsb's \
+    AppArmor profile loaded: `sudo apparmor_parser -r /etc/apparmor.d/ocsb` (ocsb-usr-local for \
+    `make install` under /usr/local), or reinstall ocsb if the file is missing); \
     inside a container, run it with user namespaces allowed (e.g. --privileged or a seccomp profile that permits unshare)";

@@ -60,8 +60,17 @@ impl fmt::Display for Status {
             Err(e) => writeln!(f, "namespaces: NOT available ({e}); {}", super::error::USERNS_FIX)?,
         }
         let ll = match self.landlock_abi {
-            0 => "NOT available (landlock disabled or kernel too old; need ABI >= 6)".to_string(),
-            n if n < 6 => format!("ABI {n}: too old (need >= 6 for abstract-socket and signal scopes)"),
+            n if n < 6 => format!(
+                "{}; fix: {}",
+                if n <= 0 {
+                    "NOT available (landlock disabled or kernel too old)".to_string()
+                } else {
+                    format!(
+                        "ABI {n}: too old for the netlock mode (it needs >= 6 for abstract-socket and signal scopes)"
+                    )
+                },
+                super::landlock::floor_fix(n, false)
+            ),
             n => format!(
                 "ABI {n}: ok (hard floor: filesystem rights ABI 5, scopes ABI 6; newer rights best effort)"
             ),

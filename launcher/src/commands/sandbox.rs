@@ -104,7 +104,7 @@ pub fn status() -> Result<()> {
     } else {
         Err(Error::failed(
             "the sandbox cannot be built on this host (see above)",
-            "fix the failing line, or set OCSB_SANDBOX=0 to run with the filter and netlock only",
+            "fix the failing line as it says (with landlock ABI 1 to 5, OCSB_NETWORK=isolated runs the sandbox)",
         ))
     }
 }

@@ -23,7 +23,7 @@ fn settings_file(project: &ProjectFacts) -> &'static str {
 pub fn judge(f: &Facts) -> Vec<Check> {
     let mut out = Vec::new();
     out.extend(project(&f.project));
-    out.push(userns(&f.kernel, f.sandbox_enabled));
+    out.push(userns(&f.kernel, f.sandbox_enabled, &f.netlock.shim.prefix));
     let isolated = f.network == NetworkMode::Isolated;
     out.push(landlock(f.kernel.landlock_abi, f.sandbox_enabled, isolated));
     out.push(seccomp(f.kernel.seccomp, f.sandbox_enabled));
@@ -104,7 +104,15 @@ fn required(id: &'static str, enabled: bool, message: String, fix: String) -> Ch
     }
 }
 
-fn userns(k: &KernelFacts, enabled: bool) -> Check {
+/// The AppArmor profile the package and `make install` write for `<prefix>/bin/ocsb`: `ocsb` for
+/// /usr, `ocsb-<prefix>` otherwise (packaging/install.sh names it the same way).
+fn apparmor_profile(prefix: &std::path::Path) -> String {
+    let p = prefix.to_string_lossy();
+    let p = p.trim_end_matches('/');
+    if p == "/usr" { "ocsb".into() } else { format!("ocsb-{}", p.trim_start_matches('/').replace('/', "-")) }
+}
+
+fn userns(k: &KernelFacts, enabled: bool, prefix: &std::path::Path) -> Check {
     let mut seen = Vec::new();
     for (name, v) in [
         ("kernel.unprivileged_userns_clone", &k.userns_clone),
@@ -129,12 +137,21 @@ fn userns(k: &KernelFacts, enabled: bool) -> Check {
         Ok(()) => Check::ok("userns", format!("unprivileged user namespaces work{sysctls}")),
         Err(e) => {
             // The first sysctl that explains the refusal decides the fix.
+            let apparmor;
             let fix = if k.userns_clone.as_deref() == Some("0") {
                 "sudo sysctl -w kernel.unprivileged_userns_clone=1 && echo kernel.unprivileged_userns_clone=1 | sudo tee /etc/sysctl.d/50-ocsb-userns.conf"
             } else if k.max_user_namespaces.as_deref() == Some("0") {
                 "sudo sysctl -w user.max_user_namespaces=15000 && echo user.max_user_namespaces=15000 | sudo tee /etc/sysctl.d/50-ocsb-userns.conf"
             } else if k.apparmor_restrict.as_deref() == Some("1") {
-                "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 && echo kernel.apparmor_restrict_unprivileged_userns=0 | sudo tee /etc/sysctl.d/50-ocsb-userns.conf (or give ocsb an AppArmor profile with `userns,`)"
+                // The profile lets ocsb alone create user namespaces; the machine-wide
+                // restriction stays on for every other program.
+                let name = apparmor_profile(prefix);
+                apparmor = format!(
+                    "load ocsb's AppArmor profile, which lets {bin} (and no other program) create user namespaces: `sudo apparmor_parser -r /etc/apparmor.d/{name}`; if that file is missing, reinstall ocsb (the package, or `sudo make install PREFIX={p}` in the source tree: both write it where apparmor_parser is AppArmor >= 4); an ocsb run from another path is not covered",
+                    bin = prefix.join("bin/ocsb").display(),
+                    p = prefix.display(),
+                );
+                &apparmor
             } else {
                 "inside a container: run it with user namespaces allowed (e.g. `docker run --security-opt seccomp=unconfined --security-opt apparmor=unconfined …`)"
             };
@@ -150,7 +167,8 @@ fn userns(k: &KernelFacts, enabled: bool) -> Check {
     }
 }
 
-const LANDLOCK_FIX: &str = "boot Linux >= 6.12 with landlock in the LSM list: add `lsm=landlock,…` (keep the current list from /sys/kernel/security/lsm) to GRUB_CMDLINE_LINUX in /etc/default/grub, then `sudo update-grub` and reboot";
+/// Landlock off, in the isolated mode (which runs on any landlock ABI, Linux >= 5.13).
+const LANDLOCK_FIX: &str = "enable landlock: add `lsm=landlock,…` (keep the current list from /sys/kernel/security/lsm) to GRUB_CMDLINE_LINUX in /etc/default/grub, then `sudo update-grub` and reboot";
 
 /// Which network mode, and what it guarantees.
 fn network(f: &Facts) -> Check {
@@ -172,6 +190,9 @@ fn network(f: &Facts) -> Check {
     }
 }
 
+/// Where landlock falls short of the netlock mode's floor, the fix names the isolated mode (whose
+/// floor is ABI 1) before a kernel ([`ocsb_sandbox::landlock::floor_fix`], the text `run` and
+/// `exec` print too).
 fn landlock(abi: i64, enabled: bool, isolated: bool) -> Check {
     match abi {
         n if isolated && (1..6).contains(&n) => Check::warn(
@@ -190,13 +211,15 @@ fn landlock(abi: i64, enabled: bool, isolated: bool) -> Check {
             "landlock",
             enabled,
             "landlock is not available (disabled or kernel too old; need ABI >= 6)".into(),
-            LANDLOCK_FIX.into(),
+            if isolated { LANDLOCK_FIX.into() } else { ocsb_sandbox::landlock::floor_fix(0, false) },
         ),
         n => required(
             "landlock",
             enabled,
-            format!("ABI {n} is too old: the abstract-unix socket scope needs ABI >= 6 (Linux 6.12)"),
-            LANDLOCK_FIX.into(),
+            format!(
+                "ABI {n} is too old for the netlock mode: the abstract-unix socket scope needs ABI >= 6 (Linux 6.12)"
+            ),
+            ocsb_sandbox::landlock::floor_fix(n, false),
         ),
     }
 }
@@ -463,7 +486,7 @@ fn loopback(f: &Facts) -> Check {
                 "landlock ABI {} has no TCP rules: every TCP service on this machine's loopback is reachable",
                 f.kernel.landlock_abi
             ),
-            Some("upgrade to Linux >= 6.7 (landlock ABI 4)".into()),
+            Some(ocsb_sandbox::landlock::floor_fix(f.kernel.landlock_abi, false)),
         )
     } else {
         Check::ok(
@@ -744,18 +767,51 @@ mod tests {
     fn userns_fix_follows_the_sysctl() {
         let mut k = KernelFacts { userns: Err("unshare: EPERM".into()), ..healthy().kernel };
         k.apparmor_restrict = Some("1".into());
-        let c = userns(&k, true);
+        let usr = std::path::Path::new("/usr");
+        let c = userns(&k, true, usr);
         assert_eq!(c.status, Status::Fail);
         assert!(c.message.starts_with("the sandbox cannot be created"), "{c}");
-        assert!(c.fix.unwrap().contains("kernel.apparmor_restrict_unprivileged_userns=0"));
+        // Ubuntu's restriction: the profile ocsb ships, never the machine-wide switch.
+        let fix = c.fix.unwrap();
+        assert!(fix.starts_with("load ocsb's AppArmor profile"), "{fix}");
+        assert!(
+            fix.contains("`sudo apparmor_parser -r /etc/apparmor.d/ocsb`") && fix.contains("/usr/bin/ocsb"),
+            "{fix}"
+        );
+        assert!(!fix.contains("apparmor_restrict_unprivileged_userns=0"), "{fix}");
+        let fix = userns(&k, true, std::path::Path::new("/usr/local")).fix.unwrap();
+        assert!(fix.contains("/etc/apparmor.d/ocsb-usr-local") && fix.contains("PREFIX=/usr/local"), "{fix}");
         k.userns_clone = Some("0".into());
-        assert!(userns(&k, true).fix.unwrap().contains("kernel.unprivileged_userns_clone=1"));
-        assert_eq!(userns(&k, false).status, Status::Warn);
+        assert!(userns(&k, true, usr).fix.unwrap().contains("kernel.unprivileged_userns_clone=1"));
+        assert_eq!(userns(&k, false, usr).status, Status::Warn);
         // As root the live test passes, but the sysctl still restricts ordinary users.
         let root = KernelFacts { userns: Ok(()), as_root: true, ..k };
-        assert_eq!(userns(&root, true).status, Status::Fail);
+        assert_eq!(userns(&root, true, usr).status, Status::Fail);
         let root = KernelFacts { userns_clone: None, apparmor_restrict: None, ..root };
-        assert_eq!(userns(&root, true).status, Status::Ok);
+        assert_eq!(userns(&root, true, usr).status, Status::Ok);
+    }
+
+    #[test]
+    fn an_old_landlock_names_the_isolated_mode_before_a_kernel() {
+        for abi in 1..6 {
+            let c = landlock(abi, true, false);
+            assert_eq!(c.status, Status::Fail);
+            let fix = c.fix.unwrap();
+            let iso = fix.find("OCSB_NETWORK=isolated").expect("names the isolated mode");
+            assert!(iso < fix.find("Linux >= 6.12").unwrap(), "{fix}");
+            assert!(!fix.contains("OCSB_SANDBOX"), "{fix}");
+        }
+        // Landlock off: enabled first (the isolated mode needs ABI 1 too), then the mode.
+        let fix = landlock(0, true, false).fix.unwrap();
+        assert!(fix.find("lsm=").unwrap() < fix.find("OCSB_NETWORK=isolated").unwrap(), "{fix}");
+        // In the isolated mode itself, ABI 1 to 5 is a warning, not a fix to switch modes.
+        assert_eq!(landlock(3, true, true).status, Status::Warn);
+        assert!(!landlock(0, true, true).fix.unwrap().contains("OCSB_NETWORK=isolated"));
+        // The loopback check on such a kernel says the same.
+        let mut f = healthy();
+        f.kernel.landlock_abi = 3;
+        let lo = find(&judge(&f), "loopback");
+        assert!(lo.fix.as_deref().unwrap().contains("OCSB_NETWORK=isolated"), "{lo}");
     }
 
     #[test]

@@ -38,8 +38,16 @@ fn veth(ns: &str) -> String {
 /// The lab with IPv6 on its veth, origins on the hosts file's and the lies' IPv6 addresses, the
 /// hosts file in place and the name server dropping (`lie == false`) or lying.
 fn world(lie: bool, rules: &str) -> Lab {
+    world_with(lie, rules, None)
+}
+
+/// [`world`], with the filter namespace's `/etc/nsswitch.conf` (`ip netns exec` binds it too).
+fn world_with(lie: bool, rules: &str, nsswitch: Option<&str>) -> Lab {
     let mut lab = Lab::new(rules);
     let (f, w) = (lab.topo.filter.name().to_string(), lab.topo.world.name().to_string());
+    if let Some(text) = nsswitch {
+        std::fs::write(format!("/etc/netns/{f}/nsswitch.conf"), text).unwrap();
+    }
     sh(&["ip", "-n", &f, "addr", "add", "2001:db8::1/64", "dev", &veth(&f), "nodad"]);
     for a in ["2001:db8::7", "2001:db8::9"] {
         sh(&["ip", "-n", &w, "addr", "add", &format!("{a}/64"), "dev", &veth(&w), "nodad"]);
@@ -187,4 +195,21 @@ fn egress_verify_passes_for_hosts_file_names_with_a_silent_name_server() {
     }
     assert!(t.elapsed() < Duration::from_secs(5), "verify took {:?}", t.elapsed());
     never_asked(&lab);
+}
+
+/// `hosts: dns files` in `/etc/nsswitch.conf`: the builtin filter asks the name server first, as
+/// the system does, and dials its answer. (squid knows no nsswitch.conf: its hosts file comes
+/// first whatever the line says.)
+#[test]
+fn the_builtin_filter_follows_nsswitch_conf_dns_first() {
+    let lab = world_with(true, RULES, Some("passwd: files\nhosts: dns files\n"));
+    let p = SocketAddr::from(([127, 0, 0, 1], BUILTIN_PORT));
+    for name in ["intranet.vpn.test", "six.vpn.test"] {
+        let url = format!("http://{name}/");
+        let r = lab.client(move || client::get(p, &url, name)).unwrap();
+        assert_eq!(r.status, 200, "{name}: {r:?}");
+        let lied = ["origin=198.51.100.7:80 ", "origin=[2001:db8::9]:80 "];
+        assert!(lied.iter().any(|o| r.body.starts_with(o)), "{name}: not the name server's answer: {r:?}");
+        assert!(asked(&lab, name) > 0, "{name} was not asked of the name server");
+    }
 }

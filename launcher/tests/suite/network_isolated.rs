@@ -482,7 +482,8 @@ while True:
           ' </dev/null 2>&1"
         echo "queries: $(sort -u "$Q" | tr '\n' ' ')"
         echo "log:"; U "$OCSB" egress logs --no-follow 2>&1 | sed 's/^/  /'
-        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
+        ip netns pids "$ON" | xargs -r kill; ip netns del "$ON"
+        rm -rf "$SRV" "$Q" "$R" "$H""#,
         ask = ask.display(),
     );
     let (out, err) = scenario(&w, &body);

@@ -80,6 +80,11 @@ pub enum Command {
     #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
 
+    /// The web UI's login for this project: user, password and the file that keeps it
+    /// (`<state>/password`, made at the first start).
+    #[command(after_help = EXIT_CODES)]
+    Password,
+
     /// Egress filter up, netlock verified, self-tests: what `run` does before OpenCode.
     ///
     /// The self-tests are not repeated while the rules, the filter, the netlock and ocsb are

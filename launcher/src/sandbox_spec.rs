@@ -97,7 +97,7 @@ pub fn spec(
     let ssh_agent =
         std::env::var_os("SSH_AUTH_SOCK").map(PathBuf::from).filter(|p| p.is_absolute() && p.exists());
     let host: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let env = ocsb_sandbox::env::build(&ocsb_sandbox::env::EnvInputs {
+    let mut env = ocsb_sandbox::env::build(&ocsb_sandbox::env::EnvInputs {
         host: &host,
         home: &project.home,
         state_dir: &state,
@@ -105,6 +105,11 @@ pub fn spec(
         ssh_agent: ssh_agent.as_deref(),
         extra: extra_env,
     });
+    // Last, so no `OCSB_ENV` entry replaces it: an `ocsb` started inside says at once that it
+    // runs on the host (`commands::inside`).
+    let inside = crate::commands::inside::VAR;
+    env.retain(|(k, _)| k != inside);
+    env.push((inside.to_string(), project.checkout.display().to_string()));
     let mut hide = s.hide();
     hide.extend(state::hidden_from_sandbox(&state));
     // The files that hold model-provider keys, wherever the user keeps them (a readable part

@@ -216,6 +216,9 @@ struct Builder<'a> {
     read_only_rule: Vec<PathBuf>,
     /// [`SandboxSpec::programs`], resolved.
     programs: Vec<PathBuf>,
+    /// Private caches missing on the host, as mounted: their mount points are made in the
+    /// rebuilt home directories ([`Builder::snapshots`]), never on the host.
+    missing_caches: Vec<PathBuf>,
 }
 
 impl Builder<'_> {
@@ -343,7 +346,7 @@ impl Builder<'_> {
     fn private_cache(&mut self, dir: &Path, own: &Path) -> Result<()> {
         absolute(dir, "cache directory")?;
         if self.fs.kind(dir) == Kind::Missing {
-            return Ok(());
+            return self.missing_cache(dir, own);
         }
         let dst = self.canonical(dir)?;
         if self.fs.kind(&dst) != Kind::Dir || self.fs.kind(own) != Kind::Dir {
@@ -360,21 +363,76 @@ impl Builder<'_> {
         Ok(())
     }
 
+    /// A default cache the host never made (no `~/.npm` on a fresh home): the tool inside still
+    /// needs somewhere to write, or it fails on the read-only home. The project's own copy is
+    /// mounted there all the same; the mount point is made in the home's rebuilt directories
+    /// (a tmpfs sealed afterwards), so nothing appears in the user's home. Where the nearest
+    /// existing directory is not rebuilt, it is skipped as before ([`Builder::snapshots`]).
+    fn missing_cache(&mut self, dir: &Path, own: &Path) -> Result<()> {
+        if self.fs.kind(own) != Kind::Dir {
+            return Ok(());
+        }
+        let Some(holder) = snapshot::holder(self.fs, dir) else { return Ok(()) };
+        let mut missing = Vec::new();
+        let mut at = dir;
+        while let Some(parent) = at.parent() {
+            missing.push(at.file_name().unwrap_or_default().to_owned());
+            if self.fs.kind(parent) != Kind::Missing {
+                break;
+            }
+            at = parent;
+        }
+        let dst = missing.iter().rev().fold(holder, |p, name| p.join(name));
+        let src = self.canonical(own)?;
+        self.plan.writable.push(dst.clone());
+        self.missing_caches.push(dst.clone());
+        self.layered.push((depth(&dst), 0, Op::Bind { src, dst, access: Access::Rw, dir: true }));
+        Ok(())
+    }
+
+    /// Withdraw the mount of a missing cache whose mount point could not be made in a rebuilt
+    /// directory: making it would write into a read-only bind (the start would fail) or the host.
+    fn drop_missing_cache(&mut self, dst: &Path) {
+        self.layered.retain(|(_, _, op)| !matches!(op, Op::Bind { dst: d, .. } if d == dst));
+        self.plan.writable.retain(|w| w != dst);
+        self.plan
+            .warnings
+            .push(format!("{} does not exist and cannot be made inside; not mounted", dst.display()));
+    }
+
     /// Rebuild the home's directories that hold hidden names as sealed tmpfs with the host's
     /// entries at start bound back (see [`snapshot`]), so the masks cannot be detached by the
     /// host renaming over them and names created later stay absent.
     fn snapshots(&mut self, home: &Path, hidden: &[(PathBuf, &str)]) -> Result<()> {
-        let Ok(home) = self.fs.canonicalize(home) else { return Ok(()) };
+        let missing = std::mem::take(&mut self.missing_caches);
+        let Ok(home) = self.fs.canonicalize(home) else {
+            missing.iter().for_each(|m| self.drop_missing_cache(m));
+            return Ok(());
+        };
         if self.not_in_tree(&home) {
+            missing.iter().for_each(|m| self.drop_missing_cache(m));
             return Ok(());
         }
         let names: Vec<PathBuf> = hidden.iter().map(|(p, _)| p.clone()).collect();
+        // The missing caches' nearest existing directories are rebuilt too, to hold their
+        // mount points; their own mounts are not writable roots for this choice.
+        let mut holders = names.clone();
+        holders.extend(missing.iter().cloned());
+        let writable: Vec<PathBuf> =
+            self.plan.writable.iter().filter(|w| !missing.contains(w)).cloned().collect();
         // A directory the user cannot list (a root-owned `~/.docker` left by `sudo docker
         // login`) is not rebuilt: the sandbox cannot read it either, and its parent's bind keeps it.
-        let mut dirs = snapshot::dirs(self.fs, &home, &names, &self.plan.writable);
+        let mut dirs = snapshot::dirs(self.fs, &home, &holders, &writable);
         let listed: Vec<(PathBuf, Vec<String>)> =
             dirs.iter().filter_map(|d| Some((d.clone(), self.fs.read_dir(d).ok()?))).collect();
         dirs.retain(|d| listed.iter().any(|(l, _)| l == d));
+        for m in &missing {
+            let made = snapshot::holder(self.fs, m)
+                .is_some_and(|h| dirs.contains(&h) || writable.iter().any(|w| h.starts_with(w)));
+            if !made {
+                self.drop_missing_cache(m);
+            }
+        }
         let mut skip: BTreeSet<PathBuf> =
             self.layered.iter().map(|(_, _, op)| op.dst().to_path_buf()).collect();
         skip.extend(names.iter().cloned());
@@ -667,6 +725,7 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
             .map(|g| g.path.clone())
             .collect(),
         programs: spec.programs.iter().map(|d| fs.canonicalize(d).unwrap_or_else(|_| d.clone())).collect(),
+        missing_caches: Vec::new(),
     };
     b.base()?;
     b.run_dir()?;
@@ -1214,6 +1273,56 @@ mod tests {
         assert!(plan.writable.contains(&PathBuf::from("/home/u/.m2/repository")));
         assert!(pos(&plan, "/home/u/.m2") < pos(&plan, "/home/u/.m2/repository"));
         assert!(!plan.ops.iter().any(|o| o.dst().starts_with("/home/u/go")), "missing on the host: skipped");
+    }
+
+    /// A fresh home has no `~/.npm`: the project's own copy is mounted there all the same, its
+    /// mount point made in the home's rebuilt (sealed) tmpfs, never on the host; a nested one
+    /// (`~/.cargo/registry` without `~/.cargo`) too.
+    #[test]
+    fn private_caches_missing_on_the_host_are_mounted_in_the_rebuilt_home() {
+        let own = "/home/u/.local/share/ocsb/p/home-caches";
+        let fs = host()
+            .with("/home/u/.local", Kind::Dir)
+            .with("/home/u/.local/share", Kind::Dir)
+            .with("/home/u/.local/share/ocsb", Kind::Dir)
+            .with("/home/u/.local/share/ocsb/p", Kind::Dir)
+            .with(own, Kind::Dir)
+            .with("/home/u/.local/share/ocsb/p/home-caches/.npm", Kind::Dir)
+            .with("/home/u/.local/share/ocsb/p/home-caches/.cargo+registry", Kind::Dir);
+        let mut s = spec();
+        s.rw_home.clear();
+        s.caches = vec![
+            ("/home/u/.npm".into(), format!("{own}/.npm").into()),
+            ("/home/u/.cargo/registry".into(), format!("{own}/.cargo+registry").into()),
+            ("/home/u/go/pkg/mod".into(), format!("{own}/go+pkg+mod").into()),
+        ];
+        let plan = build(&s, &fs).unwrap();
+        for (dst, src) in [("/home/u/.npm", ".npm"), ("/home/u/.cargo/registry", ".cargo+registry")] {
+            let i = pos(&plan, dst);
+            assert_eq!(
+                plan.ops[i],
+                Op::Bind {
+                    src: format!("{own}/{src}").into(),
+                    dst: dst.into(),
+                    access: Access::Rw,
+                    dir: true
+                }
+            );
+            assert!(plan.writable.contains(&PathBuf::from(dst)), "{dst}");
+            assert!(pos(&plan, "/home/u") < i, "the home's tmpfs holds the mount point of {dst}");
+        }
+        assert!(
+            matches!(plan.ops[pos(&plan, "/home/u")], Op::Tmpfs { seal: true, .. }),
+            "the home is rebuilt: the mount points are made there, not on the host"
+        );
+        assert!(!plan.ops.iter().any(|o| o.dst().starts_with("/home/u/go")), "no own copy: skipped");
+        // The home is not rebuilt (nothing hidden in it and no snapshot): not mounted, said so.
+        let mut s2 = s.clone();
+        s2.home = "/home/other".into();
+        let plan = build(&s2, &fs.with("/home/other", Kind::Dir)).unwrap();
+        assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.npm")), "{:#?}", plan.ops);
+        assert!(!plan.writable.contains(&PathBuf::from("/home/u/.npm")));
+        assert!(plan.warnings.iter().any(|w| w.contains("/home/u/.npm") && w.contains("not mounted")));
     }
 
     #[test]

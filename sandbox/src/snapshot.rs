@@ -87,7 +87,7 @@ fn lexical(p: &Path) -> PathBuf {
 }
 
 /// The existing directory (canonical) that holds `p`'s name, or would hold it.
-fn holder(fs: &dyn HostFs, p: &Path) -> Option<PathBuf> {
+pub(crate) fn holder(fs: &dyn HostFs, p: &Path) -> Option<PathBuf> {
     let mut d = p.parent()?;
     loop {
         match fs.kind(d) {

@@ -127,9 +127,19 @@ pub fn check_configs(settings: &Settings, user_config_dir: &Path, project_dir: &
     Ok(())
 }
 
-/// The files that hold keys: hidden from the sandbox wherever they are.
+/// The files that hold keys: hidden from the sandbox wherever they are. The default key file
+/// also while it does not exist: made while a sandbox runs, it must not show up there.
 pub fn key_files(settings: &Settings) -> Vec<PathBuf> {
-    [settings.env_file(), settings.provider_keys()].into_iter().flatten().filter(|p| p.exists()).collect()
+    let mut files: Vec<PathBuf> = [settings.env_file(), settings.provider_keys()]
+        .into_iter()
+        .flatten()
+        .filter(|p| p.exists())
+        .collect();
+    let default = settings.default_provider_keys();
+    if !files.contains(&default) {
+        files.push(default);
+    }
+    files
 }
 
 /// What OpenCode is told: where each provider is and the placeholder it sends.

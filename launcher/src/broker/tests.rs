@@ -413,7 +413,21 @@ fn keys_load_from_both_files_and_nothing_provider_shaped_is_left() {
     assert_eq!(k.env_file, vec![("MCP_TOKEN".to_string(), "tok".to_string())]);
     let ids: Vec<&str> = k.upstreams.iter().map(|u| u.id.as_str()).collect();
     assert_eq!(ids, ["fake", "anthropic"]);
-    assert_eq!(super::key_files(&s), vec![env_file.clone(), keys_file.clone()], "both are hidden");
+    let default = d.path().join("home/.config/opencode-sandbox/provider-keys");
+    assert_eq!(
+        super::key_files(&s),
+        vec![env_file.clone(), keys_file.clone(), default.clone()],
+        "both are hidden, and the default key file even before it exists"
+    );
+    // Without the setting, a key file in the user's config directory is all it takes.
+    let s = settings(d.path(), &[]);
+    assert!(super::Keys::load(&s).unwrap().upstreams.is_empty(), "no file, no keys");
+    std::fs::write(&default, "anthropic sk-ant-api03-y\n").unwrap();
+    let k = super::Keys::load(&settings(d.path(), &[])).unwrap();
+    let ids: Vec<&str> = k.upstreams.iter().map(|u| u.id.as_str()).collect();
+    assert_eq!(ids, ["anthropic"], "the default key file is read");
+    assert_eq!(super::key_files(&settings(d.path(), &[])), vec![default.clone()]);
+    std::fs::remove_file(&default).unwrap();
     // OCSB_ENV cannot carry one in either.
     let local = d.path().join("proj/.opencode-sandbox/local");
     std::fs::create_dir_all(&local).unwrap();

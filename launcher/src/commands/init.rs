@@ -95,8 +95,40 @@ pub fn report(outcomes: &[Outcome], root: &Path) {
         };
         println!("{word} {}", p.strip_prefix(root).unwrap_or(p).display());
     }
-    println!(
-        "\nNext: edit .opencode-sandbox/egress.conf to allow the hosts your project needs, commit \
-         .opencode-sandbox/ and .cc-safety-net/, then run `ocsb run`."
-    );
+    println!("{}", next_steps(&keys_file_shown()));
+}
+
+/// The steps after `init`, up to a working agent: the rules, a model, the run, and how the user
+/// reaches a dev server the agent starts.
+fn next_steps(keys_file: &str) -> String {
+    format!(
+        "\nNext:\n\
+         \x20 1. allow the hosts your project needs in .opencode-sandbox/egress.conf\n\
+         \x20 2. a model: one line `anthropic <your key>` (or openai, openrouter) in {keys_file};\n\
+         \x20    the key stays outside the sandbox (another provider: `<id> <key> <base URL>`, and the\n\
+         \x20    provider in the project's opencode.json)\n\
+         \x20 3. commit .opencode-sandbox/ and .cc-safety-net/, then `ocsb run`\n\
+         A dev server the agent starts (say on port 3000) opens at http://127.0.0.1:3000/; for the agent to\n\
+         reach it too, add OCSB_LOOPBACK_PORTS=(3000) to .opencode-sandbox/local/sandbox.conf\n\
+         (OCSB_NETWORK=isolated cannot show the agent's ports to your browser yet)."
+    )
+}
+
+/// The default key file the broker reads (`<XDG_CONFIG_HOME>/opencode-sandbox/provider-keys`),
+/// with `~` for the home directory.
+fn keys_file_shown() -> String {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| home.as_ref().map(|h| h.join(".config")));
+    let Some(file) =
+        config.map(|c| c.join("opencode-sandbox").join(ocsb_policy::settings::PROVIDER_KEYS_FILE))
+    else {
+        return "~/.config/opencode-sandbox/provider-keys".into();
+    };
+    match home.as_deref().and_then(|h| file.strip_prefix(h).ok()) {
+        Some(rel) => format!("~/{}", rel.display()),
+        None => file.display().to_string(),
+    }
 }

@@ -4,6 +4,8 @@
 pub mod config;
 pub mod egress;
 pub mod init;
+pub mod inside;
+pub mod password;
 pub mod sandbox;
 pub mod spend;
 
@@ -17,6 +19,7 @@ use crate::{doctor, egress_cmd, netlock, opencode, run, web, worktree};
 pub fn dispatch(cli: Cli) -> Result<()> {
     let explicit = cli.project.as_deref();
     let project = || Project::load(explicit);
+    inside::refuse(&cli.command)?;
     match cli.command {
         Command::Init => {
             let start = project::locate(explicit)?;
@@ -34,6 +37,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Wt(WtCommand::List) => worktree::list(explicit),
         Command::Netlock(cmd) => netlock::run(cmd, &project()?.settings),
         Command::Doctor(args) => doctor::run(explicit, args.json),
+        Command::Password => password::run(&project()?),
         Command::Prepare(args) => run::prepare(&project()?, args.retest).map(drop),
         Command::Run(args) => run::run(&project()?, &args.opencode_args, args.no_browser),
         Command::Exec(args) => std::process::exit(sandbox::exec(&project()?, args.command)?),

@@ -218,7 +218,8 @@ pub fn setup(
         env.push(("KUBECONFIG".into(), k.display().to_string()));
     }
     // Names the guard plugin blanks in the agent's shells: the env file holds tokens for MCP
-    // servers and the model provider, which run in OpenCode's process, not in the agent's shell.
+    // servers, which run in OpenCode's process, not in the agent's shell (its provider keys went
+    // to the broker).
     let blank: Vec<&str> = env_file.iter().map(|(k, _)| k.as_str()).collect();
     env.extend([
         ("OPENCODE_CONFIG_CONTENT".to_string(), content.to_string()),

@@ -133,7 +133,12 @@ fn start_broker(
     if !s.sandbox_enabled() {
         eprintln!(
             "ocsb: warning: OCSB_SANDBOX=0: the agent can read the key files themselves ({}); only the environment is kept clean",
-            broker::key_files(s).iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" ")
+            broker::key_files(s)
+                .iter()
+                .filter(|p| p.exists())
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
         );
     }
     broker::Broker::start(broker::Start { bound, upstreams, prices, ledger, limit_set_at })
@@ -311,9 +316,13 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
             return Err(e);
         }
     };
-    let url = format!("http://{web_addr}/");
+    // The project's page, also with `--no-browser`: the user who opens it by hand (over SSH,
+    // on a machine without a display) needs it most.
+    let latest = latest_session(oc_addr, &upstream_authorization);
+    let url = project_page(web_addr, &project.checkout, latest.as_deref());
+    println!("web:        {url}");
     println!(
-        "web:        {url} (user {}, password in {})",
+        "            log in as {} with the password in {} (`ocsb password` prints it)",
         web::auth::USER,
         state::password_file(&state).display()
     );
@@ -329,11 +338,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         state.join(state::OPENCODE_PASSWORD).display()
     );
     if !no_browser {
-        let latest = latest_session(oc_addr, &upstream_authorization);
-        println!(
-            "browser:    {}",
-            browser::open(&project_page(web_addr, &project.checkout, latest.as_deref()))
-        );
+        println!("browser:    {}", browser::open(&url));
     }
     println!("ready; Ctrl-C stops OpenCode (the egress filter keeps running: `ocsb egress down` stops it)");
 

@@ -173,9 +173,25 @@ fn self_tests(project: &Project, sd: &StateDir, policy: &Policy, lock: &Netlock,
         verify_as_sandbox(project, sd, policy, lock, curl, true).map_err(|e| egress_err("self-tests", e))?;
     let (n, direct) = (report.checks.len(), report.checks.iter().any(|c| c.kind == "direct-blocked"));
     report.into_result().map_err(|e| egress_err("self-tests", e))?;
-    let what = if direct { ", direct connection blocked" } else { "" };
-    println!("self-tests: {n} checks passed (expect-pass/expect-block rules{what})");
+    println!("self-tests: {}", selftest_summary(n - usize::from(direct), direct));
     Ok(())
+}
+
+/// What the self-tests checked, in words: a count alone ("0 checks passed") reads as a failure
+/// when the rules simply have no `expect-*` lines.
+fn selftest_summary(expects: usize, direct: bool) -> String {
+    const NONE: &str = "the rules have no expect-pass/expect-block lines";
+    const DIRECT: &str = "a direct connection around the filter was refused";
+    let rules = match expects {
+        1 => "the filter answered the 1 expect-pass/expect-block rule as written".to_string(),
+        n => format!("the filter answered all {n} expect-pass/expect-block rules as written"),
+    };
+    match (expects, direct) {
+        (0, false) => format!("nothing to check: {NONE}"),
+        (0, true) => format!("passed: {DIRECT} ({NONE})"),
+        (_, false) => format!("passed: {rules}"),
+        (_, true) => format!("passed: {rules}; {DIRECT}"),
+    }
 }
 
 /// Every `expect-*` line (and, with `direct`, the bypass check) by `curl` started the way the
@@ -220,5 +236,29 @@ fn egress_err(step: &str, e: ocsb_egress::Error) -> Error {
         ),
         Error::Failed { what, fix } => Error::failed(format!("{step}: {what}"), fix),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::selftest_summary;
+
+    #[test]
+    fn the_self_tests_say_what_ran() {
+        let none = "the rules have no expect-pass/expect-block lines";
+        assert_eq!(selftest_summary(0, false), format!("nothing to check: {none}"));
+        assert_eq!(
+            selftest_summary(0, true),
+            format!("passed: a direct connection around the filter was refused ({none})")
+        );
+        assert_eq!(
+            selftest_summary(1, false),
+            "passed: the filter answered the 1 expect-pass/expect-block rule as written"
+        );
+        assert_eq!(
+            selftest_summary(3, true),
+            "passed: the filter answered all 3 expect-pass/expect-block rules as written; \
+             a direct connection around the filter was refused"
+        );
     }
 }

@@ -56,14 +56,13 @@ pub fn ensure_private(sd: &StateDir) -> Result<bool> {
 /// The project's own toolchain caches (`OCSB_CACHES=private`), relative to the state directory.
 pub const CACHES: &str = "home-caches";
 
-/// The project's own copy of each default cache that exists on the host, made (or, where a
-/// sandbox left a link or a file in its place, remade) without following links, so the mount
-/// that puts it over `~/.cache` can only ever be this directory.
+/// The project's own copy of each default cache, made (or, where a sandbox left a link or a
+/// file in its place, remade) without following links, so the mount that puts it over
+/// `~/.cache` can only ever be this directory. Also for a cache the host does not have (no
+/// `~/.npm` on a fresh home): the sandbox mounts it all the same, so the tool inside can write.
 pub fn ensure_caches(sd: &StateDir, settings: &ocsb_policy::settings::Settings) -> Result<()> {
-    for (dir, usage) in settings.home_dirs() {
-        if let ocsb_policy::settings::CacheUse::Private(name) = usage
-            && dir.is_dir()
-        {
+    for (_, usage) in settings.home_dirs() {
+        if let ocsb_policy::settings::CacheUse::Private(name) = usage {
             sd.dir(&Path::new(CACHES).join(name))?;
         }
     }

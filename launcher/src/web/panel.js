@@ -6,7 +6,17 @@
   if (window.__ocsbPanel) return;
   window.__ocsbPanel = true;
 
-  var state = { session: null, directory: null, data: null, timer: null, collapsed: false };
+  // Collapsed to a one-line badge unless the user opened it before: expanded, it would sit over
+  // OpenCode's page on narrower windows.
+  var OPEN_KEY = "ocsb-tokens-open";
+  function wasOpen() {
+    try {
+      return window.localStorage.getItem(OPEN_KEY) === "1";
+    } catch (e) {
+      return false;
+    }
+  }
+  var state = { session: null, directory: null, data: null, timer: null, collapsed: !wasOpen() };
 
   function b64urlDecode(s) {
     try {
@@ -44,21 +54,27 @@
   box.setAttribute("role", "complementary");
   box.setAttribute("aria-label", "Tokens");
   box.style.cssText =
-    "position:fixed;right:12px;bottom:12px;z-index:2147483647;min-width:230px;max-width:300px;" +
+    "position:fixed;right:12px;bottom:12px;z-index:2147483647;max-width:320px;" +
     "font:12px/1.4 ui-monospace,monospace;background:rgba(20,20,24,.92);color:#e6e6e6;" +
-    "border:1px solid #444;border-radius:6px;padding:8px 10px;box-shadow:0 2px 10px rgba(0,0,0,.4)";
+    "border:1px solid #444;border-radius:6px;padding:3px 8px;box-shadow:0 2px 10px rgba(0,0,0,.4)";
 
+  // A label that starts with two spaces is a part of the row above it: indented (HTML would
+  // drop the spaces).
   function row(label, field, title) {
+    var sub = label.indexOf("  ") === 0;
     return (
       '<div style="display:flex;justify-content:space-between;gap:12px"' +
       (title ? ' title="' + title + '"' : "") +
-      "><span>" + label + '</span><span data-field="' + field + '">–</span></div>'
+      '><span data-label="' + field + '"' + (sub ? ' style="padding-left:1.5ch"' : "") + ">" +
+      label.replace(/^ +/, "") + '</span><span data-field="' + field + '">–</span></div>'
     );
   }
 
   box.innerHTML =
-    '<div style="display:flex;justify-content:space-between;cursor:pointer;font-weight:bold" data-toggle>' +
-    '<span>Tokens</span><span data-field="status"></span></div>' +
+    '<div style="display:flex;justify-content:space-between;gap:8px;cursor:pointer" data-toggle ' +
+    'title="Tokens and spend of this session: click to open or close">' +
+    '<span style="font-weight:bold">Tokens</span><span data-field="summary" style="color:#9ab"></span>' +
+    '<span data-field="status"></span></div>' +
     '<div data-body>' +
     '<div data-field="model" style="color:#9ab;margin:2px 0 4px"></div>' +
     row("context", "context", "prompt tokens of the last step / the model's context window") +
@@ -69,10 +85,12 @@
     row("  messages (est.)", "messages", "estimated from the size of the conversation") +
     row("  cache read", "cache_read") +
     row("  cache write", "cache_write") +
-    row("spend", "cost", "what OpenCode computed for this session") +
+    '<div style="margin-top:2px">spend</div>' +
+    row("  session (OpenCode est.)", "cost", "OpenCode's estimate from its price list, for this session's messages only") +
     '<div data-field="limit_row" style="display:none">' +
-    row("  today (ocsb)", "spend_today", "measured by ocsb's key broker on the wire, UTC day") +
-    row("  this run (ocsb)", "spend_run", "measured by ocsb's key broker since `ocsb run` started") +
+    row("  today (broker)", "spend_today", "metered by ocsb's key broker on the wire: every model request of the project today (UTC), all sessions and title calls") +
+    row("  this run (broker)", "spend_run", "metered by ocsb's key broker since `ocsb run` started: every model request, all sessions and title calls") +
+    '<div data-label="spend_note" style="color:#9ab;width:0;min-width:100%;margin:1px 0 2px">OpenCode estimates this session; the broker (ocsb\'s, on the wire) counts every request of the project, title calls too.</div>' +
     '<div data-field="limit_note" style="color:#c65"></div></div>' +
     row("output", "output") +
     row("speed (last)", "speed_last", "output tokens per second of the last message") +
@@ -84,11 +102,20 @@
     if (el) el.textContent = text;
   }
 
+  function applyCollapsed() {
+    box.querySelector("[data-body]").style.display = state.collapsed ? "none" : "";
+    box.style.minWidth = state.collapsed ? "" : "250px";
+    box.style.padding = state.collapsed ? "3px 8px" : "8px 10px";
+    box.querySelector('[data-field="summary"]').style.display = state.collapsed ? "" : "none";
+    box.setAttribute("data-collapsed", state.collapsed ? "1" : "0");
+  }
+
   function render() {
     var d = state.data;
     box.style.display = state.session ? "" : "none";
     if (!d) return;
     var c = d.context || {};
+    set("summary", (c.limit ? Math.round((100 * (c.used || 0)) / c.limit) + "% · " : "") + fmtCost(d.cost));
     set("model", d.model || "no model reply yet");
     set("context", fmtInt(c.used) + (c.limit ? " / " + fmtInt(c.limit) : ""));
     var pct = c.limit ? Math.min(100, (100 * c.used) / c.limit) : 0;
@@ -185,9 +212,15 @@
   function attach() {
     if (!document.body) return setTimeout(attach, 50);
     document.body.appendChild(box);
+    applyCollapsed();
     box.querySelector("[data-toggle]").onclick = function () {
       state.collapsed = !state.collapsed;
-      box.querySelector("[data-body]").style.display = state.collapsed ? "none" : "";
+      applyCollapsed();
+      try {
+        window.localStorage.setItem(OPEN_KEY, state.collapsed ? "0" : "1");
+      } catch (e) {
+        /* private mode: not remembered */
+      }
     };
     refresh();
     listen();

@@ -189,6 +189,76 @@ fn toolchain_caches_do_not_carry_code_back_to_the_host() {
     has(&out, "own PLANT", &err);
 }
 
+/// A fresh home has none of the default caches (no `~/.npm`, no `~/.cargo`): the tools inside
+/// still write theirs, into the project's own copy; nothing appears in the user's home, and
+/// another project of the same user starts with its own, empty one.
+#[test]
+fn default_caches_missing_on_the_host_are_writable_inside() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"O=.local/share/opencode-sandbox; test -e "$HOME/.npm" || test -e "$HOME/.cargo" || echo fresh-home
+        X "mkdir -p ~/.npm/_logs && touch ~/.npm/x && echo npm-writable; mkdir -p ~/.cargo/registry/index && \
+           touch ~/.cargo/registry/index/y && echo cargo-writable; touch ~/go/pkg/mod/z && echo go-writable; \
+           npm config get cache; echo npm-logs \$(ls ~/.npm/_logs | grep -c debug)" 2>npm.err; grep -h 'not written' npm.err; rm -f npm.err
+        test -e "$HOME/.npm" || test -e "$HOME/.cargo" || test -e "$HOME/go" || echo host-home-untouched
+        test -f "$HOME/$O/proj/home-caches/.npm/x" && test -f "$HOME/$O/proj/home-caches/.cargo+registry/index/y" && echo own-copy
+        X "ls ~/.npm/x >/dev/null && echo warm" 2>/dev/null
+        Q="$HOME/other"; mkdir -p "$Q/.opencode-sandbox/local"; chown -R 1990 "$Q"; cd "$Q"; U git init -q -b main .
+        U git commit -q --allow-empty -m init; U "$OCSB" init >/dev/null; U git add -A; U git commit -q -m ocsb
+        echo OCSB_EGRESS_PORT=3129 > .opencode-sandbox/local/sandbox.conf; chown 1990 .opencode-sandbox/local/sandbox.conf
+        X "test -e ~/.npm/x || echo other-project-empty; touch ~/.npm/o && echo other-writable" 2>/dev/null
+        U "$OCSB" egress down >/dev/null 2>&1 </dev/null; cd "$P""#,
+    );
+    for l in [
+        "fresh-home",
+        "npm-writable",
+        "cargo-writable",
+        "go-writable",
+        "host-home-untouched",
+        "own-copy",
+        "warm",
+        "other-project-empty",
+        "other-writable",
+    ] {
+        has(&out, l, &err);
+    }
+    assert!(out.lines().any(|l| l.ends_with("/.npm") && l.starts_with('/')), "npm's cache is ~/.npm: {out}");
+    assert!(!out.contains("not written"), "npm wrote its log: {out}");
+    let logs = out.lines().find_map(|l| l.strip_prefix("npm-logs ")).unwrap_or("0");
+    assert!(logs.parse::<u32>().unwrap_or(0) > 0, "npm's debug log in ~/.npm/_logs: {out}\n{err}");
+}
+
+/// `ocsb` inside its own sandbox (the agent following the skill, with the variables `ocsb run`
+/// gives OpenCode): a host command says at once that it runs on the host and what to ask the
+/// user for; nothing is written. `init`'s next steps name the model's key file and the dev server.
+#[test]
+fn ocsb_inside_the_sandbox_says_to_ask_the_user() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r#"U "$OCSB" init | grep -E 'provider-keys|OCSB_LOOPBACK_PORTS=\(3000\)|127.0.0.1:3000' | sed 's/^ *//'
+        for c in "wt add x" "wt list"; do
+          X "OCSB_WEB_URL=http://127.0.0.1:4196/ OCSB_BLANK_ENV=A $OCSB $c" >inside.out 2>&1; echo "rc $?"; cat inside.out; done
+        X "$OCSB sandbox status 2>&1 | grep -q 'runs on the host' || echo status-not-refused" 2>/dev/null
+        U git worktree list | wc -l | sed 's/^/worktrees /'; rm -f inside.out"#,
+    );
+    let p = w.proj.display().to_string();
+    for l in [
+        "rc 1".to_string(),
+        format!("ocsb: ocsb runs on the host, not inside its sandbox (this is the sandbox of {p})"),
+        format!("fix: ask the user to run on the host, in {p}: ocsb wt add x"),
+        format!("fix: ask the user to run on the host, in {p}: ocsb wt list"),
+        "status-not-refused".to_string(),
+        "worktrees 1".to_string(),
+    ] {
+        has(&out, &l, &err);
+    }
+    assert!(!out.contains("unknown setting"), "{out}");
+    assert!(out.contains("~/.config/opencode-sandbox/provider-keys"), "init names the key file: {out}");
+    assert!(out.contains("OCSB_LOOPBACK_PORTS=(3000)") && out.contains("http://127.0.0.1:3000/"), "{out}");
+}
+
 /// Outside a repository the current directory would become the project: from `~` (or above)
 /// `ocsb exec` refuses and says where to go; nothing is written.
 #[test]

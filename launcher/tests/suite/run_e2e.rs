@@ -358,7 +358,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     for step in [
         "egress:",
         "netlock:    ok",
-        "self-tests: 3 checks passed",
+        "self-tests: passed: the filter answered all 2 expect-pass/expect-block rules as written; a direct connection around the filter was refused",
         "plugins:    cc-safety-net@2.4.5 copied into OpenCode's cache",
         "models:     models.opencode.ai is blocked by the egress rules",
         "web:",
@@ -372,6 +372,23 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&pw_file).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(text.contains(&password));
+    // `--no-browser` prints the project's page, not OpenCode's home (an empty "Add project" view
+    // in a new browser), and where the password is kept; `ocsb password` prints it again.
+    let dir = b64url(&w.proj.display().to_string());
+    assert!(text.contains(&format!("web:        http://{}/{dir}/session\n", w.web)), "{text}");
+    let kept =
+        format!("log in as opencode with the password in {} (`ocsb password` prints it)", pw_file.display());
+    assert!(text.contains(&kept), "{text}");
+    let out = Command::new("setpriv")
+        .args(&as_user()[1..])
+        .args(ocsb_as(&w, &w.proj))
+        .arg("password")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ocsb password: {said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains(&format!("password: {password}\n")), "{said}");
+    assert!(said.contains(&format!("file:     {}\n", pw_file.display())), "{said}");
 
     ns.enter();
     let auth = basic("opencode", &password);
@@ -622,7 +639,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     assert!(
         text.contains("rules reloaded")
             && text.contains("netlock:    ok")
-            && text.contains("self-tests: 3 checks passed"),
+            && text.contains("self-tests: passed: the filter answered all 2 expect-pass/expect-block rules as written; a direct connection around the filter was refused"),
         "{text}"
     );
     std::fs::write(&conf, rules).unwrap();
@@ -714,6 +731,7 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     wait_ready(&log3, &mut again);
     let text3 = std::fs::read_to_string(&log3).unwrap();
     assert!(!text3.contains("first start"), "the password is printed only once");
+    assert!(text3.contains("(`ocsb password` prints it)"), "where it is, on every start: {text3}");
     // The planted link was replaced, not followed.
     assert!(text3.contains("package was not a directory"), "{text3}");
     assert!(std::fs::symlink_metadata(w.state.join("package")).unwrap().is_dir());
@@ -787,7 +805,12 @@ fn run_works_in_an_isolated_network_without_the_netlock() {
     wait_ready(&log, &mut run);
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("network:    isolated") && text.contains("no netlock installed"), "{text}");
-    assert!(text.contains("self-tests: 2 checks passed (expect-pass/expect-block rules)"), "{text}");
+    assert!(
+        text.contains(
+            "self-tests: passed: the filter answered all 2 expect-pass/expect-block rules as written"
+        ),
+        "{text}"
+    );
     let password = std::fs::read_to_string(w.state.join("password")).unwrap().trim().to_string();
 
     ns.enter();

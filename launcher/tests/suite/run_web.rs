@@ -245,9 +245,71 @@ fn front_panel_and_agent_against_real_opencode() {
         v["output"].as_str().map(|o| o.replace(',', "").parse::<u64>().unwrap_or(0) > want).unwrap_or(false)
     });
     assert_ne!(live["cost"], panel["cost"], "spend follows the new messages: {live}");
-    let shot = std::env::temp_dir().join(format!("ocsb-panel-{}.png", std::process::id()));
+
+    eprintln!("step 8. The panel's place");
+    // 8. A laptop's window (1400×757): the panel covers neither the prompt nor any text of the
+    //    page, collapsed (the default) or opened; the spend figures say whose they are.
+    let viewport = json!({"width": 1400, "height": 757, "deviceScaleFactor": 1, "mobile": false});
+    browser.call("Emulation.setDeviceMetricsOverride", viewport);
+    std::thread::sleep(Duration::from_millis(500));
+    let collapsed = panel_place(&mut browser);
+    assert_eq!(collapsed["collapsed"], "1", "collapsed by default: {collapsed}");
+    assert_clear(&collapsed);
+    let shot = std::env::temp_dir().join(format!("ocsb-panel-{}-collapsed.png", std::process::id()));
     browser.screenshot(&shot);
     eprintln!("panel screenshot: {}", shot.display());
+    browser.eval("document.querySelector('#ocsb-tokens-panel [data-toggle]').click(), ''");
+    std::thread::sleep(Duration::from_millis(300));
+    let open = panel_place(&mut browser);
+    assert_eq!(open["collapsed"], "0", "opened on a click: {open}");
+    assert_clear(&open);
+    let w = |b: &Value| b[2].as_f64().unwrap() - b[0].as_f64().unwrap();
+    let h = |b: &Value| b[3].as_f64().unwrap() - b[1].as_f64().unwrap();
+    assert!(
+        w(&open["panel"]) > w(&collapsed["panel"]) && h(&open["panel"]) > 3.0 * h(&collapsed["panel"]),
+        "{collapsed} {open}"
+    );
+    let labels = open["labels"].clone();
+    let label = |k: &str| labels[k].as_str().unwrap_or_default().to_string();
+    assert!(label("cost").contains("session") && label("cost").contains("OpenCode est."), "{labels}");
+    assert!(label("spend_today").contains("today") && label("spend_today").contains("broker"), "{labels}");
+    assert!(label("spend_run").contains("this run") && label("spend_run").contains("broker"), "{labels}");
+    assert!(label("spend_note").contains("OpenCode estimates this session"), "{labels}");
+    let shot = std::env::temp_dir().join(format!("ocsb-panel-{}-open.png", std::process::id()));
+    browser.screenshot(&shot);
+    eprintln!("panel screenshot: {}", shot.display());
+    // Opened stays opened on the next page load (the user chose it).
+    browser.eval("location.reload(), ''");
+    std::thread::sleep(Duration::from_secs(3));
+    read_panel(&mut browser, &|_| true);
+    assert_eq!(panel_place(&mut browser)["collapsed"], "0");
+}
+
+/// Where the Tokens panel is, and what of OpenCode's page it covers: the prompt's editor and
+/// every visible element with text of its own (their tag and first words), the labels of its rows.
+fn panel_place(b: &mut Browser) -> Value {
+    const PLACE: &str = "(() => { const p = document.getElementById('ocsb-tokens-panel'); if (!p) return ''; \
+        const r = p.getBoundingClientRect(); const box = b => [b.left, b.top, b.right, b.bottom]; \
+        const hit = b => !(b.right <= r.left || b.left >= r.right || b.bottom <= r.top || b.top >= r.bottom); \
+        const ed = document.querySelector('[contenteditable=\"true\"], textarea'); const covered = []; let texts = 0; \
+        for (const e of document.body.querySelectorAll('*')) { if (p.contains(e)) continue; \
+          if (![...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim())) continue; \
+          const b = e.getBoundingClientRect(); const st = getComputedStyle(e); \
+          if (!b.width || !b.height || st.visibility === 'hidden' || st.display === 'none') continue; \
+          texts++; if (hit(b)) covered.push(e.tagName + ': ' + e.textContent.trim().slice(0, 40)); } \
+        const labels = {}; p.querySelectorAll('[data-label]').forEach(e => labels[e.dataset.label] = e.textContent); \
+        return JSON.stringify({ panel: box(r), editor: ed && box(ed.getBoundingClientRect()), \
+          editor_covered: !!ed && hit(ed.getBoundingClientRect()), covered, texts, labels, \
+          collapsed: p.getAttribute('data-collapsed'), viewport: [innerWidth, innerHeight] }); })()";
+    serde_json::from_str(&b.eval(PLACE)).unwrap_or(Value::Null)
+}
+
+fn assert_clear(place: &Value) {
+    assert_eq!(place["viewport"], json!([1400, 757]), "{place}");
+    assert!(!place["editor"].is_null(), "the prompt's editor is on the page: {place}");
+    assert!(place["texts"].as_u64().unwrap_or(0) > 5, "the page's texts were seen: {place}");
+    assert_eq!(place["editor_covered"], false, "the panel covers the prompt: {place}");
+    assert_eq!(place["covered"], json!([]), "the panel covers text of the page: {place}");
 }
 
 /// OpenCode's own permission rules, from the launcher's OPENCODE_CONFIG_CONTENT, refuse sudo and

@@ -354,7 +354,12 @@ impl State {
             resolve_slot(spec, slot, &input.project_dir, &input.home)?;
         }
         let entries = self.slots.into_iter().map(|s| Entry { value: s.value, origin: s.origin }).collect();
-        Ok(Settings { entries, project_dir: input.project_dir.clone(), home: input.home.clone() })
+        Ok(Settings {
+            entries,
+            project_dir: input.project_dir.clone(),
+            home: input.home.clone(),
+            user_config_dir: input.user_config_dir.clone(),
+        })
     }
 
     fn cross_check(&self) -> Result<()> {

@@ -85,8 +85,16 @@ use crate::{Error, Location, Result};
 /// `OCSB_PROJECT_DIR` (ocsb sets it for hooks and children), `OCSB_NETNS_TESTS` (enables the
 /// namespace tests), `OCSB_LOG` (log filter), `OCSB_SANDBOX_EARLY` (what the launcher starts stage 2
 /// with).
-pub const ENV_NOT_SETTINGS: &[&str] =
-    &["OCSB_PROJECT_DIR", "OCSB_NETNS_TESTS", "OCSB_LOG", "OCSB_SANDBOX_EARLY"];
+pub const ENV_NOT_SETTINGS: &[&str] = &[
+    "OCSB_PROJECT_DIR",
+    "OCSB_NETNS_TESTS",
+    "OCSB_LOG",
+    "OCSB_SANDBOX_EARLY",
+    // Set by `ocsb run` for OpenCode and the agent's shells: an `ocsb` started there must not
+    // stop at them before it can say where it runs.
+    "OCSB_WEB_URL",
+    "OCSB_BLANK_ENV",
+];
 
 /// Prefixes of internal `OCSB_*` environment variables, ignored by the environment layer. New
 /// internal variables must use one of them so that a typo in a setting's name is still caught.
@@ -321,7 +329,13 @@ pub struct Settings {
     entries: Vec<Entry>,
     project_dir: PathBuf,
     home: PathBuf,
+    /// `<XDG_CONFIG_HOME>/opencode-sandbox`: where the user's own files are.
+    user_config_dir: PathBuf,
 }
+
+/// The key file the broker reads when `OCSB_PROVIDER_KEYS` is not set, in the user's config
+/// directory: one line, one file is the whole model setup.
+pub const PROVIDER_KEYS_FILE: &str = "provider-keys";
 
 impl Settings {
     /// Reads and evaluates the layers. Nothing is half-applied: an error anywhere returns no
@@ -397,9 +411,18 @@ impl Settings {
         self.opt_path("OCSB_ENV_FILE")
     }
 
-    /// `OCSB_PROVIDER_KEYS`: the file of model-provider keys the broker adds on the way out.
+    /// `OCSB_PROVIDER_KEYS`: the file of model-provider keys the broker adds on the way out;
+    /// unset, [`Self::default_provider_keys`] when that file exists.
     pub fn provider_keys(&self) -> Option<PathBuf> {
-        self.opt_path("OCSB_PROVIDER_KEYS")
+        self.opt_path("OCSB_PROVIDER_KEYS").or_else(|| {
+            let p = self.default_provider_keys();
+            std::fs::symlink_metadata(&p).is_ok().then_some(p)
+        })
+    }
+
+    /// `<user config dir>/provider-keys`: the key file a user makes without any setting.
+    pub fn default_provider_keys(&self) -> PathBuf {
+        self.user_config_dir.join(PROVIDER_KEYS_FILE)
     }
 
     /// `OCSB_SPEND_LIMIT` (checked when loading).

@@ -111,7 +111,7 @@ pub static SCHEMA: &[Spec] = &[
     spec("OCSB_OPENCODE_BIN", Scalar, D::Str("opencode"), "opencode from PATH", C::NonEmpty, Paths::Command,
         "OpenCode 2 binary"),
     spec("OCSB_ENV_FILE", Scalar, D::Str(""), "—", C::Any, Paths::Project,
-        "KEY=VALUE file with tokens for MCP servers and the model provider"),
+        "KEY=VALUE file with tokens for MCP servers (for OpenCode, blanked in the agent's shells); ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENROUTER_API_KEY in it go to the key broker"),
     spec("OCSB_KUBECONFIG", Scalar, D::Str(""), "—", C::Any, Paths::Project,
         "kubeconfig for the agent (~/.kube/config stays hidden)"),
     spec("OCSB_ENV", Array, D::List(&[]), "()", C::EnvPair, Paths::No, "extra KEY=VALUE for OpenCode"),
@@ -124,7 +124,7 @@ pub static SCHEMA: &[Spec] = &[
     spec("OCSB_RW", Array, D::List(&[]), "()", C::NonEmpty, Paths::Project, "extra writable paths"),
     spec("OCSB_HIDE", Array, D::List(&[]), "()", C::NonEmpty, Paths::Project, "extra hidden paths"),
     spec("OCSB_RW_HOME", Array, D::Documented(RW_HOME), ".cache .npm .asdf .bundle .gem …", C::HomeRelative,
-        Paths::Home, "writable toolchain directories in ~ (if they exist)"),
+        Paths::Home, "writable toolchain directories in ~ (if they exist; the default ones, with OCSB_CACHES=private, always: the project's own copies)"),
     spec("OCSB_CACHES", Scalar, D::Str("private"), "private", C::OneOf(&["private", "shared"]), Paths::No,
         "private: the default OCSB_RW_HOME caches are the project's own and .asdf, .gem read-only; shared: the agent writes to yours"),
     spec("OCSB_HIDE_HOME", Array, D::Documented(HIDE_HOME), ".gnupg .aws .kube/config .claude …",
@@ -169,13 +169,14 @@ pub static SCHEMA: &[Spec] = &[
         "how the agent joins the netlock group: the setgid exec shim, or sg(1)"),
     spec("OCSB_RW_TOOL_FILES", Array, D::List(&[]), "()", C::ToolFile, Paths::No,
         "files that host tools act on (.envrc .vscode .idea …) the agent may write anyway"),
-    spec("OCSB_PROVIDER_KEYS", Scalar, D::Str(""), "—", C::Any, Paths::Project,
+    spec("OCSB_PROVIDER_KEYS", Scalar, D::Str(""), "~/.config/opencode-sandbox/provider-keys if it exists", C::Any, Paths::Project,
         "model-provider keys, one `<provider> <key> [<base URL>]` per line: kept outside the sandbox, added by the broker"),
     spec("OCSB_SPEND_LIMIT", Scalar, D::Str(""), "no limit", C::SpendLimit, Paths::No,
         "USD the project may spend on model requests per day (UTC), and after a / per `ocsb run`: 5, 5/1 or /1"),
 ];
 
-/// Default writable toolchain directories under HOME (mounted only if they exist).
+/// Default writable toolchain directories under HOME (with `OCSB_CACHES=private` mounted also
+/// where the host has none, so a tool on a fresh home can write its cache).
 ///
 /// These are download caches and package stores that builds inside the sandbox fill. A writable
 /// directory that the host later *executes from* is a way to plant code outside the sandbox, so

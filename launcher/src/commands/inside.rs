@@ -1,0 +1,64 @@
+//! `ocsb` started inside one of its own sandboxes (the agent following the skill, or a user in
+//! `ocsb shell`). The host commands cannot work there: the settings, hooks and git metadata
+//! they write are read-only, and sandboxes do not nest. Saying so at once, with the command
+//! to hand to the user, beats the read-only error the first write would give.
+
+use crate::cli::{Command, EgressCommand, SandboxCommand};
+use crate::error::{Error, Result};
+
+/// Set in every sandbox's environment: the project it was made for. Not a setting (the
+/// `OCSB_INTERNAL_` prefix keeps the settings' environment layer away from it).
+pub const VAR: &str = "OCSB_INTERNAL_SANDBOX_PROJECT";
+
+/// Commands that only read the project's files, and the launcher's own internal entry points
+/// (the sandbox runs those itself).
+fn works_inside(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::Config(_)
+            | Command::Egress(EgressCommand::Render(_) | EgressCommand::Explain(_))
+            | Command::Sandbox(SandboxCommand::Status)
+            | Command::Completions { .. }
+            | Command::SandboxRun { .. }
+            | Command::NetlockProbe
+            | Command::IsolatedProbe
+            | Command::DockerWatch { .. }
+            | Command::OpencodeConfig { .. }
+            | Command::WebFront(_)
+    )
+}
+
+/// Refuse a host command inside a sandbox, naming what to ask the user for.
+pub fn refuse(cmd: &Command) -> Result<()> {
+    let Some(project) = std::env::var_os(VAR).filter(|p| !p.is_empty()) else { return Ok(()) };
+    if works_inside(cmd) {
+        return Ok(());
+    }
+    let args: Vec<String> = std::env::args_os().skip(1).map(|a| quote(&a.to_string_lossy())).collect();
+    let line = format!("ocsb {}", args.join(" "));
+    let project = std::path::Path::new(&project).display().to_string();
+    Err(Error::failed(
+        format!("ocsb runs on the host, not inside its sandbox (this is the sandbox of {project})"),
+        format!("ask the user to run on the host, in {project}: {line}"),
+    ))
+}
+
+/// A word as a POSIX shell reads it back.
+fn quote(w: &str) -> String {
+    let plain = !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain { w.to_string() } else { format!("'{}'", w.replace('\'', r"'\''")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_quoted_for_the_shell() {
+        assert_eq!(quote("wt"), "wt");
+        assert_eq!(quote("feature/x-1"), "feature/x-1");
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(quote("it's"), r"'it'\''s'");
+        assert_eq!(quote(""), "''");
+    }
+}

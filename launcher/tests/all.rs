@@ -22,6 +22,9 @@ mod suite {
     // host: the Docker gateway against the real daemon: each way out refused, the project's own used.
     #[cfg(feature = "host-tests")]
     mod docker_gateway;
+    // host: the gateway with Docker's defaults (docker0, iptables rules), and a daemon without rules refused.
+    #[cfg(feature = "host-tests")]
+    mod docker_stock;
     // host: `ocsb doctor` on real machine states, each check made to fail in turn.
     #[cfg(feature = "host-tests")]
     mod doctor;

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ocsb_policy::docker::route::{Call, Owned, route};
-use ocsb_policy::docker::{Refusal, create, objects};
+use ocsb_policy::docker::{Refusal, create, objects, proxy};
 use serde_json::{Value, json};
 
 use super::Shared;
@@ -187,6 +187,9 @@ fn reach_filter(gw: &Shared, id: &str) -> Result<(), Refusal> {
         };
         ids.push(project_network(gw, pinned)?);
     }
+    if !ids.is_empty() {
+        super::firewall::check(&gw.daemon)?;
+    }
     for network in ids {
         let _ = proxy_for(gw, &network);
     }
@@ -274,9 +277,10 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
         }
         Call::Build => {
             objects::build(&mut head.query, ctx)?;
+            super::firewall::check(&gw.daemon)?;
             gw.daemon.ensure_network(ctx).map_err(network_err)?;
             if let Some(url) = proxy_for(gw, &ctx.network) {
-                objects::build_with_proxy(&mut head.query, &url);
+                proxy::set_build_args(&mut head.query, &url);
             }
             Ok(plain)
         }
@@ -291,6 +295,7 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
         }
         Call::Connect { network } => {
             owned(&Owned::Network(network.clone()))?;
+            super::firewall::check(&gw.daemon)?;
             let mut v = json_body()?;
             let mut ids = std::collections::HashMap::new();
             for c in create::connect(&v)?.containers {
@@ -340,6 +345,9 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
             }
             cover(&mut v, &needs, gw);
             let joins = networks_joined(&v);
+            if !joins.is_empty() {
+                super::firewall::check(&gw.daemon)?;
+            }
             if joins.contains(&ctx.network) {
                 gw.daemon.ensure_network(ctx).map_err(network_err)?;
             }
@@ -352,7 +360,7 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
                 && !network.starts_with("container:")
                 && let Some(url) = proxy_for(gw, &network)
             {
-                create::with_proxy(&mut v, &url);
+                proxy::set_env(&mut v, &url);
             }
             Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
         }

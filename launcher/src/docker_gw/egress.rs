@@ -73,15 +73,17 @@ impl Egress {
         Egress { reach, port, leases: Mutex::new(HashMap::new()) }
     }
 
-    /// The proxy URL for containers on `network`: the filter at the network's gateway address,
-    /// lent a listener there first when it has none (or lost it in a restart).
+    /// The proxy URL for containers on `network`: the filter at the network's gateway address
+    /// ([`ocsb_policy::docker::proxy::url`]), lent a listener there first when it has none (or
+    /// lost it in a restart). Never docker0's or another network's: the filter serves each
+    /// network on its own listener only, and refuses a client from elsewhere.
     pub fn proxy_for(&self, daemon: &Daemon, network: &str) -> Result<String, String> {
         let (id, gateway) = daemon
             .bridge_of(network)
             .map_err(|e| format!("cannot ask the daemon for network {network}: {e}"))?
             .ok_or_else(|| format!("network {network} has no IPv4 gateway"))?;
         let bridge = format!("br-{}", id.get(..12).unwrap_or(&id));
-        let url = format!("http://{gateway}:{}", self.port);
+        let url = ocsb_policy::docker::proxy::url(gateway, self.port);
         let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
         // Networks removed since (their bridge is gone, or is another one by now) let go.
         leases.retain(|_, l| ifindex(&l.bridge) == Some(l.ifindex));

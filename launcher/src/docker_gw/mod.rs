@@ -10,6 +10,7 @@ mod conn;
 mod daemon;
 mod egress;
 mod ending;
+pub(crate) mod firewall;
 mod http;
 mod ports;
 pub mod reach;

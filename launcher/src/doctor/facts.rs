@@ -25,6 +25,8 @@ pub struct Facts {
     pub docker: DockerMode,
     /// With `OCSB_DOCKER=1`: the daemon the gateway would forward to, pinged as the user.
     pub docker_daemon: DockerDaemonFacts,
+    /// With `OCSB_DOCKER=1` and a daemon that answers: whether it keeps containers in.
+    pub docker_firewall: Option<ocsb_policy::docker::firewall::DaemonNet>,
     pub opencode: OpencodeFacts,
     pub ports: Vec<PortFacts>,
     /// `OCSB_NOTIFICATIONS=1`.

@@ -50,6 +50,7 @@ pub fn judge(f: &Facts) -> Vec<Check> {
     out.push(loopback(f));
     out.push(egress(&f.egress));
     out.push(docker_access(f.docker, &f.docker_daemon, settings_file(&f.project)));
+    out.extend(f.docker_firewall.as_ref().map(docker_firewall));
     out.push(opencode(&f.opencode, settings_file(&f.project)));
     for p in &f.ports {
         out.push(port(p, settings_file(&f.project)));
@@ -498,6 +499,42 @@ fn loopback(f: &Facts) -> Check {
     }
 }
 
+/// Whether the daemon keeps the project's containers in: the gateway's own verdict before it
+/// starts one.
+fn docker_firewall(net: &ocsb_policy::docker::firewall::DaemonNet) -> Check {
+    use ocsb_policy::docker::firewall::Iptables;
+    const ID: &str = "docker-firewall";
+    match (net.verdict(), &net.iptables) {
+        (Err(r), _) => Check::fail(
+            ID,
+            format!("{}; the gateway starts no container with a network", r.what),
+            r.allow.unwrap_or_default(),
+        ),
+        (Ok(()), Iptables::On) => Check::ok(
+            ID,
+            "the Docker daemon writes its firewall rules: its internal networks have no route out",
+        ),
+        (Ok(()), Iptables::Off(by)) => Check::ok(
+            ID,
+            format!(
+                "the Docker daemon runs with {by}, and IP forwarding is off: nothing routes out of its networks"
+            ),
+        ),
+        (Ok(()), Iptables::Unknown(_)) if net.forwarding == Some(false) => Check::ok(
+            ID,
+            "IP forwarding is off where the Docker daemon runs: nothing routes out of its networks",
+        ),
+        (Ok(()), Iptables::Unknown(why)) => Check::warn(
+            ID,
+            format!(
+                "cannot tell whether the Docker daemon keeps containers in (its internal networks have no \
+                 route out only by its firewall rules): {why}"
+            ),
+            Some("make sure that daemon runs with iptables enabled (the default)".into()),
+        ),
+    }
+}
+
 fn docker_access(mode: DockerMode, daemon: &DockerDaemonFacts, file: &str) -> Check {
     const GATEWAY: &str = "OCSB_DOCKER=1: Docker through the gateway (no privileged containers or host \
         namespaces, binds only of what the sandbox may write, the project's own containers, networks and volumes)";
@@ -693,6 +730,7 @@ mod tests {
             isolated_net: Ok(()),
             docker: DockerMode::Off,
             docker_daemon: DockerDaemonFacts::NotAsked,
+            docker_firewall: None,
             opencode: OpencodeFacts {
                 setting: "opencode".into(),
                 found: Some("/usr/bin/opencode".into()),
@@ -915,6 +953,29 @@ mod tests {
         assert_eq!(find(&judge(&f), "docker-access").status, Status::Warn);
         f.docker = DockerMode::Off;
         assert_eq!(find(&judge(&f), "docker-access").status, Status::Ok);
+    }
+
+    /// A daemon without firewall rules that forwards fails, with the gateway's own words.
+    #[test]
+    fn a_daemon_that_lets_containers_out_fails() {
+        use ocsb_policy::docker::firewall::{DaemonNet, Iptables};
+        let mut f = healthy();
+        assert!(judge(&f).iter().all(|c| c.id != "docker-firewall"), "no daemon, no check");
+        let net = |iptables, forwarding| Some(DaemonNet { iptables, forwarding });
+        f.docker_firewall = net(Iptables::Off("--iptables=false".into()), Some(true));
+        let c = find(&judge(&f), "docker-firewall");
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.message.starts_with("the Docker daemon runs with --iptables=false and IP forwarding on"),
+            "{c}"
+        );
+        assert!(c.to_string().contains("fix: start dockerd with iptables enabled"), "{c}");
+        f.docker_firewall = net(Iptables::Off("--iptables=false".into()), Some(false));
+        assert_eq!(find(&judge(&f), "docker-firewall").status, Status::Ok);
+        f.docker_firewall = net(Iptables::On, Some(true));
+        assert_eq!(find(&judge(&f), "docker-firewall").status, Status::Ok);
+        f.docker_firewall = net(Iptables::Unknown("a daemon in a VM".into()), Some(true));
+        assert_eq!(find(&judge(&f), "docker-firewall").status, Status::Warn);
     }
 
     #[test]

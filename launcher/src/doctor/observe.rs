@@ -72,6 +72,7 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
         },
         docker: settings.docker(),
         docker_daemon: docker_daemon(&settings),
+        docker_firewall: docker_firewall(&settings),
         opencode: opencode(&settings, untrusted),
         ports,
         notifications: settings.notifications(),
@@ -313,6 +314,16 @@ fn docker_daemon(settings: &Settings) -> DockerDaemonFacts {
         Ok(()) => DockerDaemonFacts::Answered { socket },
         Err(why) => DockerDaemonFacts::Unreachable(why),
     }
+}
+
+/// With `OCSB_DOCKER=1`: the daemon's firewall setting and forwarding, read as the gateway
+/// reads them before it starts a container; `None` when there is no daemon to ask.
+fn docker_firewall(settings: &Settings) -> Option<ocsb_policy::docker::firewall::DaemonNet> {
+    if settings.docker() != ocsb_policy::settings::DockerMode::Gateway {
+        return None;
+    }
+    let socket = crate::docker_gw::upstream()?;
+    crate::docker_gw::firewall::observe(&crate::docker_gw::Daemon { socket }).ok()
 }
 
 fn opencode(settings: &Settings, untrusted: bool) -> OpencodeFacts {

@@ -79,7 +79,7 @@ pub fn bring_up(project: &Project, sd: StateDir, checked: Checked, retest: bool)
         .filter_map(|a| a.parse::<SocketAddr>().ok())
         .map(|a| a.ip())
         .find(|ip| !ip.is_loopback());
-    state::write_docker_config(&sd, gw, s.egress_port())?;
+    state::write_docker_config(&sd, s.docker(), gw, s.egress_port())?;
 
     let lock = sandbox_spec::netlock_for(s)?;
     let curl = crate::egress_cmd::system_curl()?;

@@ -173,18 +173,27 @@ pub fn lock(sd: &StateDir) -> Result<InstanceLock> {
     Ok(InstanceLock { _file: f })
 }
 
-/// The Docker client config: builds and containers use the filter, reached at the docker0
-/// gateway (containers cannot reach the host's 127.0.0.1).
+/// The Docker client config's proxy settings, which the Docker CLI hands every container and
+/// build it makes. With the raw socket (`OCSB_DOCKER=raw`) containers join docker0, and reach
+/// the filter at docker0's address (they cannot reach the host's 127.0.0.1). With the gateway
+/// there are none: the gateway sets every container's and build's proxy to the filter on the
+/// container's own network, and docker0's address would only name a listener that refuses a
+/// container of another network.
 /// The file is the agent's to change (Docker writes it too), so it is read as untrusted JSON
 /// and written through [`StateDir`].
-pub fn write_docker_config(state: &StateDir, gateway: Option<std::net::IpAddr>, port: u16) -> Result<()> {
+pub fn write_docker_config(
+    state: &StateDir,
+    docker: ocsb_policy::settings::DockerMode,
+    docker0: Option<std::net::IpAddr>,
+    port: u16,
+) -> Result<()> {
     let path = Path::new("docker/config.json");
     let mut v: serde_json::Value = state
         .read(path)
         .and_then(|b| serde_json::from_slice(&b).ok())
         .filter(serde_json::Value::is_object)
         .unwrap_or(serde_json::json!({}));
-    match gateway {
+    match docker0.filter(|_| docker == ocsb_policy::settings::DockerMode::Raw) {
         Some(gw) => {
             let url = format!("http://{gw}:{port}");
             v["proxies"] = serde_json::json!({"default": {"httpProxy": url, "httpsProxy": url, "noProxy": "localhost,127.0.0.1"}});
@@ -242,14 +251,23 @@ mod tests {
 
     #[test]
     fn docker_config_keeps_other_keys() {
+        use ocsb_policy::settings::DockerMode;
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("docker")).unwrap();
         std::fs::write(d.path().join("docker/config.json"), r#"{"auths":{"x":{}}}"#).unwrap();
         let state = StateDir::open(d.path()).unwrap();
-        write_docker_config(&state, Some("172.17.0.1".parse().unwrap()), 3128).unwrap();
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(d.path().join("docker/config.json")).unwrap()).unwrap();
-        assert_eq!(v["proxies"]["default"]["httpsProxy"], "http://172.17.0.1:3128");
-        assert!(v["auths"]["x"].is_object());
+        let docker0 = Some("172.17.0.1".parse().unwrap());
+        write_docker_config(&state, DockerMode::Raw, docker0, 3128).unwrap();
+        let read = || -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(d.path().join("docker/config.json")).unwrap()).unwrap()
+        };
+        assert_eq!(read()["proxies"]["default"]["httpsProxy"], "http://172.17.0.1:3128");
+        assert!(read()["auths"]["x"].is_object());
+        // With the gateway (and with no Docker) the client names no proxy: the gateway sets it.
+        for mode in [DockerMode::Gateway, DockerMode::Off] {
+            write_docker_config(&state, mode, docker0, 3128).unwrap();
+            assert!(read().get("proxies").is_none(), "{mode:?}");
+            assert!(read()["auths"]["x"].is_object());
+        }
     }
 }

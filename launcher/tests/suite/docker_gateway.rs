@@ -19,7 +19,7 @@ use crate::support::sandbox::{World, has, scenario};
 pub(crate) const IMAGE: &str = "ocsb-test-busybox:4";
 
 /// The busybox tools the test image links.
-const APPLETS: &str = "sh echo cat ls sleep true id touch mv mkdir nc env grep printf sed httpd";
+pub(crate) const APPLETS: &str = "sh echo cat ls sleep true id touch mv mkdir nc env grep printf sed httpd";
 
 /// Fail (never skip) unless dockerd answers; import the test image once (busybox-static).
 /// Shared with the `ocsb run` tests.
@@ -47,7 +47,7 @@ pub(crate) fn require_docker() {
 
 /// A scenario whose `D cmd` runs `ocsb exec -- sh -c cmd` as the user with the group `docker`,
 /// in a project named `NAME` (its label, and its state directory's name).
-fn docker_scenario(w: &World, body: &str) -> (String, String) {
+pub(crate) fn docker_scenario(w: &World, body: &str) -> (String, String) {
     require_docker();
     let g = crate::support::sandbox::netlock_gid();
     let script = format!(
@@ -63,17 +63,21 @@ fn docker_scenario(w: &World, body: &str) -> (String, String) {
 
 /// Shell lines that start a Docker daemon of the scenario's own, in its network namespace, so
 /// that containers send packets only where the test built the network: `$DD` is its directory,
-/// `$DH` its `DOCKER_HOST`, and `D` talks to it. `DOCKERD_STOP` ends it.
-const OWN_DOCKERD: &str = r#"DD=$(mktemp -d /var/tmp/ocsb-dockerd-XXXXXX); chmod 711 "$DD"; DH="unix://$DD/sock"
+/// `$DH` its `DOCKER_HOST`, and `D` talks to it. `DOCKERD_STOP` ends it. Its network flags are
+/// `$DOCKERD_FLAGS` when set; by default no bridge, no firewall rules and no forwarding (nothing
+/// routes out of its networks, so the gateway serves it; a new namespace inherits the machine's
+/// forwarding, which the machine's own dockerd turns on).
+pub(crate) const OWN_DOCKERD: &str = r#"DD=$(mktemp -d /var/tmp/ocsb-dockerd-XXXXXX); chmod 711 "$DD"; DH="unix://$DD/sock"
+[ -n "${DOCKERD_FLAGS:-}" ] || echo 0 > /proc/sys/net/ipv4/ip_forward
 dockerd --data-root "$DD/data" --exec-root "$DD/x" --pidfile "$DD/pid" -H "$DH" --group docker \
-  --iptables=false --ip6tables=false --bridge=none --storage-driver vfs >"$DD/log" 2>&1 & DPID=$!
+  ${DOCKERD_FLAGS:---iptables=false --ip6tables=false --bridge=none --ip-forward=false} --storage-driver vfs >"$DD/log" 2>&1 & DPID=$!
 for i in $(seq 150); do DOCKER_HOST="$DH" docker version >/dev/null 2>&1 && break; sleep 0.2; done
 im=$(mktemp -d); mkdir -p $im/bin $im/tmp; cp /bin/busybox $im/bin/
 for c in $APPLETS; do ln -s busybox $im/bin/$c; done
 tar -C $im -c . | DOCKER_HOST="$DH" docker import - "$IMAGE" >/dev/null; rm -rf $im
 D() { env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid $G --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null 2>&1; }
 "#;
-const DOCKERD_STOP: &str = r#"kill "$DPID"; for i in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
+pub(crate) const DOCKERD_STOP: &str = r#"kill "$DPID"; for i in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
 # What dockerd leaves mounted (its data, the namespace file of its exec root), deepest first.
 awk -v d="$DD/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do umount -l "$m"; done
 rm -rf "$DD" 2>/dev/null || true
@@ -294,7 +298,7 @@ fn a_container_cannot_move_what_the_sandbox_pinned() {
 /// set (its wget crashes when statically linked), to the allowed and the blocked origin, and
 /// once directly. `$HOLD` seconds of open input after each request (squid drops a request
 /// whose end of input comes with it; the builtin filter does not, so it gets none).
-const NET_SH: &str = r#"env | grep ^http_proxy=
+pub(crate) const NET_SH: &str = r#"env | grep ^http_proxy=
 p=${http_proxy#http://}
 get() { { printf 'GET http://%s/hello.txt HTTP/1.0\r\n\r\n' "$1"; sleep "${HOLD:-0}"; } | nc -w 10 "${p%:*}" "${p##*:}"; }
 get 192.0.2.1 | sed 's/^/allowed:/'

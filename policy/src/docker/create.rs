@@ -715,35 +715,6 @@ fn bind_source(
     Ok(real)
 }
 
-/// The variables that send a client through the filter at `url`.
-pub fn proxy_vars(url: &str) -> Vec<(&'static str, String)> {
-    let local = "localhost,127.0.0.1".to_string();
-    vec![
-        ("HTTP_PROXY", url.to_string()),
-        ("HTTPS_PROXY", url.to_string()),
-        ("http_proxy", url.to_string()),
-        ("https_proxy", url.to_string()),
-        ("NO_PROXY", local.clone()),
-        ("no_proxy", local),
-    ]
-}
-
-/// Gives a container the proxy settings for the filter at `url` (the gateway lends the filter
-/// a listener on the container's network first). A variable the configuration sets already
-/// is kept: on an internal network it can lead nowhere else.
-pub fn with_proxy(body: &mut Value, url: &str) {
-    if !body["Env"].is_array() {
-        body["Env"] = Value::Array(Vec::new());
-    }
-    let Some(env) = body["Env"].as_array_mut() else { return };
-    for (k, v) in proxy_vars(url) {
-        let set = env.iter().any(|e| e.as_str().and_then(|e| e.split_once('=')).is_some_and(|(n, _)| n == k));
-        if !set {
-            env.push(Value::String(format!("{k}={v}")));
-        }
-    }
-}
-
 /// Refuses a field not in `known` that holds anything but its zero value, and any spelling
 /// of a known field in another case. *Why the case*: the daemon's decoder matches field names
 /// regardless of case and the last one wins, so `"networkmode": ""` after the gateway's
@@ -921,21 +892,6 @@ mod tests {
             assert!(check(with(json!({"Name": name, "MaximumRetryCount": 0}))).is_ok(), "{name}");
         }
         assert!(check(json!({"Image": "x"})).is_ok(), "none set");
-    }
-
-    #[test]
-    fn the_proxy_settings_are_added_and_the_containers_own_are_kept() {
-        let mut b = json!({"Image": "x", "Env": ["http_proxy=http://mine:1", "A=b"]});
-        with_proxy(&mut b, "http://172.18.0.1:3128");
-        let env: Vec<&str> = b["Env"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-        assert!(env.contains(&"http_proxy=http://mine:1") && env.contains(&"A=b"), "{env:?}");
-        assert!(env.contains(&"HTTP_PROXY=http://172.18.0.1:3128"), "{env:?}");
-        assert!(env.contains(&"https_proxy=http://172.18.0.1:3128"), "{env:?}");
-        assert!(env.contains(&"no_proxy=localhost,127.0.0.1"), "{env:?}");
-        assert_eq!(env.iter().filter(|e| e.starts_with("http_proxy=")).count(), 1);
-        let mut b = json!({"Image": "x", "Env": null});
-        with_proxy(&mut b, "http://172.18.0.1:3128");
-        assert_eq!(b["Env"].as_array().unwrap().len(), 6);
     }
 
     #[test]

@@ -17,9 +17,16 @@
 //!   project's network only — and every field of it one the gateway knows (`unknown-field`).
 //! - [`objects`]: networks are internal (no route out) and labelled; volumes are labelled and
 //!   plain (no driver options: `local` with `o=bind` is a bind mount by another name).
+//! - [`firewall`]: no container with a network starts on a daemon that writes no firewall
+//!   rules and forwards (`daemon-firewall`): its internal networks would route out.
+//!
+//! [`proxy`] decides what a container and a build are handed as their proxy: the filter on
+//! their own network, over whatever the client sent.
 
 pub mod create;
+pub mod firewall;
 pub mod objects;
+pub mod proxy;
 pub mod route;
 
 use std::collections::BTreeMap;

@@ -130,22 +130,6 @@ pub fn build(query: &mut Vec<(String, String)>, ctx: &Context) -> Verdict<()> {
     Ok(())
 }
 
-/// Gives a build's `RUN` steps the proxy settings for the filter at `url`, as build
-/// arguments (Docker's predefined proxy arguments: they are not kept in the image). An
-/// argument the client passes already is kept.
-pub fn build_with_proxy(query: &mut Vec<(String, String)>, url: &str) {
-    let mut args = query
-        .iter()
-        .find(|(k, _)| k == "buildargs")
-        .and_then(|(_, v)| serde_json::from_str::<serde_json::Map<String, Value>>(v).ok())
-        .unwrap_or_default();
-    for (k, v) in super::create::proxy_vars(url) {
-        args.entry(k).or_insert(Value::String(v));
-    }
-    query.retain(|(k, _)| k != "buildargs");
-    query.push(("buildargs".into(), Value::Object(args).to_string()));
-}
-
 /// The query of `POST /images/create`: a pull by name (the daemon fetches it), or an import of
 /// the request's body; never an import the daemon would fetch from a URL.
 pub fn pull(query: &[(String, String)]) -> Verdict<()> {
@@ -253,12 +237,6 @@ mod tests {
             let mut q = vec![(k.to_string(), v.to_string())];
             assert_eq!(build(&mut q, &ctx()).unwrap_err().rule, rule, "{k}={v}");
         }
-        // The build's RUN steps get the proxy; an argument the client passes is kept.
-        let mut q = vec![("buildargs".to_string(), r#"{"HTTP_PROXY":"http://mine:1"}"#.to_string())];
-        build_with_proxy(&mut q, "http://172.18.0.1:3128");
-        let args: Value = serde_json::from_str(&q[0].1).unwrap();
-        assert_eq!(args["HTTP_PROXY"], "http://mine:1");
-        assert_eq!(args["https_proxy"], "http://172.18.0.1:3128");
         assert!(pull(&[("fromImage".into(), "busybox".into())]).is_ok());
         assert!(pull(&[("fromSrc".into(), "-".into())]).is_ok());
         assert_eq!(pull(&[("fromSrc".into(), "http://10.0.0.1/x.tar".into())]).unwrap_err().rule, "pull");

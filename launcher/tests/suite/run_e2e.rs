@@ -1242,11 +1242,19 @@ fn run_gives_the_agent_docker_through_the_gateway() {
         &auth,
         &id,
         &format!(
-            "docker run --rm --network none --user \"$(id -u)\" -v \"$PWD\":/src {image} \
+            "echo \"host=$DOCKER_HOST config=$DOCKER_CONFIG\"; \
+             docker run --rm --network none --user \"$(id -u)\" -v \"$PWD\":/src {image} \
              sh -c 'echo from-container-$(id -u) > /src/by-container' 2>&1; echo rc=$?"
         ),
     );
     assert!(output(&p).contains("rc=0"), "{p:#}");
+    // The gateway's socket, and the Docker client's config `prepare` wrote in the state directory.
+    let config = w.state.join("docker");
+    assert!(
+        output(&p).contains(&format!("host=unix:///run/docker.sock config={}\n", config.display())),
+        "{p:#}"
+    );
+    assert!(config.join("config.json").is_file(), "{}", config.display());
     let written = w.proj.join("by-container");
     assert_eq!(
         std::fs::read_to_string(&written).unwrap_or_default(),

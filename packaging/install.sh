@@ -138,7 +138,7 @@ do_uninstall() {
         fi
         rm -f "$D$dest"
     done
-    rmdir "$D$LIBEXECDIR/ocsb" "$D$PREFIX/share/doc/ocsb" "$D$PREFIX/share/ocsb/apparmor" \
+    rmdir "$D$LIBEXECDIR/ocsb" "$D$PREFIX/share/doc/ocsb/docs" "$D$PREFIX/share/doc/ocsb" "$D$PREFIX/share/ocsb/apparmor" \
         "$D$PREFIX/share/ocsb" "$D/etc/ocsb" 2>/dev/null || true
     if systemd_pid1; then systemctl daemon-reload; fi
     echo "ocsb removed (kept the group $GROUP and the user ocsb-netlock: files may carry their ids)"

@@ -3,9 +3,12 @@
 # Idempotent and quiet: a second run changes nothing and prints one line.
 #
 # The tests themselves never touch the machine's own network: every test that sends packets or
-# installs nftables rules does it inside network namespaces it creates. dockerd is started with
-# --iptables=false for the same reason: no firewall rules are added to the host's namespace
-# (no test container needs NAT; no registry is reachable anyway).
+# installs nftables rules does it inside network namespaces it creates. The machine's dockerd is
+# started with --iptables=false for the same reason (no firewall rules in the host's namespace; no
+# test container on it needs NAT, no registry is reachable anyway) and with --ip-forward=false, so
+# it leaves the host's forwarding as it found it: a daemon without firewall rules that forwards is
+# one the Docker gateway refuses networked containers for. Tests that need container traffic start
+# a stock daemon of their own (default bridge, iptables on) in a namespace of their own.
 set -eu
 
 if [ "$(id -u)" != 0 ]; then
@@ -105,7 +108,7 @@ fi
 
 # A real Docker engine, without host firewall rules (see above).
 if ! docker info >/dev/null 2>&1; then
-    nohup dockerd --iptables=false --ip6tables=false >/var/log/ocsb-dockerd.log 2>&1 &
+    nohup dockerd --iptables=false --ip6tables=false --ip-forward=false >/var/log/ocsb-dockerd.log 2>&1 &
     i=0
     until docker info >/dev/null 2>&1; do
         i=$((i + 1))

@@ -69,6 +69,17 @@ install_apparmor() { # TEMPLATE
         return 0 ;;
     esac
     command -v apparmor_parser >/dev/null 2>&1 || return 0
+    # The profile exempts whatever program sits at $PREFIX/bin/ocsb: only where no one but root
+    # can put one there (every directory on the way root's, writable by root alone).
+    d=$D$PREFIX/bin
+    while :; do
+        if [ -L "$d" ] || [ "$(stat -c %u "$d" 2>/dev/null)" != 0 ] || [ -n "$(find "$d" -maxdepth 0 -perm /022 2>/dev/null)" ]; then
+            echo "install.sh: no AppArmor profile: $d is not root's alone, so another program could take ocsb's place there" >&2
+            return 0
+        fi
+        [ "$d" = / ] || [ -z "$d" ] && break
+        d=$(dirname "$d")
+    done
     tmp=$(dirname "$AA_PROFILE")/.$AA_NAME.new
     sed -e "s#^profile ocsb \"/usr/bin/ocsb\" #profile $AA_NAME \"$PREFIX/bin/ocsb\" #" \
         -e "s#<local/ocsb>#<local/$AA_NAME>#" "$1" >"$tmp"

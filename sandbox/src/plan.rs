@@ -194,6 +194,27 @@ pub fn exposes_program<'p>(root: &Path, root_is_dir: bool, programs: &'p [PathBu
         .find(|d| d.starts_with(root) || (!root_is_dir && root.parent() == Some(*d)))
 }
 
+/// Where a private cache is mounted from: the state directory resolved (it may sit behind a
+/// link the user made, `/home -> var/home`), and the rest of `own` taken as it is, so that the
+/// mount, which opens its source refusing every link, fails on a link in `home-caches/…`.
+/// *Why not resolve all of `own`*: the state directory is writable in a running sandbox; the
+/// agent can swap `home-caches` for a link to the user's real `~` or another project's caches
+/// while a second sandbox of the project starts, and a resolved path would mount that target
+/// writable as the "private" cache.
+fn cache_source(fs: &dyn HostFs, state_dir: &Path, own: &Path) -> Result<PathBuf> {
+    let rest = own.strip_prefix(state_dir).map_err(|_| {
+        Error::refused(
+            format!(
+                "the private cache {} is not in the state directory {}",
+                own.display(),
+                state_dir.display()
+            ),
+            "private caches live in <state>/home-caches",
+        )
+    })?;
+    Ok(fs.canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_path_buf()).join(rest))
+}
+
 fn absolute(p: &Path, what: &str) -> Result<()> {
     if p.is_absolute() {
         Ok(())
@@ -343,10 +364,12 @@ impl Builder<'_> {
         }
     }
 
-    fn private_cache(&mut self, dir: &Path, own: &Path) -> Result<()> {
+    /// The project's own copy `own` of the cache `dir`, mounted from `src`: `own` with only the
+    /// state directory's part resolved ([`cache_source`]).
+    fn private_cache(&mut self, dir: &Path, own: &Path, src: PathBuf) -> Result<()> {
         absolute(dir, "cache directory")?;
         if self.fs.kind(dir) == Kind::Missing {
-            return self.missing_cache(dir, own);
+            return self.missing_cache(dir, own, src);
         }
         let dst = self.canonical(dir)?;
         if self.fs.kind(&dst) != Kind::Dir || self.fs.kind(own) != Kind::Dir {
@@ -357,7 +380,6 @@ impl Builder<'_> {
             ));
             return Ok(());
         }
-        let src = self.canonical(own)?;
         self.plan.writable.push(dst.clone());
         self.layered.push((depth(&dst), 0, Op::Bind { src, dst, access: Access::Rw, dir: true }));
         Ok(())
@@ -368,7 +390,7 @@ impl Builder<'_> {
     /// mounted there all the same; the mount point is made in the home's rebuilt directories
     /// (a tmpfs sealed afterwards), so nothing appears in the user's home. Where the nearest
     /// existing directory is not rebuilt, it is skipped as before ([`Builder::snapshots`]).
-    fn missing_cache(&mut self, dir: &Path, own: &Path) -> Result<()> {
+    fn missing_cache(&mut self, dir: &Path, own: &Path, src: PathBuf) -> Result<()> {
         if self.fs.kind(own) != Kind::Dir {
             return Ok(());
         }
@@ -383,7 +405,6 @@ impl Builder<'_> {
             at = parent;
         }
         let dst = missing.iter().rev().fold(holder, |p, name| p.join(name));
-        let src = self.canonical(own)?;
         self.plan.writable.push(dst.clone());
         self.missing_caches.push(dst.clone());
         self.layered.push((depth(&dst), 0, Op::Bind { src, dst, access: Access::Rw, dir: true }));
@@ -764,7 +785,7 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
         }
     }
     for (dir, own) in &spec.caches {
-        b.private_cache(dir, own)?;
+        b.private_cache(dir, own, cache_source(fs, &spec.state_dir, own)?)?;
     }
     if until == Until::Writable {
         return Ok(b.plan);
@@ -1273,6 +1294,37 @@ mod tests {
         assert!(plan.writable.contains(&PathBuf::from("/home/u/.m2/repository")));
         assert!(pos(&plan, "/home/u/.m2") < pos(&plan, "/home/u/.m2/repository"));
         assert!(!plan.ops.iter().any(|o| o.dst().starts_with("/home/u/go")), "missing on the host: skipped");
+    }
+
+    /// The agent swapped `home-caches` for a link to the user's home while a second sandbox of
+    /// the project starts: the plan's source is still the path in the state directory, which
+    /// the mount opens refusing every link, never the link's target.
+    #[test]
+    fn a_private_caches_source_is_never_resolved_past_the_state_directory() {
+        let own = "/home/u/.local/share/ocsb/p/home-caches";
+        let fs = host()
+            .with("/home/u/.npm", Kind::Dir)
+            .with("/home/u/.local/share/ocsb/p", Kind::Dir)
+            .link(own, "/home/u")
+            // What lstat says through the link: a directory.
+            .with("/home/u/.local/share/ocsb/p/home-caches/.npm", Kind::Dir);
+        let mut s = spec();
+        s.rw_home.clear();
+        s.caches = vec![("/home/u/.npm".into(), format!("{own}/.npm").into())];
+        let plan = build(&s, &fs).unwrap();
+        let binds: Vec<_> = plan.ops.iter().filter(|o| o.dst() == Path::new("/home/u/.npm")).collect();
+        assert_eq!(
+            binds,
+            [&Op::Bind {
+                src: format!("{own}/.npm").into(),
+                dst: "/home/u/.npm".into(),
+                access: Access::Rw,
+                dir: true
+            }],
+            "the link's target (the user's real ~/.npm) must never be the source"
+        );
+        s.caches = vec![("/home/u/.npm".into(), "/home/u/elsewhere/.npm".into())];
+        assert!(build(&s, &fs).is_err(), "a cache outside the state directory is refused");
     }
 
     /// A fresh home has no `~/.npm`: the project's own copy is mounted there all the same, its

@@ -34,12 +34,19 @@ pub fn refuse(cmd: &Command) -> Result<()> {
     if works_inside(cmd) {
         return Ok(());
     }
-    let args: Vec<String> = std::env::args_os().skip(1).map(|a| quote(&a.to_string_lossy())).collect();
-    let line = format!("ocsb {}", args.join(" "));
     let project = std::path::Path::new(&project).display().to_string();
+    // *Why only worktrees get their command line echoed*: it is what the skill sends the agent
+    // here for. Any other line (`audit --accept`, `netlock teardown`, `egress up` after the agent
+    // edited rules) would reach the user as ocsb's own advice, in the agent's words.
+    let fix = if matches!(cmd, Command::Wt(_)) {
+        let args: Vec<String> = std::env::args_os().skip(1).map(|a| quote(&a.to_string_lossy())).collect();
+        format!("ask the user to run on the host, in {project}: ocsb {}", args.join(" "))
+    } else {
+        "this command is the user's, on the host; tell the user what you need and why".to_string()
+    };
     Err(Error::failed(
         format!("ocsb runs on the host, not inside its sandbox (this is the sandbox of {project})"),
-        format!("ask the user to run on the host, in {project}: {line}"),
+        fix,
     ))
 }
 

@@ -520,11 +520,13 @@ fn docker_firewall(net: &ocsb_policy::docker::firewall::DaemonNet) -> Check {
                 "the Docker daemon runs with {by}, and IP forwarding is off: nothing routes out of its networks"
             ),
         ),
-        (Ok(()), Iptables::Unknown(_)) if net.forwarding == Some(false) => Check::ok(
-            ID,
-            "IP forwarding is off where the Docker daemon runs: nothing routes out of its networks",
-        ),
-        (Ok(()), Iptables::Unknown(why)) => Check::warn(
+        (Ok(()), Iptables::Unknown(_) | Iptables::Unreadable(_)) if net.forwarding == Some(false) => {
+            Check::ok(
+                ID,
+                "IP forwarding is off where the Docker daemon runs: nothing routes out of its networks",
+            )
+        }
+        (Ok(()), Iptables::Unknown(why) | Iptables::Unreadable(why)) => Check::warn(
             ID,
             format!(
                 "cannot tell whether the Docker daemon keeps containers in (its internal networks have no \

@@ -225,3 +225,53 @@ fn a_daemon_without_firewall_rules_that_forwards_is_refused() {
         "{out}\n{err}"
     );
 }
+
+/// The agent cannot talk the gateway out of its refusal with a look-alike: a program named
+/// `dockerd` in the sandbox whose command line names the daemon's data directory and no
+/// `--iptables=false` (plus one whose configuration file is a FIFO, which would hold a reader).
+/// The real daemon is restarted after the look-alikes started, so they come first in `/proc`,
+/// where a first-match search would take them for the daemon. Still refused, and the origin
+/// sees nothing.
+#[test]
+fn a_look_alike_dockerd_in_the_sandbox_does_not_lift_the_refusal() {
+    let w = World::new();
+    std::fs::write(w.proj.join("net.sh"), NET_SH).unwrap();
+    let body = format!(
+        r#"{world}G=1990
+        printf 'OCSB_NETWORK=isolated\n' >> .opencode-sandbox/local/sandbox.conf
+        env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" egress up >/dev/null 2>&1
+        D 'R=$(docker info -f "{{{{.DockerRootDir}}}}"); mkdir -p fk; cp /bin/bash fk/dockerd; mkfifo fk/fifo
+           ./fk/dockerd -c "sleep 120; :" x --data-root "$R" &
+           ./fk/dockerd -c "sleep 120; :" x --data-root="$R" --config-file fk/fifo &
+           touch fake-up; for i in $(seq 600); do [ -e daemon-restarted ] && break; sleep 0.1; done
+           echo "look-alikes: $(pgrep -c -x dockerd)"
+           docker run --rm -v "$PWD":/src {IMAGE} sh /src/net.sh; echo run=$?' > "$P/d.out" &
+        DJ=$!
+        for i in $(seq 300); do [ -e fake-up ] && break; sleep 0.1; done
+        # The daemon again, after the look-alikes: it now has the highest pid of them all.
+        kill "$DPID"; for i in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
+        dockerd --data-root "$DD/data" --exec-root "$DD/x" --pidfile "$DD/pid" -H "$DH" --group docker \
+          $DOCKERD_FLAGS --storage-driver vfs >>"$DD/log" 2>&1 & DPID=$!
+        for i in $(seq 150); do DOCKER_HOST="$DH" docker version >/dev/null 2>&1 && break; sleep 0.2; done
+        echo "daemon pid $DPID, look-alikes $(pgrep -d, -x -u 1990 dockerd)"
+        touch daemon-restarted; wait $DJ; cat "$P/d.out"
+        {end}"#,
+        world = world("--iptables=false --ip6tables=false"),
+        end = end(),
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    has(&out, "forward=1 docker0=172.17.0.1/16", &err);
+    // The look-alikes ran, with lower pids than the daemon.
+    let pids = out.lines().find_map(|l| l.strip_prefix("daemon pid ")).unwrap_or_default();
+    let (daemon, fakes) = pids.split_once(", look-alikes ").unwrap_or_default();
+    let daemon: u32 = daemon.parse().unwrap_or(0);
+    let fakes: Vec<u32> = fakes.split(',').filter_map(|p| p.trim().parse().ok()).collect();
+    assert!(
+        fakes.len() == 2 && fakes.iter().all(|f| *f < daemon),
+        "look-alikes before the daemon: {out}\n{err}"
+    );
+    assert!(out.contains(REFUSED), "the look-alikes lifted the refusal: {out}\n{err}");
+    assert!(out.lines().any(|l| l.starts_with("run=") && l != "run=0"), "{out}\n{err}");
+    assert!(!out.contains("origin-ok"), "{out}\n{err}");
+    has(&out, "origin saw 0 leak saw 0", &err);
+}

@@ -240,6 +240,7 @@ fn ocsb_inside_the_sandbox_says_to_ask_the_user() {
         r#"U "$OCSB" init | grep -E 'provider-keys|OCSB_LOOPBACK_PORTS=\(3000\)|127.0.0.1:3000' | sed 's/^ *//'
         for c in "wt add x" "wt list"; do
           X "OCSB_WEB_URL=http://127.0.0.1:4196/ OCSB_BLANK_ENV=A $OCSB $c" >inside.out 2>&1; echo "rc $?"; cat inside.out; done
+        X "$OCSB audit --accept" >inside.out 2>&1; echo "accept rc $?"; sed 's/^ *//; s/^/accept: /' inside.out
         X "$OCSB sandbox status 2>&1 | grep -q 'runs on the host' || echo status-not-refused" 2>/dev/null
         U git worktree list | wc -l | sed 's/^/worktrees /'; rm -f inside.out"#,
     );
@@ -255,6 +256,11 @@ fn ocsb_inside_the_sandbox_says_to_ask_the_user() {
         has(&out, &l, &err);
     }
     assert!(!out.contains("unknown setting"), "{out}");
+    // Only the worktree commands the skill sends the agent to are echoed as a command for the
+    // user; any other is refused without putting the agent's line in ocsb's mouth.
+    has(&out, "accept rc 1", &err);
+    has(&out, "accept: fix: this command is the user's, on the host; tell the user what you need and why", &err);
+    assert!(!out.contains("ocsb audit --accept"), "{out}");
     assert!(out.contains("~/.config/opencode-sandbox/provider-keys"), "init names the key file: {out}");
     assert!(out.contains("OCSB_LOOPBACK_PORTS=(3000)") && out.contains("http://127.0.0.1:3000/"), "{out}");
 }

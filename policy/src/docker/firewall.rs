@@ -28,8 +28,15 @@ pub enum Iptables {
     On,
     /// Turned off, by what (`--iptables=false`, or the file's `"iptables": false`).
     Off(String),
-    /// Not known here, and why (a daemon in a VM or on another machine, a file not readable).
+    /// Not known here, and why: a daemon in a VM or on another machine, whose rules cannot be
+    /// seen from this one.
     Unknown(String),
+    /// The daemon runs on this machine but its setting cannot be read, and why: its
+    /// configuration file is not a readable JSON file, or more than one process claims to be
+    /// it. *Why apart from `Unknown`*: on this machine a setting we cannot read is one the
+    /// sandbox could be fooled about (a look-alike `dockerd` the agent started, a FIFO for a
+    /// configuration file), so it is refused like `Off` when the daemon forwards.
+    Unreadable(String),
 }
 
 /// What is known of the daemon's network: its firewall setting, and whether its network
@@ -46,10 +53,21 @@ pub const RULE: &str = "daemon-firewall";
 impl DaemonNet {
     /// Refused when the daemon writes no firewall rules and forwards (or its forwarding
     /// cannot be read): nothing keeps a container in. Forwarding off is safe (nothing routes
-    /// out of a bridge), and an unknown firewall setting is let through (the daemon is not on
-    /// this machine, where its rules cannot be seen; `ocsb doctor` says so).
+    /// out of a bridge). A local daemon whose setting cannot be read is refused the same way;
+    /// an unknown setting is let through only for a daemon not on this machine, where its
+    /// rules cannot be seen (`ocsb doctor` says so).
     pub fn verdict(&self) -> Verdict<()> {
         match (&self.iptables, self.forwarding) {
+            (Iptables::Unreadable(why), f) if f != Some(false) => Err(Refusal::new(
+                RULE,
+                format!(
+                    "cannot tell whether the Docker daemon keeps containers in ({why}), and IP forwarding is {}",
+                    if f.is_some() { "on" } else { "not known to be off" }
+                ),
+            )
+            .allow(
+                "make the daemon's configuration file a readable JSON file (it runs with iptables enabled by                  default), stop any other process named dockerd that names the same data directory, or set                  OCSB_DOCKER=0",
+            )),
             (Iptables::Off(by), f) if f != Some(false) => Err(Refusal::new(
                 RULE,
                 format!(
@@ -131,9 +149,9 @@ pub fn iptables(args: &[String], config: Result<Option<&str>, String>, config_pa
                 Iptables::Off(format!("\"iptables\": false in {config_path}"))
             }
             Ok(_) => Iptables::On,
-            Err(e) => Iptables::Unknown(format!("{config_path} is not JSON: {e}")),
+            Err(e) => Iptables::Unreadable(format!("{config_path} is not JSON: {e}")),
         },
-        Err(why) => Iptables::Unknown(why),
+        Err(why) => Iptables::Unreadable(why),
     }
 }
 
@@ -179,8 +197,8 @@ mod tests {
             Iptables::Off("\"iptables\": false in /etc/docker/daemon.json".into())
         );
         assert_eq!(file(r#"{"iptables": true, "bip": "10.0.0.1/24"}"#), Iptables::On);
-        assert!(matches!(file("{"), Iptables::Unknown(_)));
-        assert!(matches!(iptables(&[], Err("permission denied".into()), "x"), Iptables::Unknown(_)));
+        assert!(matches!(file("{"), Iptables::Unreadable(_)));
+        assert!(matches!(iptables(&[], Err("permission denied".into()), "x"), Iptables::Unreadable(_)));
     }
 
     #[test]
@@ -218,5 +236,10 @@ mod tests {
         assert!(net(off(), None).verdict().unwrap_err().what.contains("not known to be off"));
         assert!(net(Iptables::On, Some(true)).verdict().is_ok());
         assert!(net(Iptables::Unknown("remote".into()), Some(true)).verdict().is_ok());
+        let unreadable = || Iptables::Unreadable("two processes claim the data directory".into());
+        let r = net(unreadable(), Some(true)).verdict().unwrap_err();
+        assert!(r.what.contains("two processes claim") && r.body().contains("OCSB_DOCKER=0"), "{}", r.what);
+        assert!(net(unreadable(), None).verdict().is_err());
+        assert!(net(unreadable(), Some(false)).verdict().is_ok(), "nothing routes");
     }
 }

@@ -259,7 +259,11 @@ fn ocsb_inside_the_sandbox_says_to_ask_the_user() {
     // Only the worktree commands the skill sends the agent to are echoed as a command for the
     // user; any other is refused without putting the agent's line in ocsb's mouth.
     has(&out, "accept rc 1", &err);
-    has(&out, "accept: fix: this command is the user's, on the host; tell the user what you need and why", &err);
+    has(
+        &out,
+        "accept: fix: this command is the user's, on the host; tell the user what you need and why",
+        &err,
+    );
     assert!(!out.contains("ocsb audit --accept"), "{out}");
     assert!(out.contains("~/.config/opencode-sandbox/provider-keys"), "init names the key file: {out}");
     assert!(out.contains("OCSB_LOOPBACK_PORTS=(3000)") && out.contains("http://127.0.0.1:3000/"), "{out}");

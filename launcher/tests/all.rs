@@ -25,6 +25,9 @@ mod suite {
     // host: the gateway with Docker's defaults (docker0, iptables rules), and a daemon without rules refused.
     #[cfg(feature = "host-tests")]
     mod docker_stock;
+    // host: classic builds on a stock daemon: ADD of URLs and ONBUILD triggers refused, COPY and RUN built.
+    #[cfg(feature = "host-tests")]
+    mod docker_build;
     // host: `ocsb doctor` on real machine states, each check made to fail in turn.
     #[cfg(feature = "host-tests")]
     mod doctor;

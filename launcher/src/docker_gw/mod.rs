@@ -6,6 +6,7 @@
 //! The socket lives in the project's egress state directory, which its sandboxes hide and no
 //! other project's sandbox mounts, and is bound into the sandbox at `/run/docker.sock`.
 
+mod build;
 mod conn;
 mod daemon;
 mod egress;

@@ -24,6 +24,7 @@
 //! their own network, over whatever the client sent.
 
 pub mod create;
+pub mod dockerfile;
 pub mod firewall;
 pub mod objects;
 pub mod proxy;

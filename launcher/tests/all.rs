@@ -28,6 +28,9 @@ mod suite {
     // host: classic builds on a stock daemon: ADD of URLs and ONBUILD triggers refused, COPY and RUN built.
     #[cfg(feature = "host-tests")]
     mod docker_build;
+    // host: what a container leaves on the project and takes of the host, on a stock daemon.
+    #[cfg(feature = "host-tests")]
+    mod docker_files;
     // host: `ocsb doctor` on real machine states, each check made to fail in turn.
     #[cfg(feature = "host-tests")]
     mod doctor;

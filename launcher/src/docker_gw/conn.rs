@@ -264,6 +264,9 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
         Call::Pull => objects::pull(&head.query).map(|()| plain),
         Call::On(obj) => {
             let id = owned(&obj)?;
+            if head.method == "PUT" && head.path.ends_with("/archive") {
+                ocsb_policy::docker::user::archive(inspect(gw, &id).as_ref())?;
+            }
             pin_path(head, &obj, &id);
             Ok(plain)
         }
@@ -276,7 +279,7 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
             let id = owned(&obj)?;
             pin_path(head, &obj, &id);
             let v = json_body()?;
-            create::exec(&v)?;
+            create::exec(&v, inspect(gw, &id).as_ref())?;
             Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
         }
         Call::List => {

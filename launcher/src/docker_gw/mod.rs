@@ -7,6 +7,7 @@
 //! other project's sandbox mounts, and is bound into the sandbox at `/run/docker.sock`.
 
 mod build;
+mod caller;
 mod conn;
 mod daemon;
 mod egress;
@@ -385,6 +386,7 @@ fn project_context(project: &Project) -> Context {
             .map(|d| d.subsec_nanos())
             .unwrap_or(0)
     );
+    let (uid, gid, own_gids) = caller::ids();
     Context {
         network: format!("ocsb-{name}"),
         project: name,
@@ -393,6 +395,10 @@ fn project_context(project: &Project) -> Context {
         hidden: Vec::new(),
         read_only: Vec::new(),
         ports: project.settings.loopback_ports(),
+        uid,
+        gid,
+        own_gids,
+        limits: caller::limits(),
     }
 }
 

@@ -176,7 +176,8 @@ fn pass(
                 return Err(bad(format!("{shown}: an entry beneath a link")));
             }
         }
-        if first && COMPRESSED.iter().chain([&&b"././@LongLink"[..]]).any(|m| path.starts_with(m)) {
+        // The header written starts with this name: it must not read as compressed data.
+        if first && (COMPRESSED.iter().any(|m| path.starts_with(m)) || zstd_skippable(&path)) {
             return Err(bad(format!("{shown}: a first name the daemon would read as compressed data")));
         }
         first = false;
@@ -437,6 +438,8 @@ mod tests {
             tar_of(&[("dev", EntryType::Char, b"", None)]),
             b"\x1f\x8b\x08\x00rest".to_vec(),
             b"BZh91AY".to_vec(),
+            tar_of(&[("BZh91", EntryType::Regular, b"x", None)]),
+            tar_of(&[("\u{50}\u{2a}\u{4d}\u{18}x", EntryType::Regular, b"x", None)]),
         ] {
             let (out, seen) = run(&tar, &["Dockerfile", "sub/Dockerfile"], None);
             assert!(out.is_err(), "{:?}", &tar[..16]);

@@ -213,6 +213,8 @@ fn listen(dir: &Path) -> Result<(UnixListener, PathBuf, u64)> {
 fn serve(w: Waiting, plan: &Plan) -> Result<()> {
     let Waiting { listener, mut ctx, daemon, empty_file, egress, started, closing, log } = w;
     judge_paths(&mut ctx, plan);
+    // What its containers can write: swept once they are stopped.
+    started.reaches(&ctx.writable);
     let shared = Arc::new(Shared {
         ctx,
         daemon,

@@ -4,7 +4,8 @@
 //!
 //! As the ordinary user, `ocsb exec -- docker …`: a container (root in its image) with the
 //! project bound tries to make a program set-user-id root, device nodes and root-owned files
-//! there; the host side finds none, and the file it writes is the user's. The control: the
+//! there (and through `docker exec -u 0` or `docker cp`, both refused); the host side finds
+//! none, and the file it writes is the user's. The control: the
 //! same commands through the raw daemon (as root, outside the gateway) do plant them. A
 //! container without a host directory stays root in its image and works. Resource settings
 //! beyond the sandbox's are refused by their rule, and the daemon shows the memory and process
@@ -49,7 +50,11 @@ fn a_container_leaves_nothing_on_the_project_that_the_sandbox_could_not() {
            docker run --rm --network none -v "$PWD":/w --cap-add CHOWN {IMAGE} true; echo cap-chown=$?
            docker run -d --name b-$$ --network none -v "$PWD":/w {IMAGE} sleep 60 >/dev/null
            docker exec b-$$ id -u | sed "s/^/exec: /"; docker exec -u 0 b-$$ id -u; echo exec-root=$?
-           docker rm -f b-$$ >/dev/null'
+           docker rm -f b-$$ >/dev/null
+           echo x > cpf; docker create --name c-$$ --network none -v "$PWD":/w {IMAGE} true >/dev/null
+           docker cp cpf c-$$:/w/cpf2; echo cp-bound=$?; docker rm c-$$ >/dev/null
+           docker create --name f-$$ --network none {IMAGE} true >/dev/null
+           docker cp cpf f-$$:/tmp/cpf; echo cp-free=$?; docker rm f-$$ >/dev/null'
         # The host side: nothing set-user-id or set-group-id of another, no device node, no
         # file of another owner, among what the container touched.
         # (Where they are: the session's end moves aside a set-user-id file, even the user's.)
@@ -98,6 +103,10 @@ fn a_container_leaves_nothing_on_the_project_that_the_sandbox_could_not() {
     has(&out, "exec: 1990", &err);
     assert!(out.contains("exec --user 0: the container has a host directory"), "{out}\n{err}");
     assert!(!out.contains("exec-root=0"), "{out}");
+    // `docker cp` into a container with the project: the daemon would unpack as root.
+    assert!(out.contains("(rule user): docker cp into a container with a host directory"), "{out}\n{err}");
+    assert!(!out.contains("cp-bound=0"), "{out}");
+    has(&out, "cp-free=0", &err);
     // Without the gateway the daemon does all of it: the test can fail.
     has(&out, "control: 0 4755 character special file block special file", &err);
 }

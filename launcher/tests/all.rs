@@ -25,6 +25,15 @@ mod suite {
     // host: the gateway with Docker's defaults (docker0, iptables rules), and a daemon without rules refused.
     #[cfg(feature = "host-tests")]
     mod docker_stock;
+    // host: what containers still left is moved aside at a session's end; another user gains nothing.
+    #[cfg(feature = "host-tests")]
+    mod docker_sweep;
+    // host: classic builds on a stock daemon: ADD of URLs and ONBUILD triggers refused, COPY and RUN built.
+    #[cfg(feature = "host-tests")]
+    mod docker_build;
+    // host: what a container leaves on the project and takes of the host, on a stock daemon.
+    #[cfg(feature = "host-tests")]
+    mod docker_files;
     // host: `ocsb doctor` on real machine states, each check made to fail in turn.
     #[cfg(feature = "host-tests")]
     mod doctor;

@@ -11,6 +11,8 @@
 //! * [`guard`]: what in a writable checkout the agent must not create or change, because git or
 //!   another host tool later reads or runs it.
 //!
+//! * [`strays`]: what a container may leave on a writable path that the sandbox itself could not.
+//!
 //! This crate spawns no process and opens no socket; it only reads the layer files it is pointed at.
 #![forbid(unsafe_code)]
 
@@ -19,5 +21,6 @@ pub mod egress;
 pub mod error;
 pub mod guard;
 pub mod settings;
+pub mod strays;
 
 pub use error::{Error, Location, Result};

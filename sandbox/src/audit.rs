@@ -923,6 +923,25 @@ pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
     Ok(findings)
 }
 
+/// Keeps `found` among the findings, for what no check of the checkouts looks for again: the
+/// strays a session's containers left ([`super::strays`]). `ocsb audit` lists them, and a start
+/// refuses while one stands (its path exists), as for anything planted: what was moved aside
+/// stays in the project, where a later sandbox could move it back into other users' reach.
+pub fn record(state_dir: &Path, found: &[Finding]) -> Result<()> {
+    if found.is_empty() {
+        return Ok(());
+    }
+    let dir = dir_of(state_dir);
+    ensure_dir(&dir)?;
+    let _lock = lock(&dir)?;
+    let mut all = read_findings(&dir)?;
+    all.extend(found.iter().cloned());
+    all.sort();
+    all.dedup_by(|a, b| a.path == b.path);
+    write_json(&dir.join(FINDINGS), &all)?;
+    changed(&dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

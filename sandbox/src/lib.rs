@@ -39,6 +39,7 @@ pub mod spec;
 pub mod stage2;
 pub mod statefs;
 pub mod status;
+pub mod strays;
 pub mod sys;
 pub mod termfilter;
 pub mod tmpclean;

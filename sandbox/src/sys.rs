@@ -376,3 +376,24 @@ pub fn rdev_of(fd: RawFd) -> io::Result<u64> {
     // SAFETY: fstat succeeded, so it initialised `st`.
     Ok(unsafe { st.assume_init() }.st_rdev)
 }
+
+/// Whether the entry `name` of the directory `dir` carries the extended attribute `attr`,
+/// asked without following `name` if it is a link (`lgetxattr` through the directory's
+/// descriptor in `/proc/self/fd`, so no path is resolved again). An entry on a filesystem
+/// without extended attributes carries none.
+pub fn has_xattr_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr, attr: &std::ffi::CStr) -> io::Result<bool> {
+    let mut path = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
+    path.extend_from_slice(name.to_bytes());
+    let path = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: both strings are NUL-terminated and live across the call; a null buffer of size
+    // 0 only asks for the value's size, so nothing is written.
+    let ret = unsafe { libc::lgetxattr(path.as_ptr(), attr.as_ptr(), std::ptr::null_mut(), 0) };
+    if ret >= 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => Ok(false),
+        _ => Err(e),
+    }
+}

@@ -92,18 +92,75 @@ const REFUSED_FIELDS: &[(&str, &str)] = &[
     ("web_search_options", "makes the provider search the web, around the egress rules"),
     ("background", "runs the call in the background, where its usage never reaches the broker"),
     ("conversation", "reads conversations stored in the account"),
-    ("prompt", "runs a prompt stored in the account"),
     ("previous_response_id", "reads a response stored in the account"),
+    ("container", "reuses a code-execution container or loads skills stored in the account"),
+    ("preset", "applies a preset stored in the account (its prompt, models and tools)"),
     ("models", "lets the provider fall back to other models, at their prices"),
     ("plugins", "turns on the provider's paid plugins"),
     ("modalities", "asks for audio or other output priced apart from the model's text prices"),
     ("audio", "asks for audio output, priced apart from the model's text prices"),
 ];
 
-/// A content part that makes the provider fetch something: a URL (an image, a document, a
-/// file) or a file stored in the account. The fetch is a request to an address of the caller's
-/// choosing that the egress rules never judge, and its content is input the broker cannot
-/// see. Inline data (`data:` URLs, base64 sources) is what OpenCode sends.
+/// Input items a server tool produces. Passed back, each names by id a result the provider
+/// stored for a call the broker never forwards (server tools are refused), or answers a stored
+/// request (`mcp_approval_response` names one by `approval_request_id`).
+const SERVER_TOOL_ITEMS: &[&str] = &[
+    "file_search_call",
+    "web_search_call",
+    "code_interpreter_call",
+    "image_generation_call",
+    "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "tool_search_call",
+    "tool_search_output",
+];
+
+/// A part or item that makes the provider read, by id, what is stored in the user's account:
+/// an item or a reasoning of an earlier response, an uploaded file, an earlier audio reply.
+/// *Why*: the key opens everything the account holds, from every project and every tool that
+/// used it; read into the model's context, it is the agent's to read. The agent in the sandbox
+/// can learn such ids (an error message, a log, a file) but must not make the broker resolve
+/// them. What OpenCode sends carries its content inline (it asks for `store: false`).
+fn stored_part(o: &serde_json::Map<String, Value>) -> Option<String> {
+    let set = |k: &str| o.get(k).is_some_and(|v| !v.is_null());
+    let ty = o.get("type").and_then(Value::as_str);
+    let what = match ty {
+        Some("item_reference") => "an `item_reference` reads an item stored in the account".into(),
+        // With its `encrypted_content`, a reasoning item carries itself; by id alone, the
+        // provider looks the stored one up.
+        Some("reasoning") if set("id") && !set("encrypted_content") => {
+            "a `reasoning` item by `id` without its `encrypted_content` reads a reasoning stored in the account"
+                .into()
+        }
+        Some(t @ ("image" | "document"))
+            if o.get("source").and_then(|s| s.get("type")).and_then(Value::as_str) == Some("file") =>
+        {
+            format!("a `{t}` from a stored file (`source.type: file`) reads a file stored in the account")
+        }
+        Some(t) if SERVER_TOOL_ITEMS.contains(&t) => {
+            format!("a `{t}` item names a server tool's result stored at the provider")
+        }
+        // `input_file`, `input_image`, `computer_screenshot`, `container_upload`, Anthropic's
+        // `source: {type: file}`: anything typed that names a `file_id`. (A tool call's own
+        // arguments are untyped objects and pass.)
+        Some(t) if set("file_id") => format!("a `{t}` by `file_id` reads a file stored in the account"),
+        Some("file") if o.get("file").is_some_and(|f| f.get("file_id").is_some_and(|v| !v.is_null())) => {
+            "a `file` part by `file_id` reads a file stored in the account".into()
+        }
+        _ if o.get("audio").is_some_and(|a| a.get("id").is_some_and(|v| !v.is_null())) => {
+            "an `audio` by `id` reads an earlier audio reply stored at the provider".into()
+        }
+        _ => return None,
+    };
+    Some(what)
+}
+
+/// A content part that makes the provider fetch something from a URL (an image, a document, a
+/// file). The fetch is a request to an address of the caller's choosing that the egress rules
+/// never judge, and its content is input the broker cannot see. Inline data (`data:` URLs,
+/// base64 sources) is what OpenCode sends.
 fn fetching_part(o: &serde_json::Map<String, Value>) -> Option<String> {
     let remote = |v: &Value| match v {
         Value::String(s) => !s.starts_with("data:"),
@@ -118,28 +175,37 @@ fn fetching_part(o: &serde_json::Map<String, Value>) -> Option<String> {
                 .and_then(Value::as_str)
                 .is_some_and(|t| t != "base64" && t != "text" && t != "content") =>
         {
-            format!("a `{ty}` from a URL or a stored file")
+            format!("a `{ty}` from a URL")
         }
         "image_url" if o.get("image_url").is_some_and(remote) => {
             "an `image_url` that is not a data: URL".into()
         }
-        "input_image" if o.get("image_url").is_some_and(remote) || has("file_id") => {
-            "an `input_image` by URL or by id".into()
+        ty @ ("input_image" | "computer_screenshot") if o.get("image_url").is_some_and(remote) => {
+            format!("an `{ty}` by URL")
         }
-        "input_file" if has("file_url") || has("file_id") => "an `input_file` by URL or by id".into(),
-        "file" if o.get("file").is_some_and(|f| f.get("file_id").is_some_and(|v| !v.is_null())) => {
-            "a stored `file`".into()
+        "input_file" if has("file_url") => "an `input_file` by URL".into(),
+        // `file_data` is a data: URL or bare base64 (which has no `:`); anything else is a URL
+        // the provider fetches.
+        "file"
+            if o.get("file")
+                .and_then(|f| f.get("file_data"))
+                .and_then(Value::as_str)
+                .is_some_and(|d| d.contains(':') && !d.starts_with("data:")) =>
+        {
+            "a `file` whose `file_data` is a URL".into()
         }
         _ => return None,
     };
-    Some(what)
+    Some(format!("{what} makes the provider fetch it, around the egress rules"))
 }
 
-/// The first fetching part anywhere in the messages or input.
-fn find_fetch(v: &Value) -> Option<String> {
+/// The first part anywhere in the messages or input that reads stored state or fetches.
+fn find_part(v: &Value) -> Option<String> {
     match v {
-        Value::Object(o) => fetching_part(o).or_else(|| o.values().find_map(find_fetch)),
-        Value::Array(a) => a.iter().find_map(find_fetch),
+        Value::Object(o) => {
+            stored_part(o).or_else(|| fetching_part(o)).or_else(|| o.values().find_map(find_part))
+        }
+        Value::Array(a) => a.iter().find_map(find_part),
         _ => None,
     }
 }
@@ -169,6 +235,16 @@ pub fn prepare(rest: &str, body: &[u8]) -> Result<Body, String> {
     if model.ends_with(":online") {
         return Err("`:online` turns on the provider's web search, around the egress rules".into());
     }
+    if model.contains("@preset") {
+        return Err(
+            "`@preset/…` applies a preset stored in the account (its prompt, models and tools)".into()
+        );
+    }
+    // A reusable prompt stored in the account, by id. (A text `prompt` is the legacy
+    // completions' input.)
+    if v["prompt"].is_object() {
+        return Err("`prompt` runs a prompt stored in the account".into());
+    }
     for (field, why) in REFUSED_FIELDS {
         let set = match &v[*field] {
             Value::Null => false,
@@ -188,9 +264,9 @@ pub fn prepare(rest: &str, body: &[u8]) -> Result<Body, String> {
             t["type"]
         ));
     }
-    for key in ["messages", "input", "system"] {
-        if let Some(what) = find_fetch(&v[key]) {
-            return Err(format!("{what} makes the provider fetch it, around the egress rules"));
+    for key in ["messages", "input", "system", "instructions"] {
+        if let Some(why) = find_part(&v[key]) {
+            return Err(why);
         }
     }
     let mut max_output = 0;
@@ -325,7 +401,7 @@ mod tests {
             ),
             (
                 r#"{"model":"c","messages":[{"role":"user","content":[{"type":"document","source":{"type":"file","file_id":"f"}}]}]}"#,
-                "fetch",
+                "stored",
             ),
             (
                 r#"{"model":"g","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://evil/x.png"}}]}]}"#,
@@ -337,11 +413,196 @@ mod tests {
             ),
             (
                 r#"{"model":"g","input":[{"role":"user","content":[{"type":"input_image","file_id":"file-1"}]}]}"#,
-                "fetch",
+                "stored",
             ),
         ] {
             let e = prepare("responses", b.as_bytes()).unwrap_err();
             assert!(e.contains(why), "{b}: {e}");
         }
+    }
+
+    /// What each API's ordinary calls look like, as OpenCode sends them: they pass. Ids that
+    /// only label what the body carries inline (an assistant message's `msg_…`, a function
+    /// call's `fc_…`, a reasoning with its `encrypted_content`), `store`, `metadata`, `include`
+    /// and a tool argument named `file_id` read nothing stored.
+    #[test]
+    fn ordinary_calls_of_each_api_pass() {
+        for (rest, b) in [
+            // OpenAI Responses, the way OpenCode sends it (`store: false`).
+            (
+                "responses",
+                r#"{"model":"gpt-5","store":false,"include":["reasoning.encrypted_content"],"instructions":"be brief",
+                    "input":[{"role":"user","content":[{"type":"input_text","text":"hi"},
+                        {"type":"input_image","image_url":"data:image/png;base64,AA=="},
+                        {"type":"input_file","filename":"a.pdf","file_data":"data:application/pdf;base64,AA=="}]},
+                    {"type":"reasoning","id":"rs_1","encrypted_content":"gAAAA","summary":[{"type":"summary_text","text":"t"}]},
+                    {"type":"reasoning","summary":[]},
+                    {"role":"assistant","id":"msg_1","content":[{"type":"output_text","text":"ok"}]},
+                    {"type":"function_call","id":"fc_1","call_id":"c1","name":"read","arguments":"{\"file_id\":\"x\"}"},
+                    {"type":"function_call_output","call_id":"c1","output":"done"}],
+                    "tools":[{"type":"function","name":"read","parameters":{"type":"object","properties":{"file_id":{"type":"string"}}}}],
+                    "reasoning":{"effort":"medium","summary":"auto"},"prompt_cache_key":"ses_1","metadata":{"a":"b"}}"#,
+            ),
+            // OpenAI Chat Completions.
+            (
+                "chat/completions",
+                r#"{"model":"gpt-4.1","store":true,"metadata":{"a":"b"},"messages":[{"role":"system","content":"s"},
+                    {"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}},
+                        {"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,AA=="}},
+                        {"type":"file","file":{"filename":"b.pdf","file_data":"JVBERi0xLjQK+/=="}}]},
+                    {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"read","arguments":"{}"}}]},
+                    {"role":"tool","tool_call_id":"call_1","content":"done"}]}"#,
+            ),
+            // Legacy completions: a text `prompt` is the input, not a stored prompt.
+            ("completions", r#"{"model":"gpt-3.5-turbo-instruct","prompt":"Say hi","max_tokens":5}"#),
+            // Anthropic Messages: inline sources, a tool call whose input names a `file_id`.
+            (
+                "messages",
+                r#"{"model":"claude-sonnet-4-5","max_tokens":100,"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],
+                    "messages":[{"role":"user","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"AA=="}},
+                        {"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]},
+                    {"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"sig"},
+                        {"type":"tool_use","id":"toolu_1","name":"read","input":{"file_id":"f"}}]},
+                    {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"done"}]}]}"#,
+            ),
+            // OpenRouter's chat completions with its own fields.
+            (
+                "chat/completions",
+                r#"{"model":"anthropic/claude-sonnet-4.5","usage":{"include":true},"provider":{"sort":"price"},
+                    "reasoning":{"effort":"high"},"messages":[{"role":"user","content":"hi"}]}"#,
+            ),
+        ] {
+            assert!(prepare(rest, b.as_bytes()).is_ok(), "{rest}: {b}: {:?}", prepare(rest, b.as_bytes()));
+        }
+    }
+
+    /// Every form that makes the provider read, by id, what the user's account stores (in any
+    /// of the three APIs) is refused, wherever in the body it is.
+    #[test]
+    fn calls_that_read_what_the_account_stores_are_refused() {
+        for (rest, b, why) in [
+            // OpenAI Responses.
+            (
+                "responses",
+                r#"{"model":"gpt-5","input":[{"type":"item_reference","id":"msg_1"}]}"#,
+                "`item_reference`",
+            ),
+            (
+                "responses",
+                r#"{"model":"gpt-5","input":[{"role":"user","content":[{"type":"input_text","text":"hi"},{"type":"item_reference","id":"msg_1"}]}]}"#,
+                "`item_reference`",
+            ),
+            (
+                "responses",
+                r#"{"model":"gpt-5","instructions":[{"type":"item_reference","id":"msg_1"}]}"#,
+                "`item_reference`",
+            ),
+            (
+                "responses",
+                r#"{"model":"gpt-5","input":[{"type":"reasoning","id":"rs_1","summary":[]}]}"#,
+                "`reasoning`",
+            ),
+            (
+                "responses",
+                r#"{"model":"gpt-5","input":[{"type":"reasoning","id":"rs_1","encrypted_content":null,"summary":[]}]}"#,
+                "`reasoning`",
+            ),
+            ("responses", r#"{"model":"gpt-5","previous_response_id":"resp_1"}"#, "response stored"),
+            ("responses", r#"{"model":"gpt-5","conversation":{"id":"conv_1"}}"#, "conversations stored"),
+            ("responses", r#"{"model":"gpt-5","prompt":{"id":"pmpt_1","version":"2"}}"#, "prompt stored"),
+            (
+                "responses",
+                r#"{"model":"gpt-5","input":[{"role":"user","content":[{"type":"input_file","file_id":"file-1"}]}]}"#,
+                "`input_file` by `file_id`",
+            ),
+            (
+                "responses",
+                r#"{"model":"gpt-5","input":[{"type":"computer_call_output","call_id":"c","output":{"type":"computer_screenshot","file_id":"file-1"}}]}"#,
+                "`computer_screenshot` by `file_id`",
+            ),
+            (
+                "responses",
+                r#"{"model":"gpt-5","input":[{"type":"mcp_approval_response","approval_request_id":"mcpr_1","approve":true}]}"#,
+                "`mcp_approval_response`",
+            ),
+            (
+                "responses",
+                r#"{"model":"gpt-5","input":[{"type":"file_search_call","id":"fs_1","queries":[],"status":"completed"}]}"#,
+                "`file_search_call`",
+            ),
+            (
+                "responses",
+                r#"{"model":"gpt-5","input":[{"type":"code_interpreter_call","id":"ci_1","container_id":"cntr_1"}]}"#,
+                "`code_interpreter_call`",
+            ),
+            (
+                "responses",
+                r#"{"model":"gpt-5","input":[{"type":"image_generation_call","id":"ig_1","status":"completed"}]}"#,
+                "`image_generation_call`",
+            ),
+            (
+                "responses",
+                r#"{"model":"gpt-5","tools":[{"type":"file_search","vector_store_ids":["vs_1"]}]}"#,
+                "server tool",
+            ),
+            (
+                "responses",
+                r#"{"model":"gpt-5","tools":[{"type":"code_interpreter","container":"cntr_1"}]}"#,
+                "server tool",
+            ),
+            (
+                "responses",
+                r#"{"model":"gpt-5","tools":[{"type":"mcp","server_label":"g","connector_id":"connector_gmail"}]}"#,
+                "server tool",
+            ),
+            // OpenAI Chat Completions.
+            (
+                "chat/completions",
+                r#"{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file-1"}}]}]}"#,
+                "`file` part by `file_id`",
+            ),
+            (
+                "chat/completions",
+                r#"{"model":"gpt-4o-audio-preview","messages":[{"role":"assistant","audio":{"id":"audio_1"}}]}"#,
+                "earlier audio reply",
+            ),
+            // Anthropic Messages.
+            (
+                "messages",
+                r#"{"model":"c","messages":[{"role":"user","content":[{"type":"image","source":{"type":"file","file_id":"file_1"}}]}]}"#,
+                "`image` from a stored file",
+            ),
+            (
+                "messages",
+                r#"{"model":"c","messages":[{"role":"user","content":[{"type":"container_upload","file_id":"file_1"}]}]}"#,
+                "`container_upload` by `file_id`",
+            ),
+            ("messages", r#"{"model":"c","container":"container_1"}"#, "`container`"),
+            (
+                "messages",
+                r#"{"model":"c","container":{"skills":[{"type":"custom","skill_id":"skill_1","version":"latest"}]}}"#,
+                "skills stored",
+            ),
+            // OpenRouter.
+            ("chat/completions", r#"{"model":"@preset/mine","messages":[]}"#, "preset stored"),
+            ("chat/completions", r#"{"model":"openai/gpt-4o@preset/mine","messages":[]}"#, "preset stored"),
+            (
+                "chat/completions",
+                r#"{"model":"openai/gpt-4o","preset":"mine","messages":[]}"#,
+                "preset stored",
+            ),
+        ] {
+            let e = prepare(rest, b.as_bytes()).unwrap_err();
+            assert!(e.contains(why), "{b}: {e}");
+            // Token counting reads the same body.
+            assert!(prepare("messages/count_tokens", b.as_bytes()).is_err(), "{b}");
+        }
+        // A fetch by URL is still named as such.
+        let e = prepare(
+            "chat/completions",
+            br#"{"model":"a/b","messages":[{"role":"user","content":[{"type":"file","file":{"filename":"a.pdf","file_data":"https://evil/a.pdf"}}]}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.contains("fetch"), "{e}");
     }
 }

@@ -91,14 +91,20 @@ struct Broker {
 }
 
 async fn broker(upstream: SocketAddr, limit: SpendLimit) -> Broker {
+    broker_of("anthropic", upstream, limit).await
+}
+
+/// A broker with the key of `provider` (a known id sets how the key is sent).
+async fn broker_of(provider: &str, upstream: SocketAddr, limit: SpendLimit) -> Broker {
     let d = tempfile::tempdir().unwrap();
     let sd = StateDir::open(d.path()).unwrap();
     let ledger = Arc::new(Ledger::open(&sd, "s1", limit).unwrap());
-    let keys = format!("anthropic REAL-KEY http://{upstream}/v1\n");
+    let keys = format!("{provider} REAL-KEY http://{upstream}/v1\n");
     let upstreams = parse_keys_file(&keys, std::path::Path::new("/keys")).unwrap();
+    let auth = if provider == "anthropic" { Auth::XApiKey } else { Auth::Bearer };
     assert_eq!(
         (upstreams[0].auth, &upstreams[0].base),
-        (Auth::XApiKey, &BaseUrl::parse(&format!("http://{upstream}/v1")).unwrap())
+        (auth, &BaseUrl::parse(&format!("http://{upstream}/v1")).unwrap())
     );
     let mut prices = Prices::default();
     prices.add_config(
@@ -543,4 +549,51 @@ async fn a_whole_reply_ends_cleanly_however_the_provider_hangs_up() {
     assert_eq!(status, 200);
     assert_eq!(body, ANTHROPIC_SSE.concat(), "the reply is whole and ends without an error");
     assert_eq!(ledger_lines(&b)[0].usage.output, 40);
+}
+
+/// A call that reads what the account stores (an item of an earlier response by id) is refused
+/// like `previous_response_id`, in the provider's own error shape, and never leaves; the same
+/// call without it goes.
+#[tokio::test]
+async fn a_call_that_reads_stored_state_is_refused_in_the_providers_shape() {
+    let (up, seen) = provider(Duration::ZERO).await;
+    let b = broker_of("openai", up, SpendLimit::default()).await;
+    let body = |item: &str| {
+        format!(
+            r#"{{"model":"gpt-5","store":false,"input":[{{"role":"user","content":[{{"type":"input_text","text":"hi"}}{item}]}}]}}"#
+        )
+    };
+    let mut errors = Vec::new();
+    for refused in [
+        body(r#",{"type":"item_reference","id":"msg_1"}"#),
+        body("").replace("\"store\":false", "\"previous_response_id\":\"resp_1\""),
+    ] {
+        let (status, reply) = ask(&b, "POST", "/openai/responses", "PLACEHOLDER", &refused).await;
+        assert_eq!(status, 403, "{reply}");
+        let v: serde_json::Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(
+            (&v["error"]["type"], &v["error"]["code"]),
+            (&"permission_error".into(), &"permission_error".into())
+        );
+        errors.push(v["error"]["message"].as_str().unwrap().to_string());
+    }
+    assert!(errors[0].contains("`item_reference` reads an item stored in the account"), "{errors:?}");
+    assert!(
+        errors[1].contains("`previous_response_id` reads a response stored in the account"),
+        "{errors:?}"
+    );
+    assert!(seen.lock().unwrap().is_empty(), "the refused calls never left");
+    assert_eq!(ask(&b, "POST", "/openai/responses", "PLACEHOLDER", &body("")).await.0, 200);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    // Anthropic's shape for a stored file.
+    let b = broker(up, SpendLimit::default()).await;
+    let file = r#"{"model":"claude-x","max_tokens":10,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"file","file_id":"file_1"}}]}]}"#;
+    let (status, reply) = ask(&b, "POST", "/anthropic/messages", "PLACEHOLDER", file).await;
+    let v: serde_json::Value = serde_json::from_str(&reply).unwrap();
+    assert!(status == 403 && v["type"] == "error" && v["error"]["type"] == "permission_error", "{reply}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("reads a file stored in the account"),
+        "{reply}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1);
 }

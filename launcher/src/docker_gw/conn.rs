@@ -69,6 +69,8 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
         Err(refusal) => return refuse(&mut w, gw, &head, refusal),
     };
     let sets_running = sets_running(&head);
+    // A build's context goes on as chunks, its Dockerfile judged before the last ([`super::build`]).
+    let build = route(&head.method, &head.path) == Ok(Call::Build);
     if sets_running.is_some() && fwd.body.is_none() {
         // Read whole now, under the head's timeout: the call is recorded next, and the
         // session's end waits for recorded calls, so none may wait on the client.
@@ -101,7 +103,7 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
     }
     let upgrade = fwd.stream && head.header("upgrade").is_some();
     out += if upgrade { "Connection: Upgrade\r\nUpgrade: tcp\r\n" } else { "Connection: close\r\n" };
-    match (&fwd.body, framing) {
+    match (&fwd.body, if build { Framing::Chunked } else { framing }) {
         (Some(b), _) => out += &format!("Content-Length: {}\r\n", b.len()),
         (None, Framing::Length(n)) => out += &format!("Content-Length: {n}\r\n"),
         (None, Framing::Chunked) => out += "Transfer-Encoding: chunked\r\n",
@@ -111,6 +113,12 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
     up.write_all(out.as_bytes())?;
     match &fwd.body {
         Some(b) => up.write_all(b)?,
+        None if build => {
+            if let Err(refusal) = super::build::forward(&mut r, framing, &mut up, gw, &head.query) {
+                let _ = up.shutdown(std::net::Shutdown::Both);
+                return refuse(&mut w, gw, &head, refusal);
+            }
+        }
         None => http::copy_body(&mut r, &mut up, framing, None)?,
     }
     if fwd.stream {
@@ -256,6 +264,9 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
         Call::Pull => objects::pull(&head.query).map(|()| plain),
         Call::On(obj) => {
             let id = owned(&obj)?;
+            if head.method == "PUT" && head.path.ends_with("/archive") {
+                ocsb_policy::docker::user::archive(inspect(gw, &id).as_ref())?;
+            }
             pin_path(head, &obj, &id);
             Ok(plain)
         }
@@ -268,7 +279,7 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
             let id = owned(&obj)?;
             pin_path(head, &obj, &id);
             let v = json_body()?;
-            create::exec(&v)?;
+            create::exec(&v, inspect(gw, &id).as_ref())?;
             Ok(Forward { body: Some(v.to_string().into_bytes()), stream: false })
         }
         Call::List => {

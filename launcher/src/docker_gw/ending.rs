@@ -17,6 +17,12 @@
 //! it locked while it lives; the next start of the project stops what a journal nobody holds
 //! lists ([`stop_left_behind`]) before its check of the checkouts, as that check does the dead
 //! run's look for it.
+//!
+//! Once a session's containers are stopped, what they left on the paths they could write that
+//! the sandbox itself could not leave (a set-id program, a device node, a file of another uid)
+//! is moved aside and reported ([`ocsb_sandbox::strays`], which says why only after a session
+//! that started a container). The journal names those paths and when the session began, so a
+//! dead launcher's sweep is made by whoever stops its containers: its watcher, or the next start.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -49,6 +55,8 @@ pub(super) struct Started {
     settled: Condvar,
     /// Where each container is written before it is set running (none in unit tests).
     journal: Option<Journal>,
+    /// The host paths the session's containers could write ([`Started::reaches`]).
+    roots: Mutex<Vec<PathBuf>>,
 }
 
 #[derive(Default)]
@@ -79,6 +87,19 @@ impl Started {
     /// A record kept in `journal` too.
     pub(super) fn with_journal(journal: Journal) -> Started {
         Started { journal: Some(journal), ..Started::default() }
+    }
+
+    /// Notes the host paths the session's containers may write (the sandbox's writable binds,
+    /// as the gateway judges binds by them), in the journal too: they are swept once the
+    /// containers are stopped.
+    pub(super) fn reaches(&self, roots: &[PathBuf]) {
+        if let Some(j) = &self.journal {
+            for r in roots {
+                let _ =
+                    j.note(ROOT, &serde_json::Value::String(r.to_string_lossy().into_owned()).to_string());
+            }
+        }
+        self.roots.lock().unwrap_or_else(|p| p.into_inner()).extend(roots.iter().cloned());
     }
 
     /// Records that `id` is being set running, unless the session has ended or the journal
@@ -120,6 +141,7 @@ impl Started {
 /// something could not be, it stays for the next start to try again.
 pub(super) fn stop_all(started: &Started, daemon: &Daemon, session: &str) {
     let (ids, in_flight) = started.close();
+    let ran = !ids.is_empty() || !in_flight.is_empty();
     let mut failed = Vec::new();
     // A start the daemon has not answered may land after the stops below.
     for id in in_flight {
@@ -139,10 +161,64 @@ pub(super) fn stop_all(started: &Started, daemon: &Daemon, session: &str) {
              stop it with `docker stop`, then look at `git status` before running git there",
             failed.join(", ")
         );
-    } else if let Some(j) = &started.journal {
-        j.remove();
+    }
+    if let Some(j) = &started.journal {
+        if ran {
+            let roots = started.roots.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            sweep(&j.state_dir, &roots, j.since);
+        }
+        // Only now: a launcher that dies in the sweep leaves it to the next start.
+        if failed.is_empty() {
+            j.remove();
+        }
     }
 }
+
+/// Sweeps `roots` for what a session's containers left since `since`
+/// ([`ocsb_sandbox::strays`]), says on stderr what was moved aside (the terminal at a session's
+/// end and at a start, `docker.log` for the watcher), and keeps what grants a privilege among
+/// the audit's findings: `ocsb audit` lists them, and no sandbox starts while one stands.
+fn sweep(state_dir: &Path, roots: &[PathBuf], since: i64) {
+    use ocsb_sandbox::strays;
+    if roots.is_empty() {
+        return;
+    }
+    // The launcher runs as the user whose sandbox it is.
+    let user = nix::unistd::geteuid().as_raw();
+    let swept = strays::sweep(roots, since.saturating_sub(strays::CLOCK_SLACK), user, strays::LIMITS);
+    let granting: Vec<_> =
+        swept.found.iter().filter(|f| f.stray.grants()).map(|f| f.finding.clone()).collect();
+    let recorded = ocsb_sandbox::audit::record(state_dir, &granting);
+    if !swept.found.is_empty() {
+        let all: Vec<_> = swept.found.iter().map(|f| f.finding.clone()).collect();
+        let refuse = if granting.is_empty() {
+            ""
+        } else {
+            "; ocsb will not start here until those that grant a privilege are resolved"
+        };
+        eprintln!(
+            "ocsb: WARNING: the session's containers left on the project's paths what the sandbox \
+             itself cannot (moved aside where they could be, into a directory only you can enter; nothing was \
+             deleted){refuse}:{}\n  \
+             fix: {SWEEP_FIX}",
+            ocsb_sandbox::audit::render(&all)
+        );
+    }
+    if let Err(e) = recorded {
+        eprintln!("ocsb: warning: {e}");
+    }
+    if !swept.unseen.is_empty() {
+        eprintln!(
+            "ocsb: warning: docker: the look for what the session's containers left did not see {}",
+            swept.unseen.join(", ")
+        );
+    }
+}
+
+/// What to do about what [`sweep`] moved aside.
+const SWEEP_FIX: &str = "inspect each path (`ls -la PATH`); remove what you do not want (`sudo rm -r \
+    PATH` for what another uid owns), then run `ocsb audit`; to keep one, put it back as its line says and \
+    run `ocsb audit --accept`";
 
 /// Stops what the sessions of launchers that died left running: every container a journal in
 /// `dir` lists that no live launcher holds, and every container labelled with that session,
@@ -191,6 +267,7 @@ fn stop_left_behind_by(dir: &Path, exited: Option<(u32, Duration)>) -> Result<()
     let (dead, mut failed) = dead_journals(dir);
     for dead in dead {
         let mut not_stopped = Vec::new();
+        let ran = !dead.ids.is_empty();
         let stopped = match &dead.daemon {
             Some(daemon) => stop(dead.ids, daemon, &dead.session, &mut not_stopped),
             // Its launcher died while making it, before the session served anything.
@@ -210,6 +287,12 @@ fn stop_left_behind_by(dir: &Path, exited: Option<(u32, Duration)>) -> Result<()
                 stopped.join(", "),
                 dead.session
             );
+        }
+        // Every start is in the journal before the daemon is asked: a session that lists none
+        // ran no container.
+        if ran {
+            let state_dir = dir.parent().unwrap_or(dir);
+            sweep(state_dir, &dead.roots, dead.since.unwrap_or(0));
         }
         if not_stopped.is_empty() {
             let _ = std::fs::remove_file(&dead.path);
@@ -237,6 +320,10 @@ struct Dead {
     /// The daemon the session's containers ran on; `None` when the journal names none.
     daemon: Option<Daemon>,
     ids: BTreeSet<String>,
+    /// What its containers could write, and when it began (none in an older build's journal:
+    /// then whatever changed is the session's).
+    roots: Vec<PathBuf>,
+    since: Option<i64>,
     _lock: File,
 }
 
@@ -275,8 +362,18 @@ fn dead_journals(dir: &Path) -> (Vec<Dead>, Vec<String>) {
             .and_then(|l| l.strip_prefix(DAEMON).map(PathBuf::from))
             .filter(|p| p.is_absolute())
             .map(|socket| Daemon { socket });
-        let ids = lines.filter(|l| is_container_ref(l)).collect();
-        dead.push(Dead { session: name, path, daemon, ids, _lock: file });
+        let (mut ids, mut roots, mut since) = (BTreeSet::new(), Vec::new(), None);
+        for l in lines {
+            if let Some(t) = l.strip_prefix(SINCE) {
+                since = t.parse().ok();
+            } else if let Some(r) = l.strip_prefix(ROOT) {
+                let r: Option<PathBuf> = serde_json::from_str::<String>(r).ok().map(PathBuf::from);
+                roots.extend(r.filter(|r| r.is_absolute()));
+            } else if is_container_ref(&l) {
+                ids.insert(l);
+            }
+        }
+        dead.push(Dead { session: name, path, daemon, ids, roots, since, _lock: file });
     }
     // Those handled now go; the next start looks at the rest.
     if names.next().is_some() {
@@ -356,6 +453,13 @@ const MAX_JOURNALS: usize = 256;
 /// The first line of a journal: the daemon's socket, after this.
 const DAEMON: &str = "daemon ";
 
+/// A journal's line with the session's start (seconds since the epoch), after this.
+const SINCE: &str = "since ";
+
+/// A journal's line with a host path the session's containers could write (a JSON string),
+/// after this.
+const ROOT: &str = "root ";
+
 /// The lock file of the journals' directory. A journal is made (created, locked, headed) under
 /// it, and every look for dead journals takes it: without it a start looking in the moment
 /// between another's creating its journal and locking it took that journal for a dead
@@ -369,6 +473,10 @@ const DIRECTORY_LOCK: &str = ".lock";
 pub(super) struct Journal {
     path: PathBuf,
     file: Mutex<File>,
+    /// The project's state directory (the egress state directory's parent).
+    state_dir: PathBuf,
+    /// When the session began, in seconds since the epoch.
+    since: i64,
 }
 
 impl Journal {
@@ -395,13 +503,24 @@ impl Journal {
             _ => Error::io("create", &path, e),
         })?;
         file.try_lock().map_err(|e| Error::io("lock", &path, std::io::Error::other(e.to_string())))?;
-        file.write_all(format!("{DAEMON}{socket}\n").as_bytes()).map_err(|e| Error::io("write", &path, e))?;
-        Ok(Journal { path, file: Mutex::new(file) })
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        file.write_all(format!("{DAEMON}{socket}\n{SINCE}{since}\n").as_bytes())
+            .map_err(|e| Error::io("write", &path, e))?;
+        let state_dir = dir.parent().unwrap_or(dir).to_path_buf();
+        Ok(Journal { path, file: Mutex::new(file), state_dir, since })
     }
 
     fn append(&self, id: &str) -> std::io::Result<()> {
+        self.note("", id)
+    }
+
+    /// Writes the line `<prefix><text>`.
+    fn note(&self, prefix: &str, text: &str) -> std::io::Result<()> {
         let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        f.write_all(format!("{id}\n").as_bytes())
+        f.write_all(format!("{prefix}{text}\n").as_bytes())
     }
 
     fn remove(&self) {
@@ -577,6 +696,27 @@ mod tests {
             let (_, unread) = dead_journals(dir.path());
             assert!(unread.iter().any(|u| u.contains("7-a")), "{unread:?}");
         }
+    }
+
+    /// A dead session's journal says what its containers could write and when it began, for
+    /// the sweep its watcher or the next start makes; a path with a line break stays one line.
+    #[test]
+    fn a_journal_names_what_its_containers_could_write_and_since_when() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = Daemon { socket: "/run/d.sock".into() };
+        let started = Started::with_journal(Journal::create(dir.path(), "5-1", &daemon).unwrap());
+        let odd = PathBuf::from("/p/a\nbadf00d");
+        started.reaches(&[PathBuf::from("/p/proj"), odd.clone()]);
+        drop(started.record("c0ffee"));
+        assert_eq!(started.journal.as_ref().unwrap().state_dir, dir.path().parent().unwrap());
+        drop(started);
+        let (dead, _) = dead_journals(dir.path());
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].roots, [PathBuf::from("/p/proj"), odd]);
+        assert_eq!(dead[0].ids.iter().collect::<Vec<_>>(), ["c0ffee"]);
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+        assert!(dead[0].since.is_some_and(|t| (now - 5..=now).contains(&t)), "{:?}", dead[0].since);
     }
 
     #[test]

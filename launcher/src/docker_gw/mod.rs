@@ -6,6 +6,8 @@
 //! The socket lives in the project's egress state directory, which its sandboxes hide and no
 //! other project's sandbox mounts, and is bound into the sandbox at `/run/docker.sock`.
 
+mod build;
+mod caller;
 mod conn;
 mod daemon;
 mod egress;
@@ -211,6 +213,8 @@ fn listen(dir: &Path) -> Result<(UnixListener, PathBuf, u64)> {
 fn serve(w: Waiting, plan: &Plan) -> Result<()> {
     let Waiting { listener, mut ctx, daemon, empty_file, egress, started, closing, log } = w;
     judge_paths(&mut ctx, plan);
+    // What its containers can write: swept once they are stopped.
+    started.reaches(&ctx.writable);
     let shared = Arc::new(Shared {
         ctx,
         daemon,
@@ -384,6 +388,7 @@ fn project_context(project: &Project) -> Context {
             .map(|d| d.subsec_nanos())
             .unwrap_or(0)
     );
+    let (uid, gid, own_gids) = caller::ids();
     Context {
         network: format!("ocsb-{name}"),
         project: name,
@@ -392,6 +397,10 @@ fn project_context(project: &Project) -> Context {
         hidden: Vec::new(),
         read_only: Vec::new(),
         ports: project.settings.loopback_ports(),
+        uid,
+        gid,
+        own_gids,
+        limits: caller::limits(),
     }
 }
 

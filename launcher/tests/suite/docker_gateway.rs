@@ -72,7 +72,7 @@ pub(crate) const OWN_DOCKERD: &str = r#"DD=$(mktemp -d /var/tmp/ocsb-dockerd-XXX
 dockerd --data-root "$DD/data" --exec-root "$DD/x" --pidfile "$DD/pid" -H "$DH" --group docker \
   ${DOCKERD_FLAGS:---iptables=false --ip6tables=false --bridge=none --ip-forward=false} --storage-driver vfs >"$DD/log" 2>&1 & DPID=$!
 for i in $(seq 150); do DOCKER_HOST="$DH" docker version >/dev/null 2>&1 && break; sleep 0.2; done
-im=$(mktemp -d); mkdir -p $im/bin $im/tmp; cp /bin/busybox $im/bin/
+im=$(mktemp -d); chmod 755 $im; mkdir -p $im/bin $im/tmp; chmod 1777 $im/tmp; cp /bin/busybox $im/bin/
 for c in $APPLETS; do ln -s busybox $im/bin/$c; done
 tar -C $im -c . | DOCKER_HOST="$DH" docker import - "$IMAGE" >/dev/null; rm -rf $im
 D() { env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid $G --groups "$DG" -- "$OCSB" exec -- sh -c "$1" </dev/null 2>&1; }

@@ -1059,6 +1059,32 @@ fn run_keeps_model_keys_outside_the_sandbox_and_caps_the_spend() {
         ),
     );
     assert!(!direct.contains("code=200"), "{direct}");
+    // The agent calls the broker itself, with OpenCode's placeholder and address (both in
+    // OpenCode's environment), asking the provider for an item stored in the account by id:
+    // refused in the provider's shape, and nothing reaches the provider.
+    let stored = w.proj.join("stored-item.sh");
+    std::fs::write(
+        &stored,
+        "cfg=$(for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null | grep -m1 '^OPENCODE_CONFIG_CONTENT=')\n\
+         url=$(printf '%s' \"$cfg\" | grep -o 'http://127.0.0.1:[0-9]*/fake' | head -n1)\n\
+         key=$(printf '%s' \"$cfg\" | grep -o 'ocsb-broker-[A-Za-z0-9_-]*' | head -n1)\n\
+         echo url=${url:+found} key=${key:+found}\n\
+         curl -s -m 10 -H \"Authorization: Bearer $key\" -H 'content-type: application/json' \
+         -d '{\"model\":\"m1\",\"input\":[{\"type\":\"item_reference\",\"id\":\"msg_stored\"}]}' \
+         -w ' code=%{http_code}' \"$url/responses\"\n",
+    )
+    .unwrap();
+    sh(&format!("chown {UID}:{UID} {}", stored.display()));
+    let out = shell(&w, &auth, &id, &format!("sh {}", stored.display()));
+    assert!(out.contains("url=found key=found"), "{out}");
+    assert!(
+        out.contains("code=403")
+            && out.contains("permission_error")
+            && out.contains("`item_reference` reads an item stored in the account"),
+        "{out}"
+    );
+    let logged = std::fs::read_to_string(tmp.path().join("requests.jsonl")).unwrap_or_default();
+    assert!(!logged.contains("msg_stored"), "the provider never got it: {logged}");
 
     // A model turn: the streamed tool call arrives intact and runs; the reply's cost (0.922 at
     // the user's prices) is over the limit, so the turn's next request is refused.
@@ -1078,6 +1104,7 @@ fn run_keeps_model_keys_outside_the_sandbox_and_caps_the_spend() {
     }
     let turn: Vec<_> = seen.iter().filter(|r| r["tools"].is_array()).collect();
     assert_eq!(turn.len(), 1, "the turn's second request never reached the provider");
+    assert!(!seen.iter().any(|r| r.to_string().contains("msg_stored")), "the refused call never left");
 
     // The panel shows the broker's spend against the limit. (OpenCode records no tokens for a
     // turn that ended in an error; the isolated test checks its numbers after a whole turn.)

@@ -3,8 +3,9 @@
 //! unless it holds its zero value (the Docker CLI sends many fields empty), so a new option of
 //! a newer Docker is closed until it is looked at.
 //!
-//! Completed: the project's label, the project's network (for the default `bridge`), and
-//! published ports bound to 127.0.0.1 when no address was given.
+//! Completed: the project's label, the project's network (for the default `bridge`),
+//! published ports bound to 127.0.0.1 when no address was given, the resource caps
+//! ([`super::limits`]) and the user and capabilities ([`super::user`]).
 
 use std::path::{Component, Path, PathBuf};
 
@@ -56,10 +57,6 @@ const DEFAULT_CAPS: &[&str] = &[
     "AUDIT_WRITE",
 ];
 
-/// The most processes a container may have (the sandbox's own limit): set when the client sets
-/// none, refused above it.
-const MAX_PIDS: i64 = 4096;
-
 /// The top-level fields of a configuration the gateway knows, and where they are checked.
 const CONFIG_FIELDS: &[&str] = &[
     "Hostname",
@@ -91,50 +88,6 @@ const CONFIG_FIELDS: &[&str] = &[
     "NetworkingConfig",
 ];
 
-/// `HostConfig` fields that are free: resources, restart policy, logging, init, DNS.
-const HOST_FREE: &[&str] = &[
-    "ContainerIDFile",
-    "RestartPolicy",
-    "AutoRemove",
-    "ConsoleSize",
-    "Dns",
-    "DnsOptions",
-    "DnsSearch",
-    "ExtraHosts",
-    "GroupAdd",
-    "Init",
-    "Isolation",
-    "ShmSize",
-    "Tmpfs",
-    "ReadonlyRootfs",
-    "CpuShares",
-    "Memory",
-    "NanoCpus",
-    "CpuPeriod",
-    "CpuQuota",
-    "CpuRealtimePeriod",
-    "CpuRealtimeRuntime",
-    "CpusetCpus",
-    "CpusetMems",
-    "BlkioWeight",
-    "BlkioWeightDevice",
-    "BlkioDeviceReadBps",
-    "BlkioDeviceWriteBps",
-    "BlkioDeviceReadIOps",
-    "BlkioDeviceWriteIOps",
-    "CpuCount",
-    "CpuPercent",
-    "IOMaximumIOps",
-    "IOMaximumBandwidth",
-    "MemoryReservation",
-    "MemorySwap",
-    "MemorySwappiness",
-    "KernelMemory",
-    "KernelMemoryTCP",
-    "OomKillDisable",
-    "Ulimits",
-];
-
 /// Checks `body` (the JSON of `POST /containers/create`) and completes it in place. `canonical`
 /// resolves a bind's source on the host (symlinks included), `None` when it does not exist.
 pub fn container(
@@ -163,12 +116,15 @@ pub fn container(
     host_config(host, ctx, canonical, &mut needs)?;
     let default_network = host.get("NetworkMode").and_then(Value::as_str).unwrap_or_default().to_string();
     networking(cfg.get_mut("NetworkingConfig"), ctx, &default_network, &mut needs)?;
+    super::user::container(cfg, ctx)?;
     Ok(needs)
 }
 
 /// Checks the configuration of `POST /containers/{id}/exec`: no privileged exec (it would have
-/// every capability in the container), and every field one the gateway knows.
-pub fn exec(body: &Value) -> Verdict<()> {
+/// every capability in the container), no other user in a container with a host directory
+/// (`container`: the daemon's inspection of it, `None` when unknown), and every field one the
+/// gateway knows.
+pub fn exec(body: &Value, container: Option<&Value>) -> Verdict<()> {
     let o = body
         .as_object()
         .ok_or_else(|| Refusal::new("body", "the exec configuration is not a JSON object"))?;
@@ -189,7 +145,7 @@ pub fn exec(body: &Value) -> Verdict<()> {
     if o.get("Privileged").is_some_and(truthy) {
         return Err(Refusal::new("privileged", "a privileged exec has every capability in the container"));
     }
-    Ok(())
+    super::user::exec(body, container)
 }
 
 fn host_config(
@@ -198,12 +154,13 @@ fn host_config(
     canonical: &dyn Fn(&Path) -> Option<PathBuf>,
     needs: &mut Needs,
 ) -> Verdict<()> {
-    let known: Vec<&str> = HOST_FREE
+    let known: Vec<&str> = super::limits::FREE
         .iter()
+        .chain(super::limits::CHECKED)
         .copied()
         .chain([
-            "OomScoreAdj",
-            "PidsLimit",
+            "RestartPolicy",
+            "GroupAdd",
             "Privileged",
             "PidMode",
             "IpcMode",
@@ -238,26 +195,7 @@ fn host_config(
         .collect();
     unknown(h, &known, "HostConfig.")?;
 
-    // A negative score makes the kernel's OOM killer take the host's processes first.
-    if h.get("OomScoreAdj").and_then(Value::as_i64).is_some_and(|n| n < 0) {
-        return Err(Refusal::new(
-            "resources",
-            "a negative --oom-score-adj makes the host's processes die first when memory runs out",
-        )
-        .allow("leave --oom-score-adj at 0 or above"));
-    }
-
-    // A container without a process limit can fork until the host's process table is full.
-    match h.get("PidsLimit").and_then(Value::as_i64) {
-        Some(n) if n > MAX_PIDS => {
-            return Err(Refusal::new("resources", format!("--pids-limit {n}: more than {MAX_PIDS}"))
-                .allow(format!("--pids-limit {MAX_PIDS} or less")));
-        }
-        Some(n) if n > 0 => {}
-        _ => {
-            h.insert("PidsLimit".into(), Value::from(MAX_PIDS));
-        }
-    }
+    super::limits::host(h, &ctx.limits)?;
 
     if h.get("Privileged").is_some_and(truthy) {
         return Err(Refusal::new(
@@ -771,6 +709,9 @@ mod tests {
             hidden: vec!["/home/u/shop/.env.secret".into(), "/home/u/.ssh".into()],
             read_only: vec!["/home/u/shop/.git/hooks".into()],
             ports: vec![8080],
+            uid: 1990,
+            gid: 1990,
+            ..Context::default()
         }
     }
 
@@ -1002,9 +943,12 @@ mod tests {
 
     #[test]
     fn an_exec_is_plain() {
-        assert!(exec(&json!({"Cmd": ["sh"], "AttachStdout": true, "Privileged": false})).is_ok());
-        assert_eq!(exec(&json!({"Cmd": ["sh"], "Privileged": true})).unwrap_err().rule, "privileged");
-        assert_eq!(exec(&json!({"Cmd": ["sh"], "privileged": true})).unwrap_err().rule, "unknown-field");
+        assert!(exec(&json!({"Cmd": ["sh"], "AttachStdout": true, "Privileged": false}), None).is_ok());
+        assert_eq!(exec(&json!({"Cmd": ["sh"], "Privileged": true}), None).unwrap_err().rule, "privileged");
+        assert_eq!(
+            exec(&json!({"Cmd": ["sh"], "privileged": true}), None).unwrap_err().rule,
+            "unknown-field"
+        );
     }
 
     #[test]

@@ -15,6 +15,10 @@
 //!   added capabilities beyond Docker's defaults, no security option that turns a protection
 //!   off, no sysctls, binds only of the sandbox's writable set, ports on loopback only, the
 //!   project's network only — and every field of it one the gateway knows (`unknown-field`).
+//! - [`user`]: a container with a host directory runs as the sandbox's user, with no power over
+//!   files beyond the user's (`user`, `capabilities`); no container makes device nodes.
+//! - [`limits`]: memory and processes capped on every container, nothing above the sandbox's
+//!   own rlimits and `/dev/shm`, no realtime CPU (`resources`).
 //! - [`objects`]: networks are internal (no route out) and labelled; volumes are labelled and
 //!   plain (no driver options: `local` with `o=bind` is a bind mount by another name).
 //! - [`firewall`]: no container with a network starts on a daemon that writes no firewall
@@ -24,10 +28,13 @@
 //! their own network, over whatever the client sent.
 
 pub mod create;
+pub mod dockerfile;
 pub mod firewall;
+pub mod limits;
 pub mod objects;
 pub mod proxy;
 pub mod route;
+pub mod user;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -64,6 +71,15 @@ pub struct Context {
     /// The host loopback ports the sandbox may reach (`OCSB_FORWARD_PORTS`,
     /// `OCSB_LOOPBACK_PORTS`): the only ones a container may publish on.
     pub ports: Vec<u16>,
+    /// The sandbox's user: a container with a host directory runs as it.
+    pub uid: u32,
+    /// The sandbox's group: the group of what such a container writes.
+    pub gid: u32,
+    /// Other groups the user's own files have (its primary group in the user database, when
+    /// the launcher runs with another): accepted in `--user UID:GID` too.
+    pub own_gids: Vec<u32>,
+    /// The most a container may have of memory, `/dev/shm` and each rlimit: the sandbox's own.
+    pub limits: limits::Limits,
 }
 
 impl Context {

@@ -92,6 +92,7 @@ pub fn volume(body: &mut Value, ctx: &Context) -> Verdict<()> {
 /// The query of `POST /build`: the classic builder, its `RUN` steps on the project's network
 /// (so through the filter), and no context the daemon would fetch itself.
 pub fn build(query: &mut Vec<(String, String)>, ctx: &Context) -> Verdict<()> {
+    super::dockerfile::query(query)?;
     for (k, v) in query.iter() {
         match k.as_str() {
             "remote" if !v.is_empty() => {
@@ -131,8 +132,25 @@ pub fn build(query: &mut Vec<(String, String)>, ctx: &Context) -> Verdict<()> {
 }
 
 /// The query of `POST /images/create`: a pull by name (the daemon fetches it), or an import of
-/// the request's body; never an import the daemon would fetch from a URL.
+/// the request's body; never an import the daemon would fetch from a URL, nor one that plants
+/// `ONBUILD` triggers (`--change 'ONBUILD ADD http://…'`): a later build from that image would
+/// run them unseen, and the gateway reads only the Dockerfile it is given.
 pub fn pull(query: &[(String, String)]) -> Verdict<()> {
+    // The daemon reads all `changes` as one Dockerfile (with continuations): any mention is refused.
+    // Go lower-cases `İ` to `i` and the Kelvin sign to `k`.
+    let fold = |v: &str| -> String {
+        v.chars()
+            .map(|c| match c {
+                '\u{130}' => 'i',
+                '\u{212a}' => 'k',
+                c => c.to_ascii_lowercase(),
+            })
+            .collect()
+    };
+    if query.iter().any(|(k, v)| k == "changes" && fold(v).contains("onbuild")) {
+        return Err(Refusal::new("build", "an ONBUILD trigger runs in a later build, unseen by the gateway")
+            .allow("import without --change 'ONBUILD …'"));
+    }
     match query.iter().find(|(k, _)| k == "fromSrc") {
         Some((_, src)) if src != "-" => {
             Err(Refusal::new("pull", "an import from a URL is fetched by the daemon, outside the filter")
@@ -240,5 +258,17 @@ mod tests {
         assert!(pull(&[("fromImage".into(), "busybox".into())]).is_ok());
         assert!(pull(&[("fromSrc".into(), "-".into())]).is_ok());
         assert_eq!(pull(&[("fromSrc".into(), "http://10.0.0.1/x.tar".into())]).unwrap_err().rule, "pull");
+        for change in [
+            "ONBUILD ADD http://192.0.2.2/x /x",
+            "LABEL a=b\\\n onBuild RUN x",
+            "onbuild",
+            "ONBU\u{130}LD RUN x",
+        ] {
+            let q = [("fromSrc".to_string(), "-".to_string()), ("changes".into(), change.into())];
+            assert_eq!(pull(&q).unwrap_err().rule, "build", "{change}");
+        }
+        assert!(pull(&[("fromSrc".into(), "-".into()), ("changes".into(), "CMD [\"sh\"]".into())]).is_ok());
+        let mut q = vec![("pull".to_string(), "1".to_string())];
+        assert_eq!(build(&mut q, &ctx()).unwrap_err().rule, "build");
     }
 }

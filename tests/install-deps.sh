@@ -41,6 +41,8 @@ fi
 #   bubblewrap    the baseline of the sandbox start-up benchmark (cargo bench -p ocsb)
 #   busybox-static  the root of the image the Docker gateway tests run (no registry here)
 #   docker-compose  Compose (v1, the one Debian 12 packages) through the Docker gateway
+#   docker-registry  a real registry in the pull tests' world namespace (Docker's own
+#                 distribution registry); its own service is stopped (below)
 #   ca-certificates openssl   the model-key broker's TLS roots; a test CA for the scripted
 #                 provider over HTTPS (run_e2e)
 #   debootstrap lintian dpkg-dev rpm rpmlint strace man-db
@@ -48,7 +50,7 @@ fi
 #                 chown/chmod of the set-gid shim, man page checks
 PACKAGES="squid nftables iproute2 util-linux dbus polkitd pkexec docker.io systemd git curl jq ncat openssh-client libcap2-bin
           pkg-config libnftnl-dev libmnl-dev python3 python3-dbus python3-gi xdg-dbus-proxy ripgrep make chromium
-          bubblewrap busybox-static docker-compose ca-certificates openssl debootstrap lintian dpkg-dev rpm rpmlint strace man-db"
+          bubblewrap busybox-static docker-compose docker-registry ca-certificates openssl debootstrap lintian dpkg-dev rpm rpmlint strace man-db"
 
 missing=""
 for p in $PACKAGES; do
@@ -59,6 +61,11 @@ if [ -n "$missing" ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null
     apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+# docker-registry's package enables a registry service on port 5000 of the host; the pull tests
+# serve their own in a world namespace, so the host's is stopped where systemd runs it.
+if [ -d /run/systemd/system ]; then
+    systemctl disable --now docker-registry >/dev/null 2>&1 || true
 fi
 
 # The group the netlock locks, and an ordinary user for the unprivileged paths.

@@ -31,6 +31,9 @@ mod suite {
     // host: classic builds on a stock daemon: ADD of URLs and ONBUILD triggers refused, COPY and RUN built.
     #[cfg(feature = "host-tests")]
     mod docker_build;
+    // host: pulls on a stock daemon: registries judged by the egress rules, no reply echoed to the agent.
+    #[cfg(feature = "host-tests")]
+    mod docker_pull;
     // host: what a container leaves on the project and takes of the host, on a stock daemon.
     #[cfg(feature = "host-tests")]
     mod docker_files;

@@ -15,6 +15,7 @@ mod ending;
 pub(crate) mod firewall;
 mod http;
 mod ports;
+mod pull;
 pub mod reach;
 mod watcher;
 
@@ -48,6 +49,8 @@ pub(crate) struct Shared {
     ports: ports::Ports,
     /// The containers the session set running ([`Gateway::at_exit`] stops them).
     started: ending::Record,
+    /// What judging a pull's registry needs ([`Shared::judge_registry`]).
+    registries: pull::Registries,
     log: Mutex<Option<std::fs::File>>,
 }
 
@@ -92,6 +95,7 @@ struct Waiting {
     egress: egress::Egress,
     started: ending::Record,
     closing: Arc<AtomicBool>,
+    registries: pull::Registries,
     log: Option<std::fs::File>,
 }
 
@@ -112,6 +116,12 @@ impl Gateway {
         let empty_file = paths.dir.join("docker-empty");
         write_empty(&empty_file)?;
         let log = paths.open_log("docker.log").ok();
+        let registries = pull::Registries {
+            user_config_dir: project.user_config_dir.clone(),
+            project_dir: project.dir.clone(),
+            access_log: paths.access_log(),
+            docker_log: paths.dir.join("docker.log"),
+        };
         // The path the sandbox binds from: its mounts follow no link on the way, and a home
         // may be reached through one.
         let dir = std::fs::canonicalize(&paths.dir).map_err(|e| Error::io("resolve", &paths.dir, e))?;
@@ -129,6 +139,7 @@ impl Gateway {
             egress,
             started: started.clone(),
             closing: closing.clone(),
+            registries,
             log,
         };
         Ok(Gateway {
@@ -211,7 +222,7 @@ fn listen(dir: &Path) -> Result<(UnixListener, PathBuf, u64)> {
 
 /// Serve `w`'s connections, judged by `plan`, on a thread of their own.
 fn serve(w: Waiting, plan: &Plan) -> Result<()> {
-    let Waiting { listener, mut ctx, daemon, empty_file, egress, started, closing, log } = w;
+    let Waiting { listener, mut ctx, daemon, empty_file, egress, started, closing, registries, log } = w;
     judge_paths(&mut ctx, plan);
     // What its containers can write: swept once they are stopped.
     started.reaches(&ctx.writable);
@@ -222,6 +233,7 @@ fn serve(w: Waiting, plan: &Plan) -> Result<()> {
         egress,
         ports: ports::Ports::default(),
         started,
+        registries,
         log: Mutex::new(log),
     });
     let busy = Arc::new(AtomicUsize::new(0));

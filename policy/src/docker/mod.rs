@@ -33,6 +33,7 @@ pub mod firewall;
 pub mod limits;
 pub mod objects;
 pub mod proxy;
+pub mod registry;
 pub mod route;
 pub mod user;
 

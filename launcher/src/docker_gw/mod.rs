@@ -49,7 +49,7 @@ pub(crate) struct Shared {
     ports: ports::Ports,
     /// The containers the session set running ([`Gateway::at_exit`] stops them).
     started: ending::Record,
-    /// What judging a pull's registry needs ([`Shared::judge_registry`]).
+    /// What judging a pull's registry needs ([`pull::Shared::judge_pull`]).
     registries: pull::Registries,
     log: Mutex<Option<std::fs::File>>,
 }

@@ -47,16 +47,10 @@ pub(super) struct Registries {
 }
 
 impl Shared {
-    /// The egress rules' verdict on a pull of `image_ref` (a reference as `docker pull` and a
-    /// Dockerfile's `FROM` take it): `Ok` when every host the daemon is known to connect to
-    /// for it is allowed, else the refusal naming the deciding rule. Each decision is logged in
-    /// the filter's access log.
-    #[allow(dead_code, reason = "for a build's base images, judged as a pull of them")]
-    pub(crate) fn judge_registry(&self, image_ref: &str) -> Result<(), Refusal> {
-        self.judge_pull(&Reference::parse(image_ref)?)
-    }
-
-    /// [`Shared::judge_registry`] for a parsed reference.
+    /// The egress rules' verdict on a pull of `r`: `Ok` when every host the daemon is known to
+    /// connect to for it is allowed, else the refusal naming the deciding rule. Each decision is
+    /// logged in the filter's access log. (A build never pulls: its base images must be on the
+    /// host already, so `docker pull` is the one way an image comes from a registry.)
     pub(super) fn judge_pull(&self, r: &Reference) -> Result<(), Refusal> {
         let reg = &self.registries;
         let unreadable = |e: String| {

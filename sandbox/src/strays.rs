@@ -4,11 +4,12 @@
 //! `ocsb_policy::strays`) is moved aside into a directory only the user can enter, and
 //! reported. Nothing is ever deleted.
 //!
-//! *Why only after such a session*: the sandbox cannot make any of these itself (`chown` is
-//! `EINVAL` in its user namespace, `mknod` of a device `EACCES`, its mounts are
-//! `nosuid,nodev`, and the set-group-id bit is refused by its seccomp filter), so only a
-//! process outside it can: a container the gateway started. A session that started none has
-//! nothing to sweep, and pays nothing.
+//! *Why only after such a session*: the sandbox cannot make a file of another uid (`chown` is
+//! `EINVAL` in its user namespace), a device (`mknod` is `EACCES`), file capabilities or a
+//! set-group-id file (its seccomp filter refuses the bit), so only a process outside it can: a
+//! container the gateway started. A session that started none has nothing to sweep, and pays
+//! nothing. (A set-user-id file of the user's own the sandbox can make; it hands no one more
+//! than the user's identity, and is moved aside too when a sweep runs.)
 //!
 //! *Why only what changed since the session began*: an entry's `ctime` is set by the kernel on
 //! every change of its owner, mode, links or name, and no process without `CAP_SYS_TIME` can set

@@ -149,15 +149,22 @@ pub fn denylist() -> Result<BpfProgram> {
             .map(|f| SeccompRule::new(vec![cond(0, Cmp::MaskedEq(*f), *f)?]).map_err(sc_err))
             .collect::<Result<_>>()?,
     );
-    // The sandbox runs as the netlock group. A set-group-id file it made would hand that group
-    // to whoever runs it later — nothing today (the group only loses network), but the argument
-    // for the 2755 shim rests on the group owning nothing that grants it.
+    // No set-id bit on anything the sandbox makes. Set-user-id: the file lands on the host as
+    // the user's, and another local user who runs it (homes are often 0755) becomes the user
+    // there; nosuid inside the sandbox protects only the sandbox. Set-group-id: the sandbox runs
+    // as the netlock group, and the argument for the 2755 shim rests on the group owning
+    // nothing that grants it. Nothing a project builds needs either bit.
     let setgid = |arg: u8| -> Result<Vec<SeccompRule>> {
-        let bit = libc::S_ISGID as u64;
-        Ok(vec![SeccompRule::new(vec![cond(arg, Cmp::MaskedEq(bit), bit)?]).map_err(sc_err)?])
+        [libc::S_ISGID, libc::S_ISUID]
+            .into_iter()
+            .map(|bit| {
+                let bit = u64::from(bit);
+                SeccompRule::new(vec![cond(arg, Cmp::MaskedEq(bit), bit)?]).map_err(sc_err)
+            })
+            .collect()
     };
     // The mode of a file being created counts as much as a later chmod (umask never clears the
-    // set-group-id bit); `openat2`, whose mode sits in a struct, gets `ENOSYS` (filter 2).
+    // set-id bits); `openat2`, whose mode sits in a struct, gets `ENOSYS` (filter 2).
     #[cfg(target_arch = "x86_64")]
     for (nr, arg) in [(libc::SYS_chmod, 1), (libc::SYS_open, 2), (libc::SYS_creat, 1), (libc::SYS_mknod, 1)] {
         rules.insert(nr, setgid(arg)?);

@@ -255,9 +255,11 @@ fn a_nested_repositorys_metadata_is_read_only_in_a_container_too() {
     let w = World::new();
     let body = format!(
         "mkdir -p vendor/lib; chown -R 1990 vendor
-        (cd vendor/lib && U git init -q . && U git commit -q --allow-empty -m v); cp vendor/lib/.git/config config.before
+        (cd vendor/lib && U git init -q . && U git commit -q --allow-empty -m v)
+        # Kept outside the project: root's own file there would be swept as a container's.
+        CB=$(mktemp); cp vendor/lib/.git/config \"$CB\"
         D 'docker run --rm --network none -v \"$PWD\":/src {IMAGE} sh -c \"echo evil >> /src/vendor/lib/.git/config; echo config=\\$?; echo ok > /src/vendor/lib/file; echo file=\\$?\"'
-        cmp -s config.before vendor/lib/.git/config && echo config-unchanged
+        cmp -s \"$CB\" vendor/lib/.git/config && echo config-unchanged; rm -f \"$CB\"
         echo \"host file: $(cat vendor/lib/file)\""
     );
     let (out, err) = docker_scenario(&w, &body);

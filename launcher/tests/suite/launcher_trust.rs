@@ -375,51 +375,54 @@ fn settings_that_name_host_programs_or_other_state_need_trust() {
     }
 }
 
-/// Inside, the processes run as the netlock group: a set-group-id file would carry that group
-/// out. `chmod g+s` is denied (EPERM); plain modes still work.
+/// Inside, the processes run as the netlock group, and as the user: a set-group-id file would
+/// carry that group out, a set-user-id one would make another local user who runs it the user.
+/// `chmod g+s` and `u+s` are denied (EPERM), and so is creating a file with either bit; plain
+/// modes still work.
 #[test]
-fn setgid_files_cannot_be_made_inside() {
+fn set_id_files_cannot_be_made_inside() {
     let w = World::new();
-    let o = w.run(
-        &w.spec(),
-        &[
-            "sh",
-            "-c",
-            "touch f; chmod 2755 f 2>/dev/null || echo setgid-denied; chmod 755 f && echo plain-ok; \
-             python3 -c 'import os; os.chmod(\"f\", 0o2755)' 2>&1 | grep -c 'Operation not permitted'; \
+    for (bit, octal) in [("setgid", "2755"), ("setuid", "4755")] {
+        let script = format!(
+            "touch f; chmod {octal} f 2>/dev/null || echo {bit}-denied; chmod 755 f && echo plain-ok; \
+             python3 -c 'import os; os.chmod(\"f\", 0o{octal})' 2>&1 | grep -c 'Operation not permitted'; \
              python3 -c '
 import ctypes, errno, os, stat
 def t(name, f):
     try: f(); print(name, \"made\")
     except OSError as e: print(name, errno.errorcode[e.errno])
-t(\"open\", lambda: os.close(os.open(\"g1\", os.O_CREAT | os.O_WRONLY, 0o2755)))
-t(\"mknod\", lambda: os.mknod(\"g2\", stat.S_IFREG | 0o2755))
+t(\"open\", lambda: os.close(os.open(\"g1\", os.O_CREAT | os.O_WRONLY, 0o{octal})))
+t(\"mknod\", lambda: os.mknod(\"g2\", stat.S_IFREG | 0o{octal}))
 libc = ctypes.CDLL(None, use_errno=True)
-how = (ctypes.c_uint64 * 3)(os.O_CREAT | os.O_WRONLY, 0o2755, 0)
+how = (ctypes.c_uint64 * 3)(os.O_CREAT | os.O_WRONLY, 0o{octal}, 0)
 r = libc.syscall(437, -100, b\"g3\", how, 24)
 print(\"openat2\", errno.errorcode[ctypes.get_errno()] if r < 0 else \"made\")
 t(\"plain-open\", lambda: os.close(os.open(\"g4\", os.O_CREAT | os.O_WRONLY, 0o644)))
-'",
-        ],
-    );
-    let out = String::from_utf8_lossy(&o.stdout);
-    let err = String::from_utf8_lossy(&o.stderr);
-    has(&out, "setgid-denied", &err);
-    has(&out, "plain-ok", &err);
-    has(&out, "1", &err);
-    // Creating a file with the bit counts too; openat2 (its mode in a struct) falls back.
-    has(&out, "open EPERM", &err);
-    has(&out, "mknod EPERM", &err);
-    has(&out, "openat2 ENOSYS", &err);
-    has(&out, "plain-open made", &err);
-    let mode = |f: &str| {
-        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(w.proj.join(f)).unwrap().permissions())
-    };
-    assert_eq!(mode("f") & 0o7777, 0o755, "host side: no set-group-id bit");
-    for made in ["g1", "g2", "g3"] {
-        assert!(!w.proj.join(made).exists(), "{made} was created");
+'"
+        );
+        let o = w.run(&w.spec(), &["sh", "-c", &script]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        has(&out, &format!("{bit}-denied"), &err);
+        has(&out, "plain-ok", &err);
+        has(&out, "1", &err);
+        // Creating a file with the bit counts too; openat2 (its mode in a struct) falls back.
+        has(&out, "open EPERM", &err);
+        has(&out, "mknod EPERM", &err);
+        has(&out, "openat2 ENOSYS", &err);
+        has(&out, "plain-open made", &err);
+        let mode = |f: &str| {
+            std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(w.proj.join(f)).unwrap().permissions())
+        };
+        assert_eq!(mode("f") & 0o7777, 0o755, "host side: no set-id bit ({bit})");
+        for made in ["g1", "g2", "g3"] {
+            assert!(!w.proj.join(made).exists(), "{made} was created ({bit})");
+        }
+        assert_eq!(mode("g4") & 0o6000, 0);
+        for f in ["f", "g4"] {
+            std::fs::remove_file(w.proj.join(f)).unwrap();
+        }
     }
-    assert_eq!(mode("g4") & 0o2000, 0);
 }
 
 /// With stdin not a terminal (always so for `run`), the command used to get the user's terminal

@@ -690,7 +690,8 @@ pub(crate) fn truthy(v: &Value) -> bool {
     }
 }
 
-fn strings(v: Option<&Value>) -> Vec<String> {
+/// The strings of a JSON array (a missing field or another type: none).
+pub(super) fn strings(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array).into_iter().flatten().filter_map(|s| s.as_str().map(String::from)).collect()
 }
 

@@ -20,7 +20,7 @@
 
 use serde_json::{Map, Value};
 
-use super::create::truthy;
+use super::create::{strings, truthy};
 use super::{Context, Refusal, Verdict};
 
 /// Taken from every container: device nodes, file capabilities, and set-group-id bits for
@@ -177,10 +177,6 @@ fn bound(container: Option<&Value>) -> bool {
         mounts.into_iter().any(|m| m.get("Type").and_then(Value::as_str) == Some("bind"))
             || c.get("HostConfig").and_then(Value::as_object).is_some_and(has_host_paths)
     })
-}
-
-fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array).into_iter().flatten().filter_map(|s| s.as_str().map(String::from)).collect()
 }
 
 #[cfg(test)]

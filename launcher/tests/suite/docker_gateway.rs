@@ -405,6 +405,22 @@ fn a_container_reaches_the_world_only_through_the_filter() {
     );
 }
 
+/// Shell lines for an installation as the packages lay it out (`<prefix>/bin/ocsb`, and the
+/// set-gid shim `<prefix>/libexec/ocsb/ocsb-netlock-exec` of the netlock group `g`), so that only
+/// the sandbox runs as that group; `N` runs that `ocsb` as the user in the group `docker`.
+/// The caller removes `$PFX`.
+pub(crate) fn installed(g: u32) -> String {
+    let shim =
+        crate::support::sandbox::shell_quote(&crate::support::sandbox::shim_binary().display().to_string());
+    format!(
+        r#"PFX=$(mktemp -d /var/tmp/ocsb-pfx-XXXXXX); mkdir -p "$PFX/bin" "$PFX/libexec/ocsb"
+        cp "$OCSB" "$PFX/bin/ocsb"; cp {shim} "$PFX/libexec/ocsb/ocsb-netlock-exec"; chmod -R a+rX "$PFX"
+        chown root:{g} "$PFX/libexec/ocsb/ocsb-netlock-exec"; chmod 2755 "$PFX/libexec/ocsb/ocsb-netlock-exec"
+        N() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid 1990 --groups "$DG" -- "$PFX/bin/ocsb" "$@" </dev/null 2>&1; }}
+"#
+    )
+}
+
 /// The netlock mode, as an installed system runs it: the launcher as the user's own group, and
 /// the setgid shim giving only the sandbox the netlock group. The container reaches the allowed
 /// origin through the filter (lent its network's listener, as in the isolated mode), gets the
@@ -416,20 +432,13 @@ fn a_container_reaches_the_world_only_through_the_filter_in_the_netlock_mode() {
     let g = crate::support::sandbox::netlock_gid();
     let body = format!(
         r#"{world}
-        # An installation: <prefix>/bin/ocsb and <prefix>/libexec/ocsb/ocsb-netlock-exec.
-        PFX=$(mktemp -d /var/tmp/ocsb-pfx-XXXXXX); mkdir -p "$PFX/bin" "$PFX/libexec/ocsb"
-        cp "$OCSB" "$PFX/bin/ocsb"; cp {shim} "$PFX/libexec/ocsb/ocsb-netlock-exec"; chmod -R a+rX "$PFX"
-        chown root:{g} "$PFX/libexec/ocsb/ocsb-netlock-exec"; chmod 2755 "$PFX/libexec/ocsb/ocsb-netlock-exec"
-        N() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid 1990 --groups "$DG" -- "$PFX/bin/ocsb" "$@" </dev/null 2>&1; }}
-        N egress up >/dev/null
+        {installed}        N egress up >/dev/null
         N exec -- sh -c 'echo "sandbox gid $(id -g)"; docker run --rm -v "$PWD":/src {IMAGE} sh /src/net.sh'
         N egress down >/dev/null; rm -rf "$PFX"
         {end}"#,
         world = container_world(),
         end = end_container_world(),
-        shim = crate::support::sandbox::shell_quote(
-            &crate::support::sandbox::shim_binary().display().to_string()
-        ),
+        installed = installed(g),
     );
     let (out, err) = docker_scenario(&w, &body);
     has(&out, &format!("sandbox gid {g}"), &err);

@@ -148,11 +148,7 @@ fn a_stock_daemons_containers_reach_the_world_only_through_the_filter_in_the_net
     let docker0 = "http://172.17.0.1:3128";
     let body = format!(
         r#"{world}
-        PFX=$(mktemp -d /var/tmp/ocsb-pfx-XXXXXX); mkdir -p "$PFX/bin" "$PFX/libexec/ocsb"
-        cp "$OCSB" "$PFX/bin/ocsb"; cp {shim} "$PFX/libexec/ocsb/ocsb-netlock-exec"; chmod -R a+rX "$PFX"
-        chown root:{g} "$PFX/libexec/ocsb/ocsb-netlock-exec"; chmod 2755 "$PFX/libexec/ocsb/ocsb-netlock-exec"
-        N() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid 1990 --groups "$DG" -- "$PFX/bin/ocsb" "$@" </dev/null 2>&1; }}
-        N egress up >/dev/null
+        {installed}        N egress up >/dev/null
         N exec -- sh -c 'echo "sandbox gid $(id -g)"; docker run --rm -e HTTP_PROXY={docker0} -e http_proxy={docker0} -v "$PWD":/src {IMAGE} sh /src/net.sh'
         N egress down >/dev/null; rm -rf "$PFX"
         NET=$(DOCKER_HOST="$DH" docker network ls -q --filter label=dev.ocsb.project=$NAME)
@@ -160,9 +156,7 @@ fn a_stock_daemons_containers_reach_the_world_only_through_the_filter_in_the_net
         {end}"#,
         world = world("--ip-forward=true"),
         end = end(),
-        shim = crate::support::sandbox::shell_quote(
-            &crate::support::sandbox::shim_binary().display().to_string()
-        ),
+        installed = crate::suite::docker_gateway::installed(g),
     );
     let (out, err) = docker_scenario(&w, &body);
     has(&out, "forward=1 docker0=172.17.0.1/16", &err);

@@ -863,8 +863,10 @@ fn killable() -> String {
 /// it is stopped first, a repository whose `core.fsmonitor` makes `marker`; `$LIVE`'s runs
 /// `l-$NAME`.
 fn two_sessions(w: &World, marker: &Path) -> String {
+    // The plant comes 6 s after the test lays `go`, right before it kills the launcher: the
+    // window is the stop's to meet, however slowly the machine started the containers.
     let plant = format!(
-        "trap 'exit 0' TERM\nsleep 6 & wait $!\n{}sleep 60 & wait $!\n",
+        "trap 'exit 0' TERM\nwhile [ ! -e /src/go ]; do sleep 0.1 & wait $!; done\nsleep 6 & wait $!\n{}sleep 60 & wait $!\n",
         fsmonitor_repo("/src", marker)
     );
     std::fs::write(w.proj.join("plant.sh"), plant).unwrap();
@@ -890,7 +892,7 @@ fn containers_of_a_killed_launcher_are_stopped_by_the_next_start() {
     let w = World::new();
     let pwned = w.home.join("PWNED-orphan");
     let body = format!(
-        "{sessions}pkill -KILL -f \"{WATCHER}\"; kill -KILL $KILLED; sleep 0.5
+        "{sessions}touch go; pkill -KILL -f \"{WATCHER}\"; kill -KILL $KILLED; sleep 0.5
         echo \"orphan after the kill: $(running o-$NAME)\"
         D 'echo next-started'
         echo \"orphan after the next start: $(running o-$NAME)\"
@@ -927,8 +929,10 @@ fn a_killed_launchers_containers_are_stopped_at_once_by_its_watcher() {
     let body = format!(
         "{sessions}echo \"watchers: $(pgrep -c -f \"{WATCHER}\")\"
         PIPE=$(readlink /proc/$(pgrep -f \"^ocsb __docker-watch $KILLED $HOME/\")/fd/0)
-        echo \"ends of its pipe: $(ls -l /proc/[0-9]*/fd/ 2>/dev/null | grep -c -F \" -> $PIPE\")\"
-        kill -KILL $KILLED
+        # The fewest of a few looks: a child the launcher is starting holds a copy until its exec.
+        ends() {{ ls -l /proc/[0-9]*/fd/ 2>/dev/null | grep -c -F \" -> $PIPE\"; }}
+        echo \"ends of its pipe: $( (ends; sleep 0.2; ends; sleep 0.2; ends) | sort -n | head -1)\"
+        touch go; kill -KILL $KILLED
         for i in $(seq 150); do [ \"$(running o-$NAME)\" = false ] && break; sleep 0.1; done
         echo \"orphan after the kill: $(running o-$NAME)\"
         echo \"live session's container: $(running l-$NAME)\"

@@ -20,6 +20,7 @@ mod run;
 mod sandbox_spec;
 mod served;
 mod signals;
+mod tls;
 mod web;
 mod worktree;
 

@@ -258,7 +258,7 @@ pub struct Start {
 
 impl Broker {
     pub fn start(s: Start) -> Result<Broker> {
-        let tls = upstream::tls_config()?;
+        let tls = crate::tls::client_config()?;
         let ledger = Arc::new(s.ledger);
         let endpoint = s.bound.endpoint.clone();
         let cfg = Arc::new(server::Config {

@@ -123,7 +123,7 @@ async fn broker_of(provider: &str, upstream: SocketAddr, limit: SpendLimit) -> B
         prices,
         ledger: ledger.clone(),
         limit_set_at: "local sandbox.conf:1".into(),
-        tls: super::upstream::tls_config().unwrap(),
+        tls: crate::tls::client_config().unwrap(),
     });
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();

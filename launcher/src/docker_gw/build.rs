@@ -81,25 +81,6 @@ fn judge(gw: &Shared, text: &[u8], args: &BTreeMap<String, Option<String>>) -> R
     Ok(())
 }
 
-/// Chunks of the HTTP body to the daemon; an empty write writes nothing (the empty chunk ends
-/// the body, written by [`pass`] alone).
-struct Chunks<'a>(&'a mut UnixStream);
-
-impl Write for Chunks<'_> {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        if !b.is_empty() {
-            write!(self.0, "{:x}\r\n", b.len())?;
-            self.0.write_all(b)?;
-            self.0.write_all(b"\r\n")?;
-        }
-        Ok(b.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
-    }
-}
-
 /// A reader that, at its end, gives the zeros of a last entry's padding and the archive's end.
 /// *Why*: the Docker CLI sends a context whose last entry (the `.dockerignore` it rewrites for
 /// `-f -`) is neither padded nor followed by the end blocks; Go's reader takes the end of the
@@ -143,7 +124,7 @@ fn pass(
         return Err(Refusal::new("build", "a compressed build context is not served (the gateway reads the Dockerfile in it)")
             .allow("send the context uncompressed: docker build without --compress, or decompress the file you pipe in"));
     }
-    let mut out = BufWriter::with_capacity(64 * 1024, Chunks(up));
+    let mut out = BufWriter::with_capacity(64 * 1024, http::Chunks(up));
     let candidates: BTreeSet<Vec<u8>> = paths.iter().map(|p| p.as_bytes().to_vec()).collect();
     let mut held: BTreeMap<Vec<u8>, Held> = BTreeMap::new();
     // Paths whose last entry is a link: the daemon follows a symbolic link in the Dockerfile's

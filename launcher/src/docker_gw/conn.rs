@@ -68,10 +68,18 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
         Ok(f) => f,
         Err(refusal) => return refuse(&mut w, gw, &head, refusal),
     };
+    // A pull is the gateway's own, through the filter ([`super::pull`]): nothing goes to the
+    // daemon but the archive it loads.
+    if let Some(image) = super::pull::pulled(&head) {
+        drop(up);
+        return match super::pull::serve(gw, &head, &image, &mut w) {
+            Ok(served) => served,
+            Err(refusal) => refuse(&mut w, gw, &head, refusal),
+        };
+    }
     let sets_running = sets_running(&head);
     // A build's context goes on as chunks, its Dockerfile judged before the last ([`super::build`]).
     let build = route(&head.method, &head.path) == Ok(Call::Build);
-    let pulled = super::pull::pulled(&head);
     if sets_running.is_some() && fwd.body.is_none() {
         // Read whole now, under the head's timeout: the call is recorded next, and the
         // session's end waits for recorded calls, so none may wait on the client.
@@ -131,11 +139,7 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
             let _ = up_in.shutdown(std::net::Shutdown::Write);
         });
     }
-    match &pulled {
-        // What the daemon answers to a pull can quote the registry's reply.
-        Some(image) => super::pull::relay(&mut up, &mut w, gw, image)?,
-        None => drop(io::copy(&mut up, &mut w)?),
-    }
+    io::copy(&mut up, &mut w)?;
     drop(running);
     let _ = w.shutdown(std::net::Shutdown::Both);
     // Docker forwards no port from an internal network: the gateway does, once the container
@@ -268,10 +272,8 @@ fn judge(head: &mut Head, framing: Framing, r: &mut impl BufRead, gw: &Shared) -
         Call::Plain => Ok(plain),
         Call::Pull => {
             objects::pull(&head.query)?;
-            // A pull makes the daemon dial the registry: judged by the egress rules first.
-            if let Some(r) = ocsb_policy::docker::registry::pull_reference(&head.query)? {
-                gw.judge_pull(&r)?;
-            }
+            // Read here so that a reference the daemon would read otherwise is refused.
+            ocsb_policy::docker::registry::pull_reference(&head.query)?;
             Ok(plain)
         }
         Call::On(obj) => {

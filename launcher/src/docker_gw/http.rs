@@ -191,6 +191,25 @@ pub fn copy_body(
     }
 }
 
+/// Chunks of the HTTP body to the daemon; an empty write writes nothing (the empty chunk ends
+/// the body, written by the caller).
+pub struct Chunks<'a>(pub &'a mut std::os::unix::net::UnixStream);
+
+impl Write for Chunks<'_> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        if !b.is_empty() {
+            write!(self.0, "{:x}\r\n", b.len())?;
+            self.0.write_all(b)?;
+            self.0.write_all(b"\r\n")?;
+        }
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// An error answer with a JSON body, as the daemon writes them.
 pub fn answer(w: &mut impl Write, status: u16, reason: &str, body: &str) -> io::Result<()> {
     write!(

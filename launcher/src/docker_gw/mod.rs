@@ -12,6 +12,7 @@ mod conn;
 mod daemon;
 mod egress;
 mod ending;
+mod fetch;
 pub(crate) mod firewall;
 mod http;
 mod ports;
@@ -49,7 +50,7 @@ pub(crate) struct Shared {
     ports: ports::Ports,
     /// The containers the session set running ([`Gateway::at_exit`] stops them).
     started: ending::Record,
-    /// What judging a pull's registry needs ([`pull::Shared::judge_pull`]).
+    /// What the gateway's own pulls need ([`pull::serve`]).
     registries: pull::Registries,
     log: Mutex<Option<std::fs::File>>,
 }
@@ -117,9 +118,8 @@ impl Gateway {
         write_empty(&empty_file)?;
         let log = paths.open_log("docker.log").ok();
         let registries = pull::Registries {
-            user_config_dir: project.user_config_dir.clone(),
-            project_dir: project.dir.clone(),
-            access_log: paths.access_log(),
+            filter: std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, inst.port)),
+            work_dir: paths.dir.join("docker-pulls"),
             docker_log: paths.dir.join("docker.log"),
         };
         // The path the sandbox binds from: its mounts follow no link on the way, and a home

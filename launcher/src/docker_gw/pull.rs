@@ -1,184 +1,49 @@
-//! Pulls: the registry a pull makes the daemon connect to, judged by the egress rules, and
-//! what the daemon answers, kept to what the agent may read.
+//! Pulls: made by the gateway itself, every connection through the project's filter, and
+//! loaded into the daemon.
 //!
-//! *Why*: the daemon dials the registry itself, from the host's network namespace and without
-//! the filter. Unjudged, `docker pull 127.0.0.1:8099/x` reads a service on the host's loopback
-//! (and its answer came back in the error), and a pull names any host the rules block. So
-//! before the daemon is asked, each host the pull is known to reach (the registry, Docker
-//! Hub's token service and CDN, the daemon's mirrors for Docker Hub) is decided by the egress
-//! rules' own decision function, as the filter decides a `CONNECT` to it: names resolved as the
-//! filter resolves them, a private address refused unless a rule names the host, registries off
-//! ports 80 and 443 under the port rule. Each decision goes to the filter's access log in its
-//! format (client `docker-pull`), so `ocsb egress logs` and the agent's denial notes show it.
+//! *Why not let the daemon pull*: it dials the registry from the host's network namespace
+//! without the filter, and then follows the registry's token challenge and blob redirects to
+//! whatever hosts they name. Judging the registry's host first was not enough: an allowed
+//! registry could send the daemon to the host's loopback, the LAN or a blocked host, and the
+//! daemon resolves the name again itself. So the gateway speaks the registry protocol
+//! ([`super::fetch`]: each hop a connection the filter judges, dials and logs), checks every
+//! blob against its digest, and hands the daemon a `docker load` archive: the daemon opens no
+//! connection for a pull at all.
 //!
-//! What stays out of reach: the daemon resolves the name again itself, and follows the
-//! registry's token challenge and blob redirects to hosts nobody can know before the pull.
-//! Whatever the daemon answers for a failed pull may hold the remote side's reply, so the agent
-//! gets a fixed message instead, and the daemon's own goes to the gateway's log.
+//! What the agent sees of a failure is the gateway's own words (the host, the filter's rule,
+//! the status): a remote side's body never reaches it, and the daemon's messages about the
+//! archive go to the gateway's log.
 
 use std::io::{self, BufReader, Read, Write};
-use std::net::IpAddr;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
 
+use base64::Engine;
+use hyper::header;
 use ocsb_policy::docker::Refusal;
-use ocsb_policy::docker::registry::{self, DEFAULT_DOMAIN, Reference};
-use ocsb_policy::egress::{Decision, Host, LogLine, Policy, Step, Target, Verdict, load_layers};
-use serde_json::Value;
+use ocsb_policy::docker::distribution::{
+    self as dist, Blob, Challenge, Credentials, Endpoint, MAX_DOCUMENT, Manifest, Platform,
+};
+use ocsb_policy::docker::registry::{self, Reference};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use url::Url;
 
+use super::fetch::{Answer, Failure, Via, host_of};
 use super::http::{self, Framing};
 use super::{Daemon, Shared};
 
-/// How long a registry's name may take to resolve.
-const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
-/// The client field of the access-log lines the gateway writes for a pull.
-const CLIENT: &str = "docker-pull";
 /// A progress line longer than this is dropped (the daemon's are a few hundred bytes).
 const MAX_LINE: usize = 64 << 10;
 
-/// What judging a pull needs: where the rules are, and where decisions and messages go.
+/// What a pull needs besides the daemon: the filter's address and where blobs wait.
 pub(super) struct Registries {
-    pub user_config_dir: PathBuf,
-    pub project_dir: PathBuf,
-    /// The filter's access log.
-    pub access_log: PathBuf,
-    /// The gateway's own log, named in the agent's message for a failed pull.
+    /// The filter on the host's loopback.
+    pub filter: std::net::SocketAddr,
+    /// A private directory (the project's egress state) where a pull keeps its blobs until
+    /// they are loaded.
+    pub work_dir: PathBuf,
+    /// The gateway's own log, named in the agent's message for a failed load.
     pub docker_log: PathBuf,
-}
-
-impl Shared {
-    /// The egress rules' verdict on a pull of `r`: `Ok` when every host the daemon is known to
-    /// connect to for it is allowed, else the refusal naming the deciding rule. Each decision is
-    /// logged in the filter's access log. (A build never pulls: its base images must be on the
-    /// host already, so `docker pull` is the one way an image comes from a registry.)
-    pub(super) fn judge_pull(&self, r: &Reference) -> Result<(), Refusal> {
-        let reg = &self.registries;
-        let unreadable = |e: String| {
-            Refusal::new("egress", format!("the egress rules cannot be read to judge the pull of {r}: {e}"))
-                .allow("fix the rules (`ocsb egress explain` shows the error)")
-        };
-        let layers =
-            load_layers(&reg.user_config_dir, &reg.project_dir).map_err(|e| unreadable(e.to_string()))?;
-        let addrs = ocsb_egress::host_addresses_checked().map_err(|e| unreadable(e.to_string()))?;
-        let policy =
-            Policy::compile(&layers).map_err(|e| unreadable(e.to_string()))?.with_host_addresses(addrs);
-        let mut hosts = r.registry_hosts();
-        if r.domain == DEFAULT_DOMAIN {
-            hosts.extend(mirrors(&self.daemon));
-        }
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Refusal::new("daemon", format!("the gateway cannot resolve names: {e}")))?;
-        for host in hosts {
-            let target = registry::target(&host)?;
-            let (decision, resolved) = rt.block_on(decide(&policy, &target))?;
-            self.log_decision(&target, &decision);
-            if decision.verdict == Verdict::Deny {
-                return Err(Refusal::new(
-                    "egress",
-                    format!(
-                        "the pull of {r} makes the Docker daemon connect to {}, which the egress rules deny ({decision})",
-                        authority(&target)
-                    ),
-                )
-                .allow(format!(
-                    "an egress rule for it outside the sandbox (`ocsb egress explain --connect {}` shows the decision)",
-                    authority(&target)
-                )));
-            }
-            if resolved.is_some_and(|a| a.is_empty()) {
-                // The filter would have nothing to dial; the daemon resolves on its own, and
-                // what it finds was never judged.
-                return Err(Refusal::new(
-                    "egress",
-                    format!(
-                        "the pull of {r}: {} does not resolve here, so the gateway cannot judge its addresses",
-                        authority(&target)
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// One line in the filter's access log, in its format.
-    fn log_decision(&self, t: &Target, d: &Decision) {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        let denied = d.verdict == Verdict::Deny;
-        let line = LogLine {
-            time: format!("{}.{:03}", now.as_secs(), now.subsec_millis()),
-            client: CLIENT.into(),
-            result: if denied { "TCP_DENIED" } else { "NONE_NONE" }.into(),
-            status: if denied { 403 } else { 0 },
-            rule: d.note(),
-            method: "CONNECT".into(),
-            target: authority(t),
-            peer: None,
-        };
-        // One write of the whole line, appended: the filter appends to the same file.
-        use std::os::unix::fs::OpenOptionsExt;
-        let _ = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&self.registries.access_log)
-            .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
-    }
-}
-
-/// The decision for a CONNECT to `t`, resolving the name as the filter does when the rules
-/// need its addresses (`Some(addresses)` then).
-async fn decide(policy: &Policy, t: &Target) -> Result<(Decision, Option<Vec<IpAddr>>), Refusal> {
-    match policy.evaluate(t) {
-        Step::Decided(d) => Ok((d, None)),
-        Step::NeedsAddresses(p) => {
-            let resolver = ocsb_egress::builtin::dial::Resolver::from_system(RESOLVE_TIMEOUT)
-                .map_err(|e| Refusal::new("egress", format!("the gateway cannot resolve names: {e}")))?;
-            let found: Vec<IpAddr> = resolver
-                .resolve(p.host())
-                .await
-                .into_iter()
-                .map(ocsb_egress::builtin::dial::canonical)
-                .collect();
-            Ok((p.finish(&found), Some(found)))
-        }
-    }
-}
-
-/// `host:port` as the filter logs a CONNECT.
-fn authority(t: &Target) -> String {
-    match &t.host {
-        Host::Ip(IpAddr::V6(a)) => format!("[{a}]:{}", t.port),
-        h => format!("{h}:{}", t.port),
-    }
-}
-
-/// The daemon's registry mirrors (`registry-mirrors`), which it asks for Docker Hub's images
-/// before Docker Hub: `host:port` each.
-fn mirrors(daemon: &Daemon) -> Vec<String> {
-    let Ok((200, info)) = daemon.call("GET", "/info", None) else { return Vec::new() };
-    let list = info["RegistryConfig"]["Mirrors"].as_array().cloned().unwrap_or_default();
-    list.iter().filter_map(Value::as_str).filter_map(mirror_authority).collect()
-}
-
-/// `https://mirror.example/` → `mirror.example:443`; `http://m:5000` → `m:5000`.
-fn mirror_authority(url: &str) -> Option<String> {
-    let (port, rest) = if let Some(r) = url.strip_prefix("https://") {
-        (443, r)
-    } else if let Some(r) = url.strip_prefix("http://") {
-        (80, r)
-    } else {
-        (443, url)
-    };
-    let host = rest.split(['/', '?', '#']).next().filter(|h| !h.is_empty())?;
-    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
-    let has_port = match host.strip_prefix('[') {
-        Some(v6) => v6.contains("]:"),
-        None => host.contains(':'),
-    };
-    Some(if has_port { host.to_string() } else { format!("{host}:{port}") })
 }
 
 /// The reference a call pulls, when it is a pull (`POST /images/create?fromImage=…`).
@@ -190,120 +55,379 @@ pub(super) fn pulled(head: &http::Head) -> Option<Reference> {
     }
 }
 
-/// The message the agent gets for a failed pull instead of the daemon's.
-fn failed(image: &Reference, log: &std::path::Path) -> String {
-    format!(
-        "ocsb: the pull of {image} failed; the Docker daemon's message is kept out of the sandbox, \
-         as it can hold what the registry answered: the user finds it in {}",
-        log.display()
-    )
-}
-
-/// Streams the daemon's answer to a pull to the client: progress lines as they are, every
-/// error line (and an error answer) replaced by [`failed`]'s message, the daemon's own kept in
-/// the gateway's log.
-pub(super) fn relay(
-    up: impl Read,
-    client: &mut impl Write,
+/// Serves a pull of `image` to `client`. `Err` is a refusal made before any answer was
+/// written (the caller answers it); once the image is found, progress and any later failure
+/// go to the client as the daemon's stream would carry them.
+pub(super) fn serve(
     gw: &Shared,
+    head: &http::Head,
     image: &Reference,
-) -> io::Result<()> {
-    relay_to(up, client, &|n| gw.note(n), &failed(image, &gw.registries.docker_log), image)
-}
-
-/// [`relay`], with where the daemon's messages go and what replaces them.
-fn relay_to(
-    up: impl Read,
     client: &mut impl Write,
-    note: &dyn Fn(&str),
-    message: &str,
-    image: &Reference,
-) -> io::Result<()> {
-    let mut r = BufReader::new(up);
-    let lines = http::read_lines(&mut r)?;
-    let status: u16 =
-        lines.first().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).unwrap_or(502);
-    let header = |n: &str| {
-        lines.iter().skip(1).find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case(n).then(|| v.trim().to_string())
-        })
+) -> Result<io::Result<()>, Refusal> {
+    let tag = dist::load_tag(image)?;
+    let info = gw.daemon.call("GET", "/info", None).map_err(|e| daemon_refusal(&e))?.1;
+    let want = match head.query.iter().find(|(k, _)| k == "platform").map(|(_, v)| v.as_str()) {
+        Some(p) if !p.is_empty() => Platform::parse(p)?,
+        _ => Platform::of_daemon(
+            info["OSType"].as_str().unwrap_or("linux"),
+            info["Architecture"].as_str().unwrap_or("x86_64"),
+        ),
     };
-    let framing = if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        Framing::Chunked
-    } else {
-        header("content-length").and_then(|n| n.parse().ok()).map_or(Framing::None, Framing::Length)
+    let creds = credentials(head.header("x-registry-auth"))?;
+    let endpoint = Endpoint::of(image, dist::insecure(image, &info["RegistryConfig"]));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Refusal::new("daemon", format!("the gateway cannot make connections: {e}")))?;
+    let tls = crate::tls::client_config().map_err(|e| Refusal::new("pull", e.to_string()))?;
+    let mut session = Session {
+        via: Via { filter: gw.registries.filter, tls },
+        endpoint,
+        auth: creds.registry_token.as_ref().map(|t| format!("Bearer {t}")),
+        creds,
+        image,
     };
-    if !(200..300).contains(&status) {
-        let mut body = Vec::new();
-        match framing {
-            Framing::None => drop(r.take(http::MAX_JSON as u64).read_to_end(&mut body)),
-            f => drop(http::copy_body(&mut r, &mut body, f, Some(http::MAX_JSON))),
-        }
-        note(&format!("pull of {image}: the daemon answered {status}: {}", String::from_utf8_lossy(&body)));
-        return http::answer(client, status, "Error", &serde_json::json!({ "message": message }).to_string());
-    }
-    client.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")?;
-    let mut lines = Lines { out: client, partial: Vec::new(), note, image, message };
-    match framing {
-        Framing::None => drop(io::copy(&mut r, &mut lines)?),
-        f => http::copy_body(&mut r, &mut lines, f, Some(usize::MAX))?,
-    }
-    lines.end()
+    let found = rt.block_on(session.manifest(&want)).map_err(|f| refusal(image, f))?;
+    Ok(rt.block_on(deliver(gw, &mut session, found, &tag, client)))
 }
 
-/// The pull's progress stream, line by line (the daemon writes one JSON object a line).
-struct Lines<'a, W: Write> {
-    out: &'a mut W,
-    partial: Vec<u8>,
-    note: &'a dyn Fn(&str),
+/// An image's manifest, found: its digest, config and layers.
+struct Found {
+    digest: String,
+    config: Blob,
+    layers: Vec<Blob>,
+}
+
+/// A pull's conversation with one registry.
+struct Session<'a> {
+    via: Via,
+    endpoint: Endpoint,
+    creds: Credentials,
+    /// The `Authorization` the registry took (a bearer token once one was issued).
+    auth: Option<String>,
     image: &'a Reference,
-    message: &'a str,
 }
 
-impl<W: Write> Lines<'_, W> {
-    fn line(&mut self, line: &[u8]) -> io::Result<()> {
-        let text = String::from_utf8_lossy(line);
-        let text = text.trim();
-        if text.is_empty() {
-            return Ok(());
+impl Session<'_> {
+    /// A `GET` of the registry's `url`, logging in once when it asks to.
+    async fn get(&mut self, url: &str, accept: Option<&str>) -> Result<Answer, Failure> {
+        let url = parse(url)?;
+        let a = self.via.get(url.clone(), accept, self.auth.as_deref()).await?;
+        if a.status != 401 {
+            return Ok(a);
         }
-        match serde_json::from_str::<Value>(text) {
-            Ok(v) if v.is_object() && v.get("error").is_none() && v.get("errorDetail").is_none() => {
-                self.out.write_all(text.as_bytes())?;
-                self.out.write_all(b"\r\n")?;
-                self.out.flush()
+        let challenge = a.header(header::WWW_AUTHENTICATE).and_then(Challenge::parse);
+        self.auth = Some(match challenge {
+            Some(Challenge::Bearer { realm, service, .. }) => {
+                format!("Bearer {}", self.token(&realm, service.as_deref()).await?)
             }
-            _ => {
-                (self.note)(&format!("pull of {}: the daemon's message: {text}", self.image));
-                let v = serde_json::json!({"errorDetail": {"message": self.message}, "error": self.message});
-                self.out.write_all(format!("{v}\r\n").as_bytes())
+            Some(Challenge::Basic) => self.basic().ok_or_else(|| {
+                Failure::Failed(format!(
+                    "{} asks for a login: docker login {}",
+                    host_of(&url),
+                    self.image.domain
+                ))
+            })?,
+            None => {
+                return Err(Failure::Failed(format!(
+                    "{} asks for a login the gateway cannot give",
+                    host_of(&url)
+                )));
             }
+        });
+        self.via.get(url, accept, self.auth.as_deref()).await
+    }
+
+    fn basic(&self) -> Option<String> {
+        let (u, p) = (self.creds.username.as_ref()?, self.creds.password.as_ref()?);
+        Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))))
+    }
+
+    /// A pull token from the token service the registry named (itself judged by the filter
+    /// like any host), with the user's login when the client sent one.
+    async fn token(&self, realm: &str, service: Option<&str>) -> Result<String, Failure> {
+        let mut url = parse(realm)?;
+        {
+            let mut q = url.query_pairs_mut();
+            if let Some(s) = service {
+                q.append_pair("service", s);
+            }
+            q.append_pair("scope", &dist::pull_scope(&self.endpoint.repository));
+        }
+        let a = self.via.get(url.clone(), None, self.basic().as_deref()).await?;
+        match a.status {
+            200 => {
+                let body = a.bytes(MAX_DOCUMENT).await?;
+                dist::token(&body).map_err(|r| Failure::Failed(r.what))
+            }
+            401 | 403 => {
+                Err(Failure::Failed(format!("the token service {} refused the login", host_of(&url))))
+            }
+            s => Err(Failure::Failed(format!("the token service {} answered {s}", host_of(&url)))),
         }
     }
 
-    fn end(mut self) -> io::Result<()> {
-        let rest = std::mem::take(&mut self.partial);
-        if !rest.is_empty() { self.line(&rest) } else { Ok(()) }
+    /// The image manifest for `want`, through an index when the registry answers one.
+    async fn manifest(&mut self, want: &Platform) -> Result<Found, Failure> {
+        let mut what = self.image.tag.clone().unwrap_or_else(|| "latest".into());
+        let mut top = None;
+        for _ in 0..2 {
+            let url = self.endpoint.url("manifests", &what);
+            let a = self.get(&url, Some(&dist::accept())).await?;
+            match a.status {
+                200 => {}
+                401 | 403 => {
+                    return Err(Failure::Failed(format!(
+                        "the registry refused access to {} (docker login {} first, if it is private)",
+                        self.image, self.image.domain
+                    )));
+                }
+                404 => return Err(Failure::Failed(format!("the registry has no image {}", self.image))),
+                s => return Err(Failure::Failed(format!("the registry answered {s} for {}", self.image))),
+            }
+            let kind = a.header(header::CONTENT_TYPE).unwrap_or_default().to_string();
+            let body = a.bytes(MAX_DOCUMENT).await?;
+            let digest = sha256(&body);
+            if top.is_some() && digest != what {
+                return Err(Failure::Failed(format!(
+                    "the registry's manifest for {what} has another digest"
+                )));
+            }
+            let top = top.get_or_insert(digest).clone();
+            match dist::manifest(&kind, &body, want).map_err(|r| Failure::Failed(r.what))? {
+                Manifest::Image { config, layers } => return Ok(Found { digest: top, config, layers }),
+                Manifest::Index { chosen } => what = chosen,
+            }
+        }
+        Err(Failure::Failed(format!("the registry's index for {} names another index", self.image)))
+    }
+
+    /// Downloads `blob` into `dir/<hex>`, checking its size and digest as it comes.
+    async fn blob(&mut self, blob: &Blob, dir: &Path) -> Result<PathBuf, Failure> {
+        let url = self.endpoint.url("blobs", &blob.digest);
+        let mut a = self.get(&url, None).await?;
+        if a.status != 200 {
+            return Err(Failure::Failed(format!(
+                "the registry answered {} for blob {}",
+                a.status, blob.digest
+            )));
+        }
+        let path = dir.join(blob.hex());
+        let failed = |e: io::Error| Failure::Failed(format!("cannot write {}: {e}", path.display()));
+        let mut file = std::fs::File::create_new(&path).map_err(failed)?;
+        let (mut hash, mut got) = (Sha256::new(), 0u64);
+        while let Some(piece) = a.next().await? {
+            got += piece.len() as u64;
+            if got > blob.size {
+                return Err(Failure::Failed(format!(
+                    "blob {} is larger than its manifest says",
+                    blob.digest
+                )));
+            }
+            hash.update(&piece);
+            file.write_all(&piece).map_err(failed)?;
+        }
+        let digest = format!("sha256:{}", hex(&hash.finalize()));
+        if got != blob.size || digest != blob.digest {
+            return Err(Failure::Failed(format!("blob {} does not match its digest", blob.digest)));
+        }
+        Ok(path)
     }
 }
 
-impl<W: Write> Write for Lines<'_, W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        for &b in buf {
-            if b == b'\n' {
-                let line = std::mem::take(&mut self.partial);
-                self.line(&line)?;
-            } else if self.partial.len() < MAX_LINE {
-                self.partial.push(b);
+/// Answers 200, then gets what the daemon lacks and loads it.
+async fn deliver(
+    gw: &Shared,
+    s: &mut Session<'_>,
+    found: Found,
+    tag: &str,
+    client: &mut impl Write,
+) -> io::Result<()> {
+    client.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")?;
+    let (name, version) = tag.rsplit_once(':').unwrap_or((tag, "latest"));
+    line(client, json!({"status": format!("Pulling from {}", s.image.path), "id": version}))?;
+    // The image id is its config's digest: an image the daemon has is the same image.
+    let have = gw.daemon.call("GET", &format!("/images/{}/json", found.config.digest), None);
+    if matches!(have, Ok((200, _))) {
+        let target =
+            format!("/images/{}/tag?{}", found.config.digest, query(&[("repo", name), ("tag", version)]));
+        return match gw.daemon.call("POST", &target, None) {
+            Ok((201, _)) => {
+                line(client, json!({"status": format!("Digest: {}", found.digest)}))?;
+                line(client, json!({"status": format!("Status: Image is up to date for {tag}")}))
+            }
+            other => {
+                gw.note(&format!("pull of {}: tagging answered {other:?}", s.image));
+                error(client, &failed(s.image, &gw.registries.docker_log))
+            }
+        };
+    }
+    let dir = Work::create(&gw.registries.work_dir)?;
+    let mut files = Vec::new();
+    for blob in std::iter::once(&found.config).chain(&found.layers) {
+        let id = &blob.hex()[..12];
+        line(client, json!({"status": "Pulling fs layer", "id": id}))?;
+        match s.blob(blob, &dir.0).await {
+            Ok(p) => files.push(p),
+            Err(f) => {
+                let r = refusal(s.image, f);
+                gw.log(&format!("DENY pull {} rule={} {}", s.image, r.rule, r.what));
+                return error(client, &r.message());
             }
         }
-        Ok(buf.len())
+        line(client, json!({"status": "Download complete", "id": id}))?;
     }
+    match load(&gw.daemon, &found, &files, tag) {
+        Ok(()) => {
+            line(client, json!({"status": format!("Digest: {}", found.digest)}))?;
+            line(client, json!({"status": format!("Status: Downloaded newer image for {tag}")}))
+        }
+        Err(why) => {
+            gw.note(&format!("pull of {}: loading into the daemon: {why}", s.image));
+            error(client, &failed(s.image, &gw.registries.docker_log))
+        }
+    }
+}
 
-    fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
+/// `docker load` of one image: the archive streamed to the daemon as it is made.
+fn load(daemon: &Daemon, found: &Found, files: &[PathBuf], tag: &str) -> Result<(), String> {
+    let mut up = std::os::unix::net::UnixStream::connect(&daemon.socket).map_err(|e| e.to_string())?;
+    up.write_all(
+        b"POST /images/load?quiet=1 HTTP/1.1\r\nHost: docker\r\nContent-Type: application/x-tar\r\n\
+          Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+    )
+    .map_err(|e| e.to_string())?;
+    {
+        let mut chunks = io::BufWriter::with_capacity(64 << 10, http::Chunks(&mut up));
+        let mut tar = tar::Builder::new(&mut chunks);
+        let mut put = |name: String, data: &mut dyn Read, size: u64| -> io::Result<()> {
+            let mut h = tar::Header::new_ustar();
+            h.set_size(size);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            tar.append_data(&mut h, name, data)
+        };
+        let manifest = dist::archive_manifest(&found.config, &found.layers, tag);
+        put("manifest.json".into(), &mut manifest.as_bytes(), manifest.len() as u64)
+            .map_err(|e| e.to_string())?;
+        let blobs = std::iter::once(&found.config).chain(&found.layers);
+        for (i, (blob, path)) in blobs.zip(files).enumerate() {
+            let name =
+                if i == 0 { format!("{}.json", blob.hex()) } else { format!("{}/layer.tar", blob.hex()) };
+            let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+            put(name, &mut f, blob.size).map_err(|e| e.to_string())?;
+        }
+        tar.into_inner().map_err(|e| e.to_string())?;
+        chunks.flush().map_err(|e| e.to_string())?;
     }
+    up.write_all(b"0\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(up);
+    let lines = http::read_lines(&mut r).map_err(|e| e.to_string())?;
+    let status = lines.first().and_then(|l| l.split(' ').nth(1)).unwrap_or("");
+    let chunked = lines.iter().any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding: chunked"));
+    let mut body = Vec::new();
+    let framing = if chunked { Framing::Chunked } else { Framing::None };
+    match framing {
+        Framing::None => drop(r.take(http::MAX_JSON as u64).read_to_end(&mut body)),
+        f => http::copy_body(&mut r, &mut body, f, Some(http::MAX_JSON)).map_err(|e| e.to_string())?,
+    }
+    let text = String::from_utf8_lossy(&body);
+    let error =
+        text.lines().any(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v.get("error").is_some()));
+    if status != "200" || error || !text.contains(tag) {
+        return Err(format!(
+            "the daemon answered {status}: {}",
+            text.chars().take(MAX_LINE).collect::<String>()
+        ));
+    }
+    Ok(())
+}
+
+/// The directory a pull's blobs wait in, removed with it.
+struct Work(PathBuf);
+
+impl Work {
+    fn create(parent: &Path) -> io::Result<Work> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let dir = parent.join(format!("{}-{}", std::process::id(), t.as_nanos()));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        Ok(Work(dir))
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One line of the pull's stream.
+fn line(client: &mut impl Write, v: Value) -> io::Result<()> {
+    client.write_all(format!("{v}\r\n").as_bytes())?;
+    client.flush()
+}
+
+/// An error line, as the daemon ends a failed pull's stream.
+fn error(client: &mut impl Write, message: &str) -> io::Result<()> {
+    line(client, json!({"errorDetail": {"message": message}, "error": message}))
+}
+
+fn query(pairs: &[(&str, &str)]) -> String {
+    url::form_urlencoded::Serializer::new(String::new()).extend_pairs(pairs).finish()
+}
+
+fn parse(url: &str) -> Result<Url, Failure> {
+    Url::parse(url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        .ok_or_else(|| Failure::Failed("the registry named a URL that is not http(s)".into()))
+}
+
+fn sha256(b: &[u8]) -> String {
+    format!("sha256:{}", hex(&Sha256::digest(b)))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The refusal the agent gets for a failed step of the pull of `image`.
+fn refusal(image: &Reference, f: Failure) -> Refusal {
+    match f {
+        Failure::Refused { authority, decision } => Refusal::new(
+            "egress",
+            format!("the pull of {image} connects to {authority}, which the egress rules deny ({decision})"),
+        )
+        .allow(format!(
+            "an egress rule for it outside the sandbox (`ocsb egress explain --connect {authority}` shows the decision)"
+        )),
+        Failure::Failed(why) => Refusal::new("pull", format!("the pull of {image} failed: {why}")),
+    }
+}
+
+fn daemon_refusal(e: &io::Error) -> Refusal {
+    Refusal::new("daemon", format!("the gateway could not ask the daemon: {e}"))
+}
+
+/// The message for a load that failed: the daemon's own is kept out, as it can quote what it
+/// read.
+fn failed(image: &Reference, log: &Path) -> String {
+    format!("ocsb: the pull of {image} failed in the Docker daemon; its message is in {}", log.display())
+}
+
+/// The client's registry login (`X-Registry-Auth`: base64url JSON, padded or not).
+fn credentials(header: Option<&str>) -> Result<Credentials, Refusal> {
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    let Some(h) = header.map(str::trim).filter(|h| !h.is_empty()) else { return Ok(Credentials::default()) };
+    let lenient = GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    let decoded = GeneralPurpose::new(&base64::alphabet::URL_SAFE, lenient)
+        .decode(h)
+        .or_else(|_| GeneralPurpose::new(&base64::alphabet::STANDARD, lenient).decode(h))
+        .map_err(|_| Refusal::new("pull", "the registry login (X-Registry-Auth) is not base64"))?;
+    let v: Value = serde_json::from_slice(&decoded).unwrap_or(Value::Null);
+    Credentials::from_json(&v)
 }
 
 #[cfg(test)]
@@ -311,48 +435,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mirrors_are_judged_at_their_host_and_port() {
-        assert_eq!(mirror_authority("https://mirror.gcr.io/").as_deref(), Some("mirror.gcr.io:443"));
-        assert_eq!(mirror_authority("http://10.0.0.5:5000").as_deref(), Some("10.0.0.5:5000"));
-        assert_eq!(mirror_authority("http://m.example").as_deref(), Some("m.example:80"));
-        assert_eq!(mirror_authority("https://u:p@m.example/x").as_deref(), Some("m.example:443"));
-        assert_eq!(mirror_authority("https://[::1]:5000/").as_deref(), Some("[::1]:5000"));
-        assert_eq!(mirror_authority("https://[::1]/").as_deref(), Some("[::1]:443"));
-        assert_eq!(mirror_authority("https:///"), None);
+    fn logins_are_read_as_the_cli_sends_them() {
+        let enc = |s: &str| base64::engine::general_purpose::URL_SAFE.encode(s);
+        let c = credentials(Some(&enc(r#"{"username":"u","password":"p?>"}"#))).unwrap();
+        assert_eq!((c.username.as_deref(), c.password.as_deref()), (Some("u"), Some("p?>")));
+        let unpadded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"registrytoken":"t"}"#);
+        assert_eq!(credentials(Some(&unpadded)).unwrap().registry_token.as_deref(), Some("t"));
+        assert_eq!(credentials(None).unwrap(), Credentials::default());
+        assert_eq!(credentials(Some(&enc("{}"))).unwrap(), Credentials::default());
+        assert!(credentials(Some("%%%")).is_err());
     }
 
-    fn relayed(answer: &str) -> (String, Vec<String>) {
-        let noted = std::cell::RefCell::new(Vec::new());
-        let mut out = Vec::new();
-        let image = Reference::parse("127.0.0.1:8099/x/y:z").unwrap();
-        relay_to(answer.as_bytes(), &mut out, &|n| noted.borrow_mut().push(n.to_string()), "FAILED", &image)
-            .unwrap();
-        (String::from_utf8(out).unwrap(), noted.into_inner())
-    }
-
-    /// The remote side's reply, which the daemon quotes in its error, never reaches the agent;
-    /// progress passes as the daemon wrote it.
     #[test]
-    fn a_failed_pull_answers_a_fixed_message_and_keeps_the_daemons_in_the_log() {
-        let secret = "<!DOCTYPE HTML><html>loopback-secret</html>";
-        let body = format!(r#"{{"message":"error parsing HTTP 404 response body: {secret}"}}"#);
-        let (out, noted) =
-            relayed(&format!("HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
-        assert!(out.starts_with("HTTP/1.1 404 "), "{out}");
-        assert!(out.ends_with(r#"{"message":"FAILED"}"#), "{out}");
-        assert!(!out.contains("loopback-secret"), "{out}");
-        assert!(noted.iter().any(|n| n.contains("loopback-secret")), "{noted:?}");
-
-        let progress = r#"{"status":"Pulling from x/y","id":"z"}"#;
-        let error = format!(r#"{{"errorDetail":{{"message":"{secret}"}},"error":"{secret}"}}"#);
-        let stream = format!("{progress}\r\n{error}\r\nnot json {secret}\n");
-        let chunked = format!("{:x}\r\n{stream}\r\n0\r\n\r\n", stream.len());
-        let (out, noted) =
-            relayed(&format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{chunked}"));
-        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
-        assert!(out.contains(&format!("{progress}\r\n")), "{out}");
-        assert_eq!(out.matches(r#""error":"FAILED""#).count(), 2, "{out}");
-        assert!(!out.contains("loopback-secret"), "{out}");
-        assert_eq!(noted.len(), 2, "{noted:?}");
+    fn a_refused_hop_names_the_host_and_the_rule_and_nothing_it_sent() {
+        let image = Reference::parse("192.0.2.4/redir/x:1").unwrap();
+        let r = refusal(
+            &image,
+            Failure::Refused { authority: "192.0.2.2:80".into(), decision: "block:project:1".into() },
+        );
+        assert_eq!(r.rule, "egress");
+        assert!(r.what.contains("192.0.2.2:80") && r.what.contains("block:project:1"), "{r:?}");
     }
 }

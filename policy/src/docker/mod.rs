@@ -28,6 +28,7 @@
 //! their own network, over whatever the client sent.
 
 pub mod create;
+pub mod distribution;
 pub mod dockerfile;
 pub mod firewall;
 pub mod limits;
@@ -118,11 +119,16 @@ impl Refusal {
         struct Body<'a> {
             message: &'a str,
         }
+        serde_json::to_string(&Body { message: &self.message() }).unwrap_or_default()
+    }
+
+    /// The message alone, as a stream's error line carries it.
+    pub fn message(&self) -> String {
         let mut message = format!("ocsb: refused by the Docker gateway (rule {}): {}", self.rule, self.what);
         if let Some(a) = &self.allow {
             message += &format!("; to allow it: {a}");
         }
-        serde_json::to_string(&Body { message: &message }).unwrap_or_default()
+        message
     }
 }
 

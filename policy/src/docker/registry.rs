@@ -1,13 +1,12 @@
-//! Image references as the Docker daemon reads them, and the hosts a pull of one makes the
-//! daemon connect to.
+//! Image references as the Docker daemon reads them.
 //!
 //! *Why the gateway parses references at all*: a pull (`POST /images/create?fromImage=…`, the
-//! `docker run` of a missing image, a build's `FROM`) makes the daemon dial the registry the
-//! reference names, from the host, without the filter. The gateway judges that host by the
-//! egress rules first, so it must read the reference exactly as the daemon will: a name the
-//! gateway took for a Docker Hub repository but the daemon for a registry host would be a
-//! connection nobody judged. The grammar and the normalisation are those of Docker's
-//! `reference.ParseNormalizedNamed` (`distribution/reference`).
+//! `docker run` of a missing image) is made by the gateway itself ([`super::distribution`]),
+//! and the image it loads is tagged with the name the client asked for, so it must read the
+//! reference exactly as the daemon will: a name the gateway took for a Docker Hub repository
+//! but the daemon for a registry host would load one image under another's name. The grammar
+//! and the normalisation are those of Docker's `reference.ParseNormalizedNamed`
+//! (`distribution/reference`).
 
 use super::{Refusal, Verdict};
 
@@ -15,13 +14,6 @@ use super::{Refusal, Verdict};
 pub const DEFAULT_DOMAIN: &str = "docker.io";
 /// The old name of Docker Hub, which the daemon reads as [`DEFAULT_DOMAIN`].
 const LEGACY_DEFAULT_DOMAIN: &str = "index.docker.io";
-/// The hosts the daemon contacts for a Docker Hub pull that it knows before asking: the
-/// registry API (`registry-1.docker.io`), the token service its challenge names, and the CDN
-/// its blob downloads are sent to. *Why all three*: the daemon follows the registry's token
-/// challenge and blob redirects itself, where the gateway cannot see them; judging the hosts
-/// Docker Hub is known to use refuses a pull that would end at a host the rules block.
-pub const DOCKER_HUB_HOSTS: &[&str] =
-    &["registry-1.docker.io", "auth.docker.io", "production.cloudflare.docker.com"];
 /// Longest name the daemon takes (domain and path together).
 const NAME_MAX: usize = 255;
 
@@ -134,27 +126,6 @@ impl Reference {
         }
         Ok(r)
     }
-
-    /// The `host:port` authorities the daemon connects to that are known before the pull
-    /// (`host` alone means port 443; an IPv6 address keeps its brackets). A registry of its
-    /// own is dialled at its own address: HTTPS, then, when the daemon counts the registry as
-    /// insecure (127.0.0.0/8 by default), plain HTTP on the same port, or on port 80 when the
-    /// reference names none, so a registry without a port is judged on both. Docker Hub's
-    /// are [`DOCKER_HUB_HOSTS`].
-    pub fn registry_hosts(&self) -> Vec<String> {
-        if self.domain == DEFAULT_DOMAIN {
-            return DOCKER_HUB_HOSTS.iter().map(|h| h.to_string()).collect();
-        }
-        let has_port = match self.domain.strip_prefix('[') {
-            Some(v6) => v6.contains("]:"),
-            None => self.domain.contains(':'),
-        };
-        if has_port {
-            vec![self.domain.clone()]
-        } else {
-            vec![format!("{}:443", self.domain), format!("{}:80", self.domain)]
-        }
-    }
 }
 
 /// `domain-component ('.' domain-component)* (':' port)?`, an IPv4 address, or `[IPv6]:port`.
@@ -218,13 +189,6 @@ fn valid_tag(t: &str) -> bool {
         && t.len() <= 128
         && word(t.as_bytes()[0])
         && t.bytes().all(|b| word(b) || b == b'.' || b == b'-')
-}
-
-/// The target the egress rules judge for the daemon's connection to `authority` (a
-/// [`Reference::registry_hosts`] entry): a `CONNECT` to it, as the filter sees one.
-pub fn target(authority: &str) -> Verdict<crate::egress::Target> {
-    crate::egress::Target::from_connect(authority)
-        .map_err(|e| Refusal::new("image-reference", format!("registry {authority}: {e}")))
 }
 
 /// `algorithm ':' hex{32,}`, the algorithm `[A-Za-z][A-Za-z0-9]*` joined by `+`, `.`, `_`, `-`.
@@ -338,45 +302,5 @@ mod tests {
         assert_eq!(r.domain, "127.0.0.1:5000");
         assert_eq!(pull_reference(&q(&[("fromSrc", "-")])).unwrap(), None);
         assert_eq!(pull_reference(&q(&[("fromImage", ""), ("fromSrc", "-")])).unwrap(), None);
-    }
-
-    #[test]
-    fn docker_hub_pulls_are_judged_at_its_known_hosts() {
-        assert_eq!(Reference::parse("busybox").unwrap().registry_hosts(), DOCKER_HUB_HOSTS);
-        assert_eq!(Reference::parse("127.0.0.1:8099/x").unwrap().registry_hosts(), ["127.0.0.1:8099"]);
-        assert_eq!(Reference::parse("ghcr.io/o/r").unwrap().registry_hosts(), ["ghcr.io:443", "ghcr.io:80"]);
-        assert_eq!(Reference::parse("[::1]/x").unwrap().registry_hosts(), ["[::1]:443", "[::1]:80"]);
-        assert_eq!(Reference::parse("[::1]:5000/x").unwrap().registry_hosts(), ["[::1]:5000"]);
-    }
-
-    /// The registry's host judged as the filter judges a CONNECT to it: the rule that decides,
-    /// the port rule for registries off 443 and 80, and a private address refused unless a
-    /// rule names it.
-    #[test]
-    fn registry_hosts_are_judged_by_the_egress_rules() {
-        use crate::egress::{EgressLayer, LayerText, Policy, RuleKind};
-        let layer = LayerText {
-            layer: EgressLayer::Project,
-            file: "egress.conf".into(),
-            text: "block .blocked.example\nblock 192.0.2.2\nconnect 198.51.100.9:5000\n".into(),
-        };
-        let policy = Policy::compile(&[layer]).unwrap();
-        let rule = |image: &str, resolved: &[&str]| -> Vec<RuleKind> {
-            let ips: Vec<std::net::IpAddr> = resolved.iter().map(|a| a.parse().unwrap()).collect();
-            let r = Reference::parse(image).unwrap();
-            r.registry_hosts().iter().map(|h| policy.decide(&target(h).unwrap(), &ips).rule).collect()
-        };
-        assert_eq!(rule("reg.blocked.example/x", &[]), [RuleKind::Block; 2]);
-        assert_eq!(rule("192.0.2.2:80/x", &[]), [RuleKind::Block]);
-        assert_eq!(rule("192.0.2.1:80/x", &[]), [RuleKind::Default]);
-        assert_eq!(rule("127.0.0.1:8099/x/y:z", &[]), [RuleKind::Port]);
-        assert_eq!(rule("127.0.0.1/x", &[]), [RuleKind::Private; 2]);
-        assert_eq!(rule("[::1]:443/x", &[]), [RuleKind::NoDot]);
-        assert_eq!(rule("localhost/x", &[]), [RuleKind::NoDot; 2]);
-        assert_eq!(rule("198.51.100.9:5000/x", &[]), [RuleKind::Connect]);
-        // A name is refused when any of its addresses is private.
-        assert_eq!(rule("reg.example/x", &["203.0.113.5", "10.0.0.1"]), [RuleKind::Private; 2]);
-        assert_eq!(rule("reg.example/x", &["203.0.113.5"]), [RuleKind::Default; 2]);
-        assert_eq!(rule("busybox", &["203.0.113.5"]), [RuleKind::Default; 3]);
     }
 }

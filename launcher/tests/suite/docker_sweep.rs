@@ -117,6 +117,8 @@ fn a_killed_launchers_watcher_sweeps_what_its_containers_left() {
         echo "prog in place: $(test -e prog && echo yes || echo no); aside: $(stat -c '%u %a' "$A/prog")"
         echo "after: other runs it aside: $(O $PWD/$A/prog 2>&1 | grep -c 'euid=0')"
         L=$(find "$HOME" -name docker.log | head -1)
+        # The report is written after the move: a moment to write it.
+        for i in $(seq 50); do grep -q "moved aside from $PWD/prog" "$L" && break; sleep 0.1; done
         echo "logged: $(grep -c "moved aside from $PWD/prog" "$L")"
         D 'echo started-again' | grep -c 'refusing to start' | sed 's/^/next start refused: /'
         docker rm -f k-$NAME >/dev/null; rm -rf "$A""#

@@ -249,12 +249,17 @@ async fn deliver(
     // The image id is its config's digest: an image the daemon has is the same image.
     let have = gw.daemon.call("GET", &format!("/images/{}/json", found.config.digest), None);
     if matches!(have, Ok((200, _))) {
+        // Up to date when the name already meant this image; newer when only the name is new.
+        // The name is a parsed reference (letters, digits, `._-:/[]`): a path as the CLI sends it.
+        let named = gw.daemon.call("GET", &format!("/images/{tag}/json"), None);
+        let same = matches!(named, Ok((200, v)) if v["Id"] == found.config.digest.as_str());
         let target =
             format!("/images/{}/tag?{}", found.config.digest, query(&[("repo", name), ("tag", version)]));
         return match gw.daemon.call("POST", &target, None) {
             Ok((201, _)) => {
                 line(client, json!({"status": format!("Digest: {}", found.digest)}))?;
-                line(client, json!({"status": format!("Status: Image is up to date for {tag}")}))
+                let status = if same { "Image is up to date for" } else { "Downloaded newer image for" };
+                line(client, json!({"status": format!("Status: {status} {tag}")}))
             }
             other => {
                 gw.note(&format!("pull of {}: tagging answered {other:?}", s.image));

@@ -113,7 +113,7 @@ impl Session<'_> {
     async fn get(&mut self, url: &str, accept: Option<&str>) -> Result<Answer, Failure> {
         let url = parse(url)?;
         let a = self.via.get(url.clone(), accept, self.auth.as_deref()).await?;
-        if a.status != 401 {
+        if !registry_challenge(a.status, &url, &a.url) {
             return Ok(a);
         }
         let challenge = a.header(header::WWW_AUTHENTICATE).and_then(Challenge::parse);
@@ -268,12 +268,11 @@ async fn deliver(
         };
     }
     let dir = Work::create(&gw.registries.work_dir)?;
-    let mut files = Vec::new();
-    for blob in std::iter::once(&found.config).chain(&found.layers) {
+    for blob in distinct(&found) {
         let id = &blob.hex()[..12];
         line(client, json!({"status": "Pulling fs layer", "id": id}))?;
         match s.blob(blob, &dir.0).await {
-            Ok(p) => files.push(p),
+            Ok(_) => {}
             Err(f) => {
                 let r = refusal(s.image, f);
                 gw.log(&format!("DENY pull {} rule={} {}", s.image, r.rule, r.what));
@@ -282,7 +281,7 @@ async fn deliver(
         }
         line(client, json!({"status": "Download complete", "id": id}))?;
     }
-    match load(&gw.daemon, &found, &files, tag) {
+    match load(&gw.daemon, &found, &dir.0, tag) {
         Ok(()) => {
             line(client, json!({"status": format!("Digest: {}", found.digest)}))?;
             line(client, json!({"status": format!("Status: Downloaded newer image for {tag}")}))
@@ -294,8 +293,35 @@ async fn deliver(
     }
 }
 
-/// `docker load` of one image: the archive streamed to the daemon as it is made.
-fn load(daemon: &Daemon, found: &Found, files: &[PathBuf], tag: &str) -> Result<(), String> {
+/// Whether an answer is the registry's own challenge, the only one the gateway answers with a
+/// login: a host the registry redirected to (a CDN) that asks for one would otherwise be sent
+/// the user's login through a token service of its choosing. Docker, too, logs in only where
+/// the registry asked.
+fn registry_challenge(status: u16, asked: &Url, answered: &Url) -> bool {
+    status == 401 && host_of(asked) == host_of(answered)
+}
+
+/// The blobs a pull fetches: the config and the layers, each digest once. A manifest may name
+/// one layer twice (two steps of a build that made the same layer; images converted from the
+/// old format repeat the empty layer), and the daemon pulls such images: each blob is fetched
+/// and checked once, into the file its digest names.
+fn distinct(found: &Found) -> Vec<&Blob> {
+    let mut seen = std::collections::HashSet::new();
+    std::iter::once(&found.config).chain(&found.layers).filter(|b| seen.insert(b.digest.as_str())).collect()
+}
+
+/// The archive's files after its `manifest.json` ([`dist::archive_manifest`] names them), each
+/// once: a name written twice would be read by the daemon as whichever came last.
+fn entries(found: &Found) -> Vec<(String, &Blob)> {
+    let config = std::iter::once((format!("{}.json", found.config.hex()), &found.config));
+    let layers = found.layers.iter().map(|b| (format!("{}/layer.tar", b.hex()), b));
+    let mut seen = std::collections::HashSet::new();
+    config.chain(layers).filter(|(name, _)| seen.insert(name.clone())).collect()
+}
+
+/// `docker load` of one image: the archive streamed to the daemon as it is made, from the
+/// blobs [`distinct`] fetched into `dir`.
+fn load(daemon: &Daemon, found: &Found, dir: &Path, tag: &str) -> Result<(), String> {
     let mut up = std::os::unix::net::UnixStream::connect(&daemon.socket).map_err(|e| e.to_string())?;
     up.write_all(
         b"POST /images/load?quiet=1 HTTP/1.1\r\nHost: docker\r\nContent-Type: application/x-tar\r\n\
@@ -315,11 +341,8 @@ fn load(daemon: &Daemon, found: &Found, files: &[PathBuf], tag: &str) -> Result<
         let manifest = dist::archive_manifest(&found.config, &found.layers, tag);
         put("manifest.json".into(), &mut manifest.as_bytes(), manifest.len() as u64)
             .map_err(|e| e.to_string())?;
-        let blobs = std::iter::once(&found.config).chain(&found.layers);
-        for (i, (blob, path)) in blobs.zip(files).enumerate() {
-            let name =
-                if i == 0 { format!("{}.json", blob.hex()) } else { format!("{}/layer.tar", blob.hex()) };
-            let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+        for (name, blob) in entries(found) {
+            let mut f = std::fs::File::open(dir.join(blob.hex())).map_err(|e| e.to_string())?;
             put(name, &mut f, blob.size).map_err(|e| e.to_string())?;
         }
         tar.into_inner().map_err(|e| e.to_string())?;
@@ -449,6 +472,36 @@ mod tests {
         assert_eq!(credentials(None).unwrap(), Credentials::default());
         assert_eq!(credentials(Some(&enc("{}"))).unwrap(), Credentials::default());
         assert!(credentials(Some("%%%")).is_err());
+    }
+
+    #[test]
+    fn only_the_registrys_own_challenge_is_answered() {
+        let u = |s: &str| Url::parse(s).unwrap();
+        let registry = u("http://192.0.2.5/v2/a/b/blobs/sha256:1");
+        assert!(registry_challenge(401, &registry, &registry));
+        assert!(registry_challenge(401, &registry, &u("http://192.0.2.5:80/v2/other")));
+        assert!(!registry_challenge(401, &registry, &u("http://192.0.2.3/login/v2/a/b/blobs/sha256:1")));
+        assert!(!registry_challenge(401, &registry, &u("https://192.0.2.5/v2/a")), "another port");
+        assert!(!registry_challenge(200, &registry, &registry));
+    }
+
+    /// An image with one layer twice, and a config whose digest is also a layer's: each blob
+    /// is fetched once, and each file of the archive is written once.
+    #[test]
+    fn a_blob_named_twice_is_fetched_once_and_archived_once() {
+        let b = |c: char| Blob { digest: format!("sha256:{}", c.to_string().repeat(64)), size: 3 };
+        let found =
+            Found { digest: String::new(), config: b('1'), layers: vec![b('2'), b('2'), b('1'), b('3')] };
+        let fetched: Vec<&str> = distinct(&found).iter().map(|b| b.digest.as_str()).collect();
+        assert_eq!(fetched, [&b('1').digest, &b('2').digest, &b('3').digest]);
+        let names: Vec<String> =
+            entries(&found).into_iter().map(|(n, _)| n[..3].to_string() + &n[64..]).collect();
+        assert_eq!(names, ["111.json", "222/layer.tar", "111/layer.tar", "333/layer.tar"]);
+        // The manifest of the archive still lists every layer, in order: the daemon stacks the
+        // repeated one again.
+        let m: Value =
+            serde_json::from_str(&dist::archive_manifest(&found.config, &found.layers, "x:1")).unwrap();
+        assert_eq!(m[0]["Layers"].as_array().map(Vec::len), Some(4));
     }
 
     #[test]

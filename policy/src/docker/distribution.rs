@@ -234,6 +234,12 @@ fn image(v: &Value) -> Verdict<Manifest> {
         }
         layers.push(blob(l, "layer")?);
     }
+    // A blob is fetched once by its digest, and its size is the length its archive entry
+    // declares: one digest named with two sizes would make an entry's length lie.
+    let all = || std::iter::once(&config).chain(&layers);
+    if let Some(b) = all().find(|b| all().any(|o| o.digest == b.digest && o.size != b.size)) {
+        return Err(bad(format!("the registry's manifest names blob {} with two sizes", b.digest)));
+    }
     let total = layers.iter().map(|b| b.size).fold(config.size, u64::saturating_add);
     if total > MAX_PULL_BYTES || config.size > MAX_DOCUMENT as u64 {
         return Err(bad(format!(
@@ -491,6 +497,15 @@ mod tests {
         assert!(manifest(OCI_MANIFEST, path.as_bytes(), &p).unwrap_err().what.contains("not sha256"));
         let other = m(json!([{"digest": "sha512:aa", "size": 5}]));
         assert!(manifest(OCI_MANIFEST, other.as_bytes(), &p).is_err());
+        let twice = m(json!([{"digest": D2, "size": 5}, {"digest": D2, "size": 5}]));
+        assert!(matches!(
+            manifest(OCI_MANIFEST, twice.as_bytes(), &p).unwrap(),
+            Manifest::Image { layers, .. } if layers.len() == 2
+        ));
+        let two_sizes = m(json!([{"digest": D2, "size": 5}, {"digest": D2, "size": 6}]));
+        assert!(manifest(OCI_MANIFEST, two_sizes.as_bytes(), &p).unwrap_err().what.contains("two sizes"));
+        let as_config = m(json!([{"digest": D1, "size": 11}]));
+        assert!(manifest(OCI_MANIFEST, as_config.as_bytes(), &p).unwrap_err().what.contains("two sizes"));
         let huge = m(json!([{"digest": D2, "size": MAX_PULL_BYTES}]));
         assert!(manifest(OCI_MANIFEST, huge.as_bytes(), &p).is_err());
         let v1 = json!({"schemaVersion": 1, "fsLayers": []}).to_string();

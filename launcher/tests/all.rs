@@ -34,6 +34,9 @@ mod suite {
     // host: pulls on a stock daemon: registries judged by the egress rules, no reply echoed to the agent.
     #[cfg(feature = "host-tests")]
     mod docker_pull;
+    // host: a pull's token service and blob redirects judged hop by hop, blobs loaded only as their digests say.
+    #[cfg(feature = "host-tests")]
+    mod docker_pull_hops;
     // host: what a container leaves on the project and takes of the host, on a stock daemon.
     #[cfg(feature = "host-tests")]
     mod docker_files;

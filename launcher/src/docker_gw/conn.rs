@@ -544,10 +544,30 @@ fn unreachable(
 
 fn refuse(w: &mut UnixStream, gw: &Shared, head: &Head, r: Refusal) -> io::Result<()> {
     gw.log(&format!("DENY {} {} rule={} {}", head.method, head.path, r.rule, r.what));
-    if r.rule == NOT_FOUND {
-        return http::answer(w, 404, "Not Found", &r.body());
-    }
-    http::answer(w, 403, "Forbidden", &r.body())
+    let answered = if r.rule == NOT_FOUND {
+        http::answer(w, 404, "Not Found", &r.body())
+    } else {
+        http::answer(w, 403, "Forbidden", &r.body())
+    };
+    drain(w);
+    answered
+}
+
+/// How much of a refused request's body is read and dropped, and for how long.
+const DRAIN_MAX: u64 = 256 << 20;
+const DRAIN_TIME: Duration = Duration::from_secs(10);
+
+/// Reads what the client still sends after its refusal, up to a bound, before the connection
+/// closes. *Why*: a client still writing its body (an import's archive) when the refusal comes
+/// gets `EPIPE` from a connection closed with its body unread, and prints that instead of the
+/// refusal.
+fn drain(w: &UnixStream) {
+    let _ = w.shutdown(std::net::Shutdown::Write);
+    let _ = w.set_read_timeout(Some(DRAIN_TIME));
+    let started = std::time::Instant::now();
+    let mut rest = io::Read::take(w, DRAIN_MAX);
+    let mut buf = [0u8; 64 << 10];
+    while started.elapsed() < DRAIN_TIME && matches!(io::Read::read(&mut rest, &mut buf), Ok(n) if n > 0) {}
 }
 
 #[cfg(test)]

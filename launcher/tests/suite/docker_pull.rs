@@ -436,3 +436,51 @@ fn a_registrys_redirect_is_judged_as_its_own_connection() {
 
     assert!(failed.is_empty(), "failed: {failed:#?}{ctx}");
 }
+
+/// With the squid backend the gateway's pull goes through squid the same way: the allowed
+/// registry's blobs are downloaded (the image is not on the daemon) and the image runs; the
+/// blocked registry is refused by squid's rule, names it, and sees no request; squid's log has
+/// both.
+#[test]
+fn pulls_go_through_squid_too() {
+    let w = World::new();
+    let body = format!(
+        r#"{world}{COUNT}
+        printf 'OCSB_EGRESS_BACKEND=squid\n' >> .opencode-sandbox/local/sandbox.conf
+        E() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" DOCKER_HOST="$DH" setpriv --reuid 1990 --regid 1990 --groups "$DG" -- "$OCSB" egress "$@" </dev/null 2>&1; }}
+        E up | tail -1
+        R rmi {IMAGE} >/dev/null
+        echo "image here: $(R image inspect 192.0.2.1:80/ocsb/pulled:1 >/dev/null 2>&1 && echo 1 || echo 0)"
+        echo "== allowed"
+        D 'docker pull 192.0.2.1:80/ocsb/pulled:1 && docker run --rm 192.0.2.1:80/ocsb/pulled:1 echo ran-pulled'
+        echo "== blocked"
+        D 'docker pull 192.0.2.2:80/ocsb/pulled:1; echo "exit=$?"'
+        saw registry2 '/v2/' "$RL2"
+        echo "== logs"
+        E logs --no-follow | sed 's/^/log: /'
+        E down >/dev/null
+        echo "== end"
+        {end}"#,
+        world = world(),
+        end = end(),
+    );
+    let (out, err) = docker_scenario(&w, &body);
+    let ctx = format!("\nstdout:\n{out}\nstderr:\n{err}");
+    has(&out, "image here: 0", &err);
+    let allowed = section(&out, "allowed");
+    assert!(allowed.contains("Status: Downloaded newer image for 192.0.2.1:80/ocsb/pulled:1"), "{ctx}");
+    assert!(allowed.lines().any(|l| l == "ran-pulled"), "{ctx}");
+    let blocked = section(&out, "blocked");
+    assert!(
+        blocked.contains("connects to 192.0.2.2:80, which the egress rules deny (block:local:1)"),
+        "{ctx}"
+    );
+    assert!(blocked.lines().any(|l| l == "saw registry2 0"), "{ctx}");
+    assert!(!blocked.contains("exit=0"), "{ctx}");
+    let logs = section(&out, "logs");
+    assert!(
+        logs.lines().any(|l| l.contains("192.0.2.1") && l.contains("/v2/ocsb/pulled/blobs/sha256:")),
+        "{ctx}"
+    );
+    assert!(logs.lines().any(|l| l.contains("192.0.2.2") && l.contains("block:local:1")), "{ctx}");
+}

@@ -156,6 +156,11 @@ class Front(Base):
             body, kind = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode(), OCI_INDEX
         elif mode == "index-lie":
             body = RAW + b" "
+        elif mode == "page-digest":
+            # A page where the config's digest goes: the message says what is wrong, not the page.
+            m = json.loads(RAW)
+            m["config"]["digest"] = "FRONT-PAGE " * 1000
+            body = json.dumps(m).encode()
         self.reply(200, [("Content-Type", kind), ("Docker-Content-Digest", sha(body))], body)
 
     def endless(self, body):
@@ -481,7 +486,8 @@ const HOPS_TO: [(&str, &str); 8] = [
 ];
 
 /// What a registry serves is loaded only as its manifest says: a config or a layer that is not
-/// what its digest says, a manifest an index names that is not what the index's digest says,
+/// what its digest says, a manifest an index names that is not what the index's digest says, a
+/// manifest with a page for a digest (not quoted to the agent),
 /// and a layer that goes on past its size (without end) leave no image and no file; an image
 /// with one layer twice is pulled and runs. A blob redirect to the loopback or the blocked host,
 /// however it is spelled, is refused naming the host, and that host sees nothing; root's
@@ -493,7 +499,7 @@ fn a_registry_gets_loaded_only_what_its_digests_say_and_reaches_no_loopback() {
     let body = format!(
         r#"{world}
         DUPID=$(sed -n 's/^dup image //p' "$HW/front.log"); echo "dup id $DUPID"
-        for m in tamper-config tamper-layer index-lie endless; do
+        for m in tamper-config tamper-layer index-lie page-digest endless; do
           echo "== $m"
           D "docker pull 192.0.2.5:80/$m/hops:1; echo exit=\$?; docker run --rm 192.0.2.5:80/$m/hops:1 true; echo run-exit=\$?"
           R image inspect 192.0.2.5:80/$m/hops:1 >/dev/null 2>&1; echo "inspect=$?"; here "$RID"; left
@@ -532,8 +538,13 @@ fn a_registry_gets_loaded_only_what_its_digests_say_and_reaches_no_loopback() {
         ("tamper-config", "does not match its digest"),
         ("tamper-layer", "does not match its digest"),
         ("index-lie", "has another digest"),
+        ("page-digest", "names a digest that is not sha256"),
         ("endless", "is larger than its manifest says"),
     ] {
+        c.check(
+            !section(&out, mode).contains("FRONT-PAGE"),
+            &format!("{mode}: no text of the front's reached the agent"),
+        );
         let s = section(&out, mode);
         c.check(!s.contains("exit=0"), &format!("{mode}: the pull and the run fail"));
         c.check(

@@ -181,8 +181,18 @@ pub fn digest(v: &Value, what: &str) -> Verdict<String> {
     if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         Ok(d.to_string())
     } else {
-        Err(bad(format!("the registry's {what} names a digest that is not sha256: {d:?}")))
+        Err(bad(format!("the registry's {what} names a digest that is not sha256{}", shown(d))))
     }
+}
+
+/// `: "VALUE"` for a value a registry sent (a media type, a digest) that is short and made of
+/// the characters such values are made of, and nothing otherwise: a message quotes what helps
+/// to know, and no text of the remote side's choosing reaches the agent through it.
+fn shown(v: &str) -> String {
+    let plain = !v.is_empty()
+        && v.len() <= 100
+        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-._/:=".contains(&b));
+    if plain { format!(": {v:?}") } else { String::new() }
 }
 
 fn blob(v: &Value, what: &str) -> Verdict<Blob> {
@@ -209,9 +219,10 @@ pub fn manifest(content_type: &str, body: &[u8], want: &Platform) -> Verdict<Man
             Err(bad("the registry offers only a schema 1 manifest, which Docker no longer pulls")
                 .allow("push the image again with a current Docker or another OCI tool"))
         }
-        other => {
-            Err(bad(format!("the registry answered a manifest of type {other:?}, which is not an image")))
-        }
+        other => Err(bad(format!(
+            "the registry answered a manifest of another type{}, not an image",
+            shown(other)
+        ))),
     }
 }
 
@@ -516,6 +527,16 @@ mod tests {
                 .contains("schema 1")
         );
         assert!(manifest(OCI_MANIFEST, b"<html>", &p).is_err());
+        // What the registry named is quoted only when it looks like what it stands for.
+        let page = "<html><body>".repeat(1000);
+        let e = manifest(OCI_MANIFEST, m(json!([{"digest": page, "size": 5}])).as_bytes(), &p).unwrap_err();
+        assert!(!e.what.contains("<html>") && e.what.len() < 200, "{e:?}");
+        let e = manifest(OCI_MANIFEST, other.as_bytes(), &p).unwrap_err();
+        assert!(e.what.ends_with(r#"not sha256: "sha512:aa""#), "{e:?}");
+        let e = manifest("text/html", json!({"mediaType": page}).to_string().as_bytes(), &p).unwrap_err();
+        assert!(!e.what.contains("<html>") && e.what.len() < 200, "{e:?}");
+        let e = manifest("application/vnd.x+json", b"{}", &p).unwrap_err();
+        assert!(e.what.contains(r#""application/vnd.x+json""#), "{e:?}");
     }
 
     #[test]

@@ -32,6 +32,8 @@ use super::fetch::{Answer, Failure, Via, host_of};
 use super::http::{self, Framing};
 use super::{Daemon, Shared};
 
+/// How often a download says how far it got (and so finds out that its client went away).
+const PROGRESS_STEP: u64 = 1 << 20;
 /// A progress line longer than this is dropped (the daemon's are a few hundred bytes).
 const MAX_LINE: usize = 64 << 10;
 
@@ -203,7 +205,14 @@ impl Session<'_> {
     }
 
     /// Downloads `blob` into `dir/<hex>`, checking its size and digest as it comes.
-    async fn blob(&mut self, blob: &Blob, dir: &Path) -> Result<PathBuf, Failure> {
+    /// `progress` hears the bytes so far after each [`PROGRESS_STEP`]; its error (the client
+    /// went away) ends the download.
+    async fn blob(
+        &mut self,
+        blob: &Blob,
+        dir: &Path,
+        progress: &mut dyn FnMut(u64) -> io::Result<()>,
+    ) -> Result<PathBuf, Failure> {
         let url = self.endpoint.url("blobs", &blob.digest);
         let mut a = self.get(&url, None).await?;
         if a.status != 200 {
@@ -226,6 +235,9 @@ impl Session<'_> {
             }
             hash.update(&piece);
             file.write_all(&piece).map_err(failed)?;
+            if got / PROGRESS_STEP != (got - piece.len() as u64) / PROGRESS_STEP {
+                progress(got).map_err(|e| Failure::Failed(format!("the client went away: {e}")))?;
+            }
         }
         let digest = format!("sha256:{}", hex(&hash.finalize()));
         if got != blob.size || digest != blob.digest {
@@ -271,7 +283,12 @@ async fn deliver(
     for blob in distinct(&found) {
         let id = &blob.hex()[..12];
         line(client, json!({"status": "Pulling fs layer", "id": id}))?;
-        match s.blob(blob, &dir.0).await {
+        let size = blob.size;
+        let mut progress = |got: u64| {
+            let detail = json!({"current": got, "total": size});
+            line(client, json!({"status": "Downloading", "id": id, "progressDetail": detail}))
+        };
+        match s.blob(blob, &dir.0, &mut progress).await {
             Ok(_) => {}
             Err(f) => {
                 let r = refusal(s.image, f);
@@ -378,10 +395,25 @@ impl Work {
     fn create(parent: &Path) -> io::Result<Work> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
+        remove_stale(parent);
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let dir = parent.join(format!("{}-{}", std::process::id(), t.as_nanos()));
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
         Ok(Work(dir))
+    }
+}
+
+/// Removes what the pulls of launchers that are gone left (a launcher killed mid-pull makes no
+/// end): each directory is named `<pid>-<time>` by [`Work::create`].
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|p| Path::new(&format!("/proc/{p}")).exists());
+        if pid.is_some() && !alive && e.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
 

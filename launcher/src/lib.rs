@@ -11,6 +11,7 @@ mod docker_gw;
 mod doctor;
 mod egress_cmd;
 mod error;
+mod http;
 mod install;
 mod isolated;
 mod netlock;

@@ -2,14 +2,17 @@
 //!
 //! It runs in the launcher, outside the sandbox, and forwards to OpenCode on `OCSB_WEB_PORT + 1`
 //! (HTTP, server-sent events and WebSocket upgrades for the terminal). It checks the user's
-//! password ([`auth`]) and replaces it upstream with OpenCode's own per-run secret. When the panel
+//! password ([`auth`], [`login`]) and replaces it upstream with OpenCode's own per-run secret. When the panel
 //! is on, HTML pages get one same-origin `<script src>` tag (OpenCode's CSP allows `'self'`
-//! scripts, not inline ones) and `/__ocsb/*` serves the Tokens panel and its numbers ([`tokens`]).
+//! scripts, not inline ones) and `/__ocsb/*` serves the Tokens panel and its numbers ([`panel`],
+//! [`tokens`]). [`forward`] is the proxy that puts these together.
 
 pub mod auth;
 pub mod listener;
 pub mod panel_log;
-mod proxy;
+mod forward;
+mod login;
+mod panel;
 pub mod tokens;
 
 use std::net::{SocketAddr, TcpListener};
@@ -73,7 +76,7 @@ pub fn start(cfg: FrontConfig) -> Result<Front> {
         if cfg.panel { "on" } else { "off (OCSB_PANEL=0)" }
     ));
     let cfg = std::sync::Arc::new(cfg);
-    Front::spawn("the web front", "ocsb-web", listener, move |l, stop| proxy::serve(l, cfg, stop))
+    Front::spawn("the web front", "ocsb-web", listener, move |l, stop| forward::serve(l, cfg, stop))
 }
 
 /// `ocsb __web-front`: the front alone, in front of an OpenCode started by someone else (tests,

@@ -14,6 +14,15 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
+/// Whether the request asks to upgrade its connection (`Connection: upgrade` with `Upgrade`).
+pub fn is_upgrade(h: &HeaderMap) -> bool {
+    h.get(header::UPGRADE).is_some()
+        && h.get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+}
+
 /// The value of query parameter `name`, percent-decoded (leniently: it is compared, never
 /// forwarded).
 pub fn query_param(uri: &Uri, name: &str) -> Option<String> {

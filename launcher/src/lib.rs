@@ -21,6 +21,7 @@ mod run;
 mod sandbox_spec;
 mod served;
 mod signals;
+mod state;
 mod tls;
 mod web;
 mod worktree;

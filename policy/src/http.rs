@@ -69,7 +69,8 @@ pub fn decode_query_strict(s: &str) -> Result<String, &'static str> {
 
 /// Kept as they are by [`encode`] with it: the unreserved characters (RFC 3986 §2.3) and `/`.
 /// For a path or query value passed to OpenCode.
-pub const PATH_VALUE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~').remove(b'/');
+pub const PATH_VALUE: &AsciiSet =
+    &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~').remove(b'/');
 
 /// [`PATH_VALUE`] and `:`: the Docker gateway's query values as it writes them again (image
 /// references keep their `registry:port/name:tag` readable for the daemon's log).

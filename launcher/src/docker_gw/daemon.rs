@@ -33,8 +33,8 @@ impl Daemon {
             body.len()
         )?;
         let mut r = BufReader::new(s);
-        let head = http::read_response(&mut r)
-            .map_err(|_| io::Error::other("the daemon's answer has no status"))?;
+        let head =
+            http::read_response(&mut r).map_err(|_| io::Error::other("the daemon's answer has no status"))?;
         let (status, framing) = (head.status, head.framing());
         let bytes = match framing {
             Framing::None => {

@@ -7,19 +7,18 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 
-use super::FrontConfig;
+use super::config::FrontConfig;
 use super::login::{self, Access};
 use super::panel;
-
-pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
-pub(super) type Body = BoxBody<Bytes, BoxError>;
+use super::reply::{Body, BoxError, full};
+use super::upstream::send;
+use crate::http::is_upgrade;
 
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -48,16 +47,6 @@ pub async fn serve(
     conns.abort_all();
 }
 
-#[allow(clippy::expect_used, reason = "static content types")]
-pub(super) fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
-    let mut r = Response::new(Full::new(body.into()).map_err(|e| match e {}).boxed());
-    *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_str(content_type).expect("static content type"));
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
-}
-
 /// The request URI without `auth_token` (the front consumed it; OpenCode gets its own secret).
 fn without_auth_token(uri: &Uri) -> String {
     let path = uri.path();
@@ -69,14 +58,6 @@ fn without_auth_token(uri: &Uri) -> String {
             if kept.is_empty() { path.to_string() } else { format!("{path}?{}", kept.join("&")) }
         }
     }
-}
-
-pub(super) fn is_upgrade(h: &HeaderMap) -> bool {
-    h.get(header::UPGRADE).is_some()
-        && h.get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
 }
 
 async fn handle(req: Request<Incoming>, cfg: Arc<FrontConfig>) -> Result<Response<Body>, Infallible> {
@@ -126,27 +107,6 @@ async fn route(req: Request<Incoming>, cfg: &FrontConfig, access: Access) -> Res
             format!("502 Bad Gateway: OpenCode on {} did not answer: {e}\n", cfg.upstream),
         ),
     }
-}
-
-/// Send one request to OpenCode on a fresh connection; the connection task lives as long as the
-/// response body (and any upgrade) needs it.
-pub(super) async fn send<B>(cfg: &FrontConfig, req: Request<B>) -> Result<Response<Incoming>, BoxError>
-where
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
-    // The request carries OpenCode's secret: only to a listener of the user's own.
-    super::listener::check_ours(cfg.upstream)?;
-    let stream = tokio::net::TcpStream::connect(cfg.upstream).await?;
-    let (local, peer) = (stream.local_addr()?, stream.peer_addr()?);
-    tokio::task::spawn_blocking(move || super::listener::check_peer(local, peer)).await??;
-    let _ = stream.set_nodelay(true);
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(async move {
-        let _ = conn.with_upgrades().await;
-    });
-    Ok(sender.send_request(req).await?)
 }
 
 async fn forward(

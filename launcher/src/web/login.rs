@@ -10,8 +10,8 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
 use super::auth;
-use super::forward::{Body, full, is_upgrade};
-use crate::http::query_param;
+use super::reply::{Body, full};
+use crate::http::{is_upgrade, query_param};
 
 #[derive(PartialEq)]
 pub(super) enum Access {

@@ -12,9 +12,10 @@ use hyper::{Request, Response, StatusCode};
 use ocsb_policy::http::{PATH_VALUE, encode};
 use serde_json::Value;
 
-use super::FrontConfig;
-use super::forward::{Body, BoxError, full, send};
+use super::config::FrontConfig;
+use super::reply::{Body, BoxError, full};
 use super::tokens;
+use super::upstream::send;
 use crate::http::query_param;
 
 /// The panel's script, served same-origin so OpenCode's CSP (`script-src 'self'`) allows it.

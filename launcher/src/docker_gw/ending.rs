@@ -332,7 +332,7 @@ struct Dead {
 /// directory's lock, so a journal being made is never taken for a dead launcher's.
 fn dead_journals(journals: &Path) -> (Vec<Dead>, Vec<String>) {
     let (mut dead, mut unread) = (Vec::new(), Vec::new());
-    let entries = match std::fs::read_dir(&journals) {
+    let entries = match std::fs::read_dir(journals) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (dead, unread),
         Err(e) => return (dead, vec![format!("those {} lists ({e})", journals.display())]),
@@ -533,7 +533,7 @@ fn wait_released(journals: &Path, pid: u32, limit: Duration) -> bool {
     let prefix = format!("{pid}-");
     let until = std::time::Instant::now() + limit;
     let held = || {
-        std::fs::read_dir(&journals).into_iter().flatten().flatten().any(|e| {
+        std::fs::read_dir(journals).into_iter().flatten().flatten().any(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             name.starts_with(&prefix)
                 && is_session_name(&name)

@@ -111,7 +111,8 @@ impl Layout {
         self.root.join(CACHES).join(name)
     }
 
-    /// The Docker sessions' journals.
+    /// The Docker sessions' journals: in the gateway's directory, which the project's
+    /// sandboxes hide and no other project's sandbox mounts.
     pub fn docker_sessions(&self) -> PathBuf {
         self.egress().join(DOCKER_SESSIONS)
     }

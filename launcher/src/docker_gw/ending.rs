@@ -327,7 +327,7 @@ struct Dead {
     _lock: File,
 }
 
-/// The journals in `dir` that no live launcher holds, each locked for the caller, and what
+/// The journals in `journals` that no live launcher holds, each locked for the caller, and what
 /// could not be read (a journal unread is never taken for none). The caller holds the
 /// directory's lock, so a journal being made is never taken for a dead launcher's.
 fn dead_journals(journals: &Path) -> (Vec<Dead>, Vec<String>) {
@@ -523,7 +523,7 @@ impl Journal {
     }
 }
 
-/// Waits, at most `limit`, until no journal in `dir` of the launcher `pid` (one named
+/// Waits, at most `limit`, until no journal in `journals` of the launcher `pid` (one named
 /// `<pid>-…`) is locked, and says whether none is. The launcher's watcher wakes when the
 /// launcher's pipe closes, and the kernel lets go of a dying process's descriptors one by one:
 /// a journal may still be locked then (by a thread still closing them after the main one is a

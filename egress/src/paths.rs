@@ -12,9 +12,12 @@ pub struct EgressPaths {
     pub dir: PathBuf,
 }
 
+/// The filter's directory in the project's state directory.
+pub const DIR: &str = "egress";
+
 impl EgressPaths {
     pub fn new(state_dir: &Path) -> Self {
-        Self { dir: state_dir.join("egress") }
+        Self { dir: state_dir.join(DIR) }
     }
     /// Pid file of the builtin `serve` process.
     pub fn pid_file(&self) -> PathBuf {

@@ -14,7 +14,7 @@ use ocsb_sandbox::{Acquire, Limits, Netlock, Network, SandboxSpec, TtyMode};
 use crate::error::{Error, Result};
 use crate::install::Installation;
 use crate::project::Project;
-use crate::run::state;
+use crate::state;
 
 /// The netlock part of the sandbox spec for the network mode. In `isolated` mode the netlock is
 /// defence in depth: the sandbox joins the group where the netlock is installed (the group and
@@ -124,7 +124,7 @@ pub fn spec(
     for (dir, usage) in s.home_dirs() {
         match usage {
             CacheUse::Shared => rw_home.push(dir),
-            CacheUse::Private(name) => caches.push((dir, state.join(state::CACHES).join(name))),
+            CacheUse::Private(name) => caches.push((dir, state::Layout::new(&state).home_cache(&name))),
             CacheUse::ReadOnly => {}
         }
     }

@@ -11,6 +11,8 @@
 //! * [`guard`]: what in a writable checkout the agent must not create or change, because git or
 //!   another host tool later reads or runs it.
 //!
+//! * [`http`]: what every HTTP hop of ocsb shares: the hop-by-hop headers, percent coding.
+//!
 //! * [`strays`]: what a container may leave on a writable path that the sandbox itself could not.
 //!
 //! This crate spawns no process and opens no socket; it only reads the layer files it is pointed at.
@@ -20,6 +22,7 @@ pub mod docker;
 pub mod egress;
 pub mod error;
 pub mod guard;
+pub mod http;
 pub mod settings;
 pub mod strays;
 

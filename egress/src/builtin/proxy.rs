@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::{Body, Frame, Incoming};
-use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::header::{HeaderMap, HeaderValue};
 use hyper::{Method as HttpMethod, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use ocsb_policy::egress::{Decision, Host, IpNet, Policy, RuleKind, Step, Target, Verdict};
@@ -756,31 +756,13 @@ async fn forward(
     sender.send_request(Request::from_parts(parts, body)).await
 }
 
-/// Remove hop-by-hop headers (RFC 9110 §7.6.1) and the proxy's own credentials: they concern
-/// the client↔proxy hop and must not reach the origin (or come back from it).
+/// Remove hop-by-hop headers and the proxy's own credentials ([`ocsb_policy::http::HOP_BY_HOP`]
+/// says which, and why): they concern the client↔proxy hop and must not reach the origin (or
+/// come back from it).
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let listed: Vec<HeaderName> = h
-        .get_all(hyper::header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for n in listed {
-        h.remove(n);
-    }
-    for n in [
-        "connection",
-        "proxy-connection",
-        "keep-alive",
-        "proxy-authorization",
-        "proxy-authenticate",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ] {
-        h.remove(n);
+    let listed = h.get_all(hyper::header::CONNECTION).iter().filter_map(|v| v.to_str().ok());
+    for name in ocsb_policy::http::hop_by_hop(listed) {
+        h.remove(name.as_str());
     }
 }
 
@@ -837,6 +819,7 @@ mod tests {
 
     #[test]
     fn hop_by_hop_headers_and_connection_listed_ones_are_removed() {
+        use hyper::header::HeaderName;
         let mut h = HeaderMap::new();
         for (k, v) in [
             ("connection", "keep-alive, x-secret"),

@@ -13,15 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::usage::Usage;
 use crate::error::Result;
+use crate::state;
 use ocsb_sandbox::statefs::StateDir;
-
-/// The broker's directory in the state directory, hidden from the sandbox.
-pub const DIR: &str = "spend";
-pub const LEDGER: &str = "spend/ledger.jsonl";
-/// The id of the `ocsb run` that runs now (or ran last).
-pub const SESSION: &str = "spend/session";
-/// The highest price seen for each model (see `prices`).
-pub const PRICES: &str = "spend/prices.json";
 
 /// One model request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -165,12 +158,12 @@ impl Ledger {
     /// Opens the ledger for appending (no-follow, see [`StateDir::append`]) and sums what was
     /// already spent today.
     pub fn open(sd: &StateDir, session: &str, limit: SpendLimit) -> Result<Ledger> {
-        sd.dir(Path::new(DIR))?;
-        let file = sd.append(Path::new(LEDGER))?;
-        let text = read(&sd.path().join(LEDGER));
+        sd.dir(Path::new(state::SPEND))?;
+        let file = sd.append(Path::new(state::LEDGER))?;
+        let text = read(&sd.path().join(state::LEDGER));
         let (day, _) = utc(SystemTime::now());
         let (today, _) = totals(&text, &day, session);
-        crate::run::state::rewrite_private(sd, Path::new(SESSION), format!("{session}\n").as_bytes())?;
+        state::rewrite_private(sd, Path::new(state::SPEND_SESSION), format!("{session}\n").as_bytes())?;
         Ok(Ledger {
             file: Mutex::new(file),
             session: session.to_string(),
@@ -350,7 +343,7 @@ mod tests {
         assert_eq!(l.view().refused, 1);
         // The run ends with a call under way: it is written at its reservation.
         l.close();
-        let text = std::fs::read_to_string(d.path().join(LEDGER)).unwrap();
+        let text = std::fs::read_to_string(d.path().join(state::LEDGER)).unwrap();
         let statuses: Vec<u16> =
             text.lines().map(|x| serde_json::from_str::<Entry>(x).unwrap().status).collect();
         assert_eq!(statuses, vec![200, 402, 200, 0]);
@@ -359,7 +352,7 @@ mod tests {
         let l = Ledger::open(&sd, "s2", SpendLimit { day: Some(0.46), session: None }).unwrap();
         assert!((l.view().today - 0.46).abs() < 1e-9 && l.view().session == 0.0, "{:?}", l.view());
         assert_eq!(l.admit(e(), 0.0).unwrap_err().which, "per day");
-        assert_eq!(std::fs::read_to_string(d.path().join(SESSION)).unwrap(), "s2\n");
+        assert_eq!(std::fs::read_to_string(d.path().join(state::SPEND_SESSION)).unwrap(), "s2\n");
     }
 
     #[test]
@@ -371,6 +364,6 @@ mod tests {
             assert!(l.admit(entry("t", "s1", None), 0.0).is_err());
         }
         assert_eq!(l.view().refused, 150);
-        assert_eq!(std::fs::read_to_string(d.path().join(LEDGER)).unwrap().lines().count(), 100);
+        assert_eq!(std::fs::read_to_string(d.path().join(state::LEDGER)).unwrap().lines().count(), 100);
     }
 }

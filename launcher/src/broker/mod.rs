@@ -25,14 +25,16 @@ pub mod usage;
 #[cfg(test)]
 mod tests;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ocsb_policy::settings::Settings;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::opencode::configs;
+use crate::state;
 use keys::Upstream;
 use ledger::Ledger;
 use ocsb_sandbox::statefs::StateDir;
@@ -107,17 +109,11 @@ pub fn check_configs(settings: &Settings, user_config_dir: &Path, project_dir: &
             _ => None,
         }
     }
-    let (global, from) = crate::opencode::global_config(settings, user_config_dir)?;
+    let (global, from) = configs::global(settings, user_config_dir)?;
     let mut texts = vec![(global, from)];
-    for name in PROJECT_CONFIGS {
-        let p = project_dir.join(name);
-        if let Some(text) = read_untrusted(&p) {
-            texts.push((text, p.display().to_string()));
-        }
-    }
+    texts.extend(configs::project(project_dir).into_iter().map(|(text, p)| (text, p.display().to_string())));
     for (text, from) in texts {
-        let Ok(v) = serde_json::from_str::<Value>(&crate::opencode::plugin_cache::jsonc_to_json(&text))
-        else {
+        let Some(v) = configs::parse(&text) else {
             continue;
         };
         if let Some(at) = find(&v, &mut Vec::new()) {
@@ -142,28 +138,8 @@ pub fn key_files(settings: &Settings) -> Vec<PathBuf> {
     files
 }
 
-/// What OpenCode is told: where each provider is and the placeholder it sends.
-#[derive(Debug, Clone)]
-pub struct Endpoint {
-    pub addr: SocketAddr,
-    pub token: String,
-    pub providers: Vec<String>,
-}
-
-impl Endpoint {
-    /// The `provider` block of `OPENCODE_CONFIG_CONTENT` (the layer a project cannot override):
-    /// each provider's `baseURL` and `apiKey` point at the broker.
-    pub fn opencode_providers(&self) -> Value {
-        let mut m = serde_json::Map::new();
-        for id in &self.providers {
-            m.insert(
-                id.clone(),
-                json!({"options": {"baseURL": format!("http://{}/{id}", self.addr), "apiKey": self.token}}),
-            );
-        }
-        Value::Object(m)
-    }
-}
+/// What OpenCode is told of the broker (its config names the broker, not the reverse).
+pub use crate::opencode::config::Broker as Endpoint;
 
 /// The broker's port, bound before OpenCode's config is written (which names it).
 pub struct Bound {
@@ -181,62 +157,45 @@ pub fn bind(keys: &Keys) -> Result<Bound> {
     Ok(Bound { listener, endpoint: Endpoint { addr, token, providers } })
 }
 
-/// The project's OpenCode config files, as OpenCode looks for them.
-const PROJECT_CONFIGS: &[&str] =
-    &["opencode.json", "opencode.jsonc", ".opencode/opencode.json", ".opencode/opencode.jsonc"];
-
 /// The prices the broker uses: OpenCode's global config, the project's config, OpenCode's model
 /// lists (the user's own cache and the sandbox's), and the highest price remembered from
 /// earlier runs. Each source can only raise a price (see [`prices`]).
 pub fn prices(settings: &Settings, user_config_dir: &Path, project_dir: &Path, sd: &StateDir) -> Prices {
     use prices::Source;
     let mut p = Prices::default();
-    let json =
-        |text: &str| serde_json::from_str::<Value>(&crate::opencode::plugin_cache::jsonc_to_json(text)).ok();
-    if let Ok((global, _)) = crate::opencode::global_config(settings, user_config_dir) {
-        json(&global).inspect(|v| p.add_config(v, Source::User));
+    if let Ok((global, _)) = configs::global(settings, user_config_dir) {
+        configs::parse(&global).inspect(|v| p.add_config(v, Source::User));
     }
-    for name in PROJECT_CONFIGS {
-        if let Some(text) = read_untrusted(&project_dir.join(name)) {
-            json(&text).inspect(|v| p.add_config(v, Source::Agent));
-        }
+    for (text, _) in configs::project(project_dir) {
+        configs::parse(&text).inspect(|v| p.add_config(v, Source::Agent));
     }
     // The user's own OpenCode cache is the agent's to write only where a setting makes it
     // writable (`OCSB_CACHES=shared`, `OCSB_RW`).
-    let host_cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .filter(|d| d.is_absolute())
-        .unwrap_or_else(|| settings.home().join(".cache"));
+    let host_cache = configs::host_cache(settings);
     let overlaps = |d: &Path| host_cache.starts_with(d) || d.starts_with(&host_cache);
     let agent_writes = settings
         .home_dirs()
         .iter()
         .any(|(d, u)| overlaps(d) && *u == ocsb_policy::settings::CacheUse::Shared)
         || settings.rw().iter().any(|d| overlaps(d));
-    if let Some(text) = read_untrusted(&host_cache.join("opencode/models.json")) {
-        json(&text)
+    if let Some(text) = configs::models_list(&host_cache) {
+        configs::parse(&text)
             .inspect(|v| p.add_models_list(v, if agent_writes { Source::Agent } else { Source::User }));
     }
-    if let Some(b) = sd.read(Path::new("cache/opencode/models.json")) {
-        json(&String::from_utf8_lossy(&b)).inspect(|v| p.add_models_list(v, Source::Agent));
+    if let Some(b) = sd.read(Path::new(configs::STATE_MODELS_LIST)) {
+        configs::parse(&String::from_utf8_lossy(&b)).inspect(|v| p.add_models_list(v, Source::Agent));
     }
-    if let Some(b) = sd.read(Path::new(ledger::PRICES))
+    if let Some(b) = sd.read(Path::new(state::PRICES))
         && let Ok(seen) = serde_json::from_slice::<Prices>(&b)
     {
         p.add_all(&seen);
     }
     if let Ok(text) = serde_json::to_vec(&p)
-        && let Err(e) = crate::run::state::rewrite_private(sd, Path::new(ledger::PRICES), &text)
+        && let Err(e) = state::rewrite_private(sd, Path::new(state::PRICES), &text)
     {
         eprintln!("ocsb: warning: broker: {e}");
     }
     p
-}
-
-/// A config or model list the agent may have written or replaced (the project's config;
-/// `~/.cache` with `OCSB_CACHES=shared`), read up to 16 MiB without following a final link.
-fn read_untrusted(p: &Path) -> Option<String> {
-    ocsb_sandbox::checkouts::read_limited(p, 16 << 20)
 }
 
 /// A running broker.

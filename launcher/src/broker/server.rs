@@ -321,9 +321,7 @@ async fn handle(req: Request<Incoming>, cfg: &Config, slots: &Arc<tokio::sync::S
         }
     };
     let (mut parts, body) = reply.into_parts();
-    for h in ["connection", "keep-alive", "transfer-encoding", "upgrade", "trailer"] {
-        parts.headers.remove(h);
-    }
+    crate::http::strip_hop_by_hop(&mut parts.headers);
     let event_stream = parts
         .headers
         .get(header::CONTENT_TYPE)

@@ -166,7 +166,7 @@ const ASK: &str =
     r#"{"model":"claude-x","stream":true,"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
 
 fn ledger_lines(b: &Broker) -> Vec<ledger::Entry> {
-    std::fs::read_to_string(b.dir.join(ledger::LEDGER))
+    std::fs::read_to_string(b.dir.join(crate::state::LEDGER))
         .unwrap_or_default()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

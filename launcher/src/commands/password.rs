@@ -3,11 +3,11 @@
 
 use crate::error::{Error, Result};
 use crate::project::Project;
-use crate::run::state;
+use crate::state;
 
 pub fn run(project: &Project) -> Result<()> {
-    let dir = project.settings.state_dir();
-    let file = state::password_file(&dir);
+    let layout = state::Layout::of(&project.settings);
+    let file = layout.password();
     // Read only: a project that never started has no password, and asking for it must not
     // create a state directory (the first start checks the settings and claims it).
     if !file.exists() {
@@ -20,7 +20,7 @@ pub fn run(project: &Project) -> Result<()> {
             "`ocsb run` creates it at its first start and prints it; then `ocsb password` shows it again",
         ));
     }
-    let sd = ocsb_sandbox::statefs::StateDir::open(&dir)?;
+    let sd = layout.open()?;
     // Read without following links, as the launcher reads it (the state directory is writable
     // for the sandbox).
     let password = state::password(&sd)?;

@@ -10,9 +10,9 @@ pub fn run(project: &Project, json: bool) -> Result<()> {
     let s = &project.settings;
     let limit = s.spend_limit();
     // Read without creating anything: a project that never ran has no state directory.
-    let state = s.state_dir();
-    let text = ledger::read(&state.join(ledger::LEDGER));
-    let session = ocsb_sandbox::checkouts::read_small(&state.join(ledger::SESSION))
+    let state = crate::state::Layout::of(s);
+    let text = ledger::read(&state.ledger());
+    let session = ocsb_sandbox::checkouts::read_small(&state.spend_session())
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
     let (day, _) = ledger::utc(SystemTime::now());

@@ -17,17 +17,9 @@ use super::http::{self, Framing, Head};
 /// How long a client may take to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Hop-by-hop headers, and the framing the gateway sets itself.
-const DROPPED: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
-];
+/// The framing the gateway sets itself, dropped with the hop-by-hop headers
+/// ([`ocsb_policy::http::hop_by_hop`]).
+const FRAMING: &str = "content-length";
 
 /// What goes to the daemon once the call passed.
 struct Forward {
@@ -105,8 +97,9 @@ fn handle(client: UnixStream, gw: &Shared) -> io::Result<()> {
         None => None,
     };
     let mut out = format!("{} {} HTTP/1.1\r\n", head.method, head.target());
+    let dropped = ocsb_policy::http::hop_by_hop(head.headers_named("connection"));
     for (k, v) in &head.headers {
-        if !DROPPED.contains(&k.to_ascii_lowercase().as_str()) {
+        if !ocsb_policy::http::is_dropped(&dropped, k) && !k.eq_ignore_ascii_case(FRAMING) {
             out += &format!("{k}: {v}\r\n");
         }
     }

@@ -33,23 +33,9 @@ impl Daemon {
             body.len()
         )?;
         let mut r = BufReader::new(s);
-        let lines = http::read_lines(&mut r)?;
-        let status = lines
-            .first()
-            .and_then(|l| l.split(' ').nth(1))
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| io::Error::other("the daemon's answer has no status"))?;
-        let header = |n: &str| {
-            lines.iter().skip(1).find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case(n).then(|| v.trim().to_string())
-            })
-        };
-        let framing = if header("transfer-encoding").is_some() {
-            Framing::Chunked
-        } else {
-            header("content-length").and_then(|n| n.parse().ok()).map_or(Framing::None, Framing::Length)
-        };
+        let head =
+            http::read_response(&mut r).map_err(|_| io::Error::other("the daemon's answer has no status"))?;
+        let (status, framing) = (head.status, head.framing());
         let bytes = match framing {
             Framing::None => {
                 let mut b = Vec::new();
@@ -204,15 +190,7 @@ impl Daemon {
 /// An id, a name or a query value as one percent-encoded segment (nothing that would change
 /// the path or the query).
 pub(super) fn seg(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
+    ocsb_policy::http::encode(s, ocsb_policy::http::SEGMENT)
 }
 
 /// Where the gateway finds the real daemon: `DOCKER_HOST` when it is a unix socket, else the

@@ -35,6 +35,7 @@ use ocsb_policy::docker::SESSION_LABEL;
 
 use super::daemon::{Daemon, seg};
 use crate::error::{Error, Result};
+use crate::state::Layout;
 
 /// How long the end of a session waits for calls that are setting a container running (the
 /// daemon's answer; the client's request is read whole before such a call is recorded).
@@ -231,19 +232,19 @@ const SWEEP_FIX: &str = "inspect each path (`ls -la PATH`); remove what you do n
 /// kill, while the launcher's watcher stops what it left) waits for the stops to end: it would
 /// take a journal locked for them for a live session's, and check the checkouts while its
 /// containers still ran.
-pub(super) fn stop_left_behind(dir: &Path) -> Result<()> {
-    stop_left_behind_by(dir, None)
+pub(super) fn stop_left_behind(at: &Layout) -> Result<()> {
+    stop_left_behind_by(at, None)
 }
 
 /// What the watcher of the launcher `pid` does once that launcher is gone: [`stop_left_behind`],
 /// after waiting, at most `limit` and under the directory's lock (so that a start made
 /// meanwhile waits too), until the launcher's own journals are let go ([`wait_released`]).
-pub(super) fn stop_after_exit(dir: &Path, pid: u32, limit: Duration) -> Result<()> {
-    stop_left_behind_by(dir, Some((pid, limit)))
+pub(super) fn stop_after_exit(at: &Layout, pid: u32, limit: Duration) -> Result<()> {
+    stop_left_behind_by(at, Some((pid, limit)))
 }
 
-fn stop_left_behind_by(dir: &Path, exited: Option<(u32, Duration)>) -> Result<()> {
-    let journals = dir.join(JOURNALS);
+fn stop_left_behind_by(at: &Layout, exited: Option<(u32, Duration)>) -> Result<()> {
+    let journals = at.docker_sessions();
     let _looking = match lock_directory(&journals, false) {
         Ok(Some(lock)) => lock,
         Ok(None) => return Ok(()), // no session has run
@@ -256,7 +257,7 @@ fn stop_left_behind_by(dir: &Path, exited: Option<(u32, Duration)>) -> Result<()
         }
     };
     if let Some((pid, limit)) = exited
-        && !wait_released(dir, pid, limit)
+        && !wait_released(&journals, pid, limit)
     {
         eprintln!(
             "ocsb: docker: the journal of launcher {pid} was still held {} s after it ended; what it \
@@ -264,7 +265,7 @@ fn stop_left_behind_by(dir: &Path, exited: Option<(u32, Duration)>) -> Result<()
             limit.as_secs()
         );
     }
-    let (dead, mut failed) = dead_journals(dir);
+    let (dead, mut failed) = dead_journals(&journals);
     for dead in dead {
         let mut not_stopped = Vec::new();
         let ran = !dead.ids.is_empty();
@@ -291,8 +292,7 @@ fn stop_left_behind_by(dir: &Path, exited: Option<(u32, Duration)>) -> Result<()
         // Every start is in the journal before the daemon is asked: a session that lists none
         // ran no container.
         if ran {
-            let state_dir = dir.parent().unwrap_or(dir);
-            sweep(state_dir, &dead.roots, dead.since.unwrap_or(0));
+            sweep(at.root(), &dead.roots, dead.since.unwrap_or(0));
         }
         if not_stopped.is_empty() {
             let _ = std::fs::remove_file(&dead.path);
@@ -327,13 +327,12 @@ struct Dead {
     _lock: File,
 }
 
-/// The journals in `dir` that no live launcher holds, each locked for the caller, and what
+/// The journals in `journals` that no live launcher holds, each locked for the caller, and what
 /// could not be read (a journal unread is never taken for none). The caller holds the
 /// directory's lock, so a journal being made is never taken for a dead launcher's.
-fn dead_journals(dir: &Path) -> (Vec<Dead>, Vec<String>) {
-    let journals = dir.join(JOURNALS);
+fn dead_journals(journals: &Path) -> (Vec<Dead>, Vec<String>) {
     let (mut dead, mut unread) = (Vec::new(), Vec::new());
-    let entries = match std::fs::read_dir(&journals) {
+    let entries = match std::fs::read_dir(journals) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (dead, unread),
         Err(e) => return (dead, vec![format!("those {} lists ({e})", journals.display())]),
@@ -442,10 +441,6 @@ fn stop(mut ids: BTreeSet<String>, daemon: &Daemon, session: &str, failed: &mut 
     stopped
 }
 
-/// The directory of the sessions' journals, in the project's egress state directory (which
-/// the project's sandboxes hide and no other project's sandbox mounts).
-const JOURNALS: &str = "docker-sessions";
-
 /// Journals looked at per start: they are one per session whose launcher died, and each is
 /// removed once its containers are stopped.
 const MAX_JOURNALS: usize = 256;
@@ -481,9 +476,9 @@ pub(super) struct Journal {
 
 impl Journal {
     /// Makes and locks the journal of `session`, whose containers run on `daemon`, in the
-    /// egress state directory `dir`.
-    pub(super) fn create(dir: &Path, session: &str, daemon: &Daemon) -> Result<Journal> {
-        let journals = dir.join(JOURNALS);
+    /// state directory `at` ([`Layout::docker_sessions`]).
+    pub(super) fn create(at: &Layout, session: &str, daemon: &Daemon) -> Result<Journal> {
+        let journals = at.docker_sessions();
         let socket =
             daemon.socket.to_str().filter(|s| !s.contains('\n') && daemon.socket.is_absolute()).ok_or_else(
                 || {
@@ -509,7 +504,7 @@ impl Journal {
             .unwrap_or(0);
         file.write_all(format!("{DAEMON}{socket}\n{SINCE}{since}\n").as_bytes())
             .map_err(|e| Error::io("write", &path, e))?;
-        let state_dir = dir.parent().unwrap_or(dir).to_path_buf();
+        let state_dir = at.root().to_path_buf();
         Ok(Journal { path, file: Mutex::new(file), state_dir, since })
     }
 
@@ -528,18 +523,17 @@ impl Journal {
     }
 }
 
-/// Waits, at most `limit`, until no journal in `dir` of the launcher `pid` (one named
+/// Waits, at most `limit`, until no journal in `journals` of the launcher `pid` (one named
 /// `<pid>-…`) is locked, and says whether none is. The launcher's watcher wakes when the
 /// launcher's pipe closes, and the kernel lets go of a dying process's descriptors one by one:
 /// a journal may still be locked then (by a thread still closing them after the main one is a
 /// zombie), and would be taken for a live session's. The caller holds the directory's lock:
 /// the probe locks each journal for a moment, in which a start's look would take it for live.
-fn wait_released(dir: &Path, pid: u32, limit: Duration) -> bool {
-    let journals = dir.join(JOURNALS);
+fn wait_released(journals: &Path, pid: u32, limit: Duration) -> bool {
     let prefix = format!("{pid}-");
     let until = std::time::Instant::now() + limit;
     let held = || {
-        std::fs::read_dir(&journals).into_iter().flatten().flatten().any(|e| {
+        std::fs::read_dir(journals).into_iter().flatten().flatten().any(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             name.starts_with(&prefix)
                 && is_session_name(&name)
@@ -572,7 +566,8 @@ fn lock_directory(journals: &Path, make: bool) -> std::io::Result<Option<File>> 
         Ok(m) if m.is_dir() => {}
         Ok(_) => {
             return Err(std::io::Error::other(format!(
-                "not a directory; remove it, ocsb keeps its Docker sessions' journals there ({JOURNALS}/)"
+                "not a directory; remove it, ocsb keeps its Docker sessions' journals there ({}/)",
+                journals.file_name().unwrap_or_default().to_string_lossy()
             )));
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !make => return Ok(None),
@@ -630,6 +625,13 @@ fn is_container_ref(s: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A state directory in `dir`, with its gateway's directory made.
+    fn at(dir: &tempfile::TempDir) -> Layout {
+        let at = Layout::new(dir.path());
+        std::fs::create_dir_all(at.egress()).unwrap();
+        at
+    }
+
     #[test]
     fn the_end_waits_for_starts_in_flight_and_refuses_later_ones() {
         let started = Arc::new(Started::default());
@@ -657,19 +659,19 @@ mod tests {
     fn a_journal_is_left_behind_only_once_its_launcher_lets_go() {
         let dir = tempfile::tempdir().unwrap();
         let daemon = Daemon { socket: "/run/d.sock".into() };
-        let journal = Journal::create(dir.path(), "4242-1f", &daemon).unwrap();
+        let journal = Journal::create(&at(&dir), "4242-1f", &daemon).unwrap();
         let started = Started::with_journal(journal);
         drop(started.record("c0ffee"));
         drop(started.record("web_1"));
-        assert!(dead_journals(dir.path()).0.is_empty(), "held by a launcher that lives");
-        assert!(Journal::create(dir.path(), "4242-1f", &daemon).is_err(), "a session's name is its own");
+        assert!(dead_journals(&at(&dir).docker_sessions()).0.is_empty(), "held by a launcher that lives");
+        assert!(Journal::create(&at(&dir), "4242-1f", &daemon).is_err(), "a session's name is its own");
         // What a foreign file in the directory holds is not taken for a journal; one without
         // a daemon is dead with no daemon to ask.
-        let journals = dir.path().join(JOURNALS);
+        let journals = at(&dir).docker_sessions();
         std::fs::write(journals.join("notes"), "daemon /x\nc0ffee\n").unwrap();
         std::fs::write(journals.join("7-a"), "../x\n\nabc\n").unwrap();
         drop(started);
-        let (mut dead, unread) = dead_journals(dir.path());
+        let (mut dead, unread) = dead_journals(&at(&dir).docker_sessions());
         assert!(unread.is_empty(), "{unread:?}");
         dead.sort_by(|a, b| a.session.cmp(&b.session));
         let found: Vec<(&str, Option<&Path>, Vec<&str>)> = dead
@@ -687,13 +689,13 @@ mod tests {
             ]
         );
         // While one start handles them, another skips them.
-        assert!(dead_journals(dir.path()).0.is_empty());
+        assert!(dead_journals(&at(&dir).docker_sessions()).0.is_empty());
         drop(dead);
         // A journal that cannot be read is not taken for none (as root, modes do not hold).
         if !nix::unistd::geteuid().is_root() {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(journals.join("7-a"), std::fs::Permissions::from_mode(0o000)).unwrap();
-            let (_, unread) = dead_journals(dir.path());
+            let (_, unread) = dead_journals(&at(&dir).docker_sessions());
             assert!(unread.iter().any(|u| u.contains("7-a")), "{unread:?}");
         }
     }
@@ -704,13 +706,13 @@ mod tests {
     fn a_journal_names_what_its_containers_could_write_and_since_when() {
         let dir = tempfile::tempdir().unwrap();
         let daemon = Daemon { socket: "/run/d.sock".into() };
-        let started = Started::with_journal(Journal::create(dir.path(), "5-1", &daemon).unwrap());
+        let started = Started::with_journal(Journal::create(&at(&dir), "5-1", &daemon).unwrap());
         let odd = PathBuf::from("/p/a\nbadf00d");
         started.reaches(&[PathBuf::from("/p/proj"), odd.clone()]);
         drop(started.record("c0ffee"));
-        assert_eq!(started.journal.as_ref().unwrap().state_dir, dir.path().parent().unwrap());
+        assert_eq!(started.journal.as_ref().unwrap().state_dir, dir.path());
         drop(started);
-        let (dead, _) = dead_journals(dir.path());
+        let (dead, _) = dead_journals(&at(&dir).docker_sessions());
         assert_eq!(dead.len(), 1);
         assert_eq!(dead[0].roots, [PathBuf::from("/p/proj"), odd]);
         assert_eq!(dead[0].ids.iter().collect::<Vec<_>>(), ["c0ffee"]);
@@ -722,12 +724,12 @@ mod tests {
     #[test]
     fn a_journal_being_made_or_stopped_for_is_waited_for() {
         let dir = tempfile::tempdir().unwrap();
-        let journals = dir.path().join(JOURNALS);
+        let journals = at(&dir).docker_sessions();
         // Another start is between creating its journal and locking it, or a watcher is
         // stopping what a dead launcher left: the look waits.
         let making = lock_directory(&journals, true).unwrap().unwrap();
         std::fs::write(journals.join("9-c"), "").unwrap();
-        let path = dir.path().to_path_buf();
+        let path = at(&dir);
         let look = std::thread::spawn(move || stop_left_behind(&path).map_err(|e| e.to_string()));
         std::thread::sleep(Duration::from_millis(200));
         assert!(!look.is_finished(), "looked while the directory was held");
@@ -741,34 +743,34 @@ mod tests {
     fn the_watcher_waits_until_its_launchers_journals_are_let_go() {
         let dir = tempfile::tempdir().unwrap();
         let daemon = Daemon { socket: "/run/d.sock".into() };
-        let journal = Journal::create(dir.path(), "77-1", &daemon).unwrap();
+        let journal = Journal::create(&at(&dir), "77-1", &daemon).unwrap();
         let let_go = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(150));
             drop(journal);
         });
         let t = std::time::Instant::now();
-        assert!(wait_released(dir.path(), 77, Duration::from_secs(5)));
+        assert!(wait_released(&at(&dir).docker_sessions(), 77, Duration::from_secs(5)));
         assert!(t.elapsed() >= Duration::from_millis(100), "returned while the journal was held");
         let_go.join().unwrap();
         // Another launcher's journal is not waited for; one never let go, only up to the limit.
-        let _other = Journal::create(dir.path(), "78-1", &daemon).unwrap();
+        let _other = Journal::create(&at(&dir), "78-1", &daemon).unwrap();
         let t = std::time::Instant::now();
-        assert!(wait_released(dir.path(), 77, Duration::from_secs(5)));
+        assert!(wait_released(&at(&dir).docker_sessions(), 77, Duration::from_secs(5)));
         assert!(t.elapsed() < Duration::from_millis(100));
-        assert!(!wait_released(dir.path(), 78, Duration::from_millis(100)));
+        assert!(!wait_released(&at(&dir).docker_sessions(), 78, Duration::from_millis(100)));
         assert!(t.elapsed() >= Duration::from_millis(100));
         // The watcher's stop waits for the launcher's journal under the directory's lock, and
         // leaves one still held to the next start.
         let look = std::thread::spawn({
-            let path = dir.path().to_path_buf();
+            let path = at(&dir);
             move || stop_after_exit(&path, 78, Duration::from_millis(300)).map_err(|e| e.to_string())
         });
         std::thread::sleep(Duration::from_millis(100));
         let blocked =
-            std::fs::OpenOptions::new().read(true).open(dir.path().join(JOURNALS).join(DIRECTORY_LOCK));
+            std::fs::OpenOptions::new().read(true).open(at(&dir).docker_sessions().join(DIRECTORY_LOCK));
         assert!(blocked.unwrap().try_lock().is_err(), "waited without the directory's lock");
         look.join().unwrap().unwrap();
-        assert!(dir.path().join(JOURNALS).join("78-1").exists());
+        assert!(at(&dir).docker_sessions().join("78-1").exists());
     }
 
     /// A daemon that answers every call with an empty list.
@@ -792,25 +794,25 @@ mod tests {
     fn a_session_whose_containers_all_stopped_leaves_no_journal() {
         let dir = tempfile::tempdir().unwrap();
         let daemon = empty_daemon(dir.path());
-        let started = Started::with_journal(Journal::create(dir.path(), "1-1", &daemon).unwrap());
+        let started = Started::with_journal(Journal::create(&at(&dir), "1-1", &daemon).unwrap());
         // Nothing recorded and nothing labelled with the session: the journal goes.
         stop_all(&started, &daemon, "1-1");
-        assert!(!dir.path().join(JOURNALS).join("1-1").exists());
+        assert!(!at(&dir).docker_sessions().join("1-1").exists());
         // Nor with a daemon that does not answer (or that this user cannot reach): every start
         // would be in the journal.
         let missing = Daemon { socket: dir.path().join("no-daemon.sock") };
-        let started = Started::with_journal(Journal::create(dir.path(), "1-2", &missing).unwrap());
+        let started = Started::with_journal(Journal::create(&at(&dir), "1-2", &missing).unwrap());
         stop_all(&started, &missing, "1-2");
-        assert!(!dir.path().join(JOURNALS).join("1-2").exists());
+        assert!(!at(&dir).docker_sessions().join("1-2").exists());
         // A container that could not be stopped (no daemon answers) keeps it.
-        let started = Started::with_journal(Journal::create(dir.path(), "1-3", &missing).unwrap());
+        let started = Started::with_journal(Journal::create(&at(&dir), "1-3", &missing).unwrap());
         drop(started.record("c0ffee"));
         stop_all(&started, &missing, "1-3");
-        assert!(dir.path().join(JOURNALS).join("1-3").exists());
+        assert!(at(&dir).docker_sessions().join("1-3").exists());
         // Nor does the next start, while that daemon does not answer: it is refused.
         drop(started);
-        let e = stop_left_behind(dir.path()).unwrap_err().to_string();
+        let e = stop_left_behind(&at(&dir)).unwrap_err().to_string();
         assert!(e.contains("c0ffee") && e.contains("could not be stopped"), "{e}");
-        assert!(dir.path().join(JOURNALS).join("1-3").exists());
+        assert!(at(&dir).docker_sessions().join("1-3").exists());
     }
 }

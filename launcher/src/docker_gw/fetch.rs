@@ -216,15 +216,13 @@ async fn tunnel(tcp: &mut TcpStream, authority: &str) -> Result<(), Failure> {
     let head = tokio::time::timeout(ANSWER_TIMEOUT, read_head(tcp))
         .await
         .map_err(|_| Failure::failed(format!("the filter did not answer the connection to {authority}")))??;
-    let mut lines = head.split("\r\n");
-    let status = lines.next().and_then(|l| l.split(' ').nth(1)).unwrap_or("");
-    if status == "200" {
+    let head = super::http::parse_response(&head)
+        .map_err(|e| Failure::failed(format!("the filter's answer to the connection to {authority}: {e}")))?;
+    if head.status == 200 {
         return Ok(());
     }
-    let decision = lines.find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim().eq_ignore_ascii_case("x-egress-decision").then(|| v.trim().to_string())
-    });
+    let status = head.status;
+    let decision = head.header("x-egress-decision").map(str::to_string);
     Err(match decision {
         Some(decision) => Failure::Refused { authority: authority.to_string(), decision },
         None => {
@@ -235,7 +233,7 @@ async fn tunnel(tcp: &mut TcpStream, authority: &str) -> Result<(), Failure> {
 
 /// The answer head up to its blank line, read byte by byte so that nothing of the tunnel after
 /// it is taken.
-async fn read_head(s: &mut (impl AsyncRead + Unpin)) -> Result<String, Failure> {
+async fn read_head(s: &mut (impl AsyncRead + Unpin)) -> Result<Vec<u8>, Failure> {
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") {
         let b = s.read_u8().await.map_err(|e| Failure::failed(format!("the filter's answer: {e}")))?;
@@ -244,7 +242,7 @@ async fn read_head(s: &mut (impl AsyncRead + Unpin)) -> Result<String, Failure> 
             return Err(Failure::failed("the filter's answer head is too long"));
         }
     }
-    Ok(String::from_utf8_lossy(&head).into_owned())
+    Ok(head)
 }
 
 /// One HTTP/1.1 request on `io`.

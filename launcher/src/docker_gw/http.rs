@@ -1,5 +1,7 @@
 //! The little HTTP/1.1 the gateway speaks: a request head read from the client, its body
-//! framed exactly (so nothing after it reaches the daemon unjudged), and heads written out.
+//! framed exactly (so nothing after it reaches the daemon unjudged), the daemon's answer heads,
+//! and heads written out. Heads are read to their empty line here, within [`MAX_HEAD`], and
+//! parsed by `httparse`; the query's escapes are read by [`ocsb_policy::http`].
 
 use std::io::{self, BufRead, Read, Write};
 
@@ -28,7 +30,12 @@ pub enum Framing {
 
 impl Head {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        header(&self.headers, name)
+    }
+
+    /// Every value of the header `name`, in order.
+    pub fn headers_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.headers.iter().filter(move |(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     pub fn framing(&self) -> io::Result<Framing> {
@@ -60,13 +67,24 @@ impl Head {
 /// Reads a request head; `None` at a clean end of stream before any byte.
 pub fn read_head(r: &mut impl BufRead) -> io::Result<Option<Head>> {
     let lines = read_lines(r)?;
-    let Some(first) = lines.first() else { return Ok(None) };
-    let mut words = first.split(' ');
-    let (method, target, version) = (words.next(), words.next(), words.next());
-    let (Some(method), Some(target), Some(version)) = (method, target, version) else {
+    if lines.is_empty() {
+        return Ok(None);
+    }
+    let text = head_text(&lines);
+    let mut slots = vec![httparse::EMPTY_HEADER; lines.len()];
+    let mut req = httparse::Request::new(&mut slots);
+    match req.parse(text.as_bytes()) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(bad("a truncated head")),
+        Err(httparse::Error::HeaderName | httparse::Error::HeaderValue) => {
+            return Err(bad("a malformed header"));
+        }
+        Err(_) => return Err(bad("a malformed request line")),
+    }
+    let (Some(method), Some(target)) = (req.method, req.path) else {
         return Err(bad("a malformed request line"));
     };
-    if !version.starts_with("HTTP/1.") || words.next().is_some() || !target.starts_with('/') {
+    if !target.starts_with('/') {
         return Err(bad("a malformed request line"));
     }
     if !method.bytes().all(|b| b.is_ascii_uppercase()) {
@@ -81,6 +99,7 @@ pub fn read_head(r: &mut impl BufRead) -> io::Result<Option<Head>> {
     if !path.bytes().all(safe) || odd_segment {
         return Err(bad("a path with escapes, or with empty or dot segments"));
     }
+    let decode = |s: &str| ocsb_policy::http::decode_query_strict(s).map_err(bad);
     let query = query
         .split('&')
         .filter(|p| !p.is_empty())
@@ -89,15 +108,72 @@ pub fn read_head(r: &mut impl BufRead) -> io::Result<Option<Head>> {
             Ok((decode(k)?, decode(v)?))
         })
         .collect::<io::Result<Vec<_>>>()?;
-    let mut headers = Vec::new();
-    for l in &lines[1..] {
-        let (k, v) = l.split_once(':').ok_or_else(|| bad("a header without a colon"))?;
-        if k.is_empty() || k.bytes().any(|b| b.is_ascii_whitespace()) {
-            return Err(bad("a malformed header name"));
-        }
-        headers.push((k.to_string(), v.trim().to_string()));
-    }
+    let headers = pairs(req.headers)?;
     Ok(Some(Head { method: method.into(), path: path.to_string(), query, headers }))
+}
+
+/// An answer's head, from the daemon or the filter.
+#[derive(Debug, Clone)]
+pub struct ResponseHead {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+}
+
+impl ResponseHead {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        header(&self.headers, name)
+    }
+
+    /// How the body is framed, as the gateway's own calls read it: chunked whenever there is a
+    /// transfer coding, else by its length, else up to the end of the connection.
+    pub fn framing(&self) -> Framing {
+        if self.header("transfer-encoding").is_some() {
+            Framing::Chunked
+        } else {
+            self.header("content-length").and_then(|n| n.parse().ok()).map_or(Framing::None, Framing::Length)
+        }
+    }
+}
+
+/// Reads an answer's head (see [`parse_response`]).
+pub fn read_response(r: &mut impl BufRead) -> io::Result<ResponseHead> {
+    let lines = read_lines(r)?;
+    parse_response(head_text(&lines).as_bytes())
+}
+
+/// An answer's head, up to and with its empty line.
+pub fn parse_response(raw: &[u8]) -> io::Result<ResponseHead> {
+    let malformed = || io::Error::new(io::ErrorKind::InvalidData, "the answer has a malformed head");
+    let count = raw.iter().filter(|b| **b == b'\n').count();
+    let mut slots = vec![httparse::EMPTY_HEADER; count];
+    let mut resp = httparse::Response::new(&mut slots);
+    match resp.parse(raw) {
+        Ok(httparse::Status::Complete(_)) => {}
+        _ => return Err(malformed()),
+    }
+    let status = resp.code.ok_or_else(malformed)?;
+    Ok(ResponseHead { status, headers: pairs(resp.headers).map_err(|_| malformed())? })
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+}
+
+/// The head's lines as one text again, with its empty line, for `httparse`.
+fn head_text(lines: &[String]) -> String {
+    let mut text = lines.join("\r\n");
+    text.push_str("\r\n\r\n");
+    text
+}
+
+fn pairs(headers: &[httparse::Header<'_>]) -> io::Result<Vec<(String, String)>> {
+    headers
+        .iter()
+        .map(|h| {
+            let v = std::str::from_utf8(h.value).map_err(|_| bad("a head that is not UTF-8"))?;
+            Ok((h.name.to_string(), v.trim().to_string()))
+        })
+        .collect()
 }
 
 /// The lines of a head up to the empty line (CRLF or LF), within [`MAX_HEAD`].
@@ -224,43 +300,8 @@ fn bad(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("the request has {what}"))
 }
 
-fn decode(s: &str) -> io::Result<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-                let v = hex
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| bad("a bad percent escape"))?;
-                out.push(v);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).map_err(|_| bad("a target that is not UTF-8"))
-}
-
 fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~/:".contains(&b) {
-            out.push(b as char);
-        } else {
-            out += &format!("%{b:02X}");
-        }
-    }
-    out
+    ocsb_policy::http::encode(s, ocsb_policy::http::QUERY_VALUE)
 }
 
 #[cfg(test)]
@@ -297,13 +338,30 @@ mod tests {
             b"GET / HTTP/2\r\n\r\n",
             b"GET /%zz HTTP/1.1\r\n\r\n",
             b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\n x: folded\r\n\r\n",
+            b"GET /?a=%+1 HTTP/1.1\r\n\r\n",
+            b"GET /?a=%FF HTTP/1.1\r\n\r\n",
         ] {
             assert!(read_head(&mut io::BufReader::new(raw)).is_err(), "{}", String::from_utf8_lossy(raw));
         }
+        assert!(read_head(&mut io::BufReader::new(&b"\r\nGET / HTTP/1.1\r\n\r\n"[..])).unwrap().is_none());
         let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(70_000));
         assert!(read_head(&mut io::BufReader::new(big.as_bytes())).is_err());
         let body = b"ffffffff\r\n";
         assert!(read_body(&mut io::BufReader::new(&body[..]), Framing::Chunked, 10).is_err());
         assert!(read_body(&mut io::BufReader::new(&b"abc"[..]), Framing::Length(5), 10).is_err());
+    }
+
+    #[test]
+    fn answer_heads_are_read_with_their_framing() {
+        let raw = b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+        let mut r = io::BufReader::new(&raw[..]);
+        let h = read_response(&mut r).unwrap();
+        assert_eq!((h.status, h.framing()), (201, Framing::Length(2)));
+        assert_eq!(h.header("content-type"), Some("application/json"));
+        let h = parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
+        assert_eq!(h.framing(), Framing::Chunked);
+        assert!(parse_response(b"HTTP/1.1 OK\r\n\r\n").is_err());
+        assert!(read_response(&mut io::BufReader::new(&b""[..])).is_err());
     }
 }

@@ -108,27 +108,28 @@ impl Gateway {
         let ctx = project_context(project);
         let inst = crate::egress_cmd::instance(project)?;
         let paths = inst.paths();
+        let at = crate::state::Layout::of(&project.settings);
         let reach = match inst.backend {
             ocsb_egress::Backend::Builtin => egress::Reach::Lend(paths.control_socket()),
             ocsb_egress::Backend::Squid => egress::Reach::Relay,
         };
         let egress = egress::Egress::new(reach, inst.port);
         paths.create_private().map_err(|e| Error::io("create", &paths.dir, e))?;
-        let empty_file = paths.dir.join("docker-empty");
+        let empty_file = at.docker_empty();
         write_empty(&empty_file)?;
-        let log = paths.open_log("docker.log").ok();
+        let log = paths.open_log(crate::state::DOCKER_LOG).ok();
         let registries = pull::Registries {
             filter: std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, inst.port)),
-            work_dir: paths.dir.join("docker-pulls"),
-            docker_log: paths.dir.join("docker.log"),
+            work_dir: at.docker_pulls(),
+            docker_log: at.docker_log(),
         };
         // The path the sandbox binds from: its mounts follow no link on the way, and a home
         // may be reached through one.
         let dir = std::fs::canonicalize(&paths.dir).map_err(|e| Error::io("resolve", &paths.dir, e))?;
         let (listener, socket, inode) = listen(&dir)?;
         let session = ctx.session.clone();
-        let journal = ending::Journal::create(&paths.dir, &session, &daemon)?;
-        watcher::ensure(&paths.dir, || paths.open_log("docker.log").ok())?;
+        let journal = ending::Journal::create(&at, &session, &daemon)?;
+        watcher::ensure(&at.egress(), || paths.open_log(crate::state::DOCKER_LOG).ok())?;
         let started = Arc::new(ending::Started::with_journal(journal));
         let closing = Arc::new(AtomicBool::new(false));
         let waiting = Waiting {
@@ -342,8 +343,7 @@ pub fn list(project: &Project, json: bool) -> Result<()> {
 /// ([`ending::stop_left_behind`]), whatever this start's Docker settings are. Made before
 /// every check of the checkouts, so that no such container writes the project after it.
 pub fn stop_left_behind(project: &Project) -> Result<()> {
-    let inst = crate::egress_cmd::instance(project)?;
-    ending::stop_left_behind(&inst.paths().dir)
+    ending::stop_left_behind(&crate::state::Layout::of(&project.settings))
 }
 
 /// `ocsb __docker-watch PID DIR`: the watcher a launcher with a gateway starts

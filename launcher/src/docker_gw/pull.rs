@@ -367,9 +367,9 @@ fn load(daemon: &Daemon, found: &Found, dir: &Path, tag: &str) -> Result<(), Str
     }
     up.write_all(b"0\r\n\r\n").map_err(|e| e.to_string())?;
     let mut r = BufReader::new(up);
-    let lines = http::read_lines(&mut r).map_err(|e| e.to_string())?;
-    let status = lines.first().and_then(|l| l.split(' ').nth(1)).unwrap_or("");
-    let chunked = lines.iter().any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding: chunked"));
+    let head = http::read_response(&mut r).map_err(|e| e.to_string())?;
+    let status = head.status.to_string();
+    let chunked = head.header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
     let mut body = Vec::new();
     let framing = if chunked { Framing::Chunked } else { Framing::None };
     match framing {

@@ -81,5 +81,5 @@ pub fn main(pid: u32, dir: &Path) -> Result<()> {
             _ => break,
         }
     }
-    super::ending::stop_after_exit(dir, pid, EXIT_WAIT)
+    super::ending::stop_after_exit(&crate::state::Layout::of_egress(dir), pid, EXIT_WAIT)
 }

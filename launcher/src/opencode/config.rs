@@ -13,6 +13,8 @@
 
 use std::path::PathBuf;
 
+use std::net::SocketAddr;
+
 use serde_json::{Value, json};
 
 /// Commands the agent's bash tool must refuse, each as bare word, with arguments, and by path.
@@ -52,6 +54,30 @@ pub fn content(skill_paths: &[PathBuf], plugins: &[PathBuf], providers: Option<V
         v["plugin"] = json!(plugins.iter().map(|p| format!("file://{}", p.display())).collect::<Vec<_>>());
     }
     v
+}
+
+/// The model-key broker as OpenCode is told of it: where each provider is and the placeholder
+/// it sends instead of a key.
+#[derive(Debug, Clone)]
+pub struct Broker {
+    pub addr: SocketAddr,
+    pub token: String,
+    pub providers: Vec<String>,
+}
+
+impl Broker {
+    /// The `provider` block of `OPENCODE_CONFIG_CONTENT` (the layer a project cannot override):
+    /// each provider's `baseURL` and `apiKey` point at the broker.
+    pub fn opencode_providers(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        for id in &self.providers {
+            m.insert(
+                id.clone(),
+                json!({"options": {"baseURL": format!("http://{}/{id}", self.addr), "apiKey": self.token}}),
+            );
+        }
+        Value::Object(m)
+    }
 }
 
 #[cfg(test)]

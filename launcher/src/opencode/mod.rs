@@ -4,6 +4,7 @@
 //! sandbox (which adds the proxy variables and the own `XDG_*` directories).
 
 pub mod config;
+pub mod configs;
 pub mod envfile;
 pub mod plugin_cache;
 
@@ -14,8 +15,8 @@ use ocsb_policy::settings::Settings;
 use crate::error::{Error, Result};
 use ocsb_sandbox::statefs::StateDir;
 
-/// The package's files, built into the binary so an installed `ocsb` needs no data directory.
-pub const PACKAGE_CONFIG: &str = include_str!("../../../opencode/opencode.jsonc");
+/// The package's files, built into the binary so an installed `ocsb` needs no data directory
+/// (its global OpenCode config is [`configs::PACKAGE`]).
 pub const GUARD_PLUGIN: &str = include_str!("../../../opencode/plugins/ocsb-guard.js");
 /// Desktop notifications through the filtered bus (`OCSB_NOTIFICATIONS`).
 pub const NOTIFY_PLUGIN: &str = include_str!("../../../opencode/plugins/ocsb-notify.js");
@@ -65,23 +66,6 @@ pub fn find_binary(bin: &Path, path_var: Option<&str>) -> Result<PathBuf> {
             p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
         .ok_or_else(|| Error::failed(format!("`{}` was not found in PATH", bin.display()), fix))
-}
-
-/// The global OpenCode config: `OCSB_OPENCODE_CONFIG`, else `~/.config/opencode-sandbox/
-/// opencode.jsonc` when it exists, else the package's. Returns the text and where it came from.
-pub fn global_config(settings: &Settings, user_config_dir: &Path) -> Result<(String, String)> {
-    if let Some(p) = settings.opencode_config() {
-        let t = std::fs::read_to_string(&p).map_err(|e| Error::io("read OCSB_OPENCODE_CONFIG", &p, e))?;
-        return Ok((t, p.display().to_string()));
-    }
-    let user = user_config_dir.join("opencode.jsonc");
-    match std::fs::read_to_string(&user) {
-        Ok(t) => Ok((t, user.display().to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Ok((PACKAGE_CONFIG.to_string(), "the package's".into()))
-        }
-        Err(e) => Err(Error::io("read", user, e)),
-    }
 }
 
 /// Resolve `OCSB_SKILLS`: a skill named N is `<dir>/N/SKILL.md` in an `OCSB_SKILL_DIRS` entry
@@ -192,17 +176,17 @@ fn kubeconfig(settings: &Settings, state: &StateDir) -> Result<Option<PathBuf>> 
 /// Prepare OpenCode's files in the state directory and compute its command line and
 /// environment. Fails before anything starts when an input is bad (env file line, missing skill).
 /// `env_file` is `OCSB_ENV_FILE` without its provider keys; `broker` is where OpenCode finds
-/// those providers instead (see [`crate::broker`]).
+/// those providers instead (the model-key broker).
 pub fn setup(
     settings: &Settings,
     user_config_dir: &Path,
     state: &StateDir,
     extra_args: &[String],
     env_file: &[(String, String)],
-    broker: Option<&crate::broker::Endpoint>,
+    broker: Option<&config::Broker>,
 ) -> Result<Setup> {
     let bin = find_binary(&settings.opencode_bin(), std::env::var("PATH").ok().as_deref())?;
-    let (global, _) = global_config(settings, user_config_dir)?;
+    let (global, _) = configs::global(settings, user_config_dir)?;
     state.write(Path::new("config/opencode/opencode.jsonc"), global.as_bytes(), 0o644)?;
     seed_config_dir(state, Path::new("config/opencode"))?;
     let warmed = plugin_cache::warm(state, &global, &bin)?;
@@ -319,6 +303,6 @@ mod tests {
     fn package_files_are_valid() {
         assert!(GUARD_PLUGIN.contains("shell.env"));
         assert!(PACKAGE_SKILLS[0].1.starts_with("---\nname: opencode-sandbox\n"));
-        assert!(PACKAGE_CONFIG.contains("\"plugin\""));
+        assert!(configs::PACKAGE.contains("\"plugin\""));
     }
 }

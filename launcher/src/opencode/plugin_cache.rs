@@ -14,56 +14,13 @@ use std::path::{Path, PathBuf};
 
 use ocsb_sandbox::statefs::StateDir;
 
+use super::configs::jsonc_to_json;
+
 /// One plugin copied into the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warmed {
     pub spec: String,
     pub from: PathBuf,
-}
-
-/// JSONC (comments, trailing commas) to JSON. Strings are copied verbatim, so `//` inside a
-/// URL stays.
-pub fn jsonc_to_json(text: &str) -> String {
-    let b = text.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'"' => {
-                let start = i;
-                i += 1;
-                while i < b.len() && b[i] != b'"' {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
-                }
-                i = (i + 1).min(b.len());
-                out.extend_from_slice(&b[start..i]);
-            }
-            b'/' if b.get(i + 1) == Some(&b'/') => {
-                while i < b.len() && b[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                i += 2;
-                while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
-                    i += 1;
-                }
-                i = (i + 2).min(b.len());
-            }
-            b',' => {
-                let next = b[i + 1..].iter().find(|c| !c.is_ascii_whitespace());
-                if !matches!(next, Some(b']' | b'}')) {
-                    out.push(b',');
-                }
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `name@1.2.3` with an unscoped name and an exact version.
@@ -143,19 +100,6 @@ pub fn warm(state: &StateDir, global_config: &str, opencode_bin: &Path) -> crate
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn jsonc_comments_and_trailing_commas() {
-        let t = "// top\n{\n  \"a\": \"http://x/*y*/\", /* c */\n  \"plugin\": [\"p@1.0.0\",],\n}\n";
-        let v: serde_json::Value = serde_json::from_str(&jsonc_to_json(t)).unwrap();
-        assert_eq!(v["a"], "http://x/*y*/");
-        assert_eq!(v["plugin"][0], "p@1.0.0");
-        let v: serde_json::Value =
-            serde_json::from_str(&jsonc_to_json(crate::opencode::PACKAGE_CONFIG)).unwrap();
-        assert!(
-            v["plugin"].as_array().unwrap().iter().any(|p| p.as_str().unwrap().starts_with("cc-safety-net@"))
-        );
-    }
 
     #[test]
     fn only_exact_unscoped_specs() {

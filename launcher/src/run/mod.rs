@@ -13,7 +13,6 @@ mod browser;
 mod denials;
 pub(crate) mod notify;
 pub(crate) mod prepare;
-pub mod state;
 
 pub use prepare::prepare;
 
@@ -25,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::project::Project;
-use crate::{broker, opencode, sandbox_spec, signals, web};
+use crate::{broker, opencode, sandbox_spec, signals, state, web};
 
 /// How long OpenCode may take to answer `/global/health` after it started.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);

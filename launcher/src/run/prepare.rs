@@ -14,8 +14,8 @@ use ocsb_sandbox::{Netlock, Network};
 
 use crate::error::{Error, Result};
 use crate::project::Project;
-use crate::run::state;
 use crate::sandbox_spec;
+use crate::state;
 
 /// What `prepare` established, for the command that runs next.
 pub struct Prepared {
@@ -52,7 +52,7 @@ pub fn open_state(project: &Project) -> Result<Opened> {
     project.check_writable_roots()?;
     state::claim(project)?;
     let checked = crate::commands::sandbox::refuse_planted(project, "start a sandbox")?;
-    let sd = StateDir::open(&project.settings.state_dir())?;
+    let sd = state::Layout::of(&project.settings).open()?;
     let created = state::ensure_private(&sd)?;
     state::ensure_caches(&sd, &project.settings)?;
     Ok(Opened { state: sd, created, checked })

@@ -2,52 +2,27 @@
 //!
 //! It runs in the launcher, outside the sandbox, and forwards to OpenCode on `OCSB_WEB_PORT + 1`
 //! (HTTP, server-sent events and WebSocket upgrades for the terminal). It checks the user's
-//! password ([`auth`]) and replaces it upstream with OpenCode's own per-run secret. When the panel
-//! is on, HTML pages get one same-origin `<script src>` tag (OpenCode's CSP allows `'self'`
-//! scripts, not inline ones) and `/__ocsb/*` serves the Tokens panel and its numbers ([`tokens`]).
+//! password ([`auth`], [`login`]) and replaces it upstream with OpenCode's own per-run secret.
+//! When the panel is on, HTML pages get one same-origin `<script src>` tag (OpenCode's CSP allows
+//! `'self'` scripts, not inline ones) and `/__ocsb/*` serves the Tokens panel and its numbers
+//! ([`panel`], [`tokens`]). [`forward`] is the proxy that puts these together.
 
 pub mod auth;
+mod config;
+mod forward;
 pub mod listener;
+mod login;
+mod panel;
 pub mod panel_log;
-mod proxy;
+mod reply;
 pub mod tokens;
+mod upstream;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 
 use crate::error::{Error, Result};
-
-/// What the front needs to know.
-#[derive(Debug, Clone)]
-pub struct FrontConfig {
-    /// `127.0.0.1:<OCSB_WEB_PORT>`.
-    pub listen: SocketAddr,
-    /// OpenCode: `127.0.0.1:<OCSB_WEB_PORT + 1>`.
-    pub upstream: SocketAddr,
-    /// The password the user types (user [`auth::USER`]).
-    pub password: String,
-    /// The `Authorization` value OpenCode expects (its own per-run secret).
-    pub upstream_authorization: String,
-    /// `OCSB_PANEL`.
-    pub panel: bool,
-    /// The value of the login cookie this front hands out after a successful login (random per
-    /// start). Browsers do not send Basic credentials on every request kind (WebSocket
-    /// handshakes, `?auth_token=` logins); a same-site, HttpOnly cookie covers those.
-    pub cookie: String,
-    /// `context-panel.log` in the state directory (none for the hidden `__web-front`).
-    pub log: Option<std::sync::Arc<panel_log::PanelLog>>,
-    /// The model-key broker's ledger: the panel shows the spend it measured against the limit.
-    pub spend: Option<std::sync::Arc<crate::broker::ledger::Ledger>>,
-}
-
-impl FrontConfig {
-    /// A line in the panel log, when there is one.
-    pub fn log(&self, msg: impl std::fmt::Display) {
-        if let Some(l) = &self.log {
-            l.line(msg);
-        }
-    }
-}
+pub use config::FrontConfig;
 
 /// The running front (stopped by `stop`, or when dropped).
 pub use crate::served::Served as Front;
@@ -73,7 +48,7 @@ pub fn start(cfg: FrontConfig) -> Result<Front> {
         if cfg.panel { "on" } else { "off (OCSB_PANEL=0)" }
     ));
     let cfg = std::sync::Arc::new(cfg);
-    Front::spawn("the web front", "ocsb-web", listener, move |l, stop| proxy::serve(l, cfg, stop))
+    Front::spawn("the web front", "ocsb-web", listener, move |l, stop| forward::serve(l, cfg, stop))
 }
 
 /// `ocsb __web-front`: the front alone, in front of an OpenCode started by someone else (tests,

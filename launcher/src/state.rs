@@ -1,13 +1,18 @@
 //! The per-project state directory (`OCSB_STATE_DIR`, default
-//! `~/.local/share/opencode-sandbox/<name>/`) and the single-instance lock.
+//! `~/.local/share/opencode-sandbox/<name>/`): its layout, named here and nowhere else, its
+//! opening (no link followed), the launcher's private files in it and the single-instance lock.
 //!
 //! Layout: `config/ data/ cache/ state/` are OpenCode's own `XDG_*` directories (its sessions
 //! database is `data/opencode/opencode.db`, so sessions survive restarts), `tmp/` the private
 //! `/tmp`, `docker/config.json` the Docker client's proxy settings, `package/` the skills and
-//! plugins copied from the package on every start, `egress/` the filter's files, `password` the
-//! web password (0600), `opencode-password` OpenCode's own per-run secret (0600) and `run.lock`
-//! the lock of a running `ocsb run`. Launcher writes below the state directory go through
-//! [`StateDir`]: the sandbox can write there too.
+//! plugins copied from the package on every start, `home-caches/` the project's own toolchain
+//! caches, `egress/` the filter's files and the Docker gateway's (its sessions' journals in
+//! `docker-sessions/`, its pulls' blobs in `docker-pulls/`, its log and its sockets), `spend/`
+//! the model-key broker's ledger, `password` the web password (0600), `opencode-password`
+//! OpenCode's own per-run secret (0600) and `run.lock` the lock of a running `ocsb run`.
+//! Launcher writes below the state directory go through [`StateDir`]: the sandbox can write
+//! there too. Paths of the sandbox's own files (OpenCode's config, the panel log) are named by
+//! the modules that write them, relative to the directory.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -15,28 +20,132 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use ocsb_sandbox::statefs::StateDir;
 
-pub fn password_file(state: &Path) -> PathBuf {
-    state.join("password")
-}
-
+/// The web password, relative to the state directory.
+pub const PASSWORD: &str = "password";
 /// OpenCode's per-run server password, relative to the state directory.
 pub const OPENCODE_PASSWORD: &str = "opencode-password";
+/// The lock of a running `ocsb run`.
+pub const RUN_LOCK: &str = "run.lock";
+/// The filter's directory, named by the filter (`ocsb egress serve --state-dir` finds it there),
+/// which the Docker gateway shares: both hold what no sandbox of the project may reach.
+pub const EGRESS: &str = ocsb_egress::paths::DIR;
+/// The model-key broker's directory, hidden from the sandbox: what the cap counts must not be
+/// the agent's to rewrite.
+pub const SPEND: &str = "spend";
+/// The ledger, one JSON line per model request.
+pub const LEDGER: &str = "spend/ledger.jsonl";
+/// The id of the `ocsb run` that runs now (or ran last).
+pub const SPEND_SESSION: &str = "spend/session";
+/// The highest price seen for each model.
+pub const PRICES: &str = "spend/prices.json";
+/// The project's own toolchain caches (`OCSB_CACHES=private`), relative to the state directory.
+pub const CACHES: &str = "home-caches";
+/// The Docker client's config (its proxy settings), the agent's to change.
+pub const DOCKER_CONFIG: &str = "docker/config.json";
+/// The Docker gateway's files in [`EGRESS`]: its sessions' journals, its pulls' blobs, its log
+/// and the empty file it binds over what a container must not see.
+const DOCKER_SESSIONS: &str = "docker-sessions";
+const DOCKER_PULLS: &str = "docker-pulls";
+pub const DOCKER_LOG: &str = "docker.log";
+const DOCKER_EMPTY: &str = "docker-empty";
+
+/// One project's state directory as paths, for the launcher's files that are not opened
+/// through [`StateDir`] (the filter's and the gateway's directory, the files read before the
+/// directory is opened).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    pub fn new(root: impl Into<PathBuf>) -> Layout {
+        Layout { root: root.into() }
+    }
+
+    /// The project's state directory, from `OCSB_STATE_DIR` or `OCSB_NAME`.
+    pub fn of(settings: &ocsb_policy::settings::Settings) -> Layout {
+        Layout::new(settings.state_dir())
+    }
+
+    /// The layout whose [`Layout::egress`] is `dir` (the Docker watcher is handed that
+    /// directory).
+    pub fn of_egress(dir: &Path) -> Layout {
+        Layout::new(dir.parent().unwrap_or(dir))
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Opens the directory, made when missing, without following a link ([`StateDir::open`]).
+    pub fn open(&self) -> Result<StateDir> {
+        Ok(StateDir::open(&self.root)?)
+    }
+
+    pub fn password(&self) -> PathBuf {
+        self.root.join(PASSWORD)
+    }
+
+    pub fn opencode_password(&self) -> PathBuf {
+        self.root.join(OPENCODE_PASSWORD)
+    }
+
+    pub fn run_lock(&self) -> PathBuf {
+        self.root.join(RUN_LOCK)
+    }
+
+    pub fn egress(&self) -> PathBuf {
+        self.root.join(EGRESS)
+    }
+
+    pub fn ledger(&self) -> PathBuf {
+        self.root.join(LEDGER)
+    }
+
+    pub fn spend_session(&self) -> PathBuf {
+        self.root.join(SPEND_SESSION)
+    }
+
+    /// The project's own copy of the cache `name` (`OCSB_CACHES=private`).
+    pub fn home_cache(&self, name: &str) -> PathBuf {
+        self.root.join(CACHES).join(name)
+    }
+
+    /// The Docker sessions' journals: in the gateway's directory, which the project's
+    /// sandboxes hide and no other project's sandbox mounts.
+    pub fn docker_sessions(&self) -> PathBuf {
+        self.egress().join(DOCKER_SESSIONS)
+    }
+
+    /// Where the gateway's pulls keep their blobs until the daemon has loaded them.
+    pub fn docker_pulls(&self) -> PathBuf {
+        self.egress().join(DOCKER_PULLS)
+    }
+
+    /// The gateway's log (and its watcher's).
+    pub fn docker_log(&self) -> PathBuf {
+        self.egress().join(DOCKER_LOG)
+    }
+
+    pub fn docker_empty(&self) -> PathBuf {
+        self.egress().join(DOCKER_EMPTY)
+    }
+}
+
+pub fn password_file(state: &Path) -> PathBuf {
+    Layout::new(state).password()
+}
 
 pub fn lock_file(state: &Path) -> PathBuf {
-    state.join("run.lock")
+    Layout::new(state).run_lock()
 }
 
 /// Paths in the (writable) state directory the sandbox must not see: the user's web password,
 /// the copy of OpenCode's secret, the filter's control socket and pid file, the lock, and the
 /// model-key broker's ledger (what the cap counts must not be the agent's to rewrite).
 pub fn hidden_from_sandbox(state: &Path) -> Vec<PathBuf> {
-    vec![
-        password_file(state),
-        state.join(OPENCODE_PASSWORD),
-        state.join("egress"),
-        lock_file(state),
-        state.join(crate::broker::ledger::DIR),
-    ]
+    let l = Layout::new(state);
+    vec![l.password(), l.opencode_password(), l.egress(), l.run_lock(), state.join(SPEND)]
 }
 
 /// The launcher's private files in the state directory, made before any sandbox starts: they
@@ -44,17 +153,14 @@ pub fn hidden_from_sandbox(state: &Path) -> Vec<PathBuf> {
 /// planted them (a `run.lock` link that the lock's write follows, a `password` of the agent's
 /// choosing). Returns whether the web password was created now (`run` prints it once).
 pub fn ensure_private(sd: &StateDir) -> Result<bool> {
-    sd.dir(Path::new("egress"))?;
-    sd.dir(Path::new(crate::broker::ledger::DIR))?;
+    sd.dir(Path::new(EGRESS))?;
+    sd.dir(Path::new(SPEND))?;
     sd.private_file(Path::new(OPENCODE_PASSWORD), || Ok::<_, Error>(Vec::new()))?;
-    sd.private_file(Path::new("run.lock"), || Ok::<_, Error>(Vec::new()))?;
-    sd.private_file(Path::new("password"), || {
+    sd.private_file(Path::new(RUN_LOCK), || Ok::<_, Error>(Vec::new()))?;
+    sd.private_file(Path::new(PASSWORD), || {
         Ok(format!("{}\n", crate::web::auth::random_secret()?).into_bytes())
     })
 }
-
-/// The project's own toolchain caches (`OCSB_CACHES=private`), relative to the state directory.
-pub const CACHES: &str = "home-caches";
 
 /// The project's own copy of each default cache, made (or, where a sandbox left a link or a
 /// file in its place, remade) without following links, so the mount that puts it over
@@ -79,7 +185,7 @@ pub fn rewrite_private(sd: &StateDir, rel: &Path, data: &[u8]) -> Result<()> {
 
 /// The web password, read without following links (see [`ensure_private`]).
 pub fn password(sd: &StateDir) -> Result<String> {
-    let text = sd.read_private(Path::new("password"))?;
+    let text = sd.read_private(Path::new(PASSWORD))?;
     let pw = String::from_utf8_lossy(&text).trim().to_string();
     if pw.is_empty() {
         let path = password_file(sd.path());
@@ -152,7 +258,7 @@ pub struct InstanceLock {
 pub fn lock(sd: &StateDir) -> Result<InstanceLock> {
     let state = sd.path();
     let path = lock_file(state);
-    let mut f = sd.open_private(Path::new("run.lock"))?;
+    let mut f = sd.open_private(Path::new(RUN_LOCK))?;
     // flock(2), exclusive and non-blocking.
     if let Err(e) = f.try_lock() {
         if let std::fs::TryLockError::WouldBlock = e {
@@ -187,7 +293,7 @@ pub fn write_docker_config(
     docker0: Option<std::net::IpAddr>,
     port: u16,
 ) -> Result<()> {
-    let path = Path::new("docker/config.json");
+    let path = Path::new(DOCKER_CONFIG);
     let mut v: serde_json::Value = state
         .read(path)
         .and_then(|b| serde_json::from_slice(&b).ok())

@@ -1,0 +1,65 @@
+//! The launcher's HTTP helpers on hyper's types, for the web front and the model-key broker:
+//! the lists and the decoding are [`ocsb_policy::http`]'s, shared with the Docker gateway and
+//! the egress filter.
+
+use hyper::Uri;
+use hyper::header::{self, HeaderMap};
+
+/// Removes the headers of one hop ([`ocsb_policy::http::hop_by_hop`]): the fixed list and what
+/// the message's `Connection` names.
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let listed = h.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok());
+    for name in ocsb_policy::http::hop_by_hop(listed) {
+        h.remove(name.as_str());
+    }
+}
+
+/// Whether the request asks to upgrade its connection (`Connection: upgrade` with `Upgrade`).
+pub fn is_upgrade(h: &HeaderMap) -> bool {
+    h.get(header::UPGRADE).is_some()
+        && h.get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+}
+
+/// The value of query parameter `name`, percent-decoded (leniently: it is compared, never
+/// forwarded).
+pub fn query_param(uri: &Uri, name: &str) -> Option<String> {
+    uri.query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then(|| ocsb_policy::http::decode_lossy(v))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::{HeaderName, HeaderValue};
+
+    #[test]
+    fn hop_by_hop_headers_and_connection_listed_ones_are_removed() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "keep-alive, X-Secret"),
+            ("x-secret", "1"),
+            ("proxy-authorization", "Basic Zm9v"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("accept", "*/*"),
+        ] {
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["accept"]);
+    }
+
+    #[test]
+    fn query_parameters_are_decoded() {
+        let u: Uri = "/a/b?x=1&auth_token=abc&y=%2Fhome%2Fu&z=%zz%41".parse().unwrap();
+        assert_eq!(query_param(&u, "y").unwrap(), "/home/u");
+        assert_eq!(query_param(&u, "z").unwrap(), "%zzA");
+        assert_eq!(query_param(&u, "w"), None);
+    }
+}

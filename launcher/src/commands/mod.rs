@@ -11,10 +11,11 @@ pub mod spend;
 
 use clap::CommandFactory;
 
-use crate::cli::{Cli, Command, DockerCommand, EgressCommand, SandboxCommand, WtCommand};
+use crate::cli::{Cli, Command, DockerCommand, EgressCommand, NetlockCommand, SandboxCommand, WtCommand};
 use crate::error::Result;
 use crate::project::{self, Project};
-use crate::{doctor, egress_cmd, netlock, opencode, run, web, worktree};
+use crate::session::{self, Session};
+use crate::{doctor, netlock, opencode, run, web, worktree};
 
 pub fn dispatch(cli: Cli) -> Result<()> {
     let explicit = cli.project.as_deref();
@@ -31,14 +32,22 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Egress(EgressCommand::Render(args)) => egress::render(&project()?, args.format),
         Command::Egress(EgressCommand::Explain(args)) => egress::explain(&project()?, &args),
         Command::Egress(EgressCommand::Suggest(a)) => egress::suggest(&project()?, a.json),
-        Command::Egress(EgressCommand::Lifecycle(cmd)) => egress_cmd::run(explicit, cmd),
+        Command::Egress(EgressCommand::Lifecycle(cmd)) => egress::lifecycle(explicit, cmd),
         Command::Wt(WtCommand::Add { branch, args }) => worktree::add(explicit, &branch, &args),
         Command::Wt(WtCommand::Rm { name, force }) => worktree::rm(explicit, &name, force),
         Command::Wt(WtCommand::List) => worktree::list(explicit),
-        Command::Netlock(cmd) => netlock::run(cmd, &project()?.settings),
+        Command::Netlock(cmd) => {
+            let settings = project()?.settings;
+            match cmd {
+                NetlockCommand::Setup => netlock::setup(&settings),
+                NetlockCommand::Teardown => netlock::teardown(),
+                NetlockCommand::Status { json } => netlock::show_status(&settings, json),
+                NetlockCommand::Verify { json } => netlock::check(&settings, json),
+            }
+        }
         Command::Doctor(args) => doctor::run(explicit, args.json),
         Command::Password => password::run(&project()?),
-        Command::Prepare(args) => run::prepare(&project()?, args.retest).map(drop),
+        Command::Prepare(args) => Session::new(&project()?)?.prepare(args.retest).map(drop),
         Command::Run(args) => run::run(&project()?, &args.opencode_args, args.no_browser),
         Command::Exec(args) => std::process::exit(sandbox::exec(&project()?, args.command)?),
         Command::Shell => std::process::exit(sandbox::shell(&project()?)?),
@@ -50,7 +59,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
             clap_complete::generate(shell, &mut Cli::command(), "ocsb", &mut std::io::stdout());
             Ok(())
         }
-        Command::SandboxRun { spec, command } => std::process::exit(sandbox::run_spec(&spec, command)),
+        Command::SandboxRun { spec, command } => std::process::exit(session::replay::main(&spec, command)),
         Command::NetlockProbe => std::process::exit(netlock::probe::main().into()),
         Command::IsolatedProbe => std::process::exit(match ocsb_sandbox::netns::probe() {
             Ok(()) => 0,
@@ -64,6 +73,8 @@ pub fn dispatch(cli: Cli) -> Result<()> {
             println!("{}", opencode::config_for_tests(&dir)?);
             Ok(())
         }
-        Command::WebFront(args) => web::serve_alone(&args),
+        Command::WebFront(a) => {
+            web::serve_alone(a.listen, a.upstream, &a.password_file, &a.upstream_password_file, !a.no_panel)
+        }
     }
 }

@@ -28,7 +28,6 @@ use std::sync::{Arc, Mutex};
 
 use ocsb_policy::docker::Context;
 use ocsb_sandbox::plan::{Access, Op, Plan};
-use ocsb_sandbox::{Ahead, SandboxSpec};
 
 pub use daemon::{Daemon, upstream};
 
@@ -106,7 +105,7 @@ impl Gateway {
     /// container may bind, as it says which the sandbox may write.
     pub fn start(project: &Project, daemon: Daemon) -> Result<Gateway> {
         let ctx = project_context(project);
-        let inst = crate::egress_cmd::instance(project)?;
+        let inst = crate::filter::instance(project)?;
         let paths = inst.paths();
         let reach = match inst.backend {
             ocsb_egress::Backend::Builtin => egress::Reach::Lend(paths.control_socket()),
@@ -342,7 +341,7 @@ pub fn list(project: &Project, json: bool) -> Result<()> {
 /// ([`ending::stop_left_behind`]), whatever this start's Docker settings are. Made before
 /// every check of the checkouts, so that no such container writes the project after it.
 pub fn stop_left_behind(project: &Project) -> Result<()> {
-    let inst = crate::egress_cmd::instance(project)?;
+    let inst = crate::filter::instance(project)?;
     ending::stop_left_behind(&inst.paths().dir)
 }
 
@@ -353,41 +352,6 @@ pub fn watch(pid: u32, dir: &Path) -> Result<()> {
 }
 
 pub use watcher::WATCH;
-
-/// Starts the gateway for a sandbox of `project` when `OCSB_DOCKER=1` and a daemon answers on
-/// a unix socket, and puts it into `spec` (its socket, `DOCKER_HOST`) and `ahead` (it serves
-/// once the sandbox's start gives it the sandbox's plan, [`Gateway::judge_by`]; it stops the
-/// session's containers once the sandbox has exited, [`Gateway::at_exit`]). Every sandbox
-/// start with the gateway makes this one call (`ocsb run`, `exec`, `shell` and the checks of
-/// `prepare`); the caller keeps what it returns until the sandbox has exited. With no daemon
-/// there is nothing to serve, as there was no socket to pass before.
-///
-/// A daemon the user cannot reach (the socket's group, a stopped daemon) is said once, with
-/// its fix, and the gateway still serves: the sandbox works without Docker, and the agent's
-/// Docker client gets the same cause and fix as its error.
-pub fn attach(project: &Project, spec: &mut SandboxSpec, ahead: &mut Ahead) -> Result<Option<Gateway>> {
-    if project.settings.docker() != ocsb_policy::settings::DockerMode::Gateway || !spec.namespaces {
-        return Ok(None);
-    }
-    let Some(socket) = upstream() else { return Ok(None) };
-    if let Err(why) = reach::ping(&socket) {
-        static SAID: std::sync::Once = std::sync::Once::new();
-        SAID.call_once(|| {
-            eprintln!(
-                "ocsb: warning: Docker will not work in the sandbox: {}; fix: {}",
-                why.what(),
-                why.fix()
-            );
-        });
-    }
-    let gw = Gateway::start(project, Daemon { socket })?;
-    spec.docker_gateway = Some(gw.socket());
-    spec.env.retain(|(k, _)| k != "DOCKER_HOST");
-    spec.env.push(("DOCKER_HOST".into(), format!("unix://{}", ocsb_sandbox::spec::DOCKER_GATEWAY_INSIDE)));
-    ahead.on_plan = Some(gw.judge_by());
-    ahead.on_exit = Some(gw.at_exit());
-    Ok(Some(gw))
-}
 
 /// The policy's view of the project, but for its paths ([`judge_paths`]).
 fn project_context(project: &Project) -> Context {

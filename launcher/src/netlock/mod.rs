@@ -11,47 +11,47 @@ pub mod probe;
 
 use ocsb_policy::settings::{NetlockAcquire, Settings};
 
-use crate::cli::NetlockCommand;
 use crate::error::{Error, Result};
 use client::Helper;
 use probe::Outcome;
 
-pub fn run(cmd: NetlockCommand, settings: &Settings) -> Result<()> {
-    let group = settings.netlock_group();
-    let acquire = settings.netlock_acquire();
-    match cmd {
-        NetlockCommand::Setup => {
-            let helper = client::connect();
-            let Helper::Present(conn) = &helper else { return Err(not_installed(&helper)) };
-            let state = client::call(conn, "Apply")?;
-            println!("helper: {state}");
-            verify(group, acquire, false)
+/// `ocsb netlock setup`: the helper applies the lock, then it is verified.
+pub fn setup(settings: &Settings) -> Result<()> {
+    let helper = client::connect();
+    let Helper::Present(conn) = &helper else { return Err(not_installed(&helper)) };
+    let state = client::call(conn, "Apply")?;
+    println!("helper: {state}");
+    verify(settings.netlock_group(), settings.netlock_acquire(), false)
+}
+
+/// `ocsb netlock teardown`.
+pub fn teardown() -> Result<()> {
+    let helper = client::connect();
+    let Helper::Present(conn) = &helper else { return Err(not_installed(&helper)) };
+    let state = client::call(conn, "Remove")?;
+    println!(
+        "helper: {state}. The daemon keeps it removed until `ocsb netlock setup` or its next start; \
+         to stop it for good: sudo systemctl disable --now ocsb-netlock.service"
+    );
+    Ok(())
+}
+
+/// `ocsb netlock status [--json]`.
+pub fn show_status(settings: &Settings, json: bool) -> Result<()> {
+    status(settings.netlock_group(), settings.netlock_acquire(), json)
+}
+
+/// `ocsb netlock verify [--json]`.
+pub fn check(settings: &Settings, json: bool) -> Result<()> {
+    let (group, acquire) = (settings.netlock_group(), settings.netlock_acquire());
+    if json {
+        status(group, acquire, true)?;
+        match probe::run(acquire, group) {
+            Ok(r) if r.outcome == Outcome::Locked => Ok(()),
+            _ => Err(Error::failed("the netlock is not working", "run `ocsb netlock verify` for details")),
         }
-        NetlockCommand::Teardown => {
-            let helper = client::connect();
-            let Helper::Present(conn) = &helper else { return Err(not_installed(&helper)) };
-            let state = client::call(conn, "Remove")?;
-            println!(
-                "helper: {state}. The daemon keeps it removed until `ocsb netlock setup` or its next start; \
-                 to stop it for good: sudo systemctl disable --now ocsb-netlock.service"
-            );
-            Ok(())
-        }
-        NetlockCommand::Status { json } => status(group, acquire, json),
-        NetlockCommand::Verify { json } => {
-            if json {
-                status(group, acquire, true)?;
-                match probe::run(acquire, group) {
-                    Ok(r) if r.outcome == Outcome::Locked => Ok(()),
-                    _ => Err(Error::failed(
-                        "the netlock is not working",
-                        "run `ocsb netlock verify` for details",
-                    )),
-                }
-            } else {
-                verify(group, acquire, true)
-            }
-        }
+    } else {
+        verify(group, acquire, true)
     }
 }
 

@@ -11,7 +11,7 @@ use ocsb_egress::builtin::lend::lend;
 use ocsb_egress::inside::{self, DialIn, Sockets};
 use ocsb_policy::egress::Policy;
 use ocsb_sandbox::netns::{Inside, Role};
-use ocsb_sandbox::{Ahead, SandboxSpec};
+use ocsb_sandbox::{Ahead, Network, SandboxSpec};
 
 use crate::error::Result;
 use crate::project::Project;
@@ -103,6 +103,15 @@ impl Server {
         // The leases end with the sandbox (or with the launcher): the filter then lets go.
         let served = inside::serve(cfg, sockets, Some(dial)).map_err(fail)?;
         Ok(Box::new(served))
+    }
+}
+
+/// The server a sandbox of `spec` needs, made by `make`: one for an isolated network, none for
+/// the host's.
+pub fn server_for(spec: &SandboxSpec, make: impl FnOnce() -> Result<Server>) -> Result<Option<Server>> {
+    match spec.network {
+        Network::Host => Ok(None),
+        Network::Isolated { .. } => make().map(Some),
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use ocsb_sandbox::{Ahead, Network, SandboxSpec};
+use ocsb_sandbox::{Ahead, SandboxSpec};
 
 use super::isolated;
 use crate::error::{Error, Result};
@@ -25,13 +25,10 @@ pub fn main(spec: &Path, argv: Vec<String>) -> i32 {
         if !argv.is_empty() {
             parsed.argv = argv;
         }
-        let server = match parsed.network {
-            Network::Host => None,
-            Network::Isolated { .. } => {
-                let project = Project::load(Some(&parsed.project_dir))?;
-                Some(isolated::Server::new(&project, &project.egress_policy()?)?)
-            }
-        };
+        let server = isolated::server_for(&parsed, || {
+            let project = Project::load(Some(&parsed.project_dir))?;
+            isolated::Server::new(&project, &project.egress_policy()?)
+        })?;
         isolated::run(&parsed, server.as_ref(), Ahead::default())
     };
     run().unwrap_or_else(|e| {

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use ocsb_policy::egress::Policy;
-use ocsb_sandbox::{Ahead, Network, SandboxSpec, TtyMode};
+use ocsb_sandbox::{Ahead, SandboxSpec, TtyMode};
 
 use super::{docker, isolated, spec};
 use crate::docker_gw::Gateway;
@@ -90,10 +90,8 @@ pub fn launch(
         docker::into_ahead(gw, &mut ahead);
     }
     // The isolated network's server: the relays, the DNS stub, the ports that lead in.
-    let server = match spec.network {
-        Network::Host => None,
-        Network::Isolated { .. } => Some(isolated::Server::new(project, policy)?.expose(&cmd.listens)),
-    };
+    let server =
+        isolated::server_for(&spec, || Ok(isolated::Server::new(project, policy)?.expose(&cmd.listens)))?;
     Ok(Launch { spec, server, ahead, gateway })
 }
 

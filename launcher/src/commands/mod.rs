@@ -2,9 +2,11 @@
 //! that does the work, print its result. The work itself never lives here.
 
 pub mod config;
+pub mod docker;
 pub mod egress;
 pub mod init;
 pub mod inside;
+pub mod netlock;
 pub mod password;
 pub mod sandbox;
 pub mod spend;
@@ -15,7 +17,7 @@ use crate::cli::{Cli, Command, DockerCommand, EgressCommand, NetlockCommand, San
 use crate::error::Result;
 use crate::project::{self, Project};
 use crate::session::{self, Session};
-use crate::{doctor, netlock, opencode, run, web, worktree};
+use crate::{doctor, opencode, run, web, worktree};
 
 pub fn dispatch(cli: Cli) -> Result<()> {
     let explicit = cli.project.as_deref();
@@ -41,8 +43,8 @@ pub fn dispatch(cli: Cli) -> Result<()> {
             match cmd {
                 NetlockCommand::Setup => netlock::setup(&settings),
                 NetlockCommand::Teardown => netlock::teardown(),
-                NetlockCommand::Status { json } => netlock::show_status(&settings, json),
-                NetlockCommand::Verify { json } => netlock::check(&settings, json),
+                NetlockCommand::Status { json } => netlock::status(&settings, json),
+                NetlockCommand::Verify { json } => netlock::verify(&settings, json),
             }
         }
         Command::Doctor(args) => doctor::run(explicit, args.json),
@@ -52,7 +54,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Exec(args) => std::process::exit(sandbox::exec(&project()?, args.command)?),
         Command::Shell => std::process::exit(sandbox::shell(&project()?)?),
         Command::Sandbox(SandboxCommand::Status) => sandbox::status(),
-        Command::Docker(DockerCommand::Ls(a)) => crate::docker_gw::list(&project()?, a.json),
+        Command::Docker(DockerCommand::Ls(a)) => docker::ls(&project()?, a.json),
         Command::Spend(a) => spend::run(&project()?, a.json),
         Command::Audit(args) => sandbox::audit(&project()?, args.accept),
         Command::Completions { shell } => {
@@ -60,7 +62,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::SandboxRun { spec, command } => std::process::exit(session::replay::main(&spec, command)),
-        Command::NetlockProbe => std::process::exit(netlock::probe::main().into()),
+        Command::NetlockProbe => std::process::exit(crate::netlock::probe::main().into()),
         Command::IsolatedProbe => std::process::exit(match ocsb_sandbox::netns::probe() {
             Ok(()) => 0,
             Err(e) => {

@@ -304,37 +304,18 @@ impl Drop for Gateway {
     }
 }
 
-/// `ocsb docker ls`: the project's containers and networks, made through the gateway.
-pub fn list(project: &Project, json: bool) -> Result<()> {
+/// The project's containers and networks (labelled `dev.ocsb.project=NAME`), made through the
+/// gateway, from the daemon the user's Docker client would ask (`ocsb docker ls`).
+pub fn made(project: &Project) -> Result<(Vec<daemon::Made>, Vec<daemon::Made>)> {
     let socket = upstream().ok_or_else(|| {
         Error::failed(
             "no Docker daemon answers on a unix socket",
             "start dockerd, or set DOCKER_HOST=unix://PATH",
         )
     })?;
-    let daemon = Daemon { socket };
-    let name = project.settings.name();
-    let (containers, networks) = daemon
-        .labelled(ocsb_policy::docker::PROJECT_LABEL, name)
-        .map_err(|e| Error::failed(format!("cannot ask the Docker daemon: {e}"), "check `docker version`"))?;
-    if json {
-        let v = serde_json::json!({"containers": containers, "networks": networks});
-        println!("{v}");
-        return Ok(());
-    }
-    for (kind, list) in [("container", &containers), ("network", &networks)] {
-        for m in list {
-            let id: String = m.id.chars().take(12).collect();
-            println!("{kind:<9} {id:<12} {:<24} {:<10} session {}", m.name, m.state, m.session);
-        }
-    }
-    if containers.is_empty() && networks.is_empty() {
-        println!(
-            "no containers or networks of project {name} (label {}={name})",
-            ocsb_policy::docker::PROJECT_LABEL
-        );
-    }
-    Ok(())
+    Daemon { socket }
+        .labelled(ocsb_policy::docker::PROJECT_LABEL, project.settings.name())
+        .map_err(|e| Error::failed(format!("cannot ask the Docker daemon: {e}"), "check `docker version`"))
 }
 
 /// Stops what the Docker sessions of `project` whose launchers died left running

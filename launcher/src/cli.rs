@@ -131,7 +131,7 @@ pub enum Command {
     /// (internal) Run a command under an explicit sandbox spec (JSON), bypassing the settings:
     /// how `run` wraps the commands OpenCode starts, and what the escape tests and the start-up
     /// benchmark use.
-    #[command(name = SANDBOX_RUN, hide = true)]
+    #[command(name = crate::session::replay::SANDBOX_RUN, hide = true)]
     SandboxRun {
         spec: PathBuf,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -140,12 +140,12 @@ pub enum Command {
 
     /// (internal) The netlock probe, run as the locked group through the shim: prints
     /// `gids R E S locked|open|error MESSAGE`.
-    #[command(name = NETLOCK_PROBE, hide = true)]
+    #[command(name = crate::netlock::probe::NETLOCK_PROBE, hide = true)]
     NetlockProbe,
 
     /// (internal) Build an isolated sandbox's network in a namespace of its own, as stage 2
     /// would, and exit: 0, or 1 with the reason on stderr (`ocsb doctor`).
-    #[command(name = ISOLATED_PROBE, hide = true)]
+    #[command(name = crate::doctor::observe::ISOLATED_PROBE, hide = true)]
     IsolatedProbe,
 
     /// (internal) The Docker watcher a launcher with a gateway starts: waits until launcher
@@ -155,21 +155,14 @@ pub enum Command {
 
     /// (internal) Write the guard plugin into DIR and print the `OPENCODE_CONFIG_CONTENT` that
     /// `run` would use (no skills), so tests start a real OpenCode with the launcher's permissions.
-    #[command(name = "__opencode-config", hide = true)]
+    #[command(name = crate::opencode::CONFIG_FOR_TESTS, hide = true)]
     OpencodeConfig { dir: PathBuf },
 
     /// (internal) The web front alone, in front of an OpenCode started by someone else (tests,
     /// debugging). Runs until SIGINT/SIGTERM.
-    #[command(name = "__web-front", hide = true)]
+    #[command(name = crate::web::FRONT_ALONE, hide = true)]
     WebFront(WebFrontArgs),
 }
-
-/// `ocsb __sandbox-run SPEC.json [CMD ARGS…]`.
-pub const SANDBOX_RUN: &str = "__sandbox-run";
-/// `ocsb __netlock-probe`.
-pub const NETLOCK_PROBE: &str = "__netlock-probe";
-/// `ocsb __isolated-probe`.
-pub const ISOLATED_PROBE: &str = "__isolated-probe";
 
 #[derive(Debug, Args)]
 pub struct WebFrontArgs {

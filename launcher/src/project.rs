@@ -284,13 +284,11 @@ impl Project {
         let layers = egress::load_layers(&self.user_config_dir, &self.dir)?;
         Ok(Policy::compile(&layers)?)
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn project(tmp: &Path, project_conf: &str) -> Project {
+    /// A project in `tmp/proj` with `project_conf` as its committed settings, and a home in
+    /// `tmp/home` (no environment layer).
+    #[cfg(test)]
+    pub(crate) fn in_temp(tmp: &Path, project_conf: &str) -> Project {
         let home = tmp.join("home");
         let dir = tmp.join("proj");
         std::fs::create_dir_all(dir.join(PROJECT_CONF_DIR)).unwrap();
@@ -311,6 +309,15 @@ mod tests {
             settings,
             input,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn project(tmp: &Path, project_conf: &str) -> Project {
+        Project::in_temp(tmp, project_conf)
     }
 
     #[test]

@@ -5,10 +5,7 @@
 
 use crate::cli::{Command, EgressCommand, SandboxCommand};
 use crate::error::{Error, Result};
-
-/// Set in every sandbox's environment: the project it was made for. Not a setting (the
-/// `OCSB_INTERNAL_` prefix keeps the settings' environment layer away from it).
-pub const VAR: &str = "OCSB_INTERNAL_SANDBOX_PROJECT";
+use crate::session::PROJECT_VAR;
 
 /// Commands that only read the project's files, and the launcher's own internal entry points
 /// (the sandbox runs those itself).
@@ -30,7 +27,7 @@ fn works_inside(cmd: &Command) -> bool {
 
 /// Refuse a host command inside a sandbox, naming what to ask the user for.
 pub fn refuse(cmd: &Command) -> Result<()> {
-    let Some(project) = std::env::var_os(VAR).filter(|p| !p.is_empty()) else { return Ok(()) };
+    let Some(project) = std::env::var_os(PROJECT_VAR).filter(|p| !p.is_empty()) else { return Ok(()) };
     if works_inside(cmd) {
         return Ok(());
     }

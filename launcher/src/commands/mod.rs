@@ -2,19 +2,22 @@
 //! that does the work, print its result. The work itself never lives here.
 
 pub mod config;
+pub mod docker;
 pub mod egress;
 pub mod init;
 pub mod inside;
+pub mod netlock;
 pub mod password;
 pub mod sandbox;
 pub mod spend;
 
 use clap::CommandFactory;
 
-use crate::cli::{Cli, Command, DockerCommand, EgressCommand, SandboxCommand, WtCommand};
+use crate::cli::{Cli, Command, DockerCommand, EgressCommand, NetlockCommand, SandboxCommand, WtCommand};
 use crate::error::Result;
 use crate::project::{self, Project};
-use crate::{doctor, egress_cmd, netlock, opencode, run, web, worktree};
+use crate::session::{self, Session};
+use crate::{doctor, opencode, run, web, worktree};
 
 pub fn dispatch(cli: Cli) -> Result<()> {
     let explicit = cli.project.as_deref();
@@ -31,27 +34,35 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Egress(EgressCommand::Render(args)) => egress::render(&project()?, args.format),
         Command::Egress(EgressCommand::Explain(args)) => egress::explain(&project()?, &args),
         Command::Egress(EgressCommand::Suggest(a)) => egress::suggest(&project()?, a.json),
-        Command::Egress(EgressCommand::Lifecycle(cmd)) => egress_cmd::run(explicit, cmd),
+        Command::Egress(EgressCommand::Lifecycle(cmd)) => egress::lifecycle(explicit, cmd),
         Command::Wt(WtCommand::Add { branch, args }) => worktree::add(explicit, &branch, &args),
         Command::Wt(WtCommand::Rm { name, force }) => worktree::rm(explicit, &name, force),
         Command::Wt(WtCommand::List) => worktree::list(explicit),
-        Command::Netlock(cmd) => netlock::run(cmd, &project()?.settings),
+        Command::Netlock(cmd) => {
+            let settings = project()?.settings;
+            match cmd {
+                NetlockCommand::Setup => netlock::setup(&settings),
+                NetlockCommand::Teardown => netlock::teardown(),
+                NetlockCommand::Status { json } => netlock::status(&settings, json),
+                NetlockCommand::Verify { json } => netlock::verify(&settings, json),
+            }
+        }
         Command::Doctor(args) => doctor::run(explicit, args.json),
         Command::Password => password::run(&project()?),
-        Command::Prepare(args) => run::prepare(&project()?, args.retest).map(drop),
+        Command::Prepare(args) => Session::new(&project()?)?.prepare(args.retest).map(drop),
         Command::Run(args) => run::run(&project()?, &args.opencode_args, args.no_browser),
         Command::Exec(args) => std::process::exit(sandbox::exec(&project()?, args.command)?),
         Command::Shell => std::process::exit(sandbox::shell(&project()?)?),
         Command::Sandbox(SandboxCommand::Status) => sandbox::status(),
-        Command::Docker(DockerCommand::Ls(a)) => crate::docker_gw::list(&project()?, a.json),
+        Command::Docker(DockerCommand::Ls(a)) => docker::ls(&project()?, a.json),
         Command::Spend(a) => spend::run(&project()?, a.json),
         Command::Audit(args) => sandbox::audit(&project()?, args.accept),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ocsb", &mut std::io::stdout());
             Ok(())
         }
-        Command::SandboxRun { spec, command } => std::process::exit(sandbox::run_spec(&spec, command)),
-        Command::NetlockProbe => std::process::exit(netlock::probe::main().into()),
+        Command::SandboxRun { spec, command } => std::process::exit(session::replay::main(&spec, command)),
+        Command::NetlockProbe => std::process::exit(crate::netlock::probe::main().into()),
         Command::IsolatedProbe => std::process::exit(match ocsb_sandbox::netns::probe() {
             Ok(()) => 0,
             Err(e) => {
@@ -64,6 +75,8 @@ pub fn dispatch(cli: Cli) -> Result<()> {
             println!("{}", opencode::config_for_tests(&dir)?);
             Ok(())
         }
-        Command::WebFront(args) => web::serve_alone(&args),
+        Command::WebFront(a) => {
+            web::serve_alone(a.listen, a.upstream, &a.password_file, &a.upstream_password_file, !a.no_panel)
+        }
     }
 }

@@ -28,7 +28,6 @@ use std::sync::{Arc, Mutex};
 
 use ocsb_policy::docker::Context;
 use ocsb_sandbox::plan::{Access, Op, Plan};
-use ocsb_sandbox::{Ahead, SandboxSpec};
 
 pub use daemon::{Daemon, upstream};
 
@@ -106,7 +105,7 @@ impl Gateway {
     /// container may bind, as it says which the sandbox may write.
     pub fn start(project: &Project, daemon: Daemon) -> Result<Gateway> {
         let ctx = project_context(project);
-        let inst = crate::egress_cmd::instance(project)?;
+        let inst = crate::filter::instance(project)?;
         let paths = inst.paths();
         let at = crate::state::Layout::of(&project.settings);
         let reach = match inst.backend {
@@ -306,37 +305,18 @@ impl Drop for Gateway {
     }
 }
 
-/// `ocsb docker ls`: the project's containers and networks, made through the gateway.
-pub fn list(project: &Project, json: bool) -> Result<()> {
+/// The project's containers and networks (labelled `dev.ocsb.project=NAME`), made through the
+/// gateway, from the daemon the user's Docker client would ask (`ocsb docker ls`).
+pub fn made(project: &Project) -> Result<(Vec<daemon::Made>, Vec<daemon::Made>)> {
     let socket = upstream().ok_or_else(|| {
         Error::failed(
             "no Docker daemon answers on a unix socket",
             "start dockerd, or set DOCKER_HOST=unix://PATH",
         )
     })?;
-    let daemon = Daemon { socket };
-    let name = project.settings.name();
-    let (containers, networks) = daemon
-        .labelled(ocsb_policy::docker::PROJECT_LABEL, name)
-        .map_err(|e| Error::failed(format!("cannot ask the Docker daemon: {e}"), "check `docker version`"))?;
-    if json {
-        let v = serde_json::json!({"containers": containers, "networks": networks});
-        println!("{v}");
-        return Ok(());
-    }
-    for (kind, list) in [("container", &containers), ("network", &networks)] {
-        for m in list {
-            let id: String = m.id.chars().take(12).collect();
-            println!("{kind:<9} {id:<12} {:<24} {:<10} session {}", m.name, m.state, m.session);
-        }
-    }
-    if containers.is_empty() && networks.is_empty() {
-        println!(
-            "no containers or networks of project {name} (label {}={name})",
-            ocsb_policy::docker::PROJECT_LABEL
-        );
-    }
-    Ok(())
+    Daemon { socket }
+        .labelled(ocsb_policy::docker::PROJECT_LABEL, project.settings.name())
+        .map_err(|e| Error::failed(format!("cannot ask the Docker daemon: {e}"), "check `docker version`"))
 }
 
 /// Stops what the Docker sessions of `project` whose launchers died left running
@@ -353,41 +333,6 @@ pub fn watch(pid: u32, dir: &Path) -> Result<()> {
 }
 
 pub use watcher::WATCH;
-
-/// Starts the gateway for a sandbox of `project` when `OCSB_DOCKER=1` and a daemon answers on
-/// a unix socket, and puts it into `spec` (its socket, `DOCKER_HOST`) and `ahead` (it serves
-/// once the sandbox's start gives it the sandbox's plan, [`Gateway::judge_by`]; it stops the
-/// session's containers once the sandbox has exited, [`Gateway::at_exit`]). Every sandbox
-/// start with the gateway makes this one call (`ocsb run`, `exec`, `shell` and the checks of
-/// `prepare`); the caller keeps what it returns until the sandbox has exited. With no daemon
-/// there is nothing to serve, as there was no socket to pass before.
-///
-/// A daemon the user cannot reach (the socket's group, a stopped daemon) is said once, with
-/// its fix, and the gateway still serves: the sandbox works without Docker, and the agent's
-/// Docker client gets the same cause and fix as its error.
-pub fn attach(project: &Project, spec: &mut SandboxSpec, ahead: &mut Ahead) -> Result<Option<Gateway>> {
-    if project.settings.docker() != ocsb_policy::settings::DockerMode::Gateway || !spec.namespaces {
-        return Ok(None);
-    }
-    let Some(socket) = upstream() else { return Ok(None) };
-    if let Err(why) = reach::ping(&socket) {
-        static SAID: std::sync::Once = std::sync::Once::new();
-        SAID.call_once(|| {
-            eprintln!(
-                "ocsb: warning: Docker will not work in the sandbox: {}; fix: {}",
-                why.what(),
-                why.fix()
-            );
-        });
-    }
-    let gw = Gateway::start(project, Daemon { socket })?;
-    spec.docker_gateway = Some(gw.socket());
-    spec.env.retain(|(k, _)| k != "DOCKER_HOST");
-    spec.env.push(("DOCKER_HOST".into(), format!("unix://{}", ocsb_sandbox::spec::DOCKER_GATEWAY_INSIDE)));
-    ahead.on_plan = Some(gw.judge_by());
-    ahead.on_exit = Some(gw.at_exit());
-    Ok(Some(gw))
-}
 
 /// The policy's view of the project, but for its paths ([`judge_paths`]).
 fn project_context(project: &Project) -> Context {

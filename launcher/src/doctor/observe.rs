@@ -411,13 +411,16 @@ fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> std::io::Result<Out
     }
 }
 
+/// The hidden subcommand that builds an isolated sandbox's network and exits ([`isolated_net`]).
+pub const ISOLATED_PROBE: &str = "__isolated-probe";
+
 /// An isolated sandbox's network, built in a namespace of a child's own by the code stage 2
 /// runs (`ocsb __isolated-probe`): the kernel's nftables and NAT support is what it needs.
 fn isolated_net() -> Result<(), (String, String)> {
     let exe = std::env::current_exe()
         .map_err(|e| (format!("cannot find ocsb itself: {e}"), "report this".into()))?;
     let mut cmd = Command::new(exe);
-    cmd.arg(crate::cli::ISOLATED_PROBE);
+    cmd.arg(ISOLATED_PROBE);
     match run_with_timeout(&mut cmd, VERSION_TIMEOUT) {
         Ok(o) if o.success => Ok(()),
         // What failed, then its fix (the sandbox's error, as stage 2 would report it).

@@ -1,4 +1,5 @@
-//! `ocsb netlock setup|teardown|status|verify`: the user's side of the network lock.
+//! The user's side of the network lock (`ocsb netlock setup|teardown|status|verify` prints
+//! through `commands::netlock`).
 //!
 //! The lock itself is the nftables table `inet ocsb_netlock`, owned by the privileged
 //! `ocsb-netlock-helper` daemon (see netlock-helper/netlock.nft). This module never changes the
@@ -6,142 +7,26 @@
 //! so no sudo once installed) and it checks the result the only way that cannot lie, by probing
 //! as the locked group ([`probe`]). When the helper is not installed it says how to install it.
 
-mod client;
+pub mod client;
 pub mod probe;
 
-use ocsb_policy::settings::{NetlockAcquire, Settings};
-
-use crate::cli::NetlockCommand;
-use crate::error::{Error, Result};
+use crate::error::Error;
 use client::Helper;
-use probe::Outcome;
 
-pub fn run(cmd: NetlockCommand, settings: &Settings) -> Result<()> {
-    let group = settings.netlock_group();
-    let acquire = settings.netlock_acquire();
-    match cmd {
-        NetlockCommand::Setup => {
-            let helper = client::connect();
-            let Helper::Present(conn) = &helper else { return Err(not_installed(&helper)) };
-            let state = client::call(conn, "Apply")?;
-            println!("helper: {state}");
-            verify(group, acquire, false)
-        }
-        NetlockCommand::Teardown => {
-            let helper = client::connect();
-            let Helper::Present(conn) = &helper else { return Err(not_installed(&helper)) };
-            let state = client::call(conn, "Remove")?;
-            println!(
-                "helper: {state}. The daemon keeps it removed until `ocsb netlock setup` or its next start; \
-                 to stop it for good: sudo systemctl disable --now ocsb-netlock.service"
-            );
-            Ok(())
-        }
-        NetlockCommand::Status { json } => status(group, acquire, json),
-        NetlockCommand::Verify { json } => {
-            if json {
-                status(group, acquire, true)?;
-                match probe::run(acquire, group) {
-                    Ok(r) if r.outcome == Outcome::Locked => Ok(()),
-                    _ => Err(Error::failed(
-                        "the netlock is not working",
-                        "run `ocsb netlock verify` for details",
-                    )),
-                }
-            } else {
-                verify(group, acquire, true)
-            }
-        }
-    }
-}
-
-/// The authoritative check: the probe as gid G, then what the helper says.
-fn verify(group: &str, acquire: NetlockAcquire, show_helper: bool) -> Result<()> {
-    let report = probe::run(acquire, group)?;
-    match &report.outcome {
-        Outcome::Locked => println!(
-            "ok: the netlock works: a datagram sent as group {group} (gid {}) to {} was rejected (EPERM)",
-            report.gid,
-            probe::TARGET
-        ),
-        Outcome::Open => {
-            return Err(Error::failed(
-                format!(
-                    "the netlock is NOT working: a datagram sent as group {group} (gid {}) was not rejected; \
-                     sandboxes will refuse to start",
-                    report.gid
-                ),
-                format!(
-                    "{} (the probe never leaves the machine: it is bound to `lo`)",
-                    setup_hint(&client::connect())
-                ),
-            ));
-        }
-        Outcome::Error(e) => {
-            return Err(Error::failed(
-                format!("the netlock probe could not decide: {e}"),
-                "check `ip link show lo` is up",
-            ));
-        }
-    }
-    if show_helper {
-        match client::connect() {
-            Helper::Present(conn) => match client::status(&conn) {
-                Ok((state, _)) => println!("helper: {state}"),
-                Err(e) => println!("helper: status unavailable ({e})"),
-            },
-            absent => println!("helper: {} (the table was installed some other way)", absent.why()),
-        }
-    }
-    Ok(())
-}
-
-fn status(group: &str, acquire: NetlockAcquire, json: bool) -> Result<()> {
-    let helper = client::connect();
-    let (state, details) = match &helper {
-        Helper::Present(conn) => client::status(conn)
-            .unwrap_or_else(|e| ("unknown".into(), format!("{{\"error\":{:?}}}", e.to_string()))),
-        absent => client::status_file()
-            .unwrap_or_else(|| ("not installed".into(), format!("{{\"error\":{:?}}}", absent.why()))),
-    };
-    let probe = probe::run(acquire, group);
-    let probe_text = match &probe {
-        Ok(r) => match &r.outcome {
-            Outcome::Locked => "locked".to_string(),
-            Outcome::Open => "OPEN".to_string(),
-            Outcome::Error(e) => format!("error: {e}"),
-        },
-        Err(e) => format!("error: {}", e.to_string().lines().next().unwrap_or_default()),
-    };
-    if json {
-        let details: serde_json::Value = serde_json::from_str(&details).unwrap_or(serde_json::Value::Null);
-        let v = serde_json::json!({ "helper": { "state": state, "details": details }, "probe": probe_text, "group": group });
-        println!("{v}");
-    } else {
-        println!("helper: {state}");
-        if let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(&details) {
-            for key in ["gid", "dns4", "dns6", "owner_flags", "error"] {
-                if let Some(v) = m.get(key).filter(|v| !v.is_null()) {
-                    println!("  {key}: {v}");
-                }
-            }
-        }
-        println!("probe as group {group}: {probe_text}");
-    }
-    Ok(())
-}
-
-fn setup_hint(helper: &Helper) -> String {
+/// What to do about a netlock that does not work, for the helper as found.
+pub fn setup_hint(helper: &Helper) -> String {
     match helper {
         Helper::Present(_) => "run `ocsb netlock setup`".into(),
         absent => format!("{}; {}", absent.why(), INSTALL_HINT),
     }
 }
 
-const INSTALL_HINT: &str = "install the helper as root (the ocsb package, or `sudo make install` in the ocsb \
+/// How to install the helper.
+pub const INSTALL_HINT: &str = "install the helper as root (the ocsb package, or `sudo make install` in the ocsb \
     source tree), which starts ocsb-netlock.service; without systemd run \
     `sudo /usr/local/libexec/ocsb/ocsb-netlock-helper apply`";
 
-fn not_installed(helper: &Helper) -> Error {
+/// The helper is not there to ask.
+pub fn not_installed(helper: &Helper) -> Error {
     Error::failed(format!("the netlock helper is not reachable: {}", helper.why()), INSTALL_HINT)
 }

@@ -13,7 +13,9 @@ use crate::install::Installation;
 use ocsb_policy::settings::NetlockAcquire;
 use ocsb_sandbox::netlock::{PROBE_TARGET, Probe, probe};
 
-use crate::cli::NETLOCK_PROBE as ARG;
+/// The hidden subcommand the probe runs as (`ocsb __netlock-probe`).
+pub const NETLOCK_PROBE: &str = "__netlock-probe";
+use NETLOCK_PROBE as ARG;
 pub const TARGET: std::net::SocketAddrV4 = PROBE_TARGET;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -237,6 +237,9 @@ pub fn models_fetch_blocked(policy: &ocsb_policy::egress::Policy) -> bool {
     matches!(policy.evaluate(&t), Step::Decided(d) if d.verdict == Verdict::Deny)
 }
 
+/// The hidden subcommand of [`config_for_tests`].
+pub const CONFIG_FOR_TESTS: &str = "__opencode-config";
+
 /// `ocsb __opencode-config DIR`: write the guard plugin into DIR and return the
 /// `OPENCODE_CONFIG_CONTENT` that `run` would use (no skills), so tests can start a real
 /// OpenCode with exactly the launcher's permissions.

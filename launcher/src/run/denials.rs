@@ -44,7 +44,7 @@ struct Record<'a> {
 /// Start following the log on a thread of its own; it ends with the process. A filter whose
 /// log cannot be read gives a warning, not an error: denials are then only in the 403 bodies.
 pub fn start(project: &Project, state: &StateDir) -> Result<(), String> {
-    let inst = crate::egress_cmd::instance(project).map_err(|e| e.to_string())?;
+    let inst = crate::filter::instance(project).map_err(|e| e.to_string())?;
     let layers = ocsb_policy::egress::load_layers(&project.user_config_dir, &project.dir)
         .map_err(|e| e.to_string())?;
     state.dir(Path::new("run")).map_err(|e| e.to_string())?;

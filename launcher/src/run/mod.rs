@@ -1,20 +1,16 @@
-//! `ocsb prepare` and `ocsb run`: the orchestration. Every step prints one line; a failing step
-//! says which step, why, and the fix, and nothing after it starts.
+//! `ocsb run`: OpenCode in the sandbox behind the web front. Every step prints one line; a
+//! failing step says which step, why, and the fix, and nothing after it starts.
 //!
-//! `prepare`: egress filter up → netlock verified (a sandboxed no-op must start: the sandbox
-//! probes the lock as the netlock group and refuses without it) → self-tests (the rules'
-//! `expect-*` lines and the direct-bypass check, run by curl inside the sandbox).
-//! `run`: the lock of the project, `prepare`, OpenCode (`opencode serve` on web port + 1) in the
-//! sandbox, the web front on the web port, the browser; Ctrl-C stops OpenCode and the front and
-//! leaves the filter running.
+//! The session opened (`crate::session`: the checks, the state directory), the lock of the
+//! project, the key broker bound and OpenCode's configuration written, the session prepared
+//! (filter, netlock, self-tests), then OpenCode (`opencode serve` on web port + 1) started by
+//! the session in its sandbox, the web front on the web port, the browser; Ctrl-C stops
+//! OpenCode and the front and leaves the filter running.
 
 mod addresses;
 mod browser;
 mod denials;
 pub(crate) mod notify;
-pub(crate) mod prepare;
-
-pub use prepare::prepare;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -24,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::project::Project;
-use crate::{broker, opencode, sandbox_spec, signals, state, web};
+use crate::session::{Command, Session};
+use crate::{broker, opencode, signals, state, web};
 
 /// How long OpenCode may take to answer `/global/health` after it started.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -153,9 +150,10 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     // The checks `prepare` makes come first, before `run` writes anything into the state
     // directory (the OpenCode config, a kubeconfig copy): an unaccepted widening or another
     // project's state must not get even those.
-    let prepare::Opened { state: sd, created, checked } = prepare::open_state(project)?;
+    let opened = Session::new(project)?.open()?;
+    let (sd, created) = (&opened.state, opened.created);
     let state = s.state_dir();
-    let _lock = state::lock(&sd)?;
+    let _lock = state::lock(sd)?;
     let web_addr = SocketAddr::from(([127, 0, 0, 1], s.web_port()));
     let oc_addr = SocketAddr::from(([127, 0, 0, 1], s.opencode_port()));
     check_port_free(web_addr, "OCSB_WEB_PORT")?;
@@ -169,12 +167,12 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     let setup = opencode::setup(
         s,
         &project.user_config_dir,
-        &sd,
+        sd,
         opencode_args,
         &keys.env_file,
         bound.as_ref().map(|b| &b.endpoint),
     )?;
-    let prepared = prepare::bring_up(project, sd, checked, false)?;
+    let prepared = opened.bring_up(false)?;
     let sd = &prepared.state;
     let broker = match bound {
         Some(bound) => Some(start_broker(project, sd, bound, keys.upstreams)?),
@@ -204,7 +202,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         }
     };
 
-    if let Ok(inst) = crate::egress_cmd::instance(project) {
+    if let Ok(inst) = crate::filter::instance(project) {
         addresses::watch(inst, prepared.policy.clone());
     }
     if let Err(w) = denials::start(project, sd) {
@@ -236,30 +234,15 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     } else {
         None
     };
-    let mut spec = sandbox_spec::spec(project, prepared.netlock, &env, setup.argv.clone())?;
-    if let Some(b) = &broker {
-        sandbox_spec::reach_host_port(&mut spec, b.endpoint.addr.port());
-    }
-    // In an isolated sandbox OpenCode listens inside; the host's port leads in to it, so the
-    // web front and the browser reach it as they do on the host's network.
-    let server = match spec.network {
-        ocsb_sandbox::Network::Host => None,
-        ocsb_sandbox::Network::Isolated { .. } => {
-            Some(crate::isolated::Server::new(project, &prepared.policy)?.expose(oc_addr.port()))
-        }
-    };
-    let mut ahead = ocsb_sandbox::Ahead { checked: Some(prepared.checked), ..Default::default() };
-    // The Docker gateway (`OCSB_DOCKER=1`), as every sandbox start attaches it.
-    let docker = crate::docker_gw::attach(project, &mut spec, &mut ahead)?;
+    let broker_port = broker.as_ref().map(|b| b.endpoint.addr.port());
+    let cmd = Command::server(setup.argv.clone(), env, broker_port, oc_addr.port());
+    let launch = prepared.start(&cmd, None)?;
     let (tx, rx) = mpsc::channel();
     let sandbox_thread = std::thread::Builder::new()
         .name("ocsb-sandbox".into())
         .spawn(move || {
-            let r = crate::isolated::run(&spec, server.as_ref(), ahead);
-            // Served until the sandbox has exited (its containers are stopped by then), and
-            // gone before `run` reports the end.
-            drop(docker);
-            let _ = tx.send(r);
+            // The Docker gateway, if one serves, is gone before `run` reports the end.
+            let _ = tx.send(launch.run());
         })
         .map_err(|e| Error::io("start a thread for", "the sandbox", e))?;
     println!("opencode:   starting {} serve on {oc_addr} in the sandbox", setup.argv[0]);

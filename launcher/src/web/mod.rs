@@ -51,18 +51,28 @@ pub fn start(cfg: FrontConfig) -> Result<Front> {
     Front::spawn("the web front", "ocsb-web", listener, move |l, stop| forward::serve(l, cfg, stop))
 }
 
-/// `ocsb __web-front`: the front alone, in front of an OpenCode started by someone else (tests,
-/// debugging). Runs until SIGINT/SIGTERM.
-pub fn serve_alone(args: &crate::cli::WebFrontArgs) -> Result<()> {
+/// The hidden subcommand of [`serve_alone`].
+pub const FRONT_ALONE: &str = "__web-front";
+
+/// `ocsb __web-front`: the front alone on `listen`, in front of an OpenCode on `upstream`
+/// started by someone else (tests, debugging), with the passwords in the files named. Runs
+/// until SIGINT/SIGTERM.
+pub fn serve_alone(
+    listen: SocketAddr,
+    upstream: SocketAddr,
+    password_file: &Path,
+    upstream_password_file: &Path,
+    panel: bool,
+) -> Result<()> {
     let read = |p: &Path| -> Result<String> {
         Ok(std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?.trim().to_string())
     };
     let cfg = FrontConfig {
-        listen: args.listen,
-        upstream: args.upstream,
-        password: read(&args.password_file)?,
-        upstream_authorization: auth::basic_header(auth::USER, &read(&args.upstream_password_file)?),
-        panel: !args.no_panel,
+        listen,
+        upstream,
+        password: read(password_file)?,
+        upstream_authorization: auth::basic_header(auth::USER, &read(upstream_password_file)?),
+        panel,
         cookie: auth::random_secret()?,
         log: None,
         spend: None,

@@ -102,7 +102,7 @@ impl Context {
             ));
         }
         // A sandbox must not have planted anything git would obey here.
-        crate::commands::sandbox::refuse_planted(&project, "run git here")?;
+        crate::session::Session::new(&project)?.refuse_planted("run git here")?;
         let settings = WtSettings::read(&project)?;
         let main = Git::new(&main_root);
         Ok(Context { project, settings, here, main_root, main })

@@ -4,9 +4,12 @@
 //!   directory's `release/`, where packaging/files.list expects them);
 //! * `sync` / `check`: the .deb/.rpm asset lists in packaging/xtask/Cargo.toml from files.list;
 //! * `files LAYOUT`: files.list expanded for `deb`, `rpm` or `arch` (`SOURCE DEST MODE [FLAG]`),
-//!   which the package tests compare with what each package really contains.
+//!   which the package tests compare with what each package really contains;
+//! * `circles [DIR]`: import circles among a crate's files (default: the launcher's), a measure
+//!   of how its modules depend on each other.
 #![forbid(unsafe_code)]
 
+mod circles;
 mod clis;
 mod error;
 mod files;
@@ -42,6 +45,11 @@ enum Cmd {
     Check,
     /// Print packaging/files.list expanded for a layout (deb, rpm, arch).
     Files { layout: String },
+    /// Print the import circles among a crate's source files (`crate::` paths).
+    Circles {
+        /// The crate's source directory (default: launcher/src).
+        dir: Option<PathBuf>,
+    },
 }
 
 /// The repository root (this crate is packaging/xtask).
@@ -71,6 +79,7 @@ fn run(cmd: Cmd) -> Result<()> {
             });
             generate::run(&out)
         }
+        Cmd::Circles { dir } => circles::run(&dir.unwrap_or_else(|| root().join("launcher/src"))),
         Cmd::Sync => sync::run(&root(), true),
         Cmd::Check => sync::run(&root(), false),
         Cmd::Files { layout } => {

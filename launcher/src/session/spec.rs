@@ -1,74 +1,25 @@
 //! Settings → [`SandboxSpec`]: the one place where the launcher's settings become the sandbox's
-//! policy. `ocsb run`, `exec`, `shell`, `audit` and the checks before `ocsb wt` all take their
-//! spec from here, so they cannot disagree about what the agent may reach.
+//! policy. [`build`] is called once per command, by [`super::Session::new`]; `ocsb run`, `exec`,
+//! `shell`, `prepare`'s checks, `audit` and the check before `ocsb wt` all take their spec from
+//! there, so they cannot disagree about what the agent may reach.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::time::Duration;
 
+use ocsb_policy::settings::CacheUse;
 use ocsb_policy::settings::DockerMode;
-use ocsb_policy::settings::{CacheUse, NetlockAcquire, NetworkMode, Settings};
 use ocsb_sandbox::spec::{DOCKER_SOCKETS, TcpPorts, parse_port_range};
-use ocsb_sandbox::{Acquire, Limits, Netlock, Network, SandboxSpec, TtyMode};
+use ocsb_sandbox::{Limits, Netlock, Network, SandboxSpec, TtyMode};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::install::Installation;
 use crate::project::Project;
 use crate::state;
 
-/// The netlock part of the sandbox spec for the network mode. In `isolated` mode the netlock is
-/// defence in depth: the sandbox joins the group where the netlock is installed (the group and
-/// the way to join it exist), and needs nothing otherwise.
-pub fn netlock_for(settings: &Settings) -> Result<Netlock> {
-    match (settings.network(), netlock(settings)) {
-        (NetworkMode::Netlock, lock) => lock,
-        (NetworkMode::Isolated, Ok(Netlock::Required { acquire: Acquire::Shim { path }, .. }))
-            if !path.exists() =>
-        {
-            Ok(Netlock::Off)
-        }
-        (NetworkMode::Isolated, lock) => Ok(lock.unwrap_or(Netlock::Off)),
-    }
-}
-
-/// The sandbox's network for the settings: the host's, or a namespace of its own with the
-/// filter's port and the declared loopback ports relayed in.
-pub fn network(settings: &Settings) -> Network {
-    match settings.network() {
-        NetworkMode::Netlock => Network::Host,
-        NetworkMode::Isolated => {
-            let mut forward = vec![settings.egress_port()];
-            forward.extend(settings.loopback_ports().into_iter().filter(|p| *p != settings.egress_port()));
-            Network::Isolated { forward }
-        }
-    }
-}
-
-/// The netlock part of the sandbox spec: the group's gid and how the sandbox gets it.
-pub fn netlock(settings: &Settings) -> Result<Netlock> {
-    let group = settings.netlock_group();
-    let gid = match nix::unistd::Group::from_name(group) {
-        Ok(Some(g)) => g.gid.as_raw(),
-        _ => {
-            return Err(Error::failed(
-                format!("netlock: the group {group} does not exist, so the netlock is not installed"),
-                "install the netlock helper (`sudo make install`), then `ocsb netlock setup`",
-            ));
-        }
-    };
-    let ids =
-        nix::unistd::getresgid().map_err(|e| Error::failed(format!("getresgid: {e}"), "report this"))?;
-    let acquire = if [ids.real, ids.effective, ids.saved].iter().all(|g| g.as_raw() == gid) {
-        // Already the group (e.g. started through `sg`): nothing to acquire.
-        Acquire::Inherited
-    } else {
-        match settings.netlock_acquire() {
-            NetlockAcquire::Exec => Acquire::Shim { path: Installation::current()?.shim() },
-            NetlockAcquire::Sg => Acquire::Sg { group: group.to_string() },
-        }
-    };
-    Ok(Netlock::Required { gid, acquire, probe_interval: Duration::from_secs(5) })
-}
+/// Set in every sandbox's environment: the project it was made for, so that an `ocsb` started
+/// inside says at once that it runs on the host (`commands::inside`). Not a setting (the
+/// `OCSB_INTERNAL_` prefix keeps the settings' environment layer away from it).
+pub const PROJECT_VAR: &str = "OCSB_INTERNAL_SANDBOX_PROJECT";
 
 /// Let the sandbox reach a port the launcher serves on the host's loopback (the model-key
 /// broker's): a landlock connect rule on the host's network, a relay into an isolated one.
@@ -85,13 +36,21 @@ pub fn reach_host_port(spec: &mut SandboxSpec, port: u16) {
     }
 }
 
-/// The sandbox for this project, from its settings (the seed's policy).
-pub fn spec(
-    project: &Project,
-    netlock: Netlock,
-    extra_env: &[(String, String)],
-    argv: Vec<String>,
-) -> Result<SandboxSpec> {
+/// Add `extra` to the sandbox's environment, each name replacing the one it had. The project's
+/// name stays last, so no `OCSB_ENV` entry replaces it.
+pub fn add_env(spec: &mut SandboxSpec, extra: &[(String, String)]) {
+    for (k, v) in extra {
+        spec.env.retain(|(ek, _)| ek != k);
+        spec.env.push((k.clone(), v.clone()));
+    }
+    spec.env.retain(|(k, _)| k != PROJECT_VAR);
+    spec.env.push((PROJECT_VAR.to_string(), spec.project_dir.display().to_string()));
+}
+
+/// The sandbox for this project, from its settings (the seed's policy), with `network` (the
+/// settings' [`super::network::of`]): no netlock yet (the start sets the one it checked), no
+/// command, no environment beyond the settings' own.
+pub fn build(project: &Project, network: Network) -> Result<SandboxSpec> {
     let s = &project.settings;
     let state = s.state_dir();
     let ssh_agent =
@@ -103,13 +62,11 @@ pub fn spec(
         state_dir: &state,
         proxy_port: s.egress_port(),
         ssh_agent: ssh_agent.as_deref(),
-        extra: extra_env,
+        extra: &[],
     });
-    // Last, so no `OCSB_ENV` entry replaces it: an `ocsb` started inside says at once that it
-    // runs on the host (`commands::inside`).
-    let inside = crate::commands::inside::VAR;
-    env.retain(|(k, _)| k != inside);
-    env.push((inside.to_string(), project.checkout.display().to_string()));
+    // Last, so no `OCSB_ENV` entry replaces it ([`add_env`]).
+    env.retain(|(k, _)| k != PROJECT_VAR);
+    env.push((PROJECT_VAR.to_string(), project.checkout.display().to_string()));
     let mut hide = s.hide();
     hide.extend(state::hidden_from_sandbox(&state));
     // The files that hold model-provider keys, wherever the user keeps them (a readable part
@@ -144,17 +101,16 @@ pub fn spec(
         } else {
             None
         },
-        // Set by the run itself, which serves the gateway (`docker_gw::attach`).
+        // Set by the start, which serves the gateway (`super::docker`).
         docker_gateway: None,
         ssh_agent,
         env,
-        argv,
+        argv: Vec::new(),
         cwd: None,
         namespaces: s.sandbox_enabled(),
-        netlock,
-        network: network(s),
+        netlock: Netlock::Off,
         // In an isolated sandbox the namespace, not landlock, decides what loopback is.
-        tcp: (s.network() == NetworkMode::Netlock).then(|| {
+        tcp: (network == Network::Host).then(|| {
             TcpPorts::for_sandbox(
                 s.egress_port(),
                 s.opencode_port(),
@@ -164,6 +120,7 @@ pub fn spec(
                     .and_then(|t| parse_port_range(&t)),
             )
         }),
+        network,
         limits: Limits::default(),
         tty: TtyMode::Never,
         rw_tool_files: s.rw_tool_files().to_vec(),

@@ -1,7 +1,7 @@
-//! `ocsb prepare`, and the first half of `run`, `exec` and `shell`: the checks before anything
-//! is written, then the filter, the netlock and the self-tests. Each step prints one line; a
-//! failing step says which, why, and the fix, and nothing after it starts. What it made is
-//! handed on in [`Prepared`], so the command after it loads nothing twice.
+//! `ocsb prepare`, and the first half of every start: the checks before anything is written,
+//! then the filter, the netlock and the self-tests. Each step prints one line; a failing step
+//! says which, why, and the fix, and nothing after it starts. What it made is handed on in
+//! [`Prepared`], so the start after it loads nothing twice.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -10,101 +10,126 @@ use ocsb_egress::{UpAction, UpReport};
 use ocsb_policy::egress::Policy;
 use ocsb_sandbox::audit::Checked;
 use ocsb_sandbox::statefs::StateDir;
-use ocsb_sandbox::{Netlock, Network};
+use ocsb_sandbox::{Ahead, Early, Netlock, Network, SandboxSpec};
 
+use super::start::{self, Command, Launch};
+use super::{checkouts, network};
 use crate::error::{Error, Result};
 use crate::project::Project;
-use crate::sandbox_spec;
 use crate::state;
 
-/// What `prepare` established, for the command that runs next.
-pub struct Prepared {
+/// What [`open`] established: the session's spec, checked, and its state directory.
+pub struct Opened<'p> {
+    project: &'p Project,
+    spec: SandboxSpec,
+    /// The project's state directory, opened once (no symlink followed).
+    pub state: StateDir,
+    /// The web password was made now (the state directory is new).
+    pub created: bool,
+    checked: Checked,
+}
+
+/// What `prepare` established, for the start that comes next.
+pub struct Prepared<'p> {
+    project: &'p Project,
+    /// The session's spec, with the netlock that was checked.
+    spec: SandboxSpec,
     /// The project's state directory, opened once (no symlink followed).
     pub state: StateDir,
     /// The egress rules as compiled once: the filter runs them, the self-tests checked them.
     pub policy: Policy,
-    pub netlock: Netlock,
     /// The check of the checkouts made before anything was written: the sandbox started next
     /// begins from it rather than looking again, while it stands ([`Checked::begin`]).
-    pub checked: Checked,
-}
-
-/// `ocsb prepare [--retest]`.
-pub fn prepare(project: &Project, retest: bool) -> Result<Prepared> {
-    let opened = open_state(project)?;
-    bring_up(project, opened.state, opened.checked, retest)
-}
-
-/// What [`open_state`] established.
-pub struct Opened {
-    pub state: StateDir,
-    /// The web password was made now (the state directory is new).
-    pub created: bool,
-    pub checked: Checked,
+    checked: Checked,
 }
 
 /// The checks before anything is written into the state directory, then the directory itself
 /// and the launcher's private files in it.
-pub fn open_state(project: &Project) -> Result<Opened> {
+pub(super) fn open(project: &Project, spec: SandboxSpec) -> Result<Opened<'_>> {
     // A committed settings file must not widen the sandbox unseen, and nothing a sandbox
     // planted for host git may stand.
     project.require_trusted()?;
     project.check_writable_roots()?;
     state::claim(project)?;
-    let checked = crate::commands::sandbox::refuse_planted(project, "start a sandbox")?;
+    let checked = checkouts::refuse_planted(project, &spec, "start a sandbox")?;
     let sd = state::Layout::of(&project.settings).open()?;
     let created = state::ensure_private(&sd)?;
     state::ensure_caches(&sd, &project.settings)?;
-    Ok(Opened { state: sd, created, checked })
+    Ok(Opened { project, spec, state: sd, created, checked })
 }
 
-/// The filter up, the netlock checked, the self-tests passed (`retest`: even when they passed
-/// before with the same inputs).
-pub fn bring_up(project: &Project, sd: StateDir, checked: Checked, retest: bool) -> Result<Prepared> {
-    let s = &project.settings;
-    // 1. The egress filter, given the rules compiled once.
-    let inst = crate::egress_cmd::instance(project)?;
-    let policy = project.egress_policy()?;
-    let up = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress())
-        .map_err(|e| egress_err("egress", e))?;
-    let verb = match up.action {
-        UpAction::Started => "started",
-        UpAction::Reloaded => "running, rules reloaded",
-        UpAction::Current => "running, rules current",
-    };
-    println!("egress:     {} filter {verb} on {}", up.backend.as_str(), up.listen.join(" "));
-    let gw = up
-        .listen
-        .iter()
-        .filter_map(|a| a.parse::<SocketAddr>().ok())
-        .map(|a| a.ip())
-        .find(|ip| !ip.is_loopback());
-    state::write_docker_config(&sd, s.docker(), gw, s.egress_port())?;
+impl<'p> Opened<'p> {
+    /// The filter up, the netlock checked, the self-tests passed (`retest`: even when they
+    /// passed before with the same inputs).
+    pub fn bring_up(self, retest: bool) -> Result<Prepared<'p>> {
+        let Opened { project, mut spec, state: sd, checked, .. } = self;
+        let s = &project.settings;
+        // 1. The egress filter, given the rules compiled once.
+        let inst = crate::filter::instance(project)?;
+        let policy = project.egress_policy()?;
+        let up = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress())
+            .map_err(|e| egress_err("egress", e))?;
+        let verb = match up.action {
+            UpAction::Started => "started",
+            UpAction::Reloaded => "running, rules reloaded",
+            UpAction::Current => "running, rules current",
+        };
+        println!("egress:     {} filter {verb} on {}", up.backend.as_str(), up.listen.join(" "));
+        let gw = up
+            .listen
+            .iter()
+            .filter_map(|a| a.parse::<SocketAddr>().ok())
+            .map(|a| a.ip())
+            .find(|ip| !ip.is_loopback());
+        state::write_docker_config(&sd, s.docker(), gw, s.egress_port())?;
 
-    let lock = sandbox_spec::netlock_for(s)?;
-    let curl = crate::egress_cmd::system_curl()?;
-    let record = selftest_record(&up, &lock, s.network().as_str(), s.egress_port(), &curl);
-    if !retest
-        && record.as_deref().is_some_and(|r| sd.read(Path::new(SELFTESTS)).as_deref() == Some(r.as_bytes()))
-    {
-        // Every sandbox start probes the lock itself and refuses without it, so the separate
-        // check below adds only its earlier message; the self-tests would give what they gave.
-        println!(
-            "self-tests: passed before with these rules, this filter and this netlock; not run again \
-             (`ocsb prepare --retest` runs them now)"
-        );
-        return Ok(Prepared { state: sd, policy, netlock: lock, checked });
-    }
-    let _ = sd.remove(Path::new(SELFTESTS));
+        spec.netlock = network::netlock_for(&spec.network, s)?;
+        let curl = crate::filter::system_curl()?;
+        let record =
+            selftest_record(&up, &spec.netlock, network::name(&spec.network), s.egress_port(), &curl);
+        let prepared = |spec, state, policy, checked| Prepared { project, spec, state, policy, checked };
+        if !retest
+            && record
+                .as_deref()
+                .is_some_and(|r| sd.read(Path::new(SELFTESTS)).as_deref() == Some(r.as_bytes()))
+        {
+            // Every sandbox start probes the lock itself and refuses without it, so the separate
+            // check below adds only its earlier message; the self-tests would give what they gave.
+            println!(
+                "self-tests: passed before with these rules, this filter and this netlock; not run again \
+                 (`ocsb prepare --retest` runs them now)"
+            );
+            return Ok(prepared(spec, sd, policy, checked));
+        }
+        let _ = sd.remove(Path::new(SELFTESTS));
 
-    // 2. The netlock (or the isolated network), checked the way the sandbox will use it.
-    check_netlock(project, &policy, &lock)?;
-    // 3. Self-tests, with curl run inside the sandbox, against the rules the filter was given.
-    self_tests(project, &sd, &policy, &lock, &curl)?;
-    if let Some(r) = record {
-        sd.write(Path::new(SELFTESTS), r.as_bytes(), 0o600)?;
+        // 2. The netlock (or the isolated network), checked the way the sandbox will use it.
+        check_netlock(project, &policy, &spec)?;
+        // 3. Self-tests, with curl run inside the sandbox, against the rules the filter was given.
+        self_tests(s.egress_port(), &sd, &policy, &spec, &curl)?;
+        if let Some(r) = record {
+            sd.write(Path::new(SELFTESTS), r.as_bytes(), 0o600)?;
+        }
+        Ok(prepared(spec, sd, policy, checked))
     }
-    Ok(Prepared { state: sd, policy, netlock: lock, checked })
+
+    /// `ocsb egress verify`: the expectations (and, with `direct`, the bypass check) by the
+    /// system's curl in the sandbox, under the netlock, as the self-tests run them.
+    pub fn verify(mut self, policy: &Policy, direct: bool) -> Result<ocsb_egress::verify::Report> {
+        self.spec.netlock = network::netlock_for(&self.spec.network, &self.project.settings)?;
+        let curl = crate::filter::system_curl()?;
+        let port = self.project.settings.egress_port();
+        Ok(verify_as_sandbox(port, &self.state, policy, &self.spec, &curl, direct)?)
+    }
+}
+
+impl Prepared<'_> {
+    /// The start of `cmd` in the session's sandbox ([`start::launch`]), beginning from the
+    /// check of the checkouts `prepare` made; `stage2`: started early for it, if it was.
+    pub fn start(self, cmd: &Command, stage2: Option<Early>) -> Result<Launch> {
+        let ahead = Ahead { checked: Some(self.checked), stage2, ..Ahead::default() };
+        start::launch(self.project, &self.policy, &self.spec, cmd, ahead)
+    }
 }
 
 /// Where the last passing self-tests are recorded: `egress/` is hidden from every sandbox, so
@@ -128,9 +153,9 @@ fn selftest_record(up: &UpReport, lock: &Netlock, network: &str, port: u16, curl
     ))
 }
 
-fn check_netlock(project: &Project, policy: &Policy, lock: &Netlock) -> Result<()> {
-    let check = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()])?;
-    match crate::isolated::run_for(project, policy, &check, ocsb_sandbox::Ahead::default()) {
+fn check_netlock(project: &Project, policy: &Policy, spec: &SandboxSpec) -> Result<()> {
+    let check = Command::check(vec!["true".into()]);
+    match start::launch(project, policy, spec, &check, Ahead::default()).and_then(Launch::run) {
         Ok(0) => {}
         Ok(code) => {
             return Err(Error::failed(
@@ -146,7 +171,7 @@ fn check_netlock(project: &Project, policy: &Policy, lock: &Netlock) -> Result<(
         }
     }
     let group = project.settings.netlock_group();
-    match (check.network, lock) {
+    match (&spec.network, &spec.netlock) {
         (Network::Host, Netlock::Required { gid, .. }) => {
             println!(
                 "netlock:    ok: the sandbox starts as group {group} (gid {gid}) and the lock rejects its probe"
@@ -168,9 +193,9 @@ fn check_netlock(project: &Project, policy: &Policy, lock: &Netlock) -> Result<(
 
 /// The rules' `expect-*` lines and the bypass check, by the system's curl (never one from `PATH`)
 /// run inside the sandbox as the agent's commands are.
-fn self_tests(project: &Project, sd: &StateDir, policy: &Policy, lock: &Netlock, curl: &Path) -> Result<()> {
+fn self_tests(port: u16, sd: &StateDir, policy: &Policy, spec: &SandboxSpec, curl: &Path) -> Result<()> {
     let report =
-        verify_as_sandbox(project, sd, policy, lock, curl, true).map_err(|e| egress_err("self-tests", e))?;
+        verify_as_sandbox(port, sd, policy, spec, curl, true).map_err(|e| egress_err("self-tests", e))?;
     let (n, direct) = (report.checks.len(), report.checks.iter().any(|c| c.kind == "direct-blocked"));
     report.into_result().map_err(|e| egress_err("self-tests", e))?;
     println!("self-tests: {}", selftest_summary(n - usize::from(direct), direct));
@@ -199,24 +224,24 @@ fn selftest_summary(expects: usize, direct: bool) -> String {
 /// variables. *Why not as the caller*: the caller is not locked, so a direct connection would
 /// pass and the bypass check would fail for every user; and an expectation must hold for the
 /// requests the sandbox sends, not for the user's own.
-pub fn verify_as_sandbox(
-    project: &Project,
+///
+/// Each curl runs in a sandbox of its own, through `ocsb __sandbox-run` ([`super::replay`])
+/// with the session's spec as a check is handed it; no Docker gateway serves those.
+fn verify_as_sandbox(
+    port: u16,
     sd: &StateDir,
     policy: &Policy,
-    lock: &Netlock,
+    spec: &SandboxSpec,
     curl: &Path,
     direct: bool,
 ) -> std::result::Result<ocsb_egress::verify::Report, ocsb_egress::Error> {
-    let s = &project.settings;
     let spec_rel = Path::new("egress/selftest-spec.json");
-    let spec = sandbox_spec::spec(project, lock.clone(), &[], vec!["true".into()])
-        .map_err(|e| ocsb_egress::Error::state(e.to_string(), "see `ocsb doctor`"))?;
+    let spec = start::handed(spec, &Command::check(vec!["true".into()]), None);
     sd.write(spec_rel, &serde_json::to_vec(&spec).unwrap_or_default(), 0o600)
         .map_err(|e| ocsb_egress::Error::state(e.to_string(), "check the state directory"))?;
     let exe = std::env::current_exe().map_err(|e| ocsb_egress::Error::io("cannot find", "ocsb", e))?;
-    let mut opts =
-        ocsb_egress::verify::VerifyOptions::new(SocketAddr::from(([127, 0, 0, 1], s.egress_port())));
-    opts.wrap = vec![exe.into(), crate::cli::SANDBOX_RUN.into(), sd.path().join(spec_rel).into()];
+    let mut opts = ocsb_egress::verify::VerifyOptions::new(SocketAddr::from(([127, 0, 0, 1], port)));
+    opts.wrap = vec![exe.into(), super::replay::SANDBOX_RUN.into(), sd.path().join(spec_rel).into()];
     opts.max_time = 10;
     opts.curl = curl.into();
     // In an isolated sandbox a direct connection is not blocked but judged by the same rules

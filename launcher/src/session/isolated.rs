@@ -1,7 +1,7 @@
 //! `OCSB_NETWORK=isolated`, the launcher's part: every sandbox this launcher starts goes through
 //! [`run`], which serves the sockets of an isolated sandbox's namespace while it runs (the
-//! relays and the DNS stub of `ocsb_egress::inside`). A sandbox on the host's network runs as
-//! it always did.
+//! relays and the DNS stub of `ocsb_egress::inside`) with the [`Server`] the start made for it.
+//! A sandbox on the host's network runs as it always did.
 
 use std::any::Any;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -35,7 +35,7 @@ pub struct Server {
 
 impl Server {
     pub fn new(project: &Project, policy: &Policy) -> Result<Server> {
-        let inst = crate::egress_cmd::instance(project)?;
+        let inst = crate::filter::instance(project)?;
         let builtin = inst.backend == ocsb_egress::instance::Backend::Builtin;
         Ok(Server {
             filter: SocketAddr::from(([127, 0, 0, 1], project.settings.egress_port())),
@@ -46,9 +46,10 @@ impl Server {
         })
     }
 
-    /// Also relay the host's `127.0.0.1:port` into the sandbox (where the command listens).
-    pub fn expose(mut self, port: u16) -> Server {
-        self.expose.push(port);
+    /// Also relay the host's `127.0.0.1:port` into the sandbox for each of `ports` (where the
+    /// command listens).
+    pub fn expose(mut self, ports: &[u16]) -> Server {
+        self.expose.extend_from_slice(ports);
         self
     }
 
@@ -105,6 +106,15 @@ impl Server {
     }
 }
 
+/// The server a sandbox of `spec` needs, made by `make`: one for an isolated network, none for
+/// the host's.
+pub fn server_for(spec: &SandboxSpec, make: impl FnOnce() -> Result<Server>) -> Result<Option<Server>> {
+    match spec.network {
+        Network::Host => Ok(None),
+        Network::Isolated { .. } => make().map(Some),
+    }
+}
+
 /// Runs the sandbox; an isolated one is served by `server` while it runs (and refused
 /// without one, by `run_served`). `ahead`: what the caller made before (the check of the
 /// checkouts, stage 2 started early).
@@ -115,20 +125,4 @@ pub fn run(spec: &SandboxSpec, server: Option<&Server>, ahead: Ahead) -> Result<
     };
     let serve: ocsb_sandbox::Serve<'_> = &serve;
     Ok(ocsb_sandbox::run_served(spec, server.is_some().then_some(serve), ahead)?)
-}
-
-/// [`run`] for a project: the server built from its settings and `policy`.
-/// With `OCSB_DOCKER=1` the Docker gateway serves the sandbox too, for as long as it runs.
-pub fn run_for(project: &Project, policy: &Policy, spec: &SandboxSpec, mut ahead: Ahead) -> Result<i32> {
-    let mut spec = spec.clone();
-    // Served until this function returns, after the sandbox has exited.
-    let docker = crate::docker_gw::attach(project, &mut spec, &mut ahead)?;
-    let spec = &spec;
-    let server = match spec.network {
-        Network::Host => None,
-        Network::Isolated { .. } => Some(Server::new(project, policy)?),
-    };
-    let status = run(spec, server.as_ref(), ahead);
-    drop(docker);
-    status
 }

@@ -1,0 +1,119 @@
+//! A start: the session's spec made the command's ([`handed`]), then the steps the settings
+//! choose, never the command: the Docker gateway (`OCSB_DOCKER=1`) and the isolated network's
+//! server (`OCSB_NETWORK=isolated`). What differs between commands is only what the command
+//! says of itself ([`Command`]): what it runs, its environment, its terminal, the ports of this
+//! launcher it reaches and those it listens on.
+
+use std::path::PathBuf;
+
+use ocsb_policy::egress::Policy;
+use ocsb_sandbox::{Ahead, SandboxSpec, TtyMode};
+
+use super::{docker, isolated, spec};
+use crate::docker_gw::Gateway;
+use crate::error::Result;
+use crate::project::Project;
+
+/// What a command runs in the session's sandbox, and what of this launcher it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    pub argv: Vec<String>,
+    /// Added to the sandbox's environment (each name replaces the settings' own).
+    pub env: Vec<(String, String)>,
+    pub tty: TtyMode,
+    /// Ports this launcher serves on the host's loopback that the command reaches (the key
+    /// broker's): a landlock connect rule on the host's network, a relay into an isolated one.
+    pub reaches: Vec<u16>,
+    /// Ports the command listens on: on the host's network it listens there itself; out of an
+    /// isolated one the host's `127.0.0.1:port` leads in to it (OpenCode's, for the web front
+    /// and the browser).
+    pub listens: Vec<u16>,
+}
+
+impl Command {
+    /// A check of the launcher's own (`prepare`'s sandboxed `true`): no terminal.
+    pub fn check(argv: Vec<String>) -> Command {
+        Command { argv, env: Vec::new(), tty: TtyMode::Never, reaches: Vec::new(), listens: Vec::new() }
+    }
+
+    /// The user's command (`ocsb exec`, `ocsb shell`): a terminal of its own when stdin is one.
+    pub fn interactive(argv: Vec<String>, env: Vec<(String, String)>) -> Command {
+        Command { argv, env, tty: TtyMode::Auto, reaches: Vec::new(), listens: Vec::new() }
+    }
+
+    /// OpenCode's server (`ocsb run`): it reaches the key broker, when one runs, and listens on
+    /// OpenCode's port.
+    pub fn server(argv: Vec<String>, env: Vec<(String, String)>, broker: Option<u16>, port: u16) -> Command {
+        Command { argv, env, tty: TtyMode::Never, reaches: broker.into_iter().collect(), listens: vec![port] }
+    }
+}
+
+/// The spec a sandbox for `cmd` is handed: the session's `base` with the command's argv,
+/// environment, terminal and the ports it reaches, and the Docker gateway's socket when one
+/// serves it.
+pub fn handed(base: &SandboxSpec, cmd: &Command, gateway: Option<PathBuf>) -> SandboxSpec {
+    let mut spec = base.clone();
+    spec.argv = cmd.argv.clone();
+    spec.tty = cmd.tty;
+    spec::add_env(&mut spec, &cmd.env);
+    for &port in &cmd.reaches {
+        spec::reach_host_port(&mut spec, port);
+    }
+    if let Some(socket) = gateway {
+        docker::into_spec(&mut spec, socket);
+    }
+    spec
+}
+
+/// A sandbox ready to run: its spec, what serves it, what was made ahead of it.
+pub struct Launch {
+    spec: SandboxSpec,
+    server: Option<isolated::Server>,
+    ahead: Ahead,
+    gateway: Option<Gateway>,
+}
+
+/// The start of `cmd` in a sandbox of `base` (whose netlock is the one checked): the steps the
+/// settings choose, in order. `ahead`: what the caller made before (the check of the
+/// checkouts, stage 2 started early).
+pub fn launch(
+    project: &Project,
+    policy: &Policy,
+    base: &SandboxSpec,
+    cmd: &Command,
+    mut ahead: Ahead,
+) -> Result<Launch> {
+    // The Docker gateway: it listens from now on, and serves once the start gives it the plan.
+    let gateway = docker::start(project, base)?;
+    let spec = handed(base, cmd, gateway.as_ref().map(Gateway::socket));
+    if let Some(gw) = &gateway {
+        docker::into_ahead(gw, &mut ahead);
+    }
+    // The isolated network's server: the relays, the DNS stub, the ports that lead in.
+    let server =
+        isolated::server_for(&spec, || Ok(isolated::Server::new(project, policy)?.expose(&cmd.listens)))?;
+    Ok(Launch { spec, server, ahead, gateway })
+}
+
+impl Launch {
+    /// Runs the sandbox until it exits; its exit status. The gateway serves until then (its
+    /// containers are stopped by then), and is gone before this returns.
+    pub fn run(self) -> Result<i32> {
+        let Launch { spec, server, ahead, gateway } = self;
+        let status = isolated::run(&spec, server.as_ref(), ahead);
+        drop(gateway);
+        status
+    }
+}
+
+#[cfg(test)]
+impl Launch {
+    pub fn spec(&self) -> &SandboxSpec {
+        &self.spec
+    }
+
+    /// Whether the isolated network's server serves it.
+    pub fn served(&self) -> bool {
+        self.server.is_some()
+    }
+}

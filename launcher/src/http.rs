@@ -6,13 +6,8 @@ use hyper::Uri;
 use hyper::header::{self, HeaderMap};
 
 /// Removes the headers of one hop ([`ocsb_policy::http::hop_by_hop`]): the fixed list and what
-/// the message's `Connection` names.
-pub fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let listed = h.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok());
-    for name in ocsb_policy::http::hop_by_hop(listed) {
-        h.remove(name.as_str());
-    }
-}
+/// the message's `Connection` names. The filter's own, so every hop strips alike.
+pub use ocsb_egress::builtin::proxy::strip_hop_by_hop;
 
 /// Whether the request asks to upgrade its connection (`Connection: upgrade` with `Upgrade`).
 pub fn is_upgrade(h: &HeaderMap) -> bool {
@@ -35,25 +30,6 @@ pub fn query_param(uri: &Uri, name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hyper::header::{HeaderName, HeaderValue};
-
-    #[test]
-    fn hop_by_hop_headers_and_connection_listed_ones_are_removed() {
-        let mut h = HeaderMap::new();
-        for (k, v) in [
-            ("connection", "keep-alive, X-Secret"),
-            ("x-secret", "1"),
-            ("proxy-authorization", "Basic Zm9v"),
-            ("keep-alive", "timeout=5"),
-            ("te", "trailers"),
-            ("upgrade", "websocket"),
-            ("accept", "*/*"),
-        ] {
-            h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
-        }
-        strip_hop_by_hop(&mut h);
-        assert_eq!(h.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["accept"]);
-    }
 
     #[test]
     fn query_parameters_are_decoded() {

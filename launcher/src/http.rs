@@ -5,8 +5,8 @@
 use hyper::Uri;
 use hyper::header::{self, HeaderMap};
 
-/// Removes the headers of one hop ([`ocsb_policy::http::hop_by_hop`]): the fixed list and what
-/// the message's `Connection` names. The filter's own, so every hop strips alike.
+// Removes the headers of one hop (`ocsb_policy::http::hop_by_hop`: the fixed list and what the
+// message's `Connection` names): the filter's own, so every hop strips alike.
 pub use ocsb_egress::builtin::proxy::strip_hop_by_hop;
 
 /// Whether the request asks to upgrade its connection (`Connection: upgrade` with `Upgrade`).

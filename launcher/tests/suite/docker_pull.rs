@@ -64,8 +64,8 @@ fn end() -> String {
     )
 }
 
-/// The lines of `out` between `start` and `stop` markers.
-fn section<'a>(out: &'a str, name: &str) -> &'a str {
+/// The lines of `out` between the `== name` marker and the next.
+pub(crate) fn section<'a>(out: &'a str, name: &str) -> &'a str {
     let start = format!("== {name}\n");
     let from =
         out.find(&start).map(|i| i + start.len()).unwrap_or_else(|| panic!("no section {name}: {out}"));

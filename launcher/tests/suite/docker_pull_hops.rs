@@ -18,6 +18,7 @@
 //! follows the same challenges and redirects to the blocked host and its loopback.
 
 use crate::suite::docker_gateway::{APPLETS, DOCKERD_STOP, OWN_DOCKERD, docker_scenario};
+use crate::suite::docker_pull::section;
 use crate::support::sandbox::{World, has};
 
 /// The test image of this daemon (imported by `OWN_DOCKERD`).
@@ -309,15 +310,6 @@ fn end() -> String {
          {DOCKERD_STOP}ip netns pids \"$ON\" | xargs -r kill; ip netns del \"$ON\"\n\
          jobs -p | xargs -r kill; rm -rf \"$HW\"\n"
     )
-}
-
-/// The lines of `out` between the `== name` marker and the next.
-fn section<'a>(out: &'a str, name: &str) -> &'a str {
-    let start = format!("== {name}\n");
-    let from =
-        out.find(&start).map(|i| i + start.len()).unwrap_or_else(|| panic!("no section {name}: {out}"));
-    let rest = &out[from..];
-    &rest[..rest.find("\n== ").map(|i| i + 1).unwrap_or(rest.len())]
 }
 
 /// Failed checks, gathered so that one run reports them all.

@@ -18,6 +18,7 @@
 //! This crate spawns no process and opens no socket; it only reads the layer files it is pointed at.
 #![forbid(unsafe_code)]
 
+pub mod clock;
 pub mod docker;
 pub mod egress;
 pub mod error;

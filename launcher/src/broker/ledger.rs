@@ -62,7 +62,7 @@ impl Totals {
 
 /// The UTC date of `t` as `YYYY-MM-DD`, and the time as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn utc(t: SystemTime) -> (String, String) {
-    let time = crate::web::panel_log::utc(t);
+    let time = ocsb_policy::clock::utc(t);
     (time.get(..10).unwrap_or_default().to_string(), time)
 }
 

@@ -150,7 +150,7 @@ pub enum Command {
 
     /// (internal) The Docker watcher a launcher with a gateway starts: waits until launcher
     /// PID is gone, then stops what its sessions left running (their journals in DIR).
-    #[command(name = crate::docker_gw::WATCH, hide = true)]
+    #[command(name = ocsb_docker_gw::WATCH, hide = true)]
     DockerWatch { pid: u32, dir: PathBuf },
 
     /// (internal) Write the guard plugin into DIR and print the `OPENCODE_CONFIG_CONTENT` that

@@ -68,6 +68,16 @@ impl From<ocsb_egress::Error> for Error {
     }
 }
 
+/// The gateway's errors are the launcher's own two kinds, worded as they are.
+impl From<ocsb_docker_gw::Error> for Error {
+    fn from(e: ocsb_docker_gw::Error) -> Self {
+        match e {
+            ocsb_docker_gw::Error::Io { path, action, source } => Error::Io { path, action, source },
+            ocsb_docker_gw::Error::Failed { what, fix } => Error::Failed { what, fix },
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -7,7 +7,6 @@
 mod broker;
 pub mod cli;
 mod commands;
-mod docker_gw;
 mod doctor;
 mod error;
 mod filter;

@@ -46,7 +46,7 @@ pub const DOCKER_CONFIG: &str = "docker/config.json";
 /// and the empty file it binds over what a container must not see.
 const DOCKER_SESSIONS: &str = "docker-sessions";
 const DOCKER_PULLS: &str = "docker-pulls";
-pub const DOCKER_LOG: &str = "docker.log";
+const DOCKER_LOG: &str = "docker.log";
 const DOCKER_EMPTY: &str = "docker-empty";
 
 /// One project's state directory as paths, for the launcher's files that are not opened
@@ -71,10 +71,6 @@ impl Layout {
     /// directory).
     pub fn of_egress(dir: &Path) -> Layout {
         Layout::new(dir.parent().unwrap_or(dir))
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 
     /// Opens the directory, made when missing, without following a link ([`StateDir::open`]).
@@ -111,24 +107,18 @@ impl Layout {
         self.root.join(CACHES).join(name)
     }
 
-    /// The Docker sessions' journals: in the gateway's directory, which the project's
-    /// sandboxes hide and no other project's sandbox mounts.
-    pub fn docker_sessions(&self) -> PathBuf {
-        self.egress().join(DOCKER_SESSIONS)
-    }
-
-    /// Where the gateway's pulls keep their blobs until the daemon has loaded them.
-    pub fn docker_pulls(&self) -> PathBuf {
-        self.egress().join(DOCKER_PULLS)
-    }
-
-    /// The gateway's log (and its watcher's).
-    pub fn docker_log(&self) -> PathBuf {
-        self.egress().join(DOCKER_LOG)
-    }
-
-    pub fn docker_empty(&self) -> PathBuf {
-        self.egress().join(DOCKER_EMPTY)
+    /// The Docker gateway's files: in the filter's directory, which the project's sandboxes
+    /// hide and no other project's sandbox mounts.
+    pub fn docker(&self) -> ocsb_docker_gw::Paths {
+        let dir = self.egress();
+        ocsb_docker_gw::Paths {
+            state_dir: self.root.clone(),
+            sessions: dir.join(DOCKER_SESSIONS),
+            pulls: dir.join(DOCKER_PULLS),
+            log: dir.join(DOCKER_LOG),
+            empty: dir.join(DOCKER_EMPTY),
+            dir,
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use crate::error::Result;
 use crate::project::Project;
 
 pub fn ls(project: &Project, json: bool) -> Result<()> {
-    let (containers, networks) = crate::docker_gw::made(project)?;
+    let (containers, networks) = ocsb_docker_gw::made(project.settings.name())?;
     if json {
         let v = serde_json::json!({"containers": containers, "networks": networks});
         println!("{v}");

@@ -70,7 +70,9 @@ pub fn dispatch(cli: Cli) -> Result<()> {
                 1
             }
         }),
-        Command::DockerWatch { pid, dir } => crate::docker_gw::watch(pid, &dir),
+        Command::DockerWatch { pid, dir } => {
+            Ok(ocsb_docker_gw::watch(pid, &crate::state::Layout::of_egress(&dir).docker())?)
+        }
         Command::OpencodeConfig { dir } => {
             println!("{}", opencode::config_for_tests(&dir)?);
             Ok(())

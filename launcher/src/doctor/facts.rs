@@ -158,7 +158,7 @@ pub enum DockerDaemonFacts {
     /// The daemon at this socket answered a ping.
     Answered { socket: PathBuf },
     /// The user cannot reach it, and why.
-    Unreachable(crate::docker_gw::reach::Unreachable),
+    Unreachable(ocsb_docker_gw::reach::Unreachable),
 }
 
 #[derive(Debug, Clone)]

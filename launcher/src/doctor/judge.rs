@@ -932,7 +932,7 @@ mod tests {
     /// cause and its fix (the sandbox still works without Docker).
     #[test]
     fn a_daemon_the_user_cannot_reach_warns_with_the_cause_and_the_fix() {
-        use crate::docker_gw::reach::{Cause, Unreachable};
+        use ocsb_docker_gw::reach::{Cause, Unreachable};
         let mut f = healthy();
         f.docker = DockerMode::Gateway;
         f.docker_daemon = DockerDaemonFacts::Unreachable(Unreachable {

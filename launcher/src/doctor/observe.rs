@@ -306,11 +306,11 @@ fn docker_daemon(settings: &Settings) -> DockerDaemonFacts {
     if settings.docker() != DockerMode::Gateway {
         return DockerDaemonFacts::NotAsked;
     }
-    let Some(socket) = crate::docker_gw::upstream() else {
+    let Some(socket) = ocsb_docker_gw::upstream() else {
         let docker_host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
         return DockerDaemonFacts::NoSocket { docker_host };
     };
-    match crate::docker_gw::reach::ping(&socket) {
+    match ocsb_docker_gw::reach::ping(&socket) {
         Ok(()) => DockerDaemonFacts::Answered { socket },
         Err(why) => DockerDaemonFacts::Unreachable(why),
     }
@@ -322,8 +322,8 @@ fn docker_firewall(settings: &Settings) -> Option<ocsb_policy::docker::firewall:
     if settings.docker() != ocsb_policy::settings::DockerMode::Gateway {
         return None;
     }
-    let socket = crate::docker_gw::upstream()?;
-    crate::docker_gw::firewall::observe(&crate::docker_gw::Daemon { socket }).ok()
+    let socket = ocsb_docker_gw::upstream()?;
+    ocsb_docker_gw::firewall::observe(&ocsb_docker_gw::Daemon { socket }).ok()
 }
 
 fn opencode(settings: &Settings, untrusted: bool) -> OpencodeFacts {

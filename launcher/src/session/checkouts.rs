@@ -16,7 +16,7 @@ use crate::project::Project;
 /// Returns the check, for the sandbox started next ([`Checked::begin`]).
 pub fn refuse_planted(project: &Project, spec: &SandboxSpec, doing: &str) -> Result<Checked> {
     // Before the check: a container a killed launcher left running could write after it.
-    crate::docker_gw::stop_left_behind(project)?;
+    super::docker::stop_left_behind(project)?;
     let checked = audit::check(spec)?;
     if checked.findings.is_empty() {
         return Ok(checked);
@@ -33,6 +33,6 @@ pub fn refuse_planted(project: &Project, spec: &SandboxSpec, doing: &str) -> Res
 /// `ocsb audit [--accept]`: what a sandbox start would refuse over, with `accept` the user's
 /// own made acceptable first ([`audit::report`]).
 pub fn report(project: &Project, spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
-    crate::docker_gw::stop_left_behind(project)?;
+    super::docker::stop_left_behind(project)?;
     Ok(audit::report(spec, accept)?)
 }

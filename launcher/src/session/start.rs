@@ -6,11 +6,11 @@
 
 use std::path::PathBuf;
 
+use ocsb_docker_gw::Gateway;
 use ocsb_policy::egress::Policy;
 use ocsb_sandbox::{Ahead, SandboxSpec, TtyMode};
 
 use super::{docker, isolated, spec};
-use crate::docker_gw::Gateway;
 use crate::error::Result;
 use crate::project::Project;
 

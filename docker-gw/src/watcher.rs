@@ -21,6 +21,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::Paths;
 use crate::error::{Error, Result};
 
 /// The hidden subcommand the watcher runs as.
@@ -30,16 +31,14 @@ pub const WATCH: &str = "__docker-watch";
 /// ([`super::ending::stop_after_exit`]).
 const EXIT_WAIT: Duration = Duration::from_secs(5);
 
-/// The program the watcher runs: the launcher's own.
-const SELF: &str = "/proc/self/exe";
-
 /// The watched directories of this launcher, each with the pipe's writing end. Kept until the
 /// process exits: dropping one would wake its watcher.
 static WATCHED: Mutex<Vec<(PathBuf, std::io::PipeWriter)>> = Mutex::new(Vec::new());
 
-/// Starts the watcher of this launcher for the project's egress state directory `dir`, once
-/// per process and directory, writing to what `log` opens.
-pub(super) fn ensure(dir: &Path, log: impl FnOnce() -> Option<std::fs::File>) -> Result<()> {
+/// Starts the watcher of this launcher for the gateway's directory `dir`, once per process and
+/// directory: `program` (the launcher's own) run as `__docker-watch`, writing to what `log`
+/// opens.
+pub(super) fn ensure(dir: &Path, program: &Path, log: impl FnOnce() -> Option<std::fs::File>) -> Result<()> {
     let mut watched = WATCHED.lock().unwrap_or_else(|p| p.into_inner());
     if watched.iter().any(|(d, _)| d == dir) {
         return Ok(());
@@ -48,8 +47,7 @@ pub(super) fn ensure(dir: &Path, log: impl FnOnce() -> Option<std::fs::File>) ->
     // but this launcher the writing one, so the watcher's read ends exactly with the launcher.
     let (reader, writer) = std::io::pipe().map_err(|e| Error::io("create a pipe for", dir, e))?;
     let stderr = log().map_or_else(Stdio::null, Stdio::from);
-    // This very program, even if an upgrade has replaced the file it was started from.
-    Command::new(SELF)
+    Command::new(program)
         .arg0("ocsb")
         .arg(WATCH)
         .arg(std::process::id().to_string())
@@ -60,14 +58,15 @@ pub(super) fn ensure(dir: &Path, log: impl FnOnce() -> Option<std::fs::File>) ->
         .current_dir("/")
         .process_group(0)
         .spawn()
-        .map_err(|e| Error::io("start the Docker watcher", SELF, e))?;
+        .map_err(|e| Error::io("start the Docker watcher", program, e))?;
     watched.push((dir.to_path_buf(), writer));
     Ok(())
 }
 
 /// `ocsb __docker-watch PID DIR`: waits until the launcher `pid` is gone (its pipe on stdin
-/// closes), then stops what the journals in `dir` nobody holds list.
-pub fn main(pid: u32, dir: &Path) -> Result<()> {
+/// closes), then stops what the journals nobody holds list. `at` is the gateway's files, as
+/// the launcher names them from `DIR`.
+pub fn main(pid: u32, at: &Paths) -> Result<()> {
     // What the launcher's caller let it inherit (a pipe someone waits on to close, a job
     // server) is not kept for as long as the launcher lives and the stops take.
     ocsb_sandbox::sys::close_range(3, 0).map_err(|e| Error::io("close the descriptors of", "ocsb", e))?;
@@ -81,5 +80,5 @@ pub fn main(pid: u32, dir: &Path) -> Result<()> {
             _ => break,
         }
     }
-    super::ending::stop_after_exit(&crate::state::Layout::of_egress(dir), pid, EXIT_WAIT)
+    super::ending::stop_after_exit(at, pid, EXIT_WAIT)
 }

@@ -3,7 +3,7 @@
 //! Containers join internal networks: nothing routes out of them. The one way out is the
 //! filter, which the gateway makes reachable on each network a container is created on: it
 //! binds a listener on the network's gateway address (its bridge's own address on the host) at
-//! the filter's port and lends it to the builtin filter ([`ocsb_egress::builtin::lend`]).
+//! the filter's port and lends it to the builtin filter (by the launcher's [`Reach::Lend`]).
 //! The filter serves that bridge's network as clients on that listener only, with the
 //! project's rules and log, for as long as the gateway holds the lease; the container gets the
 //! proxy settings at create. *Why lent, not relayed*: the filter then sees each container's own
@@ -24,22 +24,13 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use super::Daemon;
+use crate::config::{Lender, Reach};
 
 /// Networks served at once; a container on one more gets no proxy (and no way out).
 const MAX_LEASES: usize = 32;
-
-/// How the filter gets a network's connections.
-pub(super) enum Reach {
-    /// The builtin filter's control socket: the listener is lent to it.
-    Lend(PathBuf),
-    /// Squid: the gateway relays to squid's port on loopback.
-    Relay,
-}
 
 /// One network served: its bridge, the listener (kept, to lend again after a filter restart,
 /// or to stop the relay) and, when lent, the lease (the control connection; the filter serves
@@ -90,10 +81,10 @@ impl Egress {
         if let Some(l) = leases.get_mut(&id)
             && l.gateway == gateway
         {
-            if let (Reach::Lend(path), Some(control)) = (&self.reach, &mut l.control)
+            if let (Reach::Lend(to), Some(control)) = (&self.reach, &mut l.control)
                 && !alive(control)
             {
-                *control = lend(path, &l.listener)?;
+                *control = lend(to, &l.listener)?;
             }
             return Ok(url);
         }
@@ -103,7 +94,7 @@ impl Egress {
         let listener = listen(&bridge, gateway, self.port)?;
         let ifindex = ifindex(&bridge).ok_or_else(|| format!("no interface {bridge}"))?;
         let control = match &self.reach {
-            Reach::Lend(path) => Some(lend(path, &listener)?),
+            Reach::Lend(to) => Some(lend(to, &listener)?),
             Reach::Relay => {
                 let accepting = listener.try_clone().map_err(|e| format!("cannot relay {url}: {e}"))?;
                 let squid = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
@@ -116,9 +107,8 @@ impl Egress {
     }
 }
 
-fn lend(control: &std::path::Path, listener: &TcpListener) -> Result<UnixStream, String> {
-    ocsb_egress::builtin::lend::lend(control, listener, Duration::from_secs(5))
-        .map_err(|e| format!("the filter took no listener: {e}"))
+fn lend(to: &Lender, listener: &TcpListener) -> Result<UnixStream, String> {
+    to(listener).map_err(|e| format!("the filter took no listener: {e}"))
 }
 
 /// A listening socket on `gateway:port`, bound to the device `bridge` before the address.

@@ -5,15 +5,22 @@
 //!
 //! The socket lives in the project's egress state directory, which its sandboxes hide and no
 //! other project's sandbox mounts, and is bound into the sandbox at `/run/docker.sock`.
+//!
+//! The launcher starts it as a step of a sandbox's start, with a [`Config`] of values it owns
+//! (the settings, the state directory's layout, the filter, the TLS client); `README.md` has
+//! the module map.
+#![deny(unsafe_code)]
 
 mod build;
 mod caller;
+mod config;
 mod conn;
 mod daemon;
 mod egress;
 mod ending;
+pub mod error;
 mod fetch;
-pub(crate) mod firewall;
+pub mod firewall;
 mod http;
 mod ports;
 mod pull;
@@ -29,10 +36,9 @@ use std::sync::{Arc, Mutex};
 use ocsb_policy::docker::Context;
 use ocsb_sandbox::plan::{Access, Op, Plan};
 
+pub use config::{Config, Filter, Lender, Paths, Reach};
 pub use daemon::{Daemon, upstream};
-
-use crate::error::{Error, Result};
-use crate::project::Project;
+pub use error::{Error, Result};
 
 /// Client connections served at once; more wait in the listen queue.
 const MAX_CONNECTIONS: usize = 256;
@@ -100,35 +106,30 @@ struct Waiting {
 }
 
 impl Gateway {
-    /// Listens for `project`'s sandbox in front of `daemon`. It serves once it has the plan
-    /// the sandbox is made from ([`Gateway::judge_by`]): the plan says which host paths a
-    /// container may bind, as it says which the sandbox may write.
-    pub fn start(project: &Project, daemon: Daemon) -> Result<Gateway> {
-        let ctx = project_context(project);
-        let inst = crate::filter::instance(project)?;
-        let paths = inst.paths();
-        let at = crate::state::Layout::of(&project.settings);
-        let reach = match inst.backend {
-            ocsb_egress::Backend::Builtin => egress::Reach::Lend(paths.control_socket()),
-            ocsb_egress::Backend::Squid => egress::Reach::Relay,
-        };
-        let egress = egress::Egress::new(reach, inst.port);
-        paths.create_private().map_err(|e| Error::io("create", &paths.dir, e))?;
-        let empty_file = at.docker_empty();
+    /// Listens for the sandbox of `config`'s project in front of `daemon`, in `config.paths.dir`
+    /// (made by the launcher, private). It serves once it has the plan the sandbox is made from
+    /// ([`Gateway::judge_by`]): the plan says which host paths a container may bind, as it says
+    /// which the sandbox may write.
+    pub fn start(config: Config, daemon: Daemon) -> Result<Gateway> {
+        let Config { project, ports, cleanup, paths: at, filter, tls, nonce, program } = config;
+        let ctx = project_context(project, ports);
+        let egress = egress::Egress::new(filter.reach, filter.port);
+        let empty_file = at.empty.clone();
         write_empty(&empty_file)?;
-        let log = paths.open_log(crate::state::DOCKER_LOG).ok();
+        let log = open_log(&at.log).ok();
         let registries = pull::Registries {
-            filter: std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, inst.port)),
-            work_dir: at.docker_pulls(),
-            docker_log: at.docker_log(),
+            filter: std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, filter.port)),
+            tls,
+            work_dir: at.pulls.clone(),
+            docker_log: at.log.clone(),
         };
         // The path the sandbox binds from: its mounts follow no link on the way, and a home
         // may be reached through one.
-        let dir = std::fs::canonicalize(&paths.dir).map_err(|e| Error::io("resolve", &paths.dir, e))?;
-        let (listener, socket, inode) = listen(&dir)?;
+        let dir = std::fs::canonicalize(&at.dir).map_err(|e| Error::io("resolve", &at.dir, e))?;
+        let (listener, socket, inode) = listen(&dir, &nonce)?;
         let session = ctx.session.clone();
         let journal = ending::Journal::create(&at, &session, &daemon)?;
-        watcher::ensure(&at.egress(), || paths.open_log(crate::state::DOCKER_LOG).ok())?;
+        watcher::ensure(&at.dir, &program, || open_log(&at.log).ok())?;
         let started = Arc::new(ending::Started::with_journal(journal));
         let closing = Arc::new(AtomicBool::new(false));
         let waiting = Waiting {
@@ -147,7 +148,7 @@ impl Gateway {
             inode,
             session,
             daemon,
-            cleanup: project.settings.docker_cleanup(),
+            cleanup,
             started,
             closing,
             waiting: Arc::new(Mutex::new(Some(waiting))),
@@ -193,7 +194,8 @@ impl Gateway {
 /// removed when nothing answers on them. The address goes through the directory's descriptor,
 /// so a long home path cannot pass the 108-byte limit of a socket address. Returns the
 /// socket's inode too: the gateway removes its own socket only, whatever took the name since.
-fn listen(dir: &Path) -> Result<(UnixListener, PathBuf, u64)> {
+/// `nonce` is random text ([`Config::nonce`]).
+fn listen(dir: &Path, nonce: &str) -> Result<(UnixListener, PathBuf, u64)> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
     let fd = std::fs::OpenOptions::new()
@@ -212,8 +214,7 @@ fn listen(dir: &Path) -> Result<(UnixListener, PathBuf, u64)> {
             let _ = std::fs::remove_file(&path);
         }
     }
-    let secret = crate::web::auth::random_secret()?;
-    let name = format!("docker-{}-{}.sock", std::process::id(), secret.get(..8).unwrap_or_default());
+    let name = format!("docker-{}-{}.sock", std::process::id(), nonce.get(..8).unwrap_or_default());
     let socket = dir.join(&name);
     let listener = UnixListener::bind(via(&name)).map_err(|e| Error::io("listen on", &socket, e))?;
     let ino = std::fs::symlink_metadata(via(&name)).map_err(|e| Error::io("inspect", &socket, e))?.ino();
@@ -305,9 +306,9 @@ impl Drop for Gateway {
     }
 }
 
-/// The project's containers and networks (labelled `dev.ocsb.project=NAME`), made through the
-/// gateway, from the daemon the user's Docker client would ask (`ocsb docker ls`).
-pub fn made(project: &Project) -> Result<(Vec<daemon::Made>, Vec<daemon::Made>)> {
+/// The containers and networks of the project `name` (labelled `dev.ocsb.project=NAME`), made
+/// through the gateway, from the daemon the user's Docker client would ask (`ocsb docker ls`).
+pub fn made(name: &str) -> Result<(Vec<daemon::Made>, Vec<daemon::Made>)> {
     let socket = upstream().ok_or_else(|| {
         Error::failed(
             "no Docker daemon answers on a unix socket",
@@ -315,28 +316,29 @@ pub fn made(project: &Project) -> Result<(Vec<daemon::Made>, Vec<daemon::Made>)>
         )
     })?;
     Daemon { socket }
-        .labelled(ocsb_policy::docker::PROJECT_LABEL, project.settings.name())
+        .labelled(ocsb_policy::docker::PROJECT_LABEL, name)
         .map_err(|e| Error::failed(format!("cannot ask the Docker daemon: {e}"), "check `docker version`"))
 }
 
-/// Stops what the Docker sessions of `project` whose launchers died left running
-/// ([`ending::stop_left_behind`]), whatever this start's Docker settings are. Made before
-/// every check of the checkouts, so that no such container writes the project after it.
-pub fn stop_left_behind(project: &Project) -> Result<()> {
-    ending::stop_left_behind(&crate::state::Layout::of(&project.settings))
+/// Stops what the Docker sessions of the project whose gateway's files are `at` left running
+/// when their launchers died (`ending.rs` says why), whatever this start's Docker
+/// settings are. Made before every check of the checkouts, so that no such container writes
+/// the project after it.
+pub fn stop_left_behind(at: &Paths) -> Result<()> {
+    ending::stop_left_behind(at)
 }
 
 /// `ocsb __docker-watch PID DIR`: the watcher a launcher with a gateway starts
-/// ([`watcher`] says why).
-pub fn watch(pid: u32, dir: &Path) -> Result<()> {
-    watcher::main(pid, dir)
+/// (`watcher.rs` says why). `at` is the gateway's files, as the launcher names them from `DIR`
+/// ([`Paths::dir`]).
+pub fn watch(pid: u32, at: &Paths) -> Result<()> {
+    watcher::main(pid, at)
 }
 
 pub use watcher::WATCH;
 
-/// The policy's view of the project, but for its paths ([`judge_paths`]).
-fn project_context(project: &Project) -> Context {
-    let name = project.settings.name().to_string();
+/// The policy's view of the project `name`, but for its paths ([`judge_paths`]).
+fn project_context(name: String, ports: Vec<u16>) -> Context {
     let session = format!(
         "{}-{:x}",
         std::process::id(),
@@ -353,7 +355,7 @@ fn project_context(project: &Project) -> Context {
         writable: Vec::new(),
         hidden: Vec::new(),
         read_only: Vec::new(),
-        ports: project.settings.loopback_ports(),
+        ports,
         uid,
         gid,
         own_gids,
@@ -395,6 +397,15 @@ fn judge_paths(ctx: &mut Context, plan: &Plan) {
     ctx.writable = writable;
     ctx.hidden = hidden;
     ctx.read_only = read_only;
+}
+
+/// The gateway's log (`path`), opened for appending, readable by this user alone: it names what
+/// the agent asked the daemon for.
+fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok(f)
 }
 
 /// The empty file masks are bound from, in a directory hidden from the sandbox.

@@ -4,7 +4,7 @@
 //!
 //! The daemon is found by its data directory: `GET /info` names it (`DockerRootDir`), and the
 //! `dockerd` process whose command line and configuration file lead to the same directory is
-//! the one behind the socket (two daemons cannot share one; look-alikes: [`local_daemon`]). *Why
+//! the one behind the socket (two daemons cannot share one; look-alikes: `local_daemon`). *Why
 //! not the socket's peer*: with
 //! socket activation the socket is systemd's. Its forwarding is read from
 //! `/proc/<pid>/net/snmp`, which shows the daemon's own network namespace to any user; its

@@ -37,10 +37,13 @@ const PROGRESS_STEP: u64 = 1 << 20;
 /// A progress line longer than this is dropped (the daemon's are a few hundred bytes).
 const MAX_LINE: usize = 64 << 10;
 
-/// What a pull needs besides the daemon: the filter's address and where blobs wait.
+/// What a pull needs besides the daemon: the filter's address, the TLS client and where blobs
+/// wait.
 pub(super) struct Registries {
     /// The filter on the host's loopback.
     pub filter: std::net::SocketAddr,
+    /// Makes the TLS client ([`crate::Config::tls`]).
+    pub tls: fn() -> Result<std::sync::Arc<rustls::ClientConfig>, String>,
     /// A private directory (the project's egress state) where a pull keeps its blobs until
     /// they are loaded.
     pub work_dir: PathBuf,
@@ -81,7 +84,7 @@ pub(super) fn serve(
         .enable_all()
         .build()
         .map_err(|e| Refusal::new("daemon", format!("the gateway cannot make connections: {e}")))?;
-    let tls = crate::tls::client_config().map_err(|e| Refusal::new("pull", e.to_string()))?;
+    let tls = (gw.registries.tls)().map_err(|e| Refusal::new("pull", e))?;
     let mut session = Session {
         via: Via { filter: gw.registries.filter, tls },
         endpoint,

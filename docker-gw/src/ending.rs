@@ -34,8 +34,8 @@ use std::time::Duration;
 use ocsb_policy::docker::SESSION_LABEL;
 
 use super::daemon::{Daemon, seg};
+use crate::Paths;
 use crate::error::{Error, Result};
-use crate::state::Layout;
 
 /// How long the end of a session waits for calls that are setting a container running (the
 /// daemon's answer; the client's request is read whole before such a call is recorded).
@@ -232,19 +232,19 @@ const SWEEP_FIX: &str = "inspect each path (`ls -la PATH`); remove what you do n
 /// kill, while the launcher's watcher stops what it left) waits for the stops to end: it would
 /// take a journal locked for them for a live session's, and check the checkouts while its
 /// containers still ran.
-pub(super) fn stop_left_behind(at: &Layout) -> Result<()> {
+pub(super) fn stop_left_behind(at: &Paths) -> Result<()> {
     stop_left_behind_by(at, None)
 }
 
 /// What the watcher of the launcher `pid` does once that launcher is gone: [`stop_left_behind`],
 /// after waiting, at most `limit` and under the directory's lock (so that a start made
 /// meanwhile waits too), until the launcher's own journals are let go ([`wait_released`]).
-pub(super) fn stop_after_exit(at: &Layout, pid: u32, limit: Duration) -> Result<()> {
+pub(super) fn stop_after_exit(at: &Paths, pid: u32, limit: Duration) -> Result<()> {
     stop_left_behind_by(at, Some((pid, limit)))
 }
 
-fn stop_left_behind_by(at: &Layout, exited: Option<(u32, Duration)>) -> Result<()> {
-    let journals = at.docker_sessions();
+fn stop_left_behind_by(at: &Paths, exited: Option<(u32, Duration)>) -> Result<()> {
+    let journals = at.sessions.clone();
     let _looking = match lock_directory(&journals, false) {
         Ok(Some(lock)) => lock,
         Ok(None) => return Ok(()), // no session has run
@@ -292,7 +292,7 @@ fn stop_left_behind_by(at: &Layout, exited: Option<(u32, Duration)>) -> Result<(
         // Every start is in the journal before the daemon is asked: a session that lists none
         // ran no container.
         if ran {
-            sweep(at.root(), &dead.roots, dead.since.unwrap_or(0));
+            sweep(&at.state_dir, &dead.roots, dead.since.unwrap_or(0));
         }
         if not_stopped.is_empty() {
             let _ = std::fs::remove_file(&dead.path);
@@ -476,9 +476,9 @@ pub(super) struct Journal {
 
 impl Journal {
     /// Makes and locks the journal of `session`, whose containers run on `daemon`, in the
-    /// state directory `at` ([`Layout::docker_sessions`]).
-    pub(super) fn create(at: &Layout, session: &str, daemon: &Daemon) -> Result<Journal> {
-        let journals = at.docker_sessions();
+    /// gateway's files `at` ([`Paths::sessions`]).
+    pub(super) fn create(at: &Paths, session: &str, daemon: &Daemon) -> Result<Journal> {
+        let journals = at.sessions.clone();
         let socket =
             daemon.socket.to_str().filter(|s| !s.contains('\n') && daemon.socket.is_absolute()).ok_or_else(
                 || {
@@ -504,7 +504,7 @@ impl Journal {
             .unwrap_or(0);
         file.write_all(format!("{DAEMON}{socket}\n{SINCE}{since}\n").as_bytes())
             .map_err(|e| Error::io("write", &path, e))?;
-        let state_dir = at.root().to_path_buf();
+        let state_dir = at.state_dir.clone();
         Ok(Journal { path, file: Mutex::new(file), state_dir, since })
     }
 
@@ -626,9 +626,9 @@ mod tests {
     use super::*;
 
     /// A state directory in `dir`, with its gateway's directory made.
-    fn at(dir: &tempfile::TempDir) -> Layout {
-        let at = Layout::new(dir.path());
-        std::fs::create_dir_all(at.egress()).unwrap();
+    fn at(dir: &tempfile::TempDir) -> Paths {
+        let at = Paths::under(dir.path());
+        std::fs::create_dir_all(&at.dir).unwrap();
         at
     }
 
@@ -663,15 +663,15 @@ mod tests {
         let started = Started::with_journal(journal);
         drop(started.record("c0ffee"));
         drop(started.record("web_1"));
-        assert!(dead_journals(&at(&dir).docker_sessions()).0.is_empty(), "held by a launcher that lives");
+        assert!(dead_journals(&at(&dir).sessions).0.is_empty(), "held by a launcher that lives");
         assert!(Journal::create(&at(&dir), "4242-1f", &daemon).is_err(), "a session's name is its own");
         // What a foreign file in the directory holds is not taken for a journal; one without
         // a daemon is dead with no daemon to ask.
-        let journals = at(&dir).docker_sessions();
+        let journals = at(&dir).sessions;
         std::fs::write(journals.join("notes"), "daemon /x\nc0ffee\n").unwrap();
         std::fs::write(journals.join("7-a"), "../x\n\nabc\n").unwrap();
         drop(started);
-        let (mut dead, unread) = dead_journals(&at(&dir).docker_sessions());
+        let (mut dead, unread) = dead_journals(&at(&dir).sessions);
         assert!(unread.is_empty(), "{unread:?}");
         dead.sort_by(|a, b| a.session.cmp(&b.session));
         let found: Vec<(&str, Option<&Path>, Vec<&str>)> = dead
@@ -689,13 +689,13 @@ mod tests {
             ]
         );
         // While one start handles them, another skips them.
-        assert!(dead_journals(&at(&dir).docker_sessions()).0.is_empty());
+        assert!(dead_journals(&at(&dir).sessions).0.is_empty());
         drop(dead);
         // A journal that cannot be read is not taken for none (as root, modes do not hold).
         if !nix::unistd::geteuid().is_root() {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(journals.join("7-a"), std::fs::Permissions::from_mode(0o000)).unwrap();
-            let (_, unread) = dead_journals(&at(&dir).docker_sessions());
+            let (_, unread) = dead_journals(&at(&dir).sessions);
             assert!(unread.iter().any(|u| u.contains("7-a")), "{unread:?}");
         }
     }
@@ -712,7 +712,7 @@ mod tests {
         drop(started.record("c0ffee"));
         assert_eq!(started.journal.as_ref().unwrap().state_dir, dir.path());
         drop(started);
-        let (dead, _) = dead_journals(&at(&dir).docker_sessions());
+        let (dead, _) = dead_journals(&at(&dir).sessions);
         assert_eq!(dead.len(), 1);
         assert_eq!(dead[0].roots, [PathBuf::from("/p/proj"), odd]);
         assert_eq!(dead[0].ids.iter().collect::<Vec<_>>(), ["c0ffee"]);
@@ -724,7 +724,7 @@ mod tests {
     #[test]
     fn a_journal_being_made_or_stopped_for_is_waited_for() {
         let dir = tempfile::tempdir().unwrap();
-        let journals = at(&dir).docker_sessions();
+        let journals = at(&dir).sessions;
         // Another start is between creating its journal and locking it, or a watcher is
         // stopping what a dead launcher left: the look waits.
         let making = lock_directory(&journals, true).unwrap().unwrap();
@@ -749,15 +749,15 @@ mod tests {
             drop(journal);
         });
         let t = std::time::Instant::now();
-        assert!(wait_released(&at(&dir).docker_sessions(), 77, Duration::from_secs(5)));
+        assert!(wait_released(&at(&dir).sessions, 77, Duration::from_secs(5)));
         assert!(t.elapsed() >= Duration::from_millis(100), "returned while the journal was held");
         let_go.join().unwrap();
         // Another launcher's journal is not waited for; one never let go, only up to the limit.
         let _other = Journal::create(&at(&dir), "78-1", &daemon).unwrap();
         let t = std::time::Instant::now();
-        assert!(wait_released(&at(&dir).docker_sessions(), 77, Duration::from_secs(5)));
+        assert!(wait_released(&at(&dir).sessions, 77, Duration::from_secs(5)));
         assert!(t.elapsed() < Duration::from_millis(100));
-        assert!(!wait_released(&at(&dir).docker_sessions(), 78, Duration::from_millis(100)));
+        assert!(!wait_released(&at(&dir).sessions, 78, Duration::from_millis(100)));
         assert!(t.elapsed() >= Duration::from_millis(100));
         // The watcher's stop waits for the launcher's journal under the directory's lock, and
         // leaves one still held to the next start.
@@ -766,11 +766,10 @@ mod tests {
             move || stop_after_exit(&path, 78, Duration::from_millis(300)).map_err(|e| e.to_string())
         });
         std::thread::sleep(Duration::from_millis(100));
-        let blocked =
-            std::fs::OpenOptions::new().read(true).open(at(&dir).docker_sessions().join(DIRECTORY_LOCK));
+        let blocked = std::fs::OpenOptions::new().read(true).open(at(&dir).sessions.join(DIRECTORY_LOCK));
         assert!(blocked.unwrap().try_lock().is_err(), "waited without the directory's lock");
         look.join().unwrap().unwrap();
-        assert!(at(&dir).docker_sessions().join("78-1").exists());
+        assert!(at(&dir).sessions.join("78-1").exists());
     }
 
     /// A daemon that answers every call with an empty list.
@@ -797,22 +796,22 @@ mod tests {
         let started = Started::with_journal(Journal::create(&at(&dir), "1-1", &daemon).unwrap());
         // Nothing recorded and nothing labelled with the session: the journal goes.
         stop_all(&started, &daemon, "1-1");
-        assert!(!at(&dir).docker_sessions().join("1-1").exists());
+        assert!(!at(&dir).sessions.join("1-1").exists());
         // Nor with a daemon that does not answer (or that this user cannot reach): every start
         // would be in the journal.
         let missing = Daemon { socket: dir.path().join("no-daemon.sock") };
         let started = Started::with_journal(Journal::create(&at(&dir), "1-2", &missing).unwrap());
         stop_all(&started, &missing, "1-2");
-        assert!(!at(&dir).docker_sessions().join("1-2").exists());
+        assert!(!at(&dir).sessions.join("1-2").exists());
         // A container that could not be stopped (no daemon answers) keeps it.
         let started = Started::with_journal(Journal::create(&at(&dir), "1-3", &missing).unwrap());
         drop(started.record("c0ffee"));
         stop_all(&started, &missing, "1-3");
-        assert!(at(&dir).docker_sessions().join("1-3").exists());
+        assert!(at(&dir).sessions.join("1-3").exists());
         // Nor does the next start, while that daemon does not answer: it is refused.
         drop(started);
         let e = stop_left_behind(&at(&dir)).unwrap_err().to_string();
         assert!(e.contains("c0ffee") && e.contains("could not be stopped"), "{e}");
-        assert!(at(&dir).docker_sessions().join("1-3").exists());
+        assert!(at(&dir).sessions.join("1-3").exists());
     }
 }

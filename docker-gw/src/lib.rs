@@ -1,7 +1,8 @@
 //! The Docker gateway (`OCSB_DOCKER=1`): a Docker API socket for the sandbox that forwards to
 //! the real daemon only what `ocsb_policy::docker` allows, with containers, networks and
 //! volumes labelled as the project's and kept to its shape. Refusals answer with a Docker
-//! error body naming the rule, and go to `<state>/egress/docker.log` (hidden from the sandbox).
+//! error body naming the rule, and go to the gateway's log ([`Paths::log`], hidden from the
+//! sandbox).
 //!
 //! The socket lives in the project's egress state directory, which its sandboxes hide and no
 //! other project's sandbox mounts, and is bound into the sandbox at `/run/docker.sock`.

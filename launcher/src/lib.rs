@@ -4,7 +4,6 @@
 // is sound. Everything else the launcher needs from the kernel is in `ocsb-sandbox`.
 #![deny(unsafe_code)]
 
-mod broker;
 pub mod cli;
 mod commands;
 mod docker_gw;

@@ -79,6 +79,15 @@ impl From<ocsb_broker::Error> for Error {
     }
 }
 
+/// The front's errors keep their wording.
+impl From<ocsb_front::Error> for Error {
+    fn from(e: ocsb_front::Error) -> Self {
+        match e {
+            ocsb_front::Error::Io { action, path, source } => Error::io(action, path, source),
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

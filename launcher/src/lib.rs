@@ -10,7 +10,6 @@ mod docker_gw;
 mod doctor;
 mod error;
 mod filter;
-mod http;
 mod install;
 mod netlock;
 mod opencode;

@@ -204,8 +204,8 @@ pub struct PriceSources {
 }
 
 /// The prices the broker uses: OpenCode's configs and model lists, and the highest price
-/// remembered from earlier runs (in [`Files::prices`], which this updates). Each source can
-/// only raise a price (see [`prices`]).
+/// remembered from earlier runs (in [`Files::prices`]; [`remember_prices`] updates it). Each
+/// source can only raise a price (see [`prices`]).
 pub fn prices(sources: PriceSources, sd: &StateDir, files: &Files) -> Prices {
     let mut p = Prices::default();
     for (v, source) in &sources.configs {
@@ -219,12 +219,15 @@ pub fn prices(sources: PriceSources, sd: &StateDir, files: &Files) -> Prices {
     {
         p.add_all(&seen);
     }
-    if let Ok(text) = serde_json::to_vec(&p)
-        && let Err(e) = sd.rewrite_private(&files.prices, &text)
-    {
-        eprintln!("ocsb: warning: broker: {e}");
-    }
     p
+}
+
+/// Keeps `prices` for the next runs (their highest price of each model).
+pub fn remember_prices(prices: &Prices, sd: &StateDir, files: &Files) -> Result<()> {
+    match serde_json::to_vec(prices) {
+        Ok(text) => Ok(sd.rewrite_private(&files.prices, &text)?),
+        Err(_) => Ok(()),
+    }
 }
 
 /// What the broker serves with.

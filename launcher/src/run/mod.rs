@@ -110,6 +110,9 @@ fn start_broker(
     let ledger = ocsb_broker::ledger::Ledger::open(sd, &files, &session, limit)?;
     let sources = broker::price_sources(s, &project.user_config_dir, &project.checkout, sd);
     let prices = ocsb_broker::prices(sources, sd, &files);
+    if let Err(e) = ocsb_broker::remember_prices(&prices, sd, &files) {
+        eprintln!("ocsb: warning: broker: {}", Error::from(e));
+    }
     let limit_set_at = s
         .get("OCSB_SPEND_LIMIT")
         .map(|e| e.origin.to_string())

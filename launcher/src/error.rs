@@ -78,6 +78,26 @@ impl From<ocsb_docker_gw::Error> for Error {
     }
 }
 
+/// The broker's errors keep their wording: its refusals of bad input say what and how to fix.
+impl From<ocsb_broker::Error> for Error {
+    fn from(e: ocsb_broker::Error) -> Self {
+        match e {
+            ocsb_broker::Error::Io { action, path, source } => Error::io(action, path, source),
+            ocsb_broker::Error::Failed { what, fix } => Error::failed(what, fix),
+            ocsb_broker::Error::State(e) => Error::from(e),
+        }
+    }
+}
+
+/// The front's errors keep their wording.
+impl From<ocsb_front::Error> for Error {
+    fn from(e: ocsb_front::Error) -> Self {
+        match e {
+            ocsb_front::Error::Io { action, path, source } => Error::io(action, path, source),
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

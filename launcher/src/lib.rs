@@ -4,13 +4,11 @@
 // is sound. Everything else the launcher needs from the kernel is in `ocsb-sandbox`.
 #![deny(unsafe_code)]
 
-mod broker;
 pub mod cli;
 mod commands;
 mod doctor;
 mod error;
 mod filter;
-mod http;
 mod install;
 mod netlock;
 mod opencode;

@@ -122,6 +122,16 @@ impl Layout {
     }
 }
 
+/// The model-key broker's files, relative to the state directory.
+pub fn broker_files() -> ocsb_broker::Files {
+    ocsb_broker::Files {
+        dir: SPEND.into(),
+        ledger: LEDGER.into(),
+        session: SPEND_SESSION.into(),
+        prices: PRICES.into(),
+    }
+}
+
 pub fn password_file(state: &Path) -> PathBuf {
     Layout::new(state).password()
 }
@@ -167,10 +177,7 @@ pub fn ensure_caches(sd: &StateDir, settings: &ocsb_policy::settings::Settings) 
 
 /// Replace the contents of the private file `rel` in place (see [`ensure_private`]).
 pub fn rewrite_private(sd: &StateDir, rel: &Path, data: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let mut f = sd.open_private(rel)?;
-    let path = sd.path().join(rel);
-    f.set_len(0).and_then(|()| f.write_all(data)).map_err(|e| Error::io("write", &path, e))
+    Ok(sd.rewrite_private(rel, data)?)
 }
 
 /// The web password, read without following links (see [`ensure_private`]).

@@ -294,6 +294,14 @@ impl StateDir {
         self.check_private(&dir, name, &self.path.join(rel))
     }
 
+    /// Replaces the contents of the private file `rel` in place (opened as
+    /// [`Self::open_private`]): in place, not by rename, so that a sandbox already running,
+    /// which masks the file's directory entry, keeps masking it.
+    pub fn rewrite_private(&self, rel: &Path, data: &[u8]) -> Result<()> {
+        let mut f = self.open_private(rel)?;
+        f.set_len(0).and_then(|()| f.write_all(data)).map_err(|e| Error::io("write", self.path.join(rel), e))
+    }
+
     /// `rel` opened for appending (created 0600): a log the launcher keeps open for the run.
     ///
     /// *Why the checks*: the agent can put anything at `rel` between two runs. `O_NOFOLLOW`

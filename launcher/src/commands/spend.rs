@@ -2,9 +2,9 @@
 
 use std::time::SystemTime;
 
-use crate::broker::ledger::{self, Totals};
 use crate::error::Result;
 use crate::project::Project;
+use ocsb_broker::ledger::{self, Totals};
 
 pub fn run(project: &Project, json: bool) -> Result<()> {
     let s = &project.settings;

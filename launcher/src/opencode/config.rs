@@ -13,8 +13,6 @@
 
 use std::path::PathBuf;
 
-use std::net::SocketAddr;
-
 use serde_json::{Value, json};
 
 /// Commands the agent's bash tool must refuse, each as bare word, with arguments, and by path.
@@ -56,28 +54,18 @@ pub fn content(skill_paths: &[PathBuf], plugins: &[PathBuf], providers: Option<V
     v
 }
 
-/// The model-key broker as OpenCode is told of it: where each provider is and the placeholder
-/// it sends instead of a key.
-#[derive(Debug, Clone)]
-pub struct Broker {
-    pub addr: SocketAddr,
-    pub token: String,
-    pub providers: Vec<String>,
-}
-
-impl Broker {
-    /// The `provider` block of `OPENCODE_CONFIG_CONTENT` (the layer a project cannot override):
-    /// each provider's `baseURL` and `apiKey` point at the broker.
-    pub fn opencode_providers(&self) -> Value {
-        let mut m = serde_json::Map::new();
-        for id in &self.providers {
-            m.insert(
-                id.clone(),
-                json!({"options": {"baseURL": format!("http://{}/{id}", self.addr), "apiKey": self.token}}),
-            );
-        }
-        Value::Object(m)
+/// The `provider` block of `OPENCODE_CONFIG_CONTENT` (the layer a project cannot override):
+/// each provider's `baseURL` and `apiKey` point at the model-key broker (`broker`: where each
+/// provider is and the placeholder OpenCode sends instead of a key).
+pub fn providers(broker: &ocsb_broker::Endpoint) -> Value {
+    let mut m = serde_json::Map::new();
+    for id in &broker.providers {
+        m.insert(
+            id.clone(),
+            json!({"options": {"baseURL": format!("http://{}/{id}", broker.addr), "apiKey": broker.token}}),
+        );
     }
+    Value::Object(m)
 }
 
 #[cfg(test)]
@@ -104,5 +92,21 @@ mod tests {
         assert_eq!(c["provider"]["fake"]["options"]["apiKey"], "ph");
         let c = content(&[], &[], Some(json!({})));
         assert!(c.get("skills").is_none() && c.get("plugin").is_none() && c.get("provider").is_none());
+    }
+
+    #[test]
+    fn opencode_is_pointed_at_the_broker_for_each_provider() {
+        let e = ocsb_broker::Endpoint {
+            addr: "127.0.0.1:41000".parse().unwrap(),
+            token: "ocsb-broker-x".into(),
+            providers: vec!["anthropic".into(), "fake".into()],
+        };
+        assert_eq!(
+            providers(&e),
+            serde_json::json!({
+                "anthropic": {"options": {"baseURL": "http://127.0.0.1:41000/anthropic", "apiKey": "ocsb-broker-x"}},
+                "fake": {"options": {"baseURL": "http://127.0.0.1:41000/fake", "apiKey": "ocsb-broker-x"}},
+            })
+        );
     }
 }

@@ -183,7 +183,7 @@ pub fn setup(
     state: &StateDir,
     extra_args: &[String],
     env_file: &[(String, String)],
-    broker: Option<&config::Broker>,
+    broker: Option<&ocsb_broker::Endpoint>,
 ) -> Result<Setup> {
     let bin = find_binary(&settings.opencode_bin(), std::env::var("PATH").ok().as_deref())?;
     let (global, _) = configs::global(settings, user_config_dir)?;
@@ -192,7 +192,7 @@ pub fn setup(
     let warmed = plugin_cache::warm(state, &global, &bin)?;
     let skill_paths = resolve_skills(settings, state)?;
     let plugins = resolve_plugins(settings, state)?;
-    let content = config::content(&skill_paths, &plugins, broker.map(|b| b.opencode_providers()));
+    let content = config::content(&skill_paths, &plugins, broker.map(config::providers));
     let server_secret = crate::web::auth::random_secret()?;
 
     let mut env: Vec<(String, String)> = Vec::new();

@@ -8,6 +8,7 @@
 //! OpenCode and the front and leaves the filter running.
 
 mod addresses;
+pub(crate) mod broker;
 mod browser;
 mod denials;
 pub(crate) mod notify;
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::project::Project;
 use crate::session::{Command, Session};
-use crate::{broker, opencode, signals, state, web};
+use crate::{opencode, signals, state, web};
 
 /// How long OpenCode may take to answer `/global/health` after it started.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -98,15 +99,20 @@ fn latest_session(addr: SocketAddr, authorization: &str) -> Option<String> {
 fn start_broker(
     project: &Project,
     sd: &ocsb_sandbox::statefs::StateDir,
-    bound: broker::Bound,
-    upstreams: Vec<broker::keys::Upstream>,
+    bound: ocsb_broker::Bound,
+    upstreams: Vec<ocsb_broker::keys::Upstream>,
 ) -> Result<broker::Broker> {
     let s = &project.settings;
-    let (_, started) = broker::ledger::utc(std::time::SystemTime::now());
+    let (_, started) = ocsb_broker::ledger::utc(std::time::SystemTime::now());
     let session = format!("{}-{}", started.replace([':', '-'], ""), &web::auth::random_secret()?[..6]);
     let limit = s.spend_limit();
-    let ledger = broker::ledger::Ledger::open(sd, &session, limit)?;
-    let prices = broker::prices(s, &project.user_config_dir, &project.checkout, sd);
+    let files = state::broker_files();
+    let ledger = ocsb_broker::ledger::Ledger::open(sd, &files, &session, limit)?;
+    let sources = broker::price_sources(s, &project.user_config_dir, &project.checkout, sd);
+    let prices = ocsb_broker::prices(sources, sd, &files);
+    if let Err(e) = ocsb_broker::remember_prices(&prices, sd, &files) {
+        eprintln!("ocsb: warning: broker: {}", Error::from(e));
+    }
     let limit_set_at = s
         .get("OCSB_SPEND_LIMIT")
         .map(|e| e.origin.to_string())
@@ -129,7 +135,7 @@ fn start_broker(
     if !s.sandbox_enabled() {
         eprintln!(
             "ocsb: warning: OCSB_SANDBOX=0: the agent can read the key files themselves ({}); only the environment is kept clean",
-            broker::key_files(s)
+            ocsb_broker::key_files(s)
                 .iter()
                 .filter(|p| p.exists())
                 .map(|p| p.display().to_string())
@@ -137,7 +143,15 @@ fn start_broker(
                 .join(" ")
         );
     }
-    broker::Broker::start(broker::Start { bound, upstreams, prices, ledger, limit_set_at })
+    let start = ocsb_broker::Start {
+        token: bound.endpoint.token.clone(),
+        upstreams,
+        prices,
+        ledger: std::sync::Arc::new(ledger),
+        limit_set_at,
+        tls: crate::tls::client_config()?,
+    };
+    broker::Broker::start(bound, start)
 }
 
 fn check_port_free(addr: SocketAddr, setting: &str) -> Result<()> {
@@ -160,10 +174,14 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     check_port_free(oc_addr, "OCSB_WEB_PORT (OpenCode listens on the next port)")?;
 
     // Bad inputs (env file, provider keys, skills, plugins) fail before anything starts.
-    let keys = broker::Keys::load(s)?;
+    let keys = broker::keys(s)?;
     keys.require_meter(s)?;
     broker::check_configs(s, &project.user_config_dir, &project.checkout)?;
-    let bound = if keys.upstreams.is_empty() { None } else { Some(broker::bind(&keys)?) };
+    let bound = if keys.upstreams.is_empty() {
+        None
+    } else {
+        Some(ocsb_broker::bind(&keys, &web::auth::random_secret()?)?)
+    };
     let setup = opencode::setup(
         s,
         &project.user_config_dir,

@@ -127,7 +127,7 @@ pub fn shell_argv() -> Vec<String> {
 /// keys (they never enter a sandbox; only `ocsb run`'s broker uses them), then `OCSB_ENV`.
 fn user_env(project: &Project) -> Result<Vec<(String, String)>> {
     let s = &project.settings;
-    let mut env = crate::broker::Keys::load(s)?.env_file;
+    let mut env = crate::run::broker::keys(s)?.env_file;
     env.extend(s.env_vars());
     Ok(env)
 }

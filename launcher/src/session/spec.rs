@@ -71,7 +71,7 @@ pub fn build(project: &Project, network: Network) -> Result<SandboxSpec> {
     hide.extend(state::hidden_from_sandbox(&state));
     // The files that hold model-provider keys, wherever the user keeps them (a readable part
     // of `~` included): the broker reads them outside, nothing inside may.
-    hide.extend(crate::broker::key_files(s));
+    hide.extend(ocsb_broker::key_files(s));
     // Other projects' state (their web passwords, sessions, /tmp) and the trust and audit
     // records beside each state directory; this project's own state directory is mounted
     // writable on top (a deeper mount comes later in the plan).

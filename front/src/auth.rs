@@ -2,7 +2,7 @@
 //!
 //! Two different secrets exist on purpose. The password the user types (user `opencode`) is
 //! checked by the front, outside the sandbox, and is stored in `<state>/password` (0600, made
-//! before any sandbox starts and read without following links: `state::ensure_private`),
+//! before any sandbox starts and read without following links, by the launcher),
 //! which the sandbox hides. OpenCode itself is started with a second, per-run secret that the front adds to
 //! every upstream request: the agent's shell inherits OpenCode's environment, so whatever OpenCode
 //! holds the agent can read, and it must not be the password of the user's browser session.

@@ -24,7 +24,7 @@ pub struct FrontConfig {
     /// `context-panel.log` in the state directory (none for the hidden `__web-front`).
     pub log: Option<std::sync::Arc<panel_log::PanelLog>>,
     /// The model-key broker's ledger: the panel shows the spend it measured against the limit.
-    pub spend: Option<std::sync::Arc<crate::broker::ledger::Ledger>>,
+    pub spend: Option<std::sync::Arc<ocsb_broker::ledger::Ledger>>,
 }
 
 impl FrontConfig {

@@ -12,8 +12,8 @@ use ocsb_policy::settings::SpendLimit;
 use serde::{Deserialize, Serialize};
 
 use super::usage::Usage;
+use crate::Files;
 use crate::error::Result;
-use crate::state;
 use ocsb_sandbox::statefs::StateDir;
 
 /// One model request.
@@ -155,15 +155,15 @@ pub fn read(path: &Path) -> String {
 }
 
 impl Ledger {
-    /// Opens the ledger for appending (no-follow, see [`StateDir::append`]) and sums what was
-    /// already spent today.
-    pub fn open(sd: &StateDir, session: &str, limit: SpendLimit) -> Result<Ledger> {
-        sd.dir(Path::new(state::SPEND))?;
-        let file = sd.append(Path::new(state::LEDGER))?;
-        let text = read(&sd.path().join(state::LEDGER));
+    /// Opens the ledger for appending (no-follow, see [`StateDir::append`]), sums what was
+    /// already spent today and records `session` as the one that runs.
+    pub fn open(sd: &StateDir, files: &Files, session: &str, limit: SpendLimit) -> Result<Ledger> {
+        sd.dir(&files.dir)?;
+        let file = sd.append(&files.ledger)?;
+        let text = read(&sd.path().join(&files.ledger));
         let (day, _) = utc(SystemTime::now());
         let (today, _) = totals(&text, &day, session);
-        state::rewrite_private(sd, Path::new(state::SPEND_SESSION), format!("{session}\n").as_bytes())?;
+        sd.rewrite_private(&files.session, format!("{session}\n").as_bytes())?;
         Ok(Ledger {
             file: Mutex::new(file),
             session: session.to_string(),
@@ -325,7 +325,9 @@ mod tests {
     fn the_cap_refuses_once_reached() {
         let d = tempfile::tempdir().unwrap();
         let sd = StateDir::open(d.path()).unwrap();
-        let l = Ledger::open(&sd, "s1", SpendLimit { day: Some(1.0), session: Some(0.5) }).unwrap();
+        let l =
+            Ledger::open(&sd, &Files::for_tests(), "s1", SpendLimit { day: Some(1.0), session: Some(0.5) })
+                .unwrap();
         let (_, now) = utc(SystemTime::now());
         let e = || entry(&now, "s1", None);
         let a = l.admit(e(), 0.3).unwrap();
@@ -343,27 +345,32 @@ mod tests {
         assert_eq!(l.view().refused, 1);
         // The run ends with a call under way: it is written at its reservation.
         l.close();
-        let text = std::fs::read_to_string(d.path().join(state::LEDGER)).unwrap();
+        let text = std::fs::read_to_string(d.path().join(Files::for_tests().ledger)).unwrap();
         let statuses: Vec<u16> =
             text.lines().map(|x| serde_json::from_str::<Entry>(x).unwrap().status).collect();
         assert_eq!(statuses, vec![200, 402, 200, 0]);
         // A new run of the same day starts with the day's spend and a fresh session.
         drop(l);
-        let l = Ledger::open(&sd, "s2", SpendLimit { day: Some(0.46), session: None }).unwrap();
+        let l = Ledger::open(&sd, &Files::for_tests(), "s2", SpendLimit { day: Some(0.46), session: None })
+            .unwrap();
         assert!((l.view().today - 0.46).abs() < 1e-9 && l.view().session == 0.0, "{:?}", l.view());
         assert_eq!(l.admit(e(), 0.0).unwrap_err().which, "per day");
-        assert_eq!(std::fs::read_to_string(d.path().join(state::SPEND_SESSION)).unwrap(), "s2\n");
+        assert_eq!(std::fs::read_to_string(d.path().join(Files::for_tests().session)).unwrap(), "s2\n");
     }
 
     #[test]
     fn refusals_past_a_hundred_are_counted_not_written() {
         let d = tempfile::tempdir().unwrap();
         let sd = StateDir::open(d.path()).unwrap();
-        let l = Ledger::open(&sd, "s1", SpendLimit { day: None, session: Some(0.0) }).unwrap();
+        let l = Ledger::open(&sd, &Files::for_tests(), "s1", SpendLimit { day: None, session: Some(0.0) })
+            .unwrap();
         for _ in 0..150 {
             assert!(l.admit(entry("t", "s1", None), 0.0).is_err());
         }
         assert_eq!(l.view().refused, 150);
-        assert_eq!(std::fs::read_to_string(d.path().join(state::LEDGER)).unwrap().lines().count(), 100);
+        assert_eq!(
+            std::fs::read_to_string(d.path().join(Files::for_tests().ledger)).unwrap().lines().count(),
+            100
+        );
     }
 }

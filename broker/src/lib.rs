@@ -4,7 +4,7 @@
 //! OpenCode runs inside the sandbox, and anything in its environment or files is the agent's to
 //! read (and, through the filter, to send wherever the rules allow). So OpenCode gets a
 //! per-run placeholder instead of each key and a `baseURL` on the host's loopback; the broker,
-//! in the launcher (outside the sandbox, as the user), checks the placeholder, forwards the
+//! in the launcher's process (outside the sandbox, as the user), checks the placeholder, forwards the
 //! model call to the provider's real address with the real key, streams the reply back
 //! unchanged, and counts what it cost. The placeholder opens the broker and nothing else: the
 //! broker forwards model calls only ([`route`]), to addresses from the user's files only
@@ -12,8 +12,13 @@
 //!
 //! The modules: [`keys`] (whose keys, sent where), [`route`] (which calls), [`usage`] and
 //! [`prices`] (what a reply cost), [`ledger`] (the record and the cap), [`server`] and
-//! [`upstream`] (the enforcement: HTTP in, HTTPS out).
+//! [`upstream`] (the enforcement: HTTP in, HTTPS out), [`error`].
+//!
+//! The launcher owns what is not the broker's: the state directory's names ([`Files`]),
+//! reading OpenCode's configuration (it hands over what it parsed), the TLS client's trust
+//! store, the secret in the placeholder, and the thread the server runs on ([`Service::serve`]).
 
+pub mod error;
 pub mod keys;
 pub mod ledger;
 pub mod prices;
@@ -25,20 +30,46 @@ pub mod usage;
 #[cfg(test)]
 mod tests;
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use ocsb_policy::settings::Settings;
 use serde_json::Value;
 
-use crate::error::{Error, Result};
-use crate::opencode::configs;
-use crate::state;
+pub use error::{Error, Result};
 use keys::Upstream;
 use ledger::Ledger;
 use ocsb_sandbox::statefs::StateDir;
 use prices::Prices;
+
+/// The broker's files, relative to the state directory. The launcher's state layout names them
+/// (it is the one owner of the directory's names); they are in a directory the sandbox cannot
+/// see, since what the cap counts must not be the agent's to rewrite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Files {
+    /// The directory of the others (made when the ledger opens).
+    pub dir: PathBuf,
+    /// The ledger, one JSON line per model request.
+    pub ledger: PathBuf,
+    /// The id of the `ocsb run` that runs now (or ran last).
+    pub session: PathBuf,
+    /// The highest price seen for each model.
+    pub prices: PathBuf,
+}
+
+#[cfg(test)]
+impl Files {
+    /// The launcher's names, for the tests.
+    pub(crate) fn for_tests() -> Files {
+        Files {
+            dir: "spend".into(),
+            ledger: "spend/ledger.jsonl".into(),
+            session: "spend/session".into(),
+            prices: "spend/prices.json".into(),
+        }
+    }
+}
 
 /// The keys of the user's files, split from what the sandbox may get.
 #[derive(Debug, Default)]
@@ -50,11 +81,12 @@ pub struct Keys {
 }
 
 impl Keys {
-    /// Reads `OCSB_ENV_FILE` and `OCSB_PROVIDER_KEYS` (parsed, never run) and checks that no
+    /// Splits `OCSB_ENV_FILE` (`env_file`, as the launcher parsed it; empty without the
+    /// setting), reads `OCSB_PROVIDER_KEYS` (parsed, never run) and checks that no
     /// provider-shaped value is left for the sandbox (`OCSB_ENV` included).
-    pub fn load(settings: &Settings) -> Result<Keys> {
+    pub fn load(settings: &Settings, env_file: Vec<(String, String)>) -> Result<Keys> {
         let (env_file, from_env) = match settings.env_file() {
-            Some(p) => keys::split_env_file(crate::opencode::envfile::load(&p)?, &p)?,
+            Some(p) => keys::split_env_file(env_file, &p)?,
             None => (Vec::new(), Vec::new()),
         };
         let from_file = match settings.provider_keys() {
@@ -89,8 +121,9 @@ impl Keys {
 
 /// OpenCode's configs that the sandbox reads (the global one is copied into the state
 /// directory; the project's is in the project): a provider key written into one of them as a
-/// literal would be the agent's to read. Refused, with where it is.
-pub fn check_configs(settings: &Settings, user_config_dir: &Path, project_dir: &Path) -> Result<()> {
+/// literal would be the agent's to read. Refused, with where it is. `configs`: each config as
+/// the launcher parsed it, with where it is (`OpenCode config <where>` in the refusal).
+pub fn check_configs(configs: &[(Value, String)]) -> Result<()> {
     fn find(v: &Value, path: &mut Vec<String>) -> Option<String> {
         match v {
             Value::String(s) if keys::looks_like_provider_key(s) => Some(path.join(".")),
@@ -109,14 +142,8 @@ pub fn check_configs(settings: &Settings, user_config_dir: &Path, project_dir: &
             _ => None,
         }
     }
-    let (global, from) = configs::global(settings, user_config_dir)?;
-    let mut texts = vec![(global, from)];
-    texts.extend(configs::project(project_dir).into_iter().map(|(text, p)| (text, p.display().to_string())));
-    for (text, from) in texts {
-        let Some(v) = configs::parse(&text) else {
-            continue;
-        };
-        if let Some(at) = find(&v, &mut Vec::new()) {
+    for (v, from) in configs {
+        if let Some(at) = find(v, &mut Vec::new()) {
             return Err(keys::unmapped_key(&format!("OpenCode config {from}: `{at}`")));
         }
     }
@@ -138,112 +165,106 @@ pub fn key_files(settings: &Settings) -> Vec<PathBuf> {
     files
 }
 
-/// What OpenCode is told of the broker (its config names the broker, not the reverse).
-pub use crate::opencode::config::Broker as Endpoint;
+/// What OpenCode is told of the broker: where it listens, the placeholder that opens it, and
+/// the providers it serves (the launcher writes OpenCode's config from it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub token: String,
+    pub providers: Vec<String>,
+}
 
 /// The broker's port, bound before OpenCode's config is written (which names it).
 pub struct Bound {
-    listener: TcpListener,
+    /// For the launcher to serve ([`Service::serve`]) on a thread of its own.
+    pub listener: TcpListener,
     pub endpoint: Endpoint,
 }
 
-pub fn bind(keys: &Keys) -> Result<Bound> {
+/// Binds the broker's port on the loopback; `secret` (random, new every run) makes the
+/// placeholder OpenCode sends.
+pub fn bind(keys: &Keys, secret: &str) -> Result<Bound> {
     let listener = TcpListener::bind(("127.0.0.1", 0))
         .map_err(|e| Error::io("listen on 127.0.0.1 for", "the model-key broker", e))?;
     let addr =
         listener.local_addr().map_err(|e| Error::io("read the address of", "the broker's socket", e))?;
-    let token = format!("ocsb-broker-{}", crate::web::auth::random_secret()?);
+    let token = format!("ocsb-broker-{secret}");
     let providers = keys.upstreams.iter().map(|u| u.id.clone()).collect();
     Ok(Bound { listener, endpoint: Endpoint { addr, token, providers } })
 }
 
-/// The prices the broker uses: OpenCode's global config, the project's config, OpenCode's model
-/// lists (the user's own cache and the sandbox's), and the highest price remembered from
-/// earlier runs. Each source can only raise a price (see [`prices`]).
-pub fn prices(settings: &Settings, user_config_dir: &Path, project_dir: &Path, sd: &StateDir) -> Prices {
-    use prices::Source;
+/// OpenCode's files the prices come from, as the launcher read and parsed them, each with whose
+/// it is ([`prices::Source`]).
+#[derive(Debug, Default)]
+pub struct PriceSources {
+    /// OpenCode's global config (the user's), then the project's.
+    pub configs: Vec<(Value, prices::Source)>,
+    /// OpenCode's model lists: the user's own cache, then the sandbox's.
+    pub models_lists: Vec<(Value, prices::Source)>,
+}
+
+/// The prices the broker uses: OpenCode's configs and model lists, and the highest price
+/// remembered from earlier runs (in [`Files::prices`]; [`remember_prices`] updates it). Each
+/// source can only raise a price (see [`prices`]).
+pub fn prices(sources: PriceSources, sd: &StateDir, files: &Files) -> Prices {
     let mut p = Prices::default();
-    if let Ok((global, _)) = configs::global(settings, user_config_dir) {
-        configs::parse(&global).inspect(|v| p.add_config(v, Source::User));
+    for (v, source) in &sources.configs {
+        p.add_config(v, *source);
     }
-    for (text, _) in configs::project(project_dir) {
-        configs::parse(&text).inspect(|v| p.add_config(v, Source::Agent));
+    for (v, source) in &sources.models_lists {
+        p.add_models_list(v, *source);
     }
-    // The user's own OpenCode cache is the agent's to write only where a setting makes it
-    // writable (`OCSB_CACHES=shared`, `OCSB_RW`).
-    let host_cache = configs::host_cache(settings);
-    let overlaps = |d: &Path| host_cache.starts_with(d) || d.starts_with(&host_cache);
-    let agent_writes = settings
-        .home_dirs()
-        .iter()
-        .any(|(d, u)| overlaps(d) && *u == ocsb_policy::settings::CacheUse::Shared)
-        || settings.rw().iter().any(|d| overlaps(d));
-    if let Some(text) = configs::models_list(&host_cache) {
-        configs::parse(&text)
-            .inspect(|v| p.add_models_list(v, if agent_writes { Source::Agent } else { Source::User }));
-    }
-    if let Some(b) = sd.read(Path::new(configs::STATE_MODELS_LIST)) {
-        configs::parse(&String::from_utf8_lossy(&b)).inspect(|v| p.add_models_list(v, Source::Agent));
-    }
-    if let Some(b) = sd.read(Path::new(state::PRICES))
+    if let Some(b) = sd.read(&files.prices)
         && let Ok(seen) = serde_json::from_slice::<Prices>(&b)
     {
         p.add_all(&seen);
     }
-    if let Ok(text) = serde_json::to_vec(&p)
-        && let Err(e) = state::rewrite_private(sd, Path::new(state::PRICES), &text)
-    {
-        eprintln!("ocsb: warning: broker: {e}");
-    }
     p
 }
 
-/// A running broker.
-pub struct Broker {
-    pub endpoint: Endpoint,
-    pub ledger: Arc<Ledger>,
-    served: Option<crate::served::Served>,
+/// Keeps `prices` for the next runs (their highest price of each model).
+pub fn remember_prices(prices: &Prices, sd: &StateDir, files: &Files) -> Result<()> {
+    match serde_json::to_vec(prices) {
+        Ok(text) => Ok(sd.rewrite_private(&files.prices, &text)?),
+        Err(_) => Ok(()),
+    }
 }
 
 /// What the broker serves with.
 pub struct Start {
-    pub bound: Bound,
+    /// The placeholder OpenCode sends ([`Endpoint::token`]).
+    pub token: String,
     pub upstreams: Vec<Upstream>,
     pub prices: Prices,
-    pub ledger: Ledger,
+    pub ledger: Arc<Ledger>,
     /// Where OCSB_SPEND_LIMIT is set (named in the refusal).
     pub limit_set_at: String,
+    /// The TLS client for the providers (the system's trust store, chosen by the launcher).
+    pub tls: Arc<rustls::ClientConfig>,
 }
 
-impl Broker {
-    pub fn start(s: Start) -> Result<Broker> {
-        let tls = crate::tls::client_config()?;
-        let ledger = Arc::new(s.ledger);
-        let endpoint = s.bound.endpoint.clone();
-        let cfg = Arc::new(server::Config {
-            upstreams: s.upstreams,
-            token: endpoint.token.clone(),
-            prices: s.prices,
-            ledger: ledger.clone(),
-            limit_set_at: s.limit_set_at,
-            tls,
-        });
-        let served = crate::served::Served::spawn(
-            "the model-key broker",
-            "ocsb-broker",
-            s.bound.listener,
-            move |l, stop| server::serve(l, cfg, stop),
-        )?;
-        Ok(Broker { endpoint, ledger, served: Some(served) })
-    }
+/// A broker ready to serve.
+pub struct Service {
+    cfg: Arc<server::Config>,
 }
 
-impl Drop for Broker {
-    /// The server first: once no call can settle any more, the ledger writes those still open.
-    fn drop(&mut self) {
-        if let Some(s) = self.served.take() {
-            s.stop();
+impl Service {
+    pub fn new(s: Start) -> Service {
+        Service {
+            cfg: Arc::new(server::Config {
+                upstreams: s.upstreams,
+                token: s.token,
+                prices: s.prices,
+                ledger: s.ledger,
+                limit_set_at: s.limit_set_at,
+                tls: s.tls,
+            }),
         }
-        self.ledger.close();
+    }
+
+    /// Serves `listener` until `stop` fires, then closes the open connections. The caller
+    /// closes the ledger ([`Ledger::close`]) once this returned: only then can no call settle.
+    pub async fn serve(self, listener: tokio::net::TcpListener, stop: tokio::sync::oneshot::Receiver<()>) {
+        server::serve(listener, self.cfg, stop).await
     }
 }

@@ -321,7 +321,7 @@ async fn handle(req: Request<Incoming>, cfg: &Config, slots: &Arc<tokio::sync::S
         }
     };
     let (mut parts, body) = reply.into_parts();
-    crate::http::strip_hop_by_hop(&mut parts.headers);
+    strip_hop_by_hop(&mut parts.headers);
     let event_stream = parts
         .headers
         .get(header::CONTENT_TYPE)
@@ -331,6 +331,15 @@ async fn handle(req: Request<Incoming>, cfg: &Config, slots: &Arc<tokio::sync::S
     let (tx, rx) = http_body_util::channel::Channel::<Bytes, BoxError>::new(8);
     tokio::spawn(relay(body, tx, Meter::new(event_stream), guard, status));
     Response::from_parts(parts, rx.boxed())
+}
+
+/// Removes the headers of one hop from a reply (the fixed list and what its `Connection`
+/// names, as [`ocsb_policy::http::hop_by_hop`] says): they concern the provider↔broker hop.
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let listed = h.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok());
+    for name in ocsb_policy::http::hop_by_hop(listed) {
+        h.remove(name.as_str());
+    }
 }
 
 async fn send(

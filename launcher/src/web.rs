@@ -1,28 +1,12 @@
-//! The web front on `OCSB_WEB_PORT`: the only door from the user's browser to OpenCode.
-//!
-//! It runs in the launcher, outside the sandbox, and forwards to OpenCode on `OCSB_WEB_PORT + 1`
-//! (HTTP, server-sent events and WebSocket upgrades for the terminal). It checks the user's
-//! password ([`auth`], [`login`]) and replaces it upstream with OpenCode's own per-run secret.
-//! When the panel is on, HTML pages get one same-origin `<script src>` tag (OpenCode's CSP allows
-//! `'self'` scripts, not inline ones) and `/__ocsb/*` serves the Tokens panel and its numbers
-//! ([`panel`], [`tokens`]). [`forward`] is the proxy that puts these together.
-
-pub mod auth;
-mod config;
-mod forward;
-pub mod listener;
-mod login;
-mod panel;
-pub mod panel_log;
-mod reply;
-pub mod tokens;
-mod upstream;
+//! The web front (the `ocsb-front` crate) in the launcher: its port bound before anything else
+//! starts, served on a thread of its own ([`crate::served`]), and `ocsb __web-front`, the front
+//! alone. The parts of the crate the launcher uses are re-exported here.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 
 use crate::error::{Error, Result};
-pub use config::FrontConfig;
+pub use ocsb_front::{FrontConfig, auth, listener, panel_log};
 
 /// The running front (stopped by `stop`, or when dropped).
 pub use crate::served::Served as Front;
@@ -48,7 +32,7 @@ pub fn start(cfg: FrontConfig) -> Result<Front> {
         if cfg.panel { "on" } else { "off (OCSB_PANEL=0)" }
     ));
     let cfg = std::sync::Arc::new(cfg);
-    Front::spawn("the web front", "ocsb-web", listener, move |l, stop| forward::serve(l, cfg, stop))
+    Front::spawn("the web front", "ocsb-web", listener, move |l, stop| ocsb_front::serve(l, cfg, stop))
 }
 
 /// The hidden subcommand of [`serve_alone`].

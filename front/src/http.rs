@@ -1,13 +1,17 @@
-//! The launcher's HTTP helpers on hyper's types, for the web front and the model-key broker:
-//! the lists and the decoding are [`ocsb_policy::http`]'s, shared with the Docker gateway and
-//! the egress filter.
+//! The front's HTTP helpers on hyper's types: the lists and the decoding are
+//! [`ocsb_policy::http`]'s, shared with the key broker, the Docker gateway and the egress filter.
 
 use hyper::Uri;
 use hyper::header::{self, HeaderMap};
 
-// Removes the headers of one hop (`ocsb_policy::http::hop_by_hop`: the fixed list and what the
-// message's `Connection` names): the filter's own, so every hop strips alike.
-pub use ocsb_egress::builtin::proxy::strip_hop_by_hop;
+/// Removes the headers of one hop (the fixed list and what the message's `Connection` names, as
+/// [`ocsb_policy::http::hop_by_hop`] says, so every hop strips alike).
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let listed = h.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok());
+    for name in ocsb_policy::http::hop_by_hop(listed) {
+        h.remove(name.as_str());
+    }
+}
 
 /// Whether the request asks to upgrade its connection (`Connection: upgrade` with `Upgrade`).
 pub fn is_upgrade(h: &HeaderMap) -> bool {

@@ -98,7 +98,7 @@ async fn broker(upstream: SocketAddr, limit: SpendLimit) -> Broker {
 async fn broker_of(provider: &str, upstream: SocketAddr, limit: SpendLimit) -> Broker {
     let d = tempfile::tempdir().unwrap();
     let sd = StateDir::open(d.path()).unwrap();
-    let ledger = Arc::new(Ledger::open(&sd, "s1", limit).unwrap());
+    let ledger = Arc::new(Ledger::open(&sd, &super::Files::for_tests(), "s1", limit).unwrap());
     let keys = format!("{provider} REAL-KEY http://{upstream}/v1\n");
     let upstreams = parse_keys_file(&keys, std::path::Path::new("/keys")).unwrap();
     let auth = if provider == "anthropic" { Auth::XApiKey } else { Auth::Bearer };
@@ -123,13 +123,24 @@ async fn broker_of(provider: &str, upstream: SocketAddr, limit: SpendLimit) -> B
         prices,
         ledger: ledger.clone(),
         limit_set_at: "local sandbox.conf:1".into(),
-        tls: crate::tls::client_config().unwrap(),
+        tls: tls(),
     });
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(server::serve(l, cfg, rx));
     Broker { addr, ledger, _stop: tx, dir: d.path().to_path_buf(), _dir: d }
+}
+
+/// A TLS client as the launcher's (the scripted providers speak plain HTTP: no roots needed).
+fn tls() -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    Arc::new(cfg)
 }
 
 /// One request to the broker; status and the whole body.
@@ -166,7 +177,7 @@ const ASK: &str =
     r#"{"model":"claude-x","stream":true,"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
 
 fn ledger_lines(b: &Broker) -> Vec<ledger::Entry> {
-    std::fs::read_to_string(b.dir.join(crate::state::LEDGER))
+    std::fs::read_to_string(b.dir.join(super::Files::for_tests().ledger))
         .unwrap_or_default()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -302,22 +313,6 @@ async fn a_reply_is_counted_even_when_opencode_hangs_up() {
     assert_eq!(lines[0].usage.output, 40, "the usage at the end of the reply was read");
 }
 
-#[test]
-fn opencode_is_pointed_at_the_broker_for_each_provider() {
-    let e = super::Endpoint {
-        addr: "127.0.0.1:41000".parse().unwrap(),
-        token: "ocsb-broker-x".into(),
-        providers: vec!["anthropic".into(), "fake".into()],
-    };
-    assert_eq!(
-        e.opencode_providers(),
-        serde_json::json!({
-            "anthropic": {"options": {"baseURL": "http://127.0.0.1:41000/anthropic", "apiKey": "ocsb-broker-x"}},
-            "fake": {"options": {"baseURL": "http://127.0.0.1:41000/fake", "apiKey": "ocsb-broker-x"}},
-        })
-    );
-}
-
 #[tokio::test]
 async fn only_the_sdks_headers_and_client_side_calls_reach_the_provider() {
     let (up, seen) = provider(Duration::ZERO).await;
@@ -386,95 +381,6 @@ async fn a_reply_without_usage_costs_its_reservation() {
     let sent = serde_json::to_vec(&serde_json::from_str::<serde_json::Value>(ASK).unwrap()).unwrap();
     let want = sent.len() as f64 * 3.0 / 1e6 + 10.0 * 15.0 / 1e6;
     assert!((e.cost.unwrap() - want).abs() < 1e-12, "{:?} vs {want}", e.cost);
-}
-
-/// Settings of a project in `tmp` with `OCSB_*` from the environment layer.
-fn settings(tmp: &std::path::Path, env: &[(&str, String)]) -> ocsb_policy::settings::Settings {
-    let input = ocsb_policy::settings::LoadInput {
-        home: tmp.join("home"),
-        project_dir: tmp.join("proj"),
-        user_config_dir: tmp.join("home/.config/opencode-sandbox"),
-        env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
-    };
-    std::fs::create_dir_all(tmp.join("proj")).unwrap();
-    std::fs::create_dir_all(&input.user_config_dir).unwrap();
-    ocsb_policy::settings::Settings::load(&input).unwrap()
-}
-
-#[test]
-fn keys_load_from_both_files_and_nothing_provider_shaped_is_left() {
-    let d = tempfile::tempdir().unwrap();
-    let env_file = d.path().join("agent.env");
-    let keys_file = d.path().join("provider-keys");
-    std::fs::write(&env_file, "MCP_TOKEN=tok\nANTHROPIC_API_KEY=sk-ant-api03-x\n").unwrap();
-    std::fs::write(&keys_file, "fake real http://192.0.2.1:9/v1\n").unwrap();
-    let s = settings(
-        d.path(),
-        &[
-            ("OCSB_ENV_FILE", env_file.display().to_string()),
-            ("OCSB_PROVIDER_KEYS", keys_file.display().to_string()),
-        ],
-    );
-    let k = super::Keys::load(&s).unwrap();
-    assert_eq!(k.env_file, vec![("MCP_TOKEN".to_string(), "tok".to_string())]);
-    let ids: Vec<&str> = k.upstreams.iter().map(|u| u.id.as_str()).collect();
-    assert_eq!(ids, ["fake", "anthropic"]);
-    let default = d.path().join("home/.config/opencode-sandbox/provider-keys");
-    assert_eq!(
-        super::key_files(&s),
-        vec![env_file.clone(), keys_file.clone(), default.clone()],
-        "both are hidden, and the default key file even before it exists"
-    );
-    // Without the setting, a key file in the user's config directory is all it takes.
-    let s = settings(d.path(), &[]);
-    assert!(super::Keys::load(&s).unwrap().upstreams.is_empty(), "no file, no keys");
-    std::fs::write(&default, "anthropic sk-ant-api03-y\n").unwrap();
-    let k = super::Keys::load(&settings(d.path(), &[])).unwrap();
-    let ids: Vec<&str> = k.upstreams.iter().map(|u| u.id.as_str()).collect();
-    assert_eq!(ids, ["anthropic"], "the default key file is read");
-    assert_eq!(super::key_files(&settings(d.path(), &[])), vec![default.clone()]);
-    std::fs::remove_file(&default).unwrap();
-    // OCSB_ENV cannot carry one in either.
-    let local = d.path().join("proj/.opencode-sandbox/local");
-    std::fs::create_dir_all(&local).unwrap();
-    std::fs::write(local.join("sandbox.conf"), "OCSB_ENV=(\"X=sk-or-v1-abcdef\")\n").unwrap();
-    let s = settings(d.path(), &[]);
-    let s = match super::Keys::load(&s) {
-        Err(e) => e.to_string(),
-        Ok(_) => String::new(),
-    };
-    assert!(s.contains("OCSB_ENV: X looks like a model-provider key"), "{s}");
-}
-
-#[test]
-fn a_limit_needs_a_key_to_meter() {
-    let d = tempfile::tempdir().unwrap();
-    let s = settings(d.path(), &[("OCSB_SPEND_LIMIT", "5".into())]);
-    let e = super::Keys::load(&s).unwrap().require_meter(&s).unwrap_err().to_string();
-    assert!(e.contains("nothing meters the spend"), "{e}");
-    let s = settings(d.path(), &[]);
-    assert!(super::Keys::load(&s).unwrap().require_meter(&s).is_ok());
-}
-
-#[test]
-fn a_literal_key_in_a_config_the_sandbox_reads_is_refused() {
-    let d = tempfile::tempdir().unwrap();
-    let s = settings(d.path(), &[]);
-    let (ucd, proj) = (d.path().join("home/.config/opencode-sandbox"), d.path().join("proj"));
-    assert!(super::check_configs(&s, &ucd, &proj).is_ok(), "the package's config holds no key");
-    std::fs::write(proj.join("opencode.json"), r#"{"provider":{"x":{"options":{"apiKey":"fake-key"}}}}"#)
-        .unwrap();
-    assert!(super::check_configs(&s, &ucd, &proj).is_ok());
-    std::fs::write(
-        ucd.join("opencode.jsonc"),
-        "// mine\n{\"provider\":{\"anthropic\":{\"options\":{\"apiKey\":\"sk-ant-api03-abc\"}}}}\n",
-    )
-    .unwrap();
-    let e = super::check_configs(&s, &ucd, &proj).unwrap_err().to_string();
-    assert!(
-        e.contains("opencode.jsonc: `provider.anthropic.options.apiKey` looks like a model-provider key"),
-        "{e}"
-    );
 }
 
 #[tokio::test]

@@ -455,6 +455,11 @@ impl Settings {
         ports
     }
 
+    /// `OCSB_PUBLISH` (checked when the settings were read; `0` if it somehow is not).
+    pub fn publish(&self) -> crate::publish::Publish {
+        crate::publish::Publish::parse(self.scalar("OCSB_PUBLISH")).unwrap_or(crate::publish::Publish::Off)
+    }
+
     /// `OCSB_NETWORK`.
     pub fn network(&self) -> NetworkMode {
         if self.scalar("OCSB_NETWORK") == "isolated" { NetworkMode::Isolated } else { NetworkMode::Netlock }

@@ -266,7 +266,7 @@ fn ocsb_inside_the_sandbox_says_to_ask_the_user() {
     );
     assert!(!out.contains("ocsb audit --accept"), "{out}");
     assert!(out.contains("~/.config/opencode-sandbox/provider-keys"), "init names the key file: {out}");
-    assert!(out.contains("OCSB_LOOPBACK_PORTS=(3000)") && out.contains("http://127.0.0.1:3000/"), "{out}");
+    assert!(out.contains("is published at http://127.0.0.1:3000/") && out.contains("OCSB_PUBLISH"), "{out}");
 }
 
 /// Outside a repository the current directory would become the project: from `~` (or above)

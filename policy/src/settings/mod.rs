@@ -290,8 +290,9 @@ impl SpendLimit {
 pub enum NetworkMode {
     /// The host's network namespace; the netlock group keeps the sandbox to loopback and DNS.
     Netlock,
-    /// A network namespace of the sandbox's own with only `lo`: the launcher relays the filter,
-    /// DNS, the forwarded ports and every other TCP connection (through the rules).
+    /// The default: a network namespace of the sandbox's own with only `lo`; the launcher
+    /// relays the filter, DNS, the forwarded ports and every other TCP connection (through the
+    /// rules), and publishes the servers the agent starts.
     Isolated,
 }
 
@@ -462,7 +463,7 @@ impl Settings {
 
     /// `OCSB_NETWORK`.
     pub fn network(&self) -> NetworkMode {
-        if self.scalar("OCSB_NETWORK") == "isolated" { NetworkMode::Isolated } else { NetworkMode::Netlock }
+        if self.scalar("OCSB_NETWORK") == "netlock" { NetworkMode::Netlock } else { NetworkMode::Isolated }
     }
 
     pub fn rw(&self) -> Vec<PathBuf> {

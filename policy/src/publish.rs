@@ -12,6 +12,7 @@
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
 
 /// `OCSB_PUBLISH`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,9 +145,56 @@ pub fn dial_address(port: u16, listening: &[SocketAddr]) -> Option<SocketAddr> {
         .then_some(SocketAddr::from((Ipv6Addr::LOCALHOST, port)))
 }
 
+/// One server published on the host.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Publication {
+    /// Its port inside the sandbox.
+    pub inside: u16,
+    /// Where the host serves it (`127.0.0.1:host`, and `[::1]:host`).
+    pub host: u16,
+    /// The program that listens, and its pid, when the launcher could see them.
+    pub by: Option<(String, i32)>,
+}
+
+impl Publication {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.host)
+    }
+
+    /// `http://127.0.0.1:3000 (python3, pid 4242)`.
+    pub fn describe(&self) -> String {
+        let mut s = self.url();
+        match &self.by {
+            Some((name, pid)) => s.push_str(&format!(" ({name}, pid {pid})")),
+            None => s.push_str(&format!(" (port {} inside)", self.inside)),
+        }
+        if self.host != self.inside {
+            s.push_str(&format!(
+                "; port {} inside: 127.0.0.1:{} is in use on the host",
+                self.inside, self.inside
+            ));
+        }
+        s
+    }
+}
+
+/// The sandbox's publications as they stand, for whoever shows them (the Tokens panel).
+pub type Publications = Arc<Mutex<Vec<Publication>>>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_publication_says_where_and_who() {
+        let p = Publication { inside: 3000, host: 3000, by: Some(("python3".into(), 42)) };
+        assert_eq!(p.describe(), "http://127.0.0.1:3000 (python3, pid 42)");
+        let moved = Publication { inside: 3000, host: 3001, by: None };
+        assert_eq!(
+            moved.describe(),
+            "http://127.0.0.1:3001 (port 3000 inside); port 3000 inside: 127.0.0.1:3000 is in use on the host"
+        );
+    }
 
     #[test]
     fn the_setting_is_auto_off_or_ports() {

@@ -15,9 +15,10 @@ use ocsb_sandbox::listeners::Listeners;
 use ocsb_sandbox::netns::{Inside, Role};
 use ocsb_sandbox::{Ahead, Network, SandboxSpec};
 
-use super::publish::{self, Publications};
+use super::publish;
 use crate::error::Result;
 use crate::project::Project;
+use ocsb_policy::publish::Publications;
 
 /// How long the filter may take to take a lent listener.
 const LEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

@@ -12,54 +12,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ocsb_egress::inside::{Exposed, Served};
-use ocsb_policy::publish::{self, Publish, Reserved, Skip};
+use ocsb_policy::publish::{self, Publication, Publications, Publish, Reserved, Skip};
 use ocsb_sandbox::listeners::{Listeners, Listening};
 
 /// How often the listeners inside are looked at: a dev server is reachable within this of its
 /// start, and a look is one netlink round trip.
 pub const LOOK_EVERY: Duration = Duration::from_millis(250);
-
-/// One server published on the host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Publication {
-    /// Its port inside the sandbox.
-    pub inside: u16,
-    /// Where the host serves it (`127.0.0.1:host`, and `[::1]:host`).
-    pub host: u16,
-    /// The program that listens, and its pid, when the launcher could see them.
-    pub by: Option<(String, i32)>,
-}
-
-impl Publication {
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.host)
-    }
-
-    /// `http://127.0.0.1:3000 (python3, pid 4242)`.
-    pub fn describe(&self) -> String {
-        let mut s = self.url();
-        match &self.by {
-            Some((name, pid)) => s.push_str(&format!(" ({name}, pid {pid})")),
-            None => s.push_str(&format!(" (port {} inside)", self.inside)),
-        }
-        if self.host != self.inside {
-            s.push_str(&format!(
-                "; port {} inside: 127.0.0.1:{} is in use on the host",
-                self.inside, self.inside
-            ));
-        }
-        s
-    }
-}
-
-/// The sandbox's publications as they stand, for whoever shows them (the Tokens panel).
-pub type Publications = Arc<Mutex<Vec<Publication>>>;
 
 /// The watcher: publishes and withdraws until dropped.
 pub struct Publisher {
@@ -216,27 +180,24 @@ fn owner(inode: u64) -> Option<(String, i32)> {
         let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
         if fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
         {
+            // The name is the agent's to choose (`prctl(PR_SET_NAME)`): only printable ASCII
+            // reaches the user's terminal and the panel, never an escape sequence.
             let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            return Some((comm.trim().to_string(), pid));
+            return Some((printable(&comm), pid));
         }
     }
     None
 }
 
+/// `comm` as shown: printable ASCII only, the rest as `?`. *Why*: the name is the agent's to
+/// choose (`prctl(PR_SET_NAME)`), and it reaches the user's terminal: never an escape sequence.
+fn printable(comm: &str) -> String {
+    comm.trim_end_matches('\n').chars().map(|c| if c.is_ascii_graphic() { c } else { '?' }).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_publication_says_where_and_who() {
-        let p = Publication { inside: 3000, host: 3000, by: Some(("python3".into(), 42)) };
-        assert_eq!(p.describe(), "http://127.0.0.1:3000 (python3, pid 42)");
-        let moved = Publication { inside: 3000, host: 3001, by: None };
-        assert_eq!(
-            moved.describe(),
-            "http://127.0.0.1:3001 (port 3000 inside); port 3000 inside: 127.0.0.1:3000 is in use on the host"
-        );
-    }
 
     #[test]
     fn a_port_held_on_either_loopback_is_in_use() {
@@ -249,6 +210,12 @@ mod tests {
         }
         let free = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         assert!(bind_loopback(free).is_some_and(|l| !l.is_empty()));
+    }
+
+    #[test]
+    fn a_program_name_cannot_carry_an_escape_sequence() {
+        assert_eq!(printable("\x1b]0;owned\x07node\n"), "?]0;owned?node");
+        assert_eq!(printable("python3\n"), "python3");
     }
 
     #[test]

@@ -83,6 +83,9 @@ impl Server {
         let mut listeners = None;
         let mut reserved = self.own_ports.clone();
         reserved.extend(&self.expose);
+        // The listeners stage 2 made for this launcher are in the namespace's list too: they
+        // are ocsb's, not the agent's servers, and never considered for publishing.
+        let own: Vec<u64> = inside.sockets.iter().filter_map(|(_, fd)| inode(fd)).collect();
         for (role, fd) in inside.sockets {
             match role {
                 Role::Diag => {
@@ -138,6 +141,7 @@ impl Server {
                     served.clone(),
                     self.publish.clone(),
                     Reserved::new(reserved),
+                    own,
                     self.publications(),
                 )
                 .map_err(|e| fail(format!("cannot watch the sandbox's listeners: {e}")))?,
@@ -147,6 +151,11 @@ impl Server {
         // Dropped in this order: the publisher (its host ports close) before the network.
         Ok(Box::new((publisher, served)))
     }
+}
+
+/// The inode of a socket (what the kernel's list of listeners names it by).
+fn inode(fd: &std::os::fd::OwnedFd) -> Option<u64> {
+    nix::sys::stat::fstat(fd).ok().map(|st| st.st_ino)
 }
 
 /// The server a sandbox of `spec` needs, made by `make`: one for an isolated network, none for

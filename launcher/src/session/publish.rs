@@ -40,17 +40,21 @@ impl Drop for Publisher {
     }
 }
 
-/// Starts watching `listeners` and publishing through `served`.
+/// Starts watching `listeners` and publishing through `served`. `own`: the inodes of the
+/// listeners stage 2 made for the launcher (the filter's port, the transparent and DNS ports),
+/// which are never the agent's.
 pub fn start(
     listeners: Listeners,
     served: Arc<Served>,
     mode: Publish,
     reserved: Reserved,
+    own: Vec<u64>,
     shown: Publications,
 ) -> std::io::Result<Publisher> {
     let stop = Arc::new(AtomicBool::new(false));
+    let own = own.into_iter().collect();
     let mut watch =
-        Watch { listeners, served, mode, reserved, shown, live: BTreeMap::new(), told: BTreeSet::new() };
+        Watch { listeners, served, mode, reserved, shown, own, live: BTreeMap::new(), told: BTreeSet::new() };
     let flag = stop.clone();
     let thread = std::thread::Builder::new().name("ocsb-publish".into()).spawn(move || {
         while !flag.load(Ordering::Relaxed) {
@@ -77,6 +81,7 @@ struct Watch {
     served: Arc<Served>,
     mode: Publish,
     reserved: Reserved,
+    own: BTreeSet<u64>,
     shown: Publications,
     /// Port inside → its publication.
     live: BTreeMap<u16, Live>,
@@ -86,7 +91,8 @@ struct Watch {
 
 impl Watch {
     fn look(&mut self) -> std::io::Result<()> {
-        let now = self.listeners.list()?;
+        let mut now = self.listeners.list()?;
+        now.retain(|l| !self.own.contains(&l.inode));
         let addrs: Vec<SocketAddr> = now.iter().map(|l: &Listening| l.addr).collect();
         let ports: BTreeSet<u16> = addrs.iter().map(|a| a.port()).collect();
         let gone: Vec<u16> = self.live.keys().filter(|p| !ports.contains(p)).copied().collect();

@@ -76,6 +76,10 @@ fn a_server_the_agent_starts_is_published_on_the_hosts_loopback_while_it_listens
     // The front's port is ocsb's: not published, and said why.
     has(&out, "host-4196 7", &err);
     has(&out, "exec: ocsb: not published: port 4196 inside (4196 is a port ocsb serves or relays)", &err);
+    // ocsb's own listeners inside (the filter's port, the transparent and DNS ports) are never
+    // taken for the agent's: the only refusal said is the agent's server on 4196.
+    let refusals: Vec<&str> = out.lines().filter(|l| l.contains("not published")).collect();
+    assert_eq!(refusals.len(), 1, "{refusals:#?}");
     // Loopback only: another machine on the host's network gets nothing.
     has(&out, "from-another-namespace 7", &err);
     // Stopped inside: withdrawn on the host.

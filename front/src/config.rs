@@ -25,6 +25,8 @@ pub struct FrontConfig {
     pub log: Option<std::sync::Arc<panel_log::PanelLog>>,
     /// The model-key broker's ledger: the panel shows the spend it measured against the limit.
     pub spend: Option<std::sync::Arc<ocsb_broker::ledger::Ledger>>,
+    /// The servers of the sandbox published on the host (isolated mode): the panel lists them.
+    pub published: Option<ocsb_policy::publish::Publications>,
 }
 
 impl FrontConfig {

@@ -95,6 +95,9 @@
     row("output", "output") +
     row("speed (last)", "speed_last", "output tokens per second of the last message") +
     row("speed (avg)", "speed_avg", "output tokens per second over the session") +
+    '<div data-field="published_row" style="display:none;margin-top:2px" ' +
+    'title="servers the agent started, served on your 127.0.0.1 while they listen (OCSB_PUBLISH)">' +
+    '<div>published</div><div data-field="published"></div></div>' +
     "</div>";
 
   function set(field, text) {
@@ -128,6 +131,24 @@
     set("cache_read", fmtInt(c.cache_read));
     set("cache_write", fmtInt(c.cache_write));
     set("cost", fmtCost(d.cost));
+    var pub = d.published || [];
+    box.querySelector('[data-field="published_row"]').style.display = pub.length ? "" : "none";
+    var list = box.querySelector('[data-field="published"]');
+    list.textContent = "";
+    pub.forEach(function (p) {
+      var line = document.createElement("div");
+      line.style.paddingLeft = "1.5ch";
+      var a = document.createElement("a");
+      a.href = "http://127.0.0.1:" + p.host + "/";
+      a.target = "_blank";
+      a.rel = "noopener";
+      a.style.color = "#8bd";
+      a.textContent = "127.0.0.1:" + p.host;
+      line.appendChild(a);
+      var who = p.by ? " " + p.by[0] + " (pid " + p.by[1] + ")" : "";
+      line.appendChild(document.createTextNode(who + (p.host !== p.inside ? " ← " + p.inside + " inside" : "")));
+      list.appendChild(line);
+    });
     var sp = d.spend;
     box.querySelector('[data-field="limit_row"]').style.display = sp ? "" : "none";
     if (sp) {

@@ -120,6 +120,10 @@ pub(super) async fn tokens_endpoint(req: &Request<Incoming>, cfg: &FrontConfig) 
             if let Some(l) = &cfg.spend {
                 v["spend"] = serde_json::to_value(l.view()).unwrap_or_default();
             }
+            if let Some(p) = &cfg.published {
+                let now = p.lock().map(|p| p.clone()).unwrap_or_default();
+                v["published"] = serde_json::to_value(now).unwrap_or_default();
+            }
             full(StatusCode::OK, "application/json", serde_json::to_vec(&v).unwrap_or_default())
         }
         Err(e) => {

@@ -60,6 +60,7 @@ pub fn serve_alone(
         cookie: auth::random_secret()?,
         log: None,
         spend: None,
+        published: None,
     };
     crate::signals::install();
     let front = start(cfg)?;

@@ -79,6 +79,9 @@ mod suite {
     // host: OCSB_NETWORK=isolated: the sandbox's own namespace, everything out through the launcher.
     #[cfg(feature = "host-tests")]
     mod network_isolated;
+    // host: OCSB_PUBLISH: a server the agent starts, reached from the host's loopback only.
+    #[cfg(feature = "host-tests")]
+    mod network_publish;
     // host: packaging/uninstall.sh removes exactly what `make install` put.
     #[cfg(feature = "host-tests")]
     mod uninstall;

@@ -24,6 +24,7 @@ pub mod egress;
 pub mod error;
 pub mod guard;
 pub mod http;
+pub mod publish;
 pub mod settings;
 pub mod strays;
 

@@ -26,6 +26,7 @@ pub mod handover;
 pub mod indexes;
 pub mod landlock;
 pub mod launch;
+pub mod listeners;
 pub mod mounts;
 pub mod netlink;
 pub mod netlock;

@@ -21,7 +21,12 @@ const NLM_F_ACK: u16 = 0x4;
 const NLM_F_EXCL: u16 = 0x200;
 const NLM_F_CREATE: u16 = 0x400;
 const NLM_F_APPEND: u16 = 0x800;
+const NLM_F_DUMP: u16 = 0x300;
 const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+/// The most messages one dump may answer with: a namespace whose sockets run past it is
+/// reported as an error rather than read without end.
+const DUMP_MESSAGES: usize = 65_536;
 const NLA_F_NESTED: u16 = 0x8000;
 /// How long the kernel may take to answer: a netlink socket that never answers must fail the
 /// start with a message, not hang it.
@@ -110,6 +115,20 @@ impl Socket {
         Socket::open(SockProtocol::NetlinkNetFilter)
     }
 
+    /// `NETLINK_SOCK_DIAG`: the sockets of the namespace the socket is made in.
+    pub fn sock_diag() -> io::Result<Socket> {
+        Socket::open(SockProtocol::NetlinkSockDiag)
+    }
+
+    /// A netlink socket made elsewhere (handed over; the caller checked what it is).
+    pub fn from_fd(fd: OwnedFd) -> Socket {
+        Socket { fd, seq: 0 }
+    }
+
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
     fn open(protocol: SockProtocol) -> io::Result<Socket> {
         let fd = socket(AddressFamily::Netlink, SockType::Raw, SockFlag::SOCK_CLOEXEC, protocol)?;
         bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
@@ -155,6 +174,52 @@ impl Socket {
             }
         }
         Ok(())
+    }
+}
+
+impl Socket {
+    /// A dump request (`NLM_F_DUMP`) of type `kind` with the family's fixed `header`: the
+    /// payload (after the netlink header) of every message of the answer, until `NLMSG_DONE`.
+    pub fn dump(&mut self, kind: u16, header: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let mut buf = Vec::new();
+        Request { kind, flags: NLM_F_DUMP, header: header.to_vec(), attrs: Attrs::new() }
+            .encode(seq, false, &mut buf);
+        if send(self.fd.as_raw_fd(), &buf, MsgFlags::empty())? != buf.len() {
+            return Err(io::Error::other("netlink: the request was sent in part"));
+        }
+        let bad = || io::Error::other("netlink: a malformed answer from the kernel");
+        let mut out = Vec::new();
+        let mut answer = vec![0u8; 64 * 1024];
+        loop {
+            let n = recv(self.fd.as_raw_fd(), &mut answer, MsgFlags::empty())?;
+            let mut data = &answer[..n];
+            while data.len() >= 16 {
+                let word =
+                    |at: usize| u32::from_ne_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
+                let len = word(0) as usize;
+                if len < 16 || len > data.len() {
+                    return Err(bad());
+                }
+                let kind = u16::from_ne_bytes([data[4], data[5]]);
+                // An answer to an earlier dump (one that timed out) is not this one's.
+                if word(8) == seq {
+                    match kind {
+                        NLMSG_DONE => return Ok(out),
+                        NLMSG_ERROR if len >= 20 && word(16) != 0 => {
+                            return Err(io::Error::from_raw_os_error(-(word(16) as i32)));
+                        }
+                        NLMSG_ERROR => {}
+                        _ if out.len() >= DUMP_MESSAGES => {
+                            return Err(io::Error::other("netlink: a dump without end"));
+                        }
+                        _ => out.push(data[16..len].to_vec()),
+                    }
+                }
+                data = &data[len.next_multiple_of(4).min(data.len())..];
+            }
+        }
     }
 }
 

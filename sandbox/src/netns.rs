@@ -9,6 +9,8 @@
 //!   redirected there by the namespace's own nftables table, and the launcher judges it by the
 //!   egress rules (the original destination is the socket's `SO_ORIGINAL_DST`);
 //! - the DNS stub's sockets on port 53: every UDP query, to any server, is redirected there;
+//! - a `sock_diag` socket, with which the launcher sees what listens inside (to publish a
+//!   server the agent starts on the host's loopback);
 //! - the socket factory: on the launcher's request stage 2 makes an unconnected TCP socket
 //!   inside and passes it out, so the launcher can connect *into* the namespace (OpenCode's
 //!   port, for the web front). A socket belongs to the namespace it was made in.
@@ -64,6 +66,9 @@ pub enum Role {
     Dns,
     /// The DNS stub's TCP listener (IPv4 or IPv6): a truncated answer is asked again over TCP.
     DnsTcp,
+    /// A `sock_diag` netlink socket of the namespace: the launcher lists the TCP listeners
+    /// inside with it, to publish them ([`crate::listeners`]).
+    Diag,
 }
 
 /// The namespace's nftables table, as `nft list table inet ocsb_isolated` prints it: the
@@ -249,6 +254,8 @@ pub fn hand_out(req: &NetRequest) -> Result<UnixStream> {
     if let Ok(dt6) = TcpListener::bind((Ipv6Addr::LOCALHOST, DNS_PORT)) {
         sockets.push((Role::DnsTcp, dt6.into()));
     }
+    let diag = crate::listeners::Listeners::open().map_err(|e| fail("open a sock_diag socket", e))?;
+    sockets.push((Role::Diag, diag));
     let chan = UnixStream::connect(&req.channel).map_err(|e| fail("connect to the launcher", e))?;
     let roles = serde_json::to_vec(&sockets.iter().map(|s| s.0).collect::<Vec<_>>())
         .map_err(|e| fail("encode", e))?;
@@ -441,6 +448,13 @@ fn check_handover(sockets: &[(Role, OwnedFd)], forward: &[u16]) -> Result<()> {
     let mut seen: Vec<(Role, bool)> = Vec::new();
     for (role, fd) in sockets {
         let (ty, port) = match role {
+            Role::Diag if seen.contains(&(Role::Diag, false)) || !crate::listeners::is_sock_diag(fd) => {
+                return Err(bad("Diag is not the socket asked for".into()));
+            }
+            Role::Diag => {
+                seen.push((Role::Diag, false));
+                continue;
+            }
             Role::Forward(p) if forward.contains(p) => (SockType::Stream, *p),
             Role::Forward(p) => return Err(bad(format!("port {p} was not asked for"))),
             Role::Transparent => (SockType::Stream, TRANSPARENT_PORT),
@@ -466,7 +480,7 @@ fn check_handover(sockets: &[(Role, OwnedFd)], forward: &[u16]) -> Result<()> {
         seen.push((*role, v6));
     }
     let has = |r: Role| seen.iter().any(|(s, v6)| *s == r && !v6);
-    let all = [Role::Transparent, Role::Dns, Role::DnsTcp].into_iter().all(has);
+    let all = [Role::Transparent, Role::Dns, Role::DnsTcp, Role::Diag].into_iter().all(has);
     if !(all && forward.iter().all(|p| has(Role::Forward(*p)))) {
         return Err(bad("a socket is missing".into()));
     }
@@ -497,17 +511,22 @@ pub struct Factory(Mutex<UnixStream>);
 impl Factory {
     /// A connection to `127.0.0.1:port` inside the sandbox's namespace.
     pub fn connect(&self, port: u16) -> std::io::Result<TcpStream> {
+        self.connect_to(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+    }
+
+    /// A connection to `to` inside the sandbox's namespace (a loopback address: the namespace
+    /// has no other).
+    pub fn connect_to(&self, to: SocketAddr) -> std::io::Result<TcpStream> {
         let fd = {
             let chan = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            (&*chan).write_all(b"4")?;
+            (&*chan).write_all(if to.is_ipv6() { b"6" } else { b"4" })?;
             let (data, mut fds) = recv_fds(&chan)?;
             match (data.as_slice(), fds.pop()) {
                 (b"s", Some(fd)) => fd,
                 _ => return Err(std::io::Error::other("the sandbox could not make a socket")),
             }
         };
-        let addr = SockaddrStorage::from(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
-        nix::sys::socket::connect(fd.as_raw_fd(), &addr)?;
+        nix::sys::socket::connect(fd.as_raw_fd(), &SockaddrStorage::from(to))?;
         Ok(TcpStream::from(fd))
     }
 }

@@ -367,6 +367,17 @@ pub fn winch_pending() -> bool {
 
 /// `st_rdev` of the open descriptor `fd`, which the caller holds (a descriptor that is not open
 /// is `EBADF`, never another file's).
+/// `getsockopt(fd, SOL_SOCKET, opt)` for an option whose value is an `int` (`SO_DOMAIN`,
+/// `SO_PROTOCOL`, which `nix` does not name).
+pub fn socket_int_option(fd: BorrowedFd<'_>, opt: libc::c_int) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `v`, an int that outlives the call;
+    // the descriptor is borrowed, so it stays open meanwhile.
+    let r = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, (&raw mut v).cast(), &mut len) };
+    if r == 0 { Ok(v) } else { Err(io::Error::last_os_error()) }
+}
+
 pub fn rdev_of(fd: RawFd) -> io::Result<u64> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes one stat struct into `st` and reads nothing else.

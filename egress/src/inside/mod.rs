@@ -71,8 +71,8 @@ pub struct Sockets {
     pub expose: Vec<(std::net::TcpListener, u16)>,
 }
 
-/// Connects to `127.0.0.1:port` inside the sandbox's namespace.
-pub type DialIn = Arc<dyn Fn(u16) -> std::io::Result<std::net::TcpStream> + Send + Sync>;
+/// Connects to an address inside the sandbox's namespace (`127.0.0.1:port`, `[::1]:port`).
+pub type DialIn = Arc<dyn Fn(SocketAddr) -> std::io::Result<std::net::TcpStream> + Send + Sync>;
 
 struct State {
     filter: SocketAddr,
@@ -120,6 +120,36 @@ impl State {
 pub struct Served {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    runtime: tokio::runtime::Handle,
+    slots: Arc<tokio::sync::Semaphore>,
+    dial_in: Option<DialIn>,
+}
+
+/// A host listener leading into the sandbox, added while it runs ([`Served::expose`]); it
+/// stops accepting when dropped (connections already relayed go on until either end closes).
+pub struct Exposed(tokio::task::AbortHandle);
+
+impl Drop for Exposed {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Served {
+    /// Relays every connection `l` accepts to `to` inside the sandbox (a published server).
+    /// The listener is closed when the returned value is dropped.
+    pub fn expose(&self, l: std::net::TcpListener, to: SocketAddr) -> std::io::Result<Exposed> {
+        let Some(dial) = self.dial_in.clone() else {
+            return Err(std::io::Error::other("no way into the sandbox's namespace"));
+        };
+        l.set_nonblocking(true)?;
+        let _guard = self.runtime.enter();
+        let l = TcpListener::from_std(l)?;
+        let task = self
+            .runtime
+            .spawn(accept_loop(l, self.slots.clone(), move |c| dial_into(c, Some(dial.clone()), to)));
+        Ok(Exposed(task.abort_handle()))
+    }
 }
 
 impl Drop for Served {
@@ -194,13 +224,13 @@ pub fn serve(cfg: Config, sockets: Sockets, dial_in: Option<DialIn>) -> Result<S
             })));
         }
         for (l, port) in sockets.expose {
-            let (l, dial) = (tcp(l)?, dial_in.clone());
-            tasks
-                .push(tokio::spawn(accept_loop(l, slots.clone(), move |c| dial_into(c, dial.clone(), port))));
+            let (l, dial, to) = (tcp(l)?, dial_in.clone(), SocketAddr::from(([127, 0, 0, 1], port)));
+            tasks.push(tokio::spawn(accept_loop(l, slots.clone(), move |c| dial_into(c, dial.clone(), to))));
         }
         Ok::<_, std::io::Error>(tasks)
     });
     let tasks = tasks.map_err(|e| format!("cannot serve the isolated network: {e}"))?;
+    let runtime = rt.handle().clone();
     let thread = std::thread::Builder::new()
         .name("ocsb-inside".into())
         .spawn(move || {
@@ -211,7 +241,7 @@ pub fn serve(cfg: Config, sockets: Sockets, dial_in: Option<DialIn>) -> Result<S
             rt.shutdown_timeout(Duration::from_millis(200));
         })
         .map_err(|e| format!("cannot start the isolated network's thread: {e}"))?;
-    Ok(Served { stop: Some(stop), thread: Some(thread) })
+    Ok(Served { stop: Some(stop), thread: Some(thread), runtime, slots, dial_in })
 }
 
 async fn accept_loop<F, Fut>(l: TcpListener, slots: Arc<tokio::sync::Semaphore>, handle: F)
@@ -246,9 +276,9 @@ async fn relay_to(client: TcpStream, to: SocketAddr) {
     }
 }
 
-async fn dial_into(client: TcpStream, dial: Option<DialIn>, port: u16) {
+async fn dial_into(client: TcpStream, dial: Option<DialIn>, to: SocketAddr) {
     let Some(dial) = dial else { return };
-    let Ok(Ok(std)) = tokio::task::spawn_blocking(move || dial(port)).await else { return };
+    let Ok(Ok(std)) = tokio::task::spawn_blocking(move || dial(to)).await else { return };
     if std.set_nonblocking(true).is_ok()
         && let Ok(inside) = TcpStream::from_std(std)
     {

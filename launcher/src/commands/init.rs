@@ -108,9 +108,8 @@ fn next_steps(keys_file: &str) -> String {
          \x20    the key stays outside the sandbox (another provider: `<id> <key> <base URL>`, and the\n\
          \x20    provider in the project's opencode.json)\n\
          \x20 3. commit .opencode-sandbox/ and .cc-safety-net/, then `ocsb run`\n\
-         A dev server the agent starts (say on port 3000) opens at http://127.0.0.1:3000/; for the agent to\n\
-         reach it too, add OCSB_LOOPBACK_PORTS=(3000) to .opencode-sandbox/local/sandbox.conf\n\
-         (OCSB_NETWORK=isolated cannot show the agent's ports to your browser yet)."
+         A dev server the agent starts (say on port 3000) is published at http://127.0.0.1:3000/\n\
+         while it listens; `ocsb run` prints each one (OCSB_PUBLISH limits them)."
     )
 }
 

@@ -31,7 +31,7 @@ pub fn judge(f: &Facts) -> Vec<Check> {
     if isolated && f.netlock.gid.is_none() {
         out.push(Check::ok(
             "netlock",
-            "not installed; not needed with OCSB_NETWORK=isolated (where it is installed, the sandbox also runs as its group)",
+            "not installed; not needed in the isolated network mode, the default (where it is installed, the sandbox also runs as its group)",
         ));
     } else {
         let mut lock = vec![netlock_group(&f.netlock), netlock_shim(&f.netlock)];
@@ -41,7 +41,7 @@ pub fn judge(f: &Facts) -> Vec<Check> {
             // The netlock needs root once; the isolated mode needs nothing.
             for c in &mut lock {
                 if let Some(fix) = c.fix.as_mut() {
-                    fix.push_str("; or, without root, set OCSB_NETWORK=isolated (its own network namespace)");
+                    fix.push_str("; or, without root, set OCSB_NETWORK=isolated (the default mode: its own network namespace)");
                 }
             }
         }

@@ -255,6 +255,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
     let broker_port = broker.as_ref().map(|b| b.endpoint.addr.port());
     let cmd = Command::server(setup.argv.clone(), env, broker_port, oc_addr.port());
     let launch = prepared.start(&cmd, None)?;
+    let published = launch.publications();
     let (tx, rx) = mpsc::channel();
     let sandbox_thread = std::thread::Builder::new()
         .name("ocsb-sandbox".into())
@@ -308,6 +309,7 @@ pub fn run(project: &Project, opencode_args: &[String], no_browser: bool) -> Res
         cookie: web::auth::random_secret()?,
         log: panel_log,
         spend: broker.as_ref().map(|b| b.ledger.clone()),
+        published,
     });
     let front = match front {
         Ok(f) => f,

@@ -10,11 +10,15 @@ use std::sync::Arc;
 use ocsb_egress::builtin::lend::lend;
 use ocsb_egress::inside::{self, DialIn, Sockets};
 use ocsb_policy::egress::Policy;
+use ocsb_policy::publish::{Publish, Reserved};
+use ocsb_sandbox::listeners::Listeners;
 use ocsb_sandbox::netns::{Inside, Role};
 use ocsb_sandbox::{Ahead, Network, SandboxSpec};
 
+use super::publish;
 use crate::error::Result;
 use crate::project::Project;
+use ocsb_policy::publish::Publications;
 
 /// How long the filter may take to take a lent listener.
 const LEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -31,6 +35,12 @@ pub struct Server {
     /// The builtin filter's control socket: the inside proxy listener is lent to the filter
     /// there, so tunnels take no extra hop (squid cannot take one: its port is relayed).
     lend_to: Option<std::path::PathBuf>,
+    /// `OCSB_PUBLISH`, and the ports of the launcher's own that are never published (the
+    /// front's and OpenCode's; the relayed ones are added when the sockets arrive).
+    publish: Publish,
+    own_ports: Vec<u16>,
+    /// What is published, as it stands.
+    publications: Publications,
 }
 
 impl Server {
@@ -43,7 +53,19 @@ impl Server {
             lend_to: builtin.then(|| inst.paths().control_socket()),
             paths: inst.paths(),
             expose: Vec::new(),
+            publish: project.settings.publish(),
+            own_ports: vec![
+                project.settings.egress_port(),
+                project.settings.web_port(),
+                project.settings.opencode_port(),
+            ],
+            publications: Publications::default(),
         })
+    }
+
+    /// The servers of the sandbox published on the host, kept current while it runs.
+    pub fn publications(&self) -> Publications {
+        self.publications.clone()
     }
 
     /// Also relay the host's `127.0.0.1:port` into the sandbox for each of `ports` (where the
@@ -58,9 +80,19 @@ impl Server {
             ocsb_sandbox::Error::failed(format!("isolated network: {what}"), "see `ocsb doctor`")
         };
         let mut sockets = Sockets::default();
+        let mut listeners = None;
+        let mut reserved = self.own_ports.clone();
+        reserved.extend(&self.expose);
+        // The listeners stage 2 made for this launcher are in the namespace's list too: they
+        // are ocsb's, not the agent's servers, and never considered for publishing.
+        let own: Vec<u64> = inside.sockets.iter().filter_map(|(_, fd)| inode(fd)).collect();
         for (role, fd) in inside.sockets {
             match role {
+                Role::Diag => {
+                    listeners = Some(Listeners::from_handed(fd).map_err(|e| fail(format!("sock_diag: {e}")))?)
+                }
                 Role::Forward(port) => {
+                    reserved.push(port);
                     let l = TcpListener::from(fd);
                     // The filter's port is lent to the builtin filter; relayed when there is
                     // none to take it (squid, a filter not running or started by an older
@@ -86,7 +118,7 @@ impl Server {
             sockets.expose.push((l, port));
         }
         let factory = Arc::new(inside.factory);
-        let dial: DialIn = Arc::new(move |port| factory.connect(port));
+        let dial: DialIn = Arc::new(move |to| factory.connect_to(to));
         // The stub's refusals go beside the filter's own lines; without the log they would go
         // nowhere, so say so rather than drop them quietly.
         let log = match self.paths.open_access_log() {
@@ -101,9 +133,29 @@ impl Server {
         };
         let cfg = inside::Config { filter: self.filter, policy: self.policy.clone(), log };
         // The leases end with the sandbox (or with the launcher): the filter then lets go.
-        let served = inside::serve(cfg, sockets, Some(dial)).map_err(fail)?;
-        Ok(Box::new(served))
+        let served = Arc::new(inside::serve(cfg, sockets, Some(dial)).map_err(fail)?);
+        let publisher = match listeners {
+            Some(l) if self.publish != Publish::Off => Some(
+                publish::start(
+                    l,
+                    served.clone(),
+                    self.publish.clone(),
+                    Reserved::new(reserved),
+                    own,
+                    self.publications(),
+                )
+                .map_err(|e| fail(format!("cannot watch the sandbox's listeners: {e}")))?,
+            ),
+            _ => None,
+        };
+        // Dropped in this order: the publisher (its host ports close) before the network.
+        Ok(Box::new((publisher, served)))
     }
+}
+
+/// The inode of a socket (what the kernel's list of listeners names it by).
+fn inode(fd: &std::os::fd::OwnedFd) -> Option<u64> {
+    nix::sys::stat::fstat(fd).ok().map(|st| st.st_ino)
 }
 
 /// The server a sandbox of `spec` needs, made by `make`: one for an isolated network, none for

@@ -25,6 +25,7 @@ mod docker;
 pub mod isolated;
 pub mod network;
 mod prepare;
+pub mod publish;
 pub mod replay;
 mod spec;
 mod start;

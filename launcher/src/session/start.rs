@@ -96,6 +96,11 @@ pub fn launch(
 }
 
 impl Launch {
+    /// What the isolated network publishes while the sandbox runs (none on the host's network).
+    pub fn publications(&self) -> Option<ocsb_policy::publish::Publications> {
+        self.server.as_ref().map(isolated::Server::publications)
+    }
+
     /// Runs the sandbox until it exits; its exit status. The gateway serves until then (its
     /// containers are stopped by then), and is gone before this returns.
     pub fn run(self) -> Result<i32> {

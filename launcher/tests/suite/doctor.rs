@@ -195,7 +195,10 @@ fn target_prefix() -> PathBuf {
 #[test]
 fn missing_group() {
     let lab = Lab::new();
-    lab.write("home/.config/opencode-sandbox/sandbox.conf", "OCSB_NETLOCK_GROUP=ocsb-no-such-group\n");
+    lab.write(
+        "home/.config/opencode-sandbox/sandbox.conf",
+        "OCSB_NETWORK=netlock\nOCSB_NETLOCK_GROUP=ocsb-no-such-group\n",
+    );
     let o = lab.doctor(&[]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
@@ -203,7 +206,7 @@ fn missing_group() {
         line(&out, "netlock-group"),
         "fail netlock-group: the group \"ocsb-no-such-group\" (OCSB_NETLOCK_GROUP) does not exist; \
          fix: sudo groupadd --system ocsb-no-such-group (or remove OCSB_NETLOCK_GROUP to use opencode-sandbox); \
-         or, without root, set OCSB_NETWORK=isolated (its own network namespace)"
+         or, without root, set OCSB_NETWORK=isolated (the default mode: its own network namespace)"
     );
     assert!(line(&out, "netlock-probe").starts_with("fail netlock-probe: not run:"), "{out}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("netlock-group"), "{}", show(&o));

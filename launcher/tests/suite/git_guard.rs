@@ -8,7 +8,7 @@
 //! As the ordinary user `ocsb-test`, with the netlock table in a network namespace the test
 //! creates (only `lo`), like `sandbox_exec.rs`.
 
-use crate::support::sandbox::{ORIGIN_NS, World, has, no_markers, scenario, shell_quote};
+use crate::support::sandbox::{NETLOCK_MODE, ORIGIN_NS, World, has, no_markers, scenario, shell_quote};
 
 /// Every name of the rule that a mount can hold, created or changed from inside: EROFS; then
 /// host git with hooks, fsmonitor and includes in play runs nothing of the agent's.
@@ -200,7 +200,7 @@ fn fetch_and_push_go_through_the_filter() {
     let (out, err) = scenario(
         &w,
         &format!(
-            r#"{ORIGIN_NS}S={srv}; mkdir -p "$S/cgi-bin"; chown 1990 "$S"
+            r#"{NETLOCK_MODE}{ORIGIN_NS}S={srv}; mkdir -p "$S/cgi-bin"; chown 1990 "$S"
         U git clone -q --bare "$P" "$S/repo.git"; U git -C "$S/repo.git" config http.receivepack true
         printf '#!/bin/sh\nexport GIT_PROJECT_ROOT=%s GIT_HTTP_EXPORT_ALL=1 HOME=/tmp\nexec git -c safe.directory="*" http-backend\n' "$S" > "$S/cgi-bin/git"
         chmod -R a+rwX "$S"; chmod 755 "$S/cgi-bin/git"

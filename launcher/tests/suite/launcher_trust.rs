@@ -3,7 +3,7 @@
 //! Each attack is made as an agent would make it (as the ordinary user `ocsb-test`, through
 //! `ocsb exec`, in a network namespace the test creates) and checked on the host side.
 
-use crate::support::sandbox::{World, has, run_ok, scenario};
+use crate::support::sandbox::{NETLOCK_MODE, World, has, run_ok, scenario};
 
 /// A sandbox that runs before the project's first `ocsb run` cannot plant `run.lock` (a link
 /// the lock's write would follow) or `password` (the agent's own web password): both exist,
@@ -115,12 +115,14 @@ fn host_loopback_services_need_a_declared_port() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
-        r#"python3 -c 'import socket, time
+        &format!(
+            "{NETLOCK_MODE}{}",
+            r#"python3 -c 'import socket, time
 ls = []
 for p in (2222, 2223):
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", p)); s.listen(8); ls.append(s)
 time.sleep(20)' ocsb-loopback-marker &
-        mkdir -p .opencode-sandbox/local; echo 'OCSB_LOOPBACK_PORTS=(2223)' > .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox/local
+        mkdir -p .opencode-sandbox/local; echo 'OCSB_LOOPBACK_PORTS=(2223)' >> .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox/local
         sleep 0.5
         X "python3 -c '
 import socket, errno
@@ -147,7 +149,8 @@ for fam, host in ((socket.AF_INET, \"127.0.0.1\"), (socket.AF_INET6, \"::1\")):
 print(\"own-listeners\", sorted(res.items()))
 '" 2>&1
         python3 -c 'import socket; s = socket.socket(); s.connect(("127.0.0.1", 2222)); print("host reaches 2222")'
-        pkill -f ocsb-loopback-marker"#,
+        pkill -f ocsb-loopback-marker"#
+        ),
     );
     has(&out, "undeclared EACCES", &err);
     has(&out, "declared ok", &err);
@@ -237,7 +240,7 @@ fn ocsb_inside_the_sandbox_says_to_ask_the_user() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
-        r#"U "$OCSB" init | grep -E 'provider-keys|OCSB_LOOPBACK_PORTS=\(3000\)|127.0.0.1:3000' | sed 's/^ *//'
+        r#"U "$OCSB" init | grep -E 'provider-keys|OCSB_PUBLISH|127.0.0.1:3000' | sed 's/^ *//'
         for c in "wt add x" "wt list"; do
           X "OCSB_WEB_URL=http://127.0.0.1:4196/ OCSB_BLANK_ENV=A $OCSB $c" >inside.out 2>&1; echo "rc $?"; cat inside.out; done
         X "$OCSB audit --accept" >inside.out 2>&1; echo "accept rc $?"; sed 's/^ *//; s/^/accept: /' inside.out
@@ -266,7 +269,7 @@ fn ocsb_inside_the_sandbox_says_to_ask_the_user() {
     );
     assert!(!out.contains("ocsb audit --accept"), "{out}");
     assert!(out.contains("~/.config/opencode-sandbox/provider-keys"), "init names the key file: {out}");
-    assert!(out.contains("OCSB_LOOPBACK_PORTS=(3000)") && out.contains("http://127.0.0.1:3000/"), "{out}");
+    assert!(out.contains("is published at http://127.0.0.1:3000/") && out.contains("OCSB_PUBLISH"), "{out}");
 }
 
 /// Outside a repository the current directory would become the project: from `~` (or above)

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use testkit::browser::Browser;
 use testkit::dbus::{FAKE_NOTIFICATIONS, FakeNotifications, dbus_python};
 use testkit::host::{as_test_user as as_user, netlock_gid, require_all, sh};
-use testkit::http::{b64, b64url, basic, http};
+use testkit::http::{b64, b64url, basic, http, try_http};
 use testkit::opencode::{
     agent_runs, opencode_bin, provider_config, read_panel, session_url, shell_runs, spawn_fake_provider,
 };
@@ -204,6 +204,8 @@ fn ocsb_as(w: &World, project: &Path) -> Vec<std::ffi::OsString> {
 
 /// Another project of the same user, made the way the README says (`git init`, `ocsb init`),
 /// with its own ports in its personal settings.
+/// Another project of the user's, in the netlock mode (named: it is not the default), as the
+/// netlock run's later steps need.
 fn other_project(w: &World, name: &str, web: u16, egress: u16) -> PathBuf {
     let dir = w.home.join(name);
     std::fs::create_dir_all(&dir).unwrap();
@@ -216,7 +218,7 @@ fn other_project(w: &World, name: &str, web: u16, egress: u16) -> PathBuf {
         dir.join(".opencode-sandbox/local/sandbox.conf"),
         format!(
             "OCSB_WEB_PORT={web}\nOCSB_EGRESS_PORT={egress}\nOCSB_OPENCODE_BIN={}\nOCSB_DOCKER=0\n\
-             OCSB_NOTIFICATIONS=0\nOCSB_ENV=(OPENCODE_DISABLE_MODELS_FETCH=1)\n",
+             OCSB_NOTIFICATIONS=0\nOCSB_ENV=(OPENCODE_DISABLE_MODELS_FETCH=1)\nOCSB_NETWORK=netlock\n",
             opencode_bin().display()
         ),
     )
@@ -297,6 +299,10 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     // The model provider listens on the namespace's loopback (the lock allows 127.0.0.0/8).
     let (_provider, provider_port) = spawn_fake_provider(ns.exec(&["python3"]), tmp.path());
     let w = world(provider_port);
+    // The netlock mode, named: it is not the default.
+    let conf = w.proj.join(".opencode-sandbox/local/sandbox.conf");
+    let text = std::fs::read_to_string(&conf).unwrap() + "OCSB_NETWORK=netlock\n";
+    std::fs::write(&conf, text).unwrap();
     let _origin = Proc(
         origins
             .cmd()
@@ -851,15 +857,48 @@ fn run_works_in_an_isolated_network_without_the_netlock() {
         seen.lines().count() >= 2 && seen.lines().all(|l| l.contains("\"_auth\": \"Bearer REAL-ISO-KEY\"")),
         "{seen}"
     );
+    // A dev server the agent starts through OpenCode's shell is published on the host's
+    // loopback: `run` says so, the host's browser reaches it, the panel lists it.
+    std::fs::write(w.proj.join("dev.txt"), "agent-dev-server\n").unwrap();
+    let started = shell(
+        &w,
+        &auth,
+        &id,
+        "setsid -f python3 -m http.server 3000 --bind 0.0.0.0 >/dev/null 2>&1; sleep 1; echo started",
+    );
+    assert!(started.contains("started"), "{started}");
+    let dev = SocketAddr::from(([127, 0, 0, 1], 3000));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let got = loop {
+        match try_http(dev, "GET", "/dev.txt", &[], None, T) {
+            Ok(r) if r.status == 200 => break Some(r),
+            _ if Instant::now() > deadline => break None,
+            _ => std::thread::sleep(Duration::from_millis(200)),
+        }
+    };
+    assert_eq!(
+        got.map(|r| r.body.trim().to_string()).as_deref(),
+        Some("agent-dev-server"),
+        "published dev server"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("ocsb: published: http://127.0.0.1:3000 (python3, pid "), "{text}");
     let mut browser = Browser::open(&session_url(w.web, &w.proj.display().to_string(), &id, &password));
     let panel = read_panel(&mut browser, &|v| {
         v["model"] == "fake/m1"
             && v["spend_run"].as_str().is_some_and(|s| s.starts_with('$') && s != "$0.0000")
+            && v["published"].as_str().is_some_and(|p| p.contains("127.0.0.1:3000"))
     });
     assert!(panel["context"].as_str().is_some_and(|c| c.ends_with("/ 100,000")), "{panel}");
     assert!(panel["output"].as_str().is_some_and(|o| o != "0" && o != "–"), "{panel}");
+    assert!(panel["published"].as_str().is_some_and(|p| p.contains("python3 (pid")), "{panel}");
     drop(browser);
     interrupt(&mut run);
+    // Gone with the run.
+    assert!(
+        std::net::TcpStream::connect_timeout(&dev, Duration::from_secs(2)).is_err(),
+        "3000 outlived the run"
+    );
 }
 
 /// The programs of the running filter processes whose state directory is `state`.
@@ -1229,6 +1268,23 @@ fn opencode_sends_the_known_providers_to_the_broker() {
 /// so every container has no network (`--network none`).
 #[test]
 fn run_gives_the_agent_docker_through_the_gateway() {
+    docker_through_run(Mode::Default);
+}
+
+/// The same in the netlock mode, named.
+#[test]
+fn run_gives_the_agent_docker_through_the_gateway_in_the_netlock_mode() {
+    docker_through_run(Mode::Netlock);
+}
+
+#[derive(PartialEq)]
+enum Mode {
+    /// The default, isolated: the model provider on the host's loopback is forwarded in.
+    Default,
+    Netlock,
+}
+
+fn docker_through_run(mode: Mode) {
     require_host();
     super::docker_gateway::require_docker();
     let image = super::docker_gateway::IMAGE;
@@ -1237,18 +1293,23 @@ fn run_gives_the_agent_docker_through_the_gateway() {
     let (ns, origins) = world_netns();
     let tmp = tempfile::tempdir().unwrap();
     let (_provider, provider_port) = spawn_fake_provider(ns.exec(&["python3"]), tmp.path());
-    let mut w = world_at(provider_port, "-docker", 34000);
+    let (tag, base) = if mode == Mode::Netlock { ("-docker-nl", 35000) } else { ("-docker", 34000) };
+    let mut w = world_at(provider_port, tag, base);
     let conf = w.proj.join(".opencode-sandbox/local/sandbox.conf");
     // `OCSB_DOCKER` as a new user has it: unset, so the default (1).
     let text = std::fs::read_to_string(&conf).unwrap().replace("OCSB_DOCKER=0\n", "");
-    std::fs::write(&conf, format!("{text}OCSB_NOTIFICATIONS=0\n")).unwrap();
+    let network = match mode {
+        Mode::Default => format!("OCSB_FORWARD_PORTS=({provider_port})\n"),
+        Mode::Netlock => "OCSB_NETWORK=netlock\n".to_string(),
+    };
+    std::fs::write(&conf, format!("{text}OCSB_NOTIFICATIONS=0\n{network}")).unwrap();
     let docker_gid = testkit::host::group_gid("docker").to_string();
     w.user = ["setpriv", "--reuid", "1990", "--regid", "1990", "--groups", &docker_gid, "--"]
         .map(String::from)
         .to_vec();
     install_netlock_table(&ns, &w, gid);
     let _origin = serve_origin(&ns, &origins, &w, "192.0.2.1");
-    let keep = format!("ocsb-run-keep-{}", std::process::id());
+    let keep = format!("ocsb-run-keep{tag}-{}", std::process::id());
     let _removed = RemovedAtEnd(keep.clone());
 
     let log = w.root.join("run.log");

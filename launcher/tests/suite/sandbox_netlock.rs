@@ -228,7 +228,7 @@ fn a_client_that_ignores_the_proxy_is_told_why_and_node_goes_through_the_filter(
     std::fs::write(w.proj.join("clients.sh"), CLIENTS_SH.replace("@NODE@", NODE_PROXY_AWARE)).unwrap();
     std::fs::write(w.root.join("bin/dns.py"), include_str!("../support/dns.py")).unwrap();
     let body = format!(
-        r#"{ORIGIN_NS}ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
+        r#"{NETLOCK_MODE}{ORIGIN_NS}ip -n "$ON" addr add 192.0.2.2/24 dev ot$$
         SRV=$(mktemp -d); echo origin-ok > "$SRV/hello.txt"; chmod -R a+rX "$SRV"; OL=$(mktemp)
         O python3 -m http.server 80 --bind 0.0.0.0 --directory "$SRV" >"$OL" 2>&1 &
         Q=$(mktemp); chmod 666 "$Q"
@@ -246,6 +246,7 @@ fn a_client_that_ignores_the_proxy_is_told_why_and_node_goes_through_the_filter(
         echo "log:"; env -i PATH=/usr/bin:/bin HOME="$HOME" setpriv --reuid 1990 --regid 1990 --clear-groups -- "$OCSB" egress logs --no-follow 2>&1 </dev/null | sed 's/^/  /'
         ip netns pids "$ON" | xargs -r kill; ip netns del "$ON""#,
         ORIGIN_NS = crate::support::sandbox::ORIGIN_NS,
+        NETLOCK_MODE = crate::support::sandbox::NETLOCK_MODE,
         dns = w.root.join("bin/dns.py").display(),
     );
     let (out, err) = crate::support::sandbox::scenario(&w, &body);

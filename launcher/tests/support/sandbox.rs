@@ -180,6 +180,10 @@ impl World {
 /// 192.0.2.1 on its side (192.0.2.254 on this side), and `O cmd…` to run a command there. The
 /// scenario deletes it with `ip netns del "$ON"` (in its EXIT trap). *Why*: the egress filter
 /// judges its own host's addresses as private, so an origin must not sit on the scenario's `lo`.
+/// A scenario's first line for a test of the netlock mode, which is no longer the default: the
+/// project's local settings name it.
+pub const NETLOCK_MODE: &str = "mkdir -p .opencode-sandbox/local; echo OCSB_NETWORK=netlock >> .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox/local\n";
+
 pub const ORIGIN_NS: &str = r#"ON=ocsb-orig-$$; ip netns add "$ON"
 ip link add oh$$ type veth peer name ot$$ netns "$ON"
 ip addr add 192.0.2.254/24 dev oh$$; ip link set oh$$ up

@@ -290,8 +290,9 @@ impl SpendLimit {
 pub enum NetworkMode {
     /// The host's network namespace; the netlock group keeps the sandbox to loopback and DNS.
     Netlock,
-    /// A network namespace of the sandbox's own with only `lo`: the launcher relays the filter,
-    /// DNS, the forwarded ports and every other TCP connection (through the rules).
+    /// The default: a network namespace of the sandbox's own with only `lo`; the launcher
+    /// relays the filter, DNS, the forwarded ports and every other TCP connection (through the
+    /// rules), and publishes the servers the agent starts.
     Isolated,
 }
 
@@ -455,9 +456,14 @@ impl Settings {
         ports
     }
 
+    /// `OCSB_PUBLISH` (checked when the settings were read; `0` if it somehow is not).
+    pub fn publish(&self) -> crate::publish::Publish {
+        crate::publish::Publish::parse(self.scalar("OCSB_PUBLISH")).unwrap_or(crate::publish::Publish::Off)
+    }
+
     /// `OCSB_NETWORK`.
     pub fn network(&self) -> NetworkMode {
-        if self.scalar("OCSB_NETWORK") == "isolated" { NetworkMode::Isolated } else { NetworkMode::Netlock }
+        if self.scalar("OCSB_NETWORK") == "netlock" { NetworkMode::Netlock } else { NetworkMode::Isolated }
     }
 
     pub fn rw(&self) -> Vec<PathBuf> {

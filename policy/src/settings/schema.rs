@@ -68,6 +68,7 @@ pub(crate) enum Check {
     ToolFile,
     /// `OCSB_SPEND_LIMIT`: empty, `DAY`, `DAY/SESSION` or `/SESSION` (USD amounts).
     SpendLimit,
+    Publish,
 }
 
 /// One setting of the table.
@@ -119,8 +120,10 @@ pub static SCHEMA: &[Spec] = &[
         "host loopback TCP ports the agent may connect to (besides the filter, DNS and OpenCode)"),
     spec("OCSB_FORWARD_PORTS", Array, D::List(&[]), "()", C::Port, Paths::No,
         "the same, by its isolated-mode name: host loopback ports relayed to the same port inside"),
-    spec("OCSB_NETWORK", Scalar, D::Str("netlock"), "netlock", C::OneOf(&["netlock", "isolated"]), Paths::No,
-        "netlock: the host's network, locked by the netlock group; isolated: the sandbox's own network namespace"),
+    spec("OCSB_PUBLISH", Scalar, D::Str("auto"), "auto", C::Publish, Paths::No,
+        "isolated mode: servers the agent starts, served on the host's 127.0.0.1 at the same port while they listen; auto, 0 (none), or ports: 3000,8080"),
+    spec("OCSB_NETWORK", Scalar, D::Str("isolated"), "isolated", C::OneOf(&["isolated", "netlock"]), Paths::No,
+        "isolated: the sandbox's own network namespace, everything out through the filter; netlock: the host's network, locked by the netlock group"),
     spec("OCSB_RW", Array, D::List(&[]), "()", C::NonEmpty, Paths::Project, "extra writable paths"),
     spec("OCSB_HIDE", Array, D::List(&[]), "()", C::NonEmpty, Paths::Project, "extra hidden paths"),
     spec("OCSB_RW_HOME", Array, D::Documented(RW_HOME), ".cache .npm .asdf .bundle .gem …", C::HomeRelative,
@@ -385,6 +388,10 @@ pub(crate) fn check(s: &Spec, v: &str, at: &Location) -> Result<()> {
             let names: Vec<&str> = crate::guard::TOOL_FILES.iter().map(|(n, _)| *n).collect();
             bad(format!("`{v}` is not a protected tool file"), &format!("write one of: {}", names.join(" ")))
         }
+        C::Publish => match crate::publish::Publish::parse(v) {
+            Ok(_) => Ok(()),
+            Err(why) => bad(format!("`{v}` is not auto, 0 or a list of ports: {why}"), "write auto, 0, or ports such as 3000,8080"),
+        },
         C::SpendLimit => match super::SpendLimit::parse(v) {
             Ok(_) => Ok(()),
             Err(why) => bad(

@@ -1,0 +1,237 @@
+//! Published ports (`OCSB_PUBLISH`, isolated mode): a server the agent starts inside (`npm run
+//! dev` on 3000) is served on the host's loopback at the same port while it listens, so the
+//! user's browser reaches it. Which ports, and where on the host, is
+//! [`ocsb_policy::publish`]'s rule; this module enforces it.
+//!
+//! The launcher watches the namespace's listeners through the kernel (`sock_diag`, every
+//! [`LOOK_EVERY`]; see [`ocsb_sandbox::listeners`]), never through anything the agent says.
+//! A publication binds `127.0.0.1:P` (and `[::1]:P` where the host has IPv6, so `localhost`
+//! reaches the same server whichever address a browser tries) and relays each connection into
+//! the namespace through a socket the namespace made. Binding is the test of "in use": a port
+//! a host program holds is never taken, and the next free one is offered instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ocsb_egress::inside::{Exposed, Served};
+use ocsb_policy::publish::{self, Publication, Publications, Publish, Reserved, Skip};
+use ocsb_sandbox::listeners::{Listeners, Listening};
+
+/// How often the listeners inside are looked at: a dev server is reachable within this of its
+/// start, and a look is one netlink round trip.
+pub const LOOK_EVERY: Duration = Duration::from_millis(250);
+
+/// The watcher: publishes and withdraws until dropped.
+pub struct Publisher {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts watching `listeners` and publishing through `served`. `own`: the inodes of the
+/// listeners stage 2 made for the launcher (the filter's port, the transparent and DNS ports),
+/// which are never the agent's.
+pub fn start(
+    listeners: Listeners,
+    served: Arc<Served>,
+    mode: Publish,
+    reserved: Reserved,
+    own: Vec<u64>,
+    shown: Publications,
+) -> std::io::Result<Publisher> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let own = own.into_iter().collect();
+    let mut watch =
+        Watch { listeners, served, mode, reserved, shown, own, live: BTreeMap::new(), told: BTreeSet::new() };
+    let flag = stop.clone();
+    let thread = std::thread::Builder::new().name("ocsb-publish".into()).spawn(move || {
+        while !flag.load(Ordering::Relaxed) {
+            if let Err(e) = watch.look() {
+                eprintln!("ocsb: warning: published ports: cannot list the sandbox's listeners ({e}); nothing more is published");
+                break;
+            }
+            std::thread::sleep(LOOK_EVERY);
+        }
+        watch.live.clear();
+        watch.show();
+    })?;
+    Ok(Publisher { stop, thread: Some(thread) })
+}
+
+struct Live {
+    publication: Publication,
+    /// The host's listeners; dropping them closes the host's ports.
+    _exposed: Vec<Exposed>,
+}
+
+struct Watch {
+    listeners: Listeners,
+    served: Arc<Served>,
+    mode: Publish,
+    reserved: Reserved,
+    own: BTreeSet<u64>,
+    shown: Publications,
+    /// Port inside → its publication.
+    live: BTreeMap<u16, Live>,
+    /// Ports inside already reported as not published (said once while they listen).
+    told: BTreeSet<u16>,
+}
+
+impl Watch {
+    fn look(&mut self) -> std::io::Result<()> {
+        let mut now = self.listeners.list()?;
+        now.retain(|l| !self.own.contains(&l.inode));
+        let addrs: Vec<SocketAddr> = now.iter().map(|l: &Listening| l.addr).collect();
+        let ports: BTreeSet<u16> = addrs.iter().map(|a| a.port()).collect();
+        let gone: Vec<u16> = self.live.keys().filter(|p| !ports.contains(p)).copied().collect();
+        for port in gone {
+            if let Some(l) = self.live.remove(&port) {
+                eprintln!("ocsb: unpublished: {} (the server stopped listening)", l.publication.url());
+            }
+        }
+        self.told.retain(|p| ports.contains(p));
+        let mut changed = false;
+        for &port in &ports {
+            if self.live.contains_key(&port) || self.told.contains(&port) {
+                continue;
+            }
+            match self.publish(port, &now, &addrs) {
+                Ok(p) => {
+                    eprintln!("ocsb: published: {}", p.describe());
+                    changed = true;
+                }
+                Err(Skip::Off) => {
+                    self.told.insert(port);
+                }
+                Err(skip) => {
+                    eprintln!("ocsb: not published: port {port} inside ({})", skip.why(port));
+                    self.told.insert(port);
+                }
+            }
+        }
+        if changed || self.shown_len() != self.live.len() {
+            self.show();
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self, port: u16, now: &[Listening], addrs: &[SocketAddr]) -> Result<Publication, Skip> {
+        publish::wanted(&self.mode, &self.reserved, port)?;
+        let to = publish::dial_address(port, addrs).ok_or(Skip::NotLoopback)?;
+        let mut bound = Vec::new();
+        let host = publish::host_port(port, &self.reserved, |p| match bind_loopback(p) {
+            Some(l) => {
+                bound = l;
+                true
+            }
+            None => false,
+        })?;
+        let mut exposed = Vec::new();
+        for l in bound {
+            match self.served.expose(l, to) {
+                Ok(e) => exposed.push(e),
+                Err(e) => eprintln!("ocsb: warning: cannot serve 127.0.0.1:{host} for the sandbox: {e}"),
+            }
+        }
+        if exposed.is_empty() {
+            return Err(Skip::NoFreePort);
+        }
+        let inode = now.iter().find(|l| l.addr.port() == port).map(|l| l.inode);
+        let publication = Publication { inside: port, host, by: inode.and_then(owner) };
+        self.live.insert(port, Live { publication: publication.clone(), _exposed: exposed });
+        Ok(publication)
+    }
+
+    fn shown_len(&self) -> usize {
+        self.shown.lock().map_or(0, |s| s.len())
+    }
+
+    fn show(&self) {
+        if let Ok(mut s) = self.shown.lock() {
+            *s = self.live.values().map(|l| l.publication.clone()).collect();
+        }
+    }
+}
+
+/// `127.0.0.1:port`, and `[::1]:port` where the host has IPv6; `None` when either is in use
+/// (a host program listening on one of them would get the other's clients otherwise).
+fn bind_loopback(port: u16) -> Option<Vec<TcpListener>> {
+    let v4 = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).ok()?;
+    match TcpListener::bind((Ipv6Addr::LOCALHOST, port)) {
+        Ok(v6) => Some(vec![v4, v6]),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => None,
+        // No IPv6 on the host: nobody can be listening there either.
+        Err(_) => Some(vec![v4]),
+    }
+}
+
+/// The program holding the socket `inode`, and its pid, among this user's processes (others'
+/// descriptors cannot be read, and are not the sandbox's).
+fn owner(inode: u64) -> Option<(String, i32)> {
+    let want = format!("socket:[{inode}]");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
+        if fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
+        {
+            // The name is the agent's to choose (`prctl(PR_SET_NAME)`): only printable ASCII
+            // reaches the user's terminal and the panel, never an escape sequence.
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            return Some((printable(&comm), pid));
+        }
+    }
+    None
+}
+
+/// `comm` as shown: printable ASCII only, the rest as `?`. *Why*: the name is the agent's to
+/// choose (`prctl(PR_SET_NAME)`), and it reaches the user's terminal: never an escape sequence.
+fn printable(comm: &str) -> String {
+    comm.trim_end_matches('\n').chars().map(|c| if c.is_ascii_graphic() { c } else { '?' }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_held_on_either_loopback_is_in_use() {
+        let held = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        assert!(bind_loopback(port).is_none());
+        drop(held);
+        if let Ok(v6) = TcpListener::bind("[::1]:0") {
+            assert!(bind_loopback(v6.local_addr().unwrap().port()).is_none());
+        }
+        let free = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        assert!(bind_loopback(free).is_some_and(|l| !l.is_empty()));
+    }
+
+    #[test]
+    fn a_program_name_cannot_carry_an_escape_sequence() {
+        assert_eq!(printable("\x1b]0;owned\x07node\n"), "?]0;owned?node");
+        assert_eq!(printable("python3\n"), "python3");
+    }
+
+    #[test]
+    fn the_owner_of_a_socket_is_found_by_its_inode() {
+        use std::os::fd::AsRawFd;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", l.as_raw_fd())).unwrap();
+        let inode: u64 =
+            link.to_str().unwrap().trim_start_matches("socket:[").trim_end_matches(']').parse().unwrap();
+        let (_, pid) = owner(inode).unwrap();
+        assert_eq!(pid as u32, std::process::id());
+    }
+}

@@ -58,6 +58,12 @@ pub const OCSB_DEFAULT_PORTS: [u16; 3] = [3128, 4196, 4197];
 /// How far above a taken port the next free one is looked for.
 const NEXT_FREE_WITHIN: u16 = 100;
 
+/// At most this many publications at once, and this many new ones per look. *Why*: each is a
+/// port of the host's, held for the agent; without a cap the agent could listen on every port
+/// and hold them all, so that no program of any user could listen on them.
+pub const MAX_PUBLISHED: usize = 32;
+pub const NEW_PER_LOOK: usize = 4;
+
 /// Why a listener inside is not published.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Skip {
@@ -69,8 +75,15 @@ pub enum Skip {
     Reserved,
     /// Taken on the host, and no free port within [`NEXT_FREE_WITHIN`] above it.
     NoFreePort,
+    /// Listed in `OCSB_PUBLISH`, and taken on the host (a listed port is that port or none).
+    Taken,
     /// It listens on no loopback address (the namespace has no other: nothing reaches it).
     NotLoopback,
+    /// In the host's ephemeral range, where the kernel picks the local ports of outgoing
+    /// connections: held for the agent, they would be missing to every program's connections.
+    Ephemeral,
+    /// [`MAX_PUBLISHED`] are published already.
+    TooMany,
 }
 
 impl Skip {
@@ -81,6 +94,13 @@ impl Skip {
             Skip::NotListed => "not in OCSB_PUBLISH".into(),
             Skip::Reserved => format!("{port} is a port ocsb serves or relays"),
             Skip::NotLoopback => "it listens on no loopback address".into(),
+            Skip::Ephemeral => {
+                format!("{port} is in the host's ephemeral port range, which outgoing connections use")
+            }
+            Skip::TooMany => format!("{MAX_PUBLISHED} servers are published already"),
+            Skip::Taken => format!(
+                "127.0.0.1:{port} is in use on the host; OCSB_PUBLISH lists it, so no other port is used"
+            ),
             Skip::NoFreePort => {
                 format!("127.0.0.1:{port} and the {NEXT_FREE_WITHIN} ports above it are in use on the host")
             }
@@ -88,19 +108,44 @@ impl Skip {
     }
 }
 
-/// What the launcher reserves: every port it serves or relays for this sandbox.
-#[derive(Debug, Clone, Default)]
-pub struct Reserved(BTreeSet<u16>);
+/// What is never published: every port the launcher serves or relays for this sandbox, and
+/// the host's ephemeral range.
+#[derive(Debug, Clone)]
+pub struct Reserved {
+    ports: BTreeSet<u16>,
+    ephemeral: std::ops::RangeInclusive<u16>,
+}
 
 impl Reserved {
     /// `ports` (the filter's, the front's, OpenCode's, the forwarded ones) and
-    /// [`OCSB_DEFAULT_PORTS`].
-    pub fn new(ports: impl IntoIterator<Item = u16>) -> Reserved {
-        Reserved(ports.into_iter().chain(OCSB_DEFAULT_PORTS).collect())
+    /// [`OCSB_DEFAULT_PORTS`]; `ephemeral`, the host's `ip_local_port_range`.
+    pub fn new(ports: impl IntoIterator<Item = u16>, ephemeral: std::ops::RangeInclusive<u16>) -> Reserved {
+        Reserved { ports: ports.into_iter().chain(OCSB_DEFAULT_PORTS).collect(), ephemeral }
+    }
+
+    /// Why `port` is never published, if it is not.
+    pub fn check(&self, port: u16) -> Result<(), Skip> {
+        if self.ports.contains(&port) {
+            Err(Skip::Reserved)
+        } else if self.ephemeral.contains(&port) {
+            Err(Skip::Ephemeral)
+        } else {
+            Ok(())
+        }
     }
 
     pub fn contains(&self, port: u16) -> bool {
-        self.0.contains(&port)
+        self.check(port).is_err()
+    }
+}
+
+/// `/proc/sys/net/ipv4/ip_local_port_range`'s text (`32768\t60999`) as a range; Linux's
+/// default when it does not parse.
+pub fn ephemeral_range(text: &str) -> std::ops::RangeInclusive<u16> {
+    let mut n = text.split_whitespace().map(|v| v.parse::<u16>());
+    match (n.next(), n.next()) {
+        (Some(Ok(lo)), Some(Ok(hi))) if lo <= hi => lo..=hi,
+        _ => 32768..=60999,
     }
 }
 
@@ -109,20 +154,28 @@ pub fn wanted(mode: &Publish, reserved: &Reserved, port: u16) -> Result<(), Skip
     match mode {
         Publish::Off => Err(Skip::Off),
         Publish::Ports(list) if !list.contains(&port) => Err(Skip::NotListed),
-        _ if reserved.contains(port) => Err(Skip::Reserved),
-        _ => Ok(()),
+        _ => reserved.check(port),
     }
 }
 
 /// The host port for a listener on `port` inside: `port` itself when `free` says it is, else
-/// the next free one above it that is not reserved (the user is told which). `free` binds
-/// the port (so the answer holds: a port found free stays the launcher's).
-pub fn host_port(port: u16, reserved: &Reserved, mut free: impl FnMut(u16) -> bool) -> Result<u16, Skip> {
-    (0..=NEXT_FREE_WITHIN)
+/// (with `auto`) the next free one above it that is not reserved (the user is told which).
+/// Ports the user listed are published at that port or not at all: the list is how a user
+/// keeps the agent off the fixed ports of services that are sometimes down. `free` binds the
+/// port (so the answer holds: a port found free stays the launcher's).
+pub fn host_port(
+    port: u16,
+    mode: &Publish,
+    reserved: &Reserved,
+    mut free: impl FnMut(u16) -> bool,
+) -> Result<u16, Skip> {
+    let listed = matches!(mode, Publish::Ports(_));
+    let within = if listed { 0 } else { NEXT_FREE_WITHIN };
+    (0..=within)
         .filter_map(|i| port.checked_add(i))
         .filter(|p| *p == port || !reserved.contains(*p))
         .find(|p| free(*p))
-        .ok_or(Skip::NoFreePort)
+        .ok_or(if listed { Skip::Taken } else { Skip::NoFreePort })
 }
 
 /// Where inside a connection to a published `port` goes, given every address the sandbox
@@ -209,7 +262,7 @@ mod tests {
 
     #[test]
     fn reserved_and_unlisted_ports_are_not_published() {
-        let r = Reserved::new([3129, 5555]);
+        let r = Reserved::new([3129, 5555], 32768..=60999);
         assert_eq!(wanted(&Publish::Auto, &r, 3000), Ok(()));
         assert_eq!(wanted(&Publish::Auto, &r, 5555), Err(Skip::Reserved));
         for p in OCSB_DEFAULT_PORTS {
@@ -221,24 +274,44 @@ mod tests {
         assert_eq!(wanted(&list, &r, 8080), Err(Skip::NotListed));
         // Naming a reserved port does not lift the reservation.
         assert_eq!(wanted(&list, &r, 5555), Err(Skip::Reserved));
+        // The host's ephemeral range is never published, listed or not.
+        assert_eq!(wanted(&Publish::Auto, &r, 40000), Err(Skip::Ephemeral));
+        assert_eq!(wanted(&Publish::Ports([40000].into()), &r, 40000), Err(Skip::Ephemeral));
+        assert_eq!(wanted(&Publish::Auto, &r, 61000), Ok(()));
     }
 
     #[test]
     fn a_taken_host_port_is_not_taken_and_the_next_free_one_is_offered() {
-        let r = Reserved::new([3002]);
-        assert_eq!(host_port(3000, &r, |_| true), Ok(3000));
+        let r = Reserved::new([3002], 32768..=60999);
+        let auto = Publish::Auto;
+        assert_eq!(host_port(3000, &auto, &r, |_| true), Ok(3000));
         // 3000 and 3001 taken on the host, 3002 reserved: 3003.
         let mut asked = Vec::new();
-        let got = host_port(3000, &r, |p| {
+        let got = host_port(3000, &auto, &r, |p| {
             asked.push(p);
             p >= 3003
         });
         assert_eq!(got, Ok(3003));
         assert_eq!(asked, [3000, 3001, 3003], "a reserved port was tried");
-        assert_eq!(host_port(3000, &r, |_| false), Err(Skip::NoFreePort));
+        assert_eq!(host_port(3000, &auto, &r, |_| false), Err(Skip::NoFreePort));
         // Near the top of the range: no overflow.
-        assert_eq!(host_port(65535, &r, |p| p == 65535), Ok(65535));
-        assert_eq!(host_port(65535, &r, |_| false), Err(Skip::NoFreePort));
+        assert_eq!(host_port(65535, &auto, &r, |p| p == 65535), Ok(65535));
+        assert_eq!(host_port(65535, &auto, &r, |_| false), Err(Skip::NoFreePort));
+        // The next free port never lands in the ephemeral range.
+        let low = Reserved::new([], 3001..=3050);
+        assert_eq!(host_port(3000, &auto, &low, |p| p > 3000), Ok(3051));
+        // A listed port: that port or none.
+        let listed = Publish::Ports([3000].into());
+        assert_eq!(host_port(3000, &listed, &r, |p| p > 3000), Err(Skip::Taken));
+        assert_eq!(host_port(3000, &listed, &r, |_| true), Ok(3000));
+    }
+
+    #[test]
+    fn the_ephemeral_range_is_read_from_the_kernels_text() {
+        assert_eq!(ephemeral_range("32768\t60999\n"), 32768..=60999);
+        assert_eq!(ephemeral_range("1024 65535"), 1024..=65535);
+        assert_eq!(ephemeral_range("garbage"), 32768..=60999);
+        assert_eq!(ephemeral_range("9 8"), 32768..=60999);
     }
 
     #[test]

@@ -55,6 +55,13 @@ impl Listeners {
         Ok(Listeners(Socket::from_fd(fd)))
     }
 
+    /// The inode of the namespace the socket lists (`net:[inode]` in `/proc/<pid>/ns/net` of
+    /// its processes).
+    pub fn namespace(&self) -> io::Result<u64> {
+        let ns = crate::sys::socket_netns(self.0.fd().as_fd())?;
+        Ok(nix::sys::stat::fstat(&ns)?.st_ino)
+    }
+
     /// Every TCP socket listening inside, IPv4 and IPv6, ordered.
     pub fn list(&mut self) -> io::Result<Vec<Listening>> {
         let mut out = Vec::new();
@@ -128,6 +135,9 @@ mod tests {
         let link = std::fs::read_link(format!("/proc/self/fd/{}", l4.as_raw_fd())).unwrap();
         let ours = seen.iter().find(|l| l.addr == p4).unwrap();
         assert_eq!(link.to_string_lossy(), format!("socket:[{}]", ours.inode));
+        // This process's own namespace.
+        let ns = std::fs::read_link("/proc/self/ns/net").unwrap();
+        assert_eq!(ns.to_string_lossy(), format!("net:[{}]", diag.namespace().unwrap()));
         // Closed: gone from the next answer.
         drop(l4);
         assert!(!diag.list().unwrap().iter().any(|l| l.addr == p4));

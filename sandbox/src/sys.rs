@@ -378,6 +378,19 @@ pub fn socket_int_option(fd: BorrowedFd<'_>, opt: libc::c_int) -> io::Result<lib
     if r == 0 { Ok(v) } else { Err(io::Error::last_os_error()) }
 }
 
+/// The network namespace a socket belongs to (`SIOCGSKNS`), as a descriptor of it. Needs
+/// `CAP_NET_ADMIN` over the namespace's user namespace (its creator's user has it from outside).
+pub fn socket_netns(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    const SIOCGSKNS: libc::c_ulong = 0x894C;
+    // SAFETY: SIOCGSKNS reads no argument; it returns a new descriptor or -1.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), SIOCGSKNS as _) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just opened `r` for this process; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}
+
 pub fn rdev_of(fd: RawFd) -> io::Result<u64> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes one stat struct into `st` and reads nothing else.

@@ -140,7 +140,7 @@ impl Server {
                     l,
                     served.clone(),
                     self.publish.clone(),
-                    Reserved::new(reserved),
+                    Reserved::new(reserved, ephemeral_range()),
                     own,
                     self.publications(),
                 )
@@ -151,6 +151,12 @@ impl Server {
         // Dropped in this order: the publisher (its host ports close) before the network.
         Ok(Box::new((publisher, served)))
     }
+}
+
+/// The host's ephemeral port range (this launcher's network namespace is the host's).
+fn ephemeral_range() -> std::ops::RangeInclusive<u16> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    ocsb_policy::publish::ephemeral_range(&text)
 }
 
 /// The inode of a socket (what the kernel's list of listeners names it by).

@@ -15,7 +15,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ocsb_egress::inside::{Exposed, Served};
 use ocsb_policy::publish::{self, Publication, Publications, Publish, Reserved, Skip};
@@ -53,8 +53,21 @@ pub fn start(
 ) -> std::io::Result<Publisher> {
     let stop = Arc::new(AtomicBool::new(false));
     let own = own.into_iter().collect();
-    let mut watch =
-        Watch { listeners, served, mode, reserved, shown, own, live: BTreeMap::new(), told: BTreeSet::new() };
+    // The namespace, so the program shown as a server's is looked for among its processes only.
+    let namespace = listeners.namespace().ok();
+    let mut watch = Watch {
+        listeners,
+        served,
+        mode,
+        reserved,
+        shown,
+        own,
+        namespace,
+        live: BTreeMap::new(),
+        seen: BTreeSet::new(),
+        told: BTreeMap::new(),
+        full: false,
+    };
     let flag = stop.clone();
     let thread = std::thread::Builder::new().name("ocsb-publish".into()).spawn(move || {
         while !flag.load(Ordering::Relaxed) {
@@ -83,11 +96,23 @@ struct Watch {
     reserved: Reserved,
     own: BTreeSet<u64>,
     shown: Publications,
+    namespace: Option<u64>,
     /// Port inside → its publication.
     live: BTreeMap<u16, Live>,
-    /// Ports inside already reported as not published (said once while they listen).
-    told: BTreeSet<u16>,
+    /// Ports that listened at the last look: a port is published once it listens at two looks
+    /// in a row, so a listener opened and closed at once costs the host nothing.
+    seen: BTreeSet<u16>,
+    /// Ports inside reported as not published, and when they last listened: said once while
+    /// they listen, and again only after [`FORGET_AFTER`] without (a port opened and closed in
+    /// a loop does not fill the user's terminal).
+    told: BTreeMap<u16, Instant>,
+    /// The cap was reached and said.
+    full: bool,
 }
+
+/// How long a port refused for publishing stays refused without a word after it stops
+/// listening.
+const FORGET_AFTER: Duration = Duration::from_secs(10);
 
 impl Watch {
     fn look(&mut self) -> std::io::Result<()> {
@@ -101,25 +126,60 @@ impl Watch {
                 eprintln!("ocsb: unpublished: {} (the server stopped listening)", l.publication.url());
             }
         }
-        self.told.retain(|p| ports.contains(p));
-        let mut changed = false;
-        for &port in &ports {
-            if self.live.contains_key(&port) || self.told.contains(&port) {
+        let at = Instant::now();
+        for p in &ports {
+            if let Some(t) = self.told.get_mut(p) {
+                *t = at;
+            }
+        }
+        self.told.retain(|_, t| at.duration_since(*t) < FORGET_AFTER);
+        let steady: Vec<u16> = ports.intersection(&self.seen).copied().collect();
+        self.seen = ports;
+        let (mut changed, mut new) = (false, 0);
+        for port in steady {
+            if self.live.contains_key(&port) || self.told.contains_key(&port) {
                 continue;
             }
-            match self.publish(port, &now, &addrs) {
+            if new == publish::NEW_PER_LOOK {
+                break;
+            }
+            new += 1;
+            let result = publish::wanted(&self.mode, &self.reserved, port).and_then(|()| {
+                if self.live.len() >= publish::MAX_PUBLISHED {
+                    Err(Skip::TooMany)
+                } else {
+                    self.publish(port, &now, &addrs)
+                }
+            });
+            match result {
                 Ok(p) => {
                     eprintln!("ocsb: published: {}", p.describe());
                     changed = true;
                 }
                 Err(Skip::Off) => {
-                    self.told.insert(port);
+                    self.told.insert(port, at);
+                }
+                // Said once while the cap holds, not once per port.
+                Err(Skip::TooMany) if self.full => {
+                    self.told.insert(port, at);
+                }
+                Err(Skip::TooMany) => {
+                    eprintln!(
+                        "ocsb: not published: port {port} inside, and no more while {} are ({})",
+                        publish::MAX_PUBLISHED,
+                        Skip::TooMany.why(port)
+                    );
+                    self.full = true;
+                    self.told.insert(port, at);
                 }
                 Err(skip) => {
                     eprintln!("ocsb: not published: port {port} inside ({})", skip.why(port));
-                    self.told.insert(port);
+                    self.told.insert(port, at);
                 }
             }
+        }
+        if self.live.len() < publish::MAX_PUBLISHED {
+            self.full = false;
         }
         if changed || self.shown_len() != self.live.len() {
             self.show();
@@ -131,7 +191,7 @@ impl Watch {
         publish::wanted(&self.mode, &self.reserved, port)?;
         let to = publish::dial_address(port, addrs).ok_or(Skip::NotLoopback)?;
         let mut bound = Vec::new();
-        let host = publish::host_port(port, &self.reserved, |p| match bind_loopback(p) {
+        let host = publish::host_port(port, &self.mode, &self.reserved, |p| match bind_loopback(p) {
             Some(l) => {
                 bound = l;
                 true
@@ -149,7 +209,8 @@ impl Watch {
             return Err(Skip::NoFreePort);
         }
         let inode = now.iter().find(|l| l.addr.port() == port).map(|l| l.inode);
-        let publication = Publication { inside: port, host, by: inode.and_then(owner) };
+        let by = inode.zip(self.namespace).and_then(|(inode, ns)| owner(inode, ns));
+        let publication = Publication { inside: port, host, by };
         self.live.insert(port, Live { publication: publication.clone(), _exposed: exposed });
         Ok(publication)
     }
@@ -177,12 +238,18 @@ fn bind_loopback(port: u16) -> Option<Vec<TcpListener>> {
     }
 }
 
-/// The program holding the socket `inode`, and its pid, among this user's processes (others'
-/// descriptors cannot be read, and are not the sandbox's).
-fn owner(inode: u64) -> Option<(String, i32)> {
+/// The program holding the socket `inode`, and its pid, among the processes of the network
+/// namespace `ns` (the sandbox's: a host process is never named for the agent's server), at
+/// most [`OWNER_LOOKS`] of them.
+fn owner(inode: u64, ns: u64) -> Option<(String, i32)> {
     let want = format!("socket:[{inode}]");
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+    let in_ns = format!("net:[{ns}]");
+    let procs = std::fs::read_dir("/proc").ok()?.flatten().take(OWNER_LOOKS);
+    for entry in procs {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        if std::fs::read_link(entry.path().join("ns/net")).map_or(true, |l| l.as_os_str() != in_ns.as_str()) {
+            continue;
+        }
         let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
         if fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
         {
@@ -194,6 +261,9 @@ fn owner(inode: u64) -> Option<(String, i32)> {
     }
     None
 }
+
+/// The processes looked at for a server's program, at most.
+const OWNER_LOOKS: usize = 8192;
 
 /// `comm` as shown: printable ASCII only, the rest as `?`. *Why*: the name is the agent's to
 /// choose (`prctl(PR_SET_NAME)`), and it reaches the user's terminal: never an escape sequence.
@@ -231,7 +301,10 @@ mod tests {
         let link = std::fs::read_link(format!("/proc/self/fd/{}", l.as_raw_fd())).unwrap();
         let inode: u64 =
             link.to_str().unwrap().trim_start_matches("socket:[").trim_end_matches(']').parse().unwrap();
-        let (_, pid) = owner(inode).unwrap();
+        let ns = std::fs::read_link("/proc/self/ns/net").unwrap();
+        let ns: u64 = ns.to_str().unwrap().trim_start_matches("net:[").trim_end_matches(']').parse().unwrap();
+        let (_, pid) = owner(inode, ns).unwrap();
+        assert_eq!(owner(inode, ns + 1), None, "found outside the namespace");
         assert_eq!(pid as u32, std::process::id());
     }
 }

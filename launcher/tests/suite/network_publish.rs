@@ -123,3 +123,52 @@ fn publishing_follows_the_setting() {
     assert!(!out.lines().any(|l| l.starts_with("exec 0: ocsb: published")), "{out}");
     has(&out, "exec 3000: ocsb: not published: port 8080 inside (not in OCSB_PUBLISH)", &err);
 }
+
+/// What the agent cannot make the host hold: more than 32 publications (it listens on 40
+/// ports), or a port of the host's ephemeral range (where outgoing connections get their local
+/// ports).
+#[test]
+fn the_agent_cannot_make_the_host_hold_its_ports() {
+    let w = World::new();
+    let body = r#"
+        mkdir -p .opencode-sandbox/local
+        printf 'OCSB_NETWORK=isolated\n' > .opencode-sandbox/local/sandbox.conf
+        chown -R 1990 .opencode-sandbox/local
+        LO=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
+        (
+          for i in $(seq 300); do [ -e "$P/up" ] && break; sleep 0.1; done
+          sleep 6
+          python3 -c 'import socket, sys
+n = 0
+for p in range(5000, 5040):
+    try: socket.create_connection(("127.0.0.1", p), timeout=2).close(); n += 1
+    except OSError: pass
+print("reachable", n)
+try: socket.create_connection(("127.0.0.1", int(sys.argv[1]) + 7), timeout=2).close(); print("ephemeral reachable")
+except OSError: print("ephemeral refused")' "$LO"
+          touch "$P/checked"
+        ) > "$P/hostside.log" 2>&1 &
+        X 'python3 -c "import socket, time, os, sys
+ls = []
+for p in list(range(5000, 5040)) + [int(sys.argv[1]) + 7]:
+    s = socket.socket(); s.bind((\"127.0.0.1\", p)); s.listen(4); ls.append(s)
+open(\"up\", \"w\").close()
+for i in range(200):
+    if os.path.exists(\"checked\"): break
+    time.sleep(0.1)
+print(\"inside-done\")" '"$LO" 2>&1 | sed 's/^/exec: /'
+        wait
+        cat "$P/hostside.log""#;
+    let (out, err) = scenario(&w, body);
+    has(&out, "exec: inside-done", &err);
+    has(&out, "reachable 32", &err);
+    has(&out, "ephemeral refused", &err);
+    let published = out.lines().filter(|l| l.starts_with("exec: ocsb: published:")).count();
+    assert_eq!(published, 32, "{out}");
+    assert!(out.lines().filter(|l| l.contains("32 servers are published already")).count() == 1, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("is in the host's ephemeral port range, which outgoing connections use")),
+        "{out}"
+    );
+}

@@ -11,7 +11,7 @@
 //! ([`keys`]), and refuses new calls once `OCSB_SPEND_LIMIT` is reached ([`ledger`]).
 //!
 //! The modules: [`keys`] (whose keys, sent where), [`route`] (which calls), [`usage`] and
-//! [`prices`] (what a reply cost), [`ledger`] (the record and the cap), [`server`] and
+//! [`prices`](mod@prices) (what a reply cost), [`ledger`] (the record and the cap), [`server`] and
 //! [`upstream`] (the enforcement: HTTP in, HTTPS out), [`error`].
 //!
 //! The launcher owns what is not the broker's: the state directory's names ([`Files`]),
@@ -205,7 +205,7 @@ pub struct PriceSources {
 
 /// The prices the broker uses: OpenCode's configs and model lists, and the highest price
 /// remembered from earlier runs (in [`Files::prices`]; [`remember_prices`] updates it). Each
-/// source can only raise a price (see [`prices`]).
+/// source can only raise a price (see [`prices`](mod@prices)).
 pub fn prices(sources: PriceSources, sd: &StateDir, files: &Files) -> Prices {
     let mut p = Prices::default();
     for (v, source) in &sources.configs {

@@ -2,10 +2,10 @@
 //!
 //! It runs in the launcher, outside the sandbox, and forwards to OpenCode on `OCSB_WEB_PORT + 1`
 //! (HTTP, server-sent events and WebSocket upgrades for the terminal). It checks the user's
-//! password ([`auth`], [`login`]) and replaces it upstream with OpenCode's own per-run secret.
+//! password ([`auth`], `login`) and replaces it upstream with OpenCode's own per-run secret.
 //! When the panel is on, HTML pages get one same-origin `<script src>` tag (OpenCode's CSP allows
 //! `'self'` scripts, not inline ones) and `/__ocsb/*` serves the Tokens panel and its numbers
-//! ([`panel`], [`tokens`]). [`forward`] is the proxy that puts these together, [`http`] its
+//! (`panel`, [`tokens`]). `forward` is the proxy that puts these together, [`http`] its
 //! helpers on hyper's types.
 //!
 //! The launcher binds the port and runs [`serve`] on a thread of its own; it hands over the

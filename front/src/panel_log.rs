@@ -2,7 +2,7 @@
 //! the seed's "no Tokens panel" row: whether pages got the script tag, whether the browser
 //! fetched the script, and why numbers could not be computed. It sits beside OpenCode's own logs
 //! so one directory answers "why is the panel missing". The file is opened once through
-//! [`ocsb_sandbox::statefs::StateDir`] (no symlink followed) and kept open for the run.
+//! `ocsb_sandbox::statefs::StateDir` (no symlink followed) and kept open for the run.
 
 use std::fmt::Display;
 use std::fs::File;

@@ -56,7 +56,7 @@ impl Publish {
 pub const OCSB_DEFAULT_PORTS: [u16; 3] = [3128, 4196, 4197];
 
 /// How far above a taken port the next free one is looked for.
-const NEXT_FREE_WITHIN: u16 = 100;
+pub const NEXT_FREE_WITHIN: u16 = 100;
 
 /// At most this many publications at once, and this many new ones per look. *Why*: each is a
 /// port of the host's, held for the agent; without a cap the agent could listen on every port

@@ -5,9 +5,10 @@
 //! - workload: `git status` on a 50k-file tree, and reading every file of it, inside vs outside
 //!   (target: <= 1.05x; the command's own time, taken by the same shell line inside and out);
 //! - end to end: `ocsb exec -- true` as the user types it (settings, checkout audit, filter
-//!   check, netlock, self-tests when their inputs changed, the sandbox) with the filter up and
-//!   the rules unchanged, vs the same `bwrap` and plain `true` (target: <= 2x bwrap); then the
-//!   same project with `OCSB_NETWORK=isolated` (target: <= 1.3x the netlock mode);
+//!   check, the lock's probe, self-tests when their inputs changed, the sandbox) with the filter
+//!   up and the rules unchanged, vs the same `bwrap` and plain `true` (target: <= 1.5x bwrap), in
+//!   the default mode (isolated) as a user of the netlock group, then as a user without it,
+//!   then with `OCSB_NETWORK=netlock`;
 //! - isolated network throughput: a 256 MiB tunnel through the filter with the netlock, through
 //!   the isolated sandbox's proxy port (lent to the filter), and through its transparent path
 //!   (targets: >= 0.9x each). `OCSB_BENCH=throughput` runs this part alone, `OCSB_BENCH=e2e`
@@ -115,23 +116,30 @@ fn end_to_end() {
          chown -R 1990 .opencode-sandbox/local
          I() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid 1990 --clear-groups -- \"$OCSB\" exec -- true; }}
          I >/dev/null 2>&1 || {{ echo 'first isolated exec failed'; I; }}
-         for i in $(seq {n}); do echo \"isolated $(t I)\"; echo \"bwrap-again $(t U {bwrap})\"; done",
+         for i in $(seq {n}); do echo \"isolated $(t I)\"; echo \"bwrap-again $(t U {bwrap})\"; done
+         echo OCSB_NETWORK=netlock > .opencode-sandbox/local/sandbox.conf
+         X true >/dev/null 2>&1 || {{ echo 'first netlock exec failed'; X true; }}
+         for i in $(seq {n}); do echo \"netlock $(t X true)\"; echo \"bwrap-third $(t U {bwrap})\"; done",
         tmp = w.state.join("tmp").display()
     );
     let (out, err) = sandbox_support::scenario(&w, &body);
     let (e2e, bw, plain) = (median_ms(&out, "e2e"), median_ms(&out, "bwrap"), median_ms(&out, "plain"));
-    println!("ocsb exec -- true            median {e2e:>8.2} ms  (n={n}, end to end)");
+    println!("ocsb exec -- true            median {e2e:>8.2} ms  (n={n}, end to end, the default mode: isolated, run as the netlock group)");
     println!("bwrap true                   median {bw:>8.2} ms");
     println!("plain true                   median {plain:>8.2} ms");
-    println!("end to end ocsb / bwrap: {:.2}x (target <= 2x)", e2e / bw);
+    println!("end to end ocsb / bwrap (default mode): {:.2}x (target <= 1.5x)", e2e / bw);
     // The same project right after, switched to OCSB_NETWORK=isolated (by the user without the
     // netlock group); the first isolated run, which repeats the self-tests, is not counted.
     // bwrap runs again between the isolated runs: the ratio compares runs of the same minutes.
     let (iso, bw2) = (median_ms(&out, "isolated"), median_ms(&out, "bwrap-again"));
     println!("ocsb exec -- true, isolated  median {iso:>8.2} ms  (n={n}, no netlock group)");
     println!("bwrap true, between those    median {bw2:>8.2} ms");
-    println!("isolated / netlock start-up: {:.2}x (target <= 1.3x)", iso / e2e);
-    println!("isolated / bwrap: {:.2}x (target <= 2x)", iso / bw2);
+    println!("isolated / bwrap: {:.2}x (target <= 1.5x)", iso / bw2);
+    // The seed's mode, named: the netlock, with its 28,232 landlock port rules.
+    let (lock, bw3) = (median_ms(&out, "netlock"), median_ms(&out, "bwrap-third"));
+    println!("ocsb exec -- true, netlock   median {lock:>8.2} ms  (n={n}, OCSB_NETWORK=netlock)");
+    println!("bwrap true, between those    median {bw3:>8.2} ms");
+    println!("netlock / bwrap: {:.2}x", lock / bw3);
     if e2e.is_nan() {
         println!("end to end not measured:\n{out}\n{err}");
     }
@@ -178,7 +186,7 @@ while True:
         X true >/dev/null 2>&1
         # Interleaved, so that a slow spell of the machine weighs on every path alike.
         for i in 1 2 3 4 5 6 7; do
-            rm -f .opencode-sandbox/local/sandbox.conf
+            echo OCSB_NETWORK=netlock > .opencode-sandbox/local/sandbox.conf; chown 1990 .opencode-sandbox/local/sandbox.conf
             X "python3 {client} proxy netlock-connect" 2>/dev/null
             echo OCSB_NETWORK=isolated > .opencode-sandbox/local/sandbox.conf; chown 1990 .opencode-sandbox/local/sandbox.conf
             I exec -- python3 {client} proxy isolated-connect 2>/dev/null; I exec -- python3 {client} direct isolated-transparent 2>/dev/null

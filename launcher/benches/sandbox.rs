@@ -124,7 +124,9 @@ fn end_to_end() {
     );
     let (out, err) = sandbox_support::scenario(&w, &body);
     let (e2e, bw, plain) = (median_ms(&out, "e2e"), median_ms(&out, "bwrap"), median_ms(&out, "plain"));
-    println!("ocsb exec -- true            median {e2e:>8.2} ms  (n={n}, end to end, the default mode: isolated, run as the netlock group)");
+    println!(
+        "ocsb exec -- true            median {e2e:>8.2} ms  (n={n}, end to end, the default mode: isolated, run as the netlock group)"
+    );
     println!("bwrap true                   median {bw:>8.2} ms");
     println!("plain true                   median {plain:>8.2} ms");
     println!("end to end ocsb / bwrap (default mode): {:.2}x (target <= 1.5x)", e2e / bw);

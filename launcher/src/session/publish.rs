@@ -12,8 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,15 +24,17 @@ use ocsb_sandbox::listeners::{Listeners, Listening};
 /// start, and a look is one netlink round trip.
 pub const LOOK_EVERY: Duration = Duration::from_millis(250);
 
-/// The watcher: publishes and withdraws until dropped.
+/// The watcher: publishes and withdraws until dropped. *Why a channel*: the watcher waits
+/// between looks on it, so dropping the sender wakes it at once; a sandbox's exit does not wait
+/// out a look's interval.
 pub struct Publisher {
-    stop: Arc<AtomicBool>,
+    stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Drop for Publisher {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -51,7 +52,7 @@ pub fn start(
     own: Vec<u64>,
     shown: Publications,
 ) -> std::io::Result<Publisher> {
-    let stop = Arc::new(AtomicBool::new(false));
+    let (stop, stopped) = mpsc::channel::<()>();
     let own = own.into_iter().collect();
     // The namespace, so the program shown as a server's is looked for among its processes only.
     let namespace = listeners.namespace().ok();
@@ -68,19 +69,20 @@ pub fn start(
         told: BTreeMap::new(),
         full: false,
     };
-    let flag = stop.clone();
     let thread = std::thread::Builder::new().name("ocsb-publish".into()).spawn(move || {
-        while !flag.load(Ordering::Relaxed) {
+        loop {
             if let Err(e) = watch.look() {
                 eprintln!("ocsb: warning: published ports: cannot list the sandbox's listeners ({e}); nothing more is published");
                 break;
             }
-            std::thread::sleep(LOOK_EVERY);
+            if stopped.recv_timeout(LOOK_EVERY) != Err(mpsc::RecvTimeoutError::Timeout) {
+                break;
+            }
         }
         watch.live.clear();
         watch.show();
     })?;
-    Ok(Publisher { stop, thread: Some(thread) })
+    Ok(Publisher { stop: Some(stop), thread: Some(thread) })
 }
 
 struct Live {

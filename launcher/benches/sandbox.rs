@@ -147,6 +147,78 @@ fn end_to_end() {
     }
 }
 
+/// Where the time of `ocsb exec -- true` in the default mode goes: the stage marks of a build
+/// made with `RUSTFLAGS="--cfg ocsb_stage_marks"` ([`ocsb_sandbox::stages`]), as the median
+/// moment of each stage after the launcher's `main` over 41 starts, and the time of the stage
+/// before it. Without the marks compiled in, says so.
+fn stages() {
+    let log = std::path::Path::new(ocsb_sandbox::stages::LOG);
+    std::fs::write(log, "").unwrap();
+    std::fs::set_permissions(log, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let w = World::new();
+    std::fs::create_dir_all(w.state.join("tmp")).unwrap();
+    let n = 41;
+    let body = format!(
+        "chown 1990 {tmp}; X true >/dev/null 2>&1 || {{ echo 'first exec failed'; X true; }}
+         : > {log}
+         for i in $(seq {n}); do X true >/dev/null 2>&1; done",
+        tmp = w.state.join("tmp").display(),
+        log = log.display(),
+    );
+    let (out, err) = sandbox_support::scenario(&w, &body);
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let _ = std::fs::remove_file(log);
+    let mut marks: Vec<(u128, &str, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ' ');
+            Some((it.next()?.parse().ok()?, it.next()?, it.next()?))
+        })
+        .collect();
+    marks.sort();
+    if marks.is_empty() {
+        println!("no stage marks: build with RUSTFLAGS=\"--cfg ocsb_stage_marks\" (and a target directory of its own)\n{out}\n{err}");
+        return;
+    }
+    // One start: from the `main` of a launcher that returned (not the Docker gateway's
+    // watcher, the same program) to the next one.
+    let launchers: std::collections::BTreeSet<&str> =
+        marks.iter().filter(|m| m.2 == "launcher: returns").map(|m| m.1).collect();
+    let mut starts: Vec<Vec<(u128, &str)>> = Vec::new();
+    for (t, pid, label) in marks {
+        if label == "launcher: main" && !launchers.contains(pid) {
+            continue;
+        }
+        if label == "launcher: main" {
+            starts.push(Vec::new());
+        }
+        if let Some(s) = starts.last_mut() {
+            s.push((t, label));
+        }
+    }
+    let mut at: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    for s in &starts {
+        let t0 = s[0].0;
+        for (t, label) in s {
+            at.entry(label).or_default().push((t - t0) as f64 / 1e6);
+        }
+    }
+    let mut rows: Vec<(f64, &str)> = at
+        .iter_mut()
+        .map(|(label, v)| {
+            v.sort_by(f64::total_cmp);
+            (v[v.len() / 2], *label)
+        })
+        .collect();
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    println!("{n} starts; median ms after the launcher's main, and since the row before:");
+    let mut before = 0.0;
+    for (ms, label) in rows {
+        println!("{ms:7.2} {:+6.2}  {label}", ms - before);
+        before = ms;
+    }
+}
+
 /// Bytes per second through each path, from an origin in a namespace of its own (a tunnel to a
 /// raw TCP service that sends 256 MiB): `CONNECT` through the filter with the netlock, the same
 /// through the isolated sandbox's proxy port (a listener lent to the filter), and a direct
@@ -218,6 +290,11 @@ fn main() {
     // First, in namespaces of its own (the scenario makes them): the whole command.
     // `OCSB_BENCH=throughput` or `OCSB_BENCH=e2e` runs that part alone.
     let only = std::env::var("OCSB_BENCH").unwrap_or_default();
+    if only == "stages" {
+        println!("== where a start's time goes ==");
+        stages();
+        return;
+    }
     if only != "e2e" {
         println!("== isolated network throughput ==");
         throughput();

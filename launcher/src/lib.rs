@@ -39,6 +39,7 @@ pub fn main() -> ExitCode {
     if let Some(code) = ocsb_sandbox::stage2_dispatch() {
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    ocsb_sandbox::stages::mark("launcher: main");
     // The detached filter (`ocsb egress serve ARGS`) parses its own arguments and runs for the
     // whole session: started before the command line is parsed, it never maps the code of the
     // rest of `ocsb` (its resident memory is what the filter uses).

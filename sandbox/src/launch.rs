@@ -217,11 +217,14 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) ->
     let mut spec = spec.clone();
     spec.nested_repos = audit.nested.clone();
     let checkouts = checkouts::of_spec_known(&spec, &audit.checkouts);
+    crate::stages::mark("launcher: start recorded");
     let run = run_checked(&spec, serve, ahead.stage2, ahead.on_plan, &checkouts);
     if let Some(quiet) = ahead.on_exit {
         quiet();
     }
+    crate::stages::mark("launcher: Docker gateway told of the exit");
     audit.end();
+    crate::stages::mark("launcher: checkouts looked at (after)");
     // Only now, after the look, may stage 2 free the port rules and tear the namespaces down.
     run.map(|(code, _ending)| code)
 }
@@ -423,6 +426,7 @@ fn run_checked(
         }
     };
     let plan = prepare(spec, checkouts)?;
+    crate::stages::mark("launcher: mount plan built");
     if let (Some(judge), Some(p)) = (on_plan, &plan) {
         judge(p)?;
     }
@@ -444,6 +448,7 @@ fn run_checked(
     let json = serde_json::to_vec(&req)
         .map_err(|e| Error::refused(format!("serialising the request: {e}"), "report this"))?;
     let (mut stage2, pty) = early.hand_over(&json)?;
+    crate::stages::mark("launcher: plan judged, request handed over");
     // The isolated network's sockets, served from here until the sandbox exits.
     let _served = match channel {
         Some((mut chan, _, serve)) => {
@@ -461,6 +466,7 @@ fn run_checked(
         }
         None => None,
     };
+    crate::stages::mark("launcher: isolated network sockets received");
     let status = match pty {
         Some(p) => {
             drop(p.slave);
@@ -489,6 +495,7 @@ fn run_checked(
             })
         }
     };
+    crate::stages::mark("launcher: exit status received");
     status.map_err(|e| Error::io("wait for", "the sandbox", e))
 }
 

@@ -38,6 +38,7 @@ pub mod seccomp;
 pub mod snapshot;
 pub mod spec;
 pub mod stage2;
+pub mod stages;
 pub mod statefs;
 pub mod status;
 pub mod strays;

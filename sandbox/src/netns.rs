@@ -526,14 +526,78 @@ impl Factory {
                 _ => return Err(std::io::Error::other("the sandbox could not make a socket")),
             }
         };
-        nix::sys::socket::connect(fd.as_raw_fd(), &SockaddrStorage::from(to))?;
+        connect_within(&fd, to, CONNECT_IN_WITHIN)?;
         Ok(TcpStream::from(fd))
     }
+}
+
+/// How long a connection into the namespace may take to be accepted. *Why a bound*: a
+/// listener of the agent's whose queue is full drops the handshake, and the kernel would
+/// retry it for minutes, each wait holding one of the relay's threads.
+pub const CONNECT_IN_WITHIN: Duration = Duration::from_secs(5);
+
+/// Connects `fd` to `to`, waiting at most `within`; the descriptor is blocking again after.
+fn connect_within(fd: &OwnedFd, to: SocketAddr, within: Duration) -> std::io::Result<()> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    match nix::sys::socket::connect(fd.as_raw_fd(), &SockaddrStorage::from(to)) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EINPROGRESS) => {
+            let ms = u16::try_from(within.as_millis()).unwrap_or(u16::MAX);
+            let mut pfd = [PollFd::new(fd.as_fd(), PollFlags::POLLOUT)];
+            if poll(&mut pfd, PollTimeout::from(ms))? == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{to} inside the sandbox did not accept within {}s", within.as_secs()),
+                ));
+            }
+            let err = sys::socket_int_option(fd.as_fd(), libc::SO_ERROR)?;
+            if err != 0 {
+                return Err(std::io::Error::from_raw_os_error(err));
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    fcntl(fd, FcntlArg::F_SETFL(flags))?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connection into the namespace that the listener never takes (its queue is full: the
+    /// kernel drops the handshake) ends after the bound, not minutes later; one it takes is
+    /// made, and blocking again.
+    #[test]
+    fn a_connection_in_that_is_not_accepted_ends_at_the_bound() {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = l.local_addr().unwrap();
+        let fresh = || socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).unwrap();
+        let ok = fresh();
+        connect_within(&ok, to, Duration::from_secs(5)).unwrap();
+        let flags = nix::fcntl::fcntl(&ok, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+        assert_eq!(flags & libc::O_NONBLOCK, 0, "blocking again");
+        // Fill the accept queue (never accepted), then one more waits for nothing.
+        let mut held = Vec::new();
+        let mut timed_out = None;
+        for _ in 0..4096 {
+            let fd = fresh();
+            let t = Instant::now();
+            match connect_within(&fd, to, Duration::from_millis(300)) {
+                Ok(()) => held.push(fd),
+                Err(e) => {
+                    timed_out = Some((e.kind(), t.elapsed()));
+                    break;
+                }
+            }
+        }
+        let (kind, took) = timed_out.expect("the accept queue never filled");
+        assert_eq!(kind, std::io::ErrorKind::TimedOut);
+        assert!(took < Duration::from_secs(2), "{took:?}");
+    }
 
     /// The namespace [`configure`] builds is the one `ip` and `nft` build from [`TABLE`]: in a
     /// user and network namespace of its own (`unshare -Urn`), this test runs again as a child,

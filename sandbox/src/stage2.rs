@@ -133,6 +133,7 @@ fn helper() -> Result<i32> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| Error::kernel("PR_SET_PDEATHSIG", e.into(), "report this"))?;
     let early = read_early()?;
+    crate::stages::mark("stage 2: exec'd, early part read");
     if nix::unistd::getppid().as_raw() != early.launcher_pid {
         return Ok(EXIT_SETUP); // the launcher is gone
     }
@@ -140,6 +141,7 @@ fn helper() -> Result<i32> {
     // reported here: pid 1 then builds the whole ruleset and fails, if it does, at the usual
     // point and with the usual message.
     let prebuilt = if early.namespaces { landlock::prebuild(&early.net).ok() } else { None };
+    crate::stages::mark("stage 2: port rules built");
     // An isolated sandbox's network namespace is built while the launcher is still checking.
     // The netlock is probed on the host's network, so before that namespace exists; on the
     // host's network, after the request, as close to the start as it can be. Failures are
@@ -153,6 +155,7 @@ fn helper() -> Result<i32> {
             Err(e) => (None, Some(Err(e))),
         },
     };
+    crate::stages::mark("stage 2: netlock probed, network namespace built");
     // fd 0 is the hand-over until the request is in; then it is the command's stdin.
     let fd0 = std::io::stdin().as_fd().try_clone_to_owned();
     let mut chan =
@@ -160,6 +163,7 @@ fn helper() -> Result<i32> {
     let Some((stdin, raw)) = handover::receive(&mut chan)? else {
         return Ok(EXIT_SETUP); // the launcher did not start the sandbox after all
     };
+    crate::stages::mark("stage 2: request received");
     // Kept for the command's exit status (`handover::report`); never in pid 1.
     let mut report = chan;
     nix::unistd::dup2_stdin(&stdin).map_err(|e| Error::kernel("dup2 stdin", e.into(), "report this"))?;
@@ -193,6 +197,7 @@ fn helper() -> Result<i32> {
             ));
         }
     };
+    crate::stages::mark("stage 2: namespaces entered, forks pid 1");
     // Stage 2 is a fresh exec that starts no thread, so the child may run any code.
     match sys::fork_single_threaded().map_err(|e| Error::kernel("fork", e, "check RLIMIT_NPROC"))? {
         ForkResult::Child => {
@@ -417,6 +422,7 @@ fn init(
         std::process::exit(EXIT_SETUP);
     }
     drop(death);
+    crate::stages::mark("pid 1: started");
     if let Some(plan) = &req.plan {
         // Nothing in the sandbox may ptrace pid 1 or read its memory.
         sys::prctl(libc::PR_SET_DUMPABLE, 0)

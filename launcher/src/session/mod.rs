@@ -111,11 +111,15 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
     let mut cmd = Command::interactive(argv, Vec::new());
     // Stage 2 first, while stdout is still the command's.
     let early = session.early(&cmd);
+    ocsb_sandbox::stages::mark("launcher: settings read, stage 2 started");
     // `prepare` reports progress on stdout; for `exec` stdout belongs to the command, so the
     // progress lines go to stderr.
     let prepared = with_stdout_on_stderr(|| session.prepare(false))?;
     cmd.env = user_env(project)?;
-    prepared.start(&cmd, early)?.run()
+    ocsb_sandbox::stages::mark("launcher: netlock and self-test records");
+    let status = prepared.start(&cmd, early)?.run();
+    ocsb_sandbox::stages::mark("launcher: returns");
+    status
 }
 
 /// `ocsb shell`'s command: `$SHELL -i`, or bash when `SHELL` names no absolute path.

@@ -51,7 +51,9 @@ pub(super) fn open(project: &Project, spec: SandboxSpec) -> Result<Opened<'_>> {
     project.require_trusted()?;
     project.check_writable_roots()?;
     state::claim(project)?;
+    ocsb_sandbox::stages::mark("launcher: trust and writable roots checked");
     let checked = checkouts::refuse_planted(project, &spec, "start a sandbox")?;
+    ocsb_sandbox::stages::mark("launcher: checkouts looked at (before)");
     let sd = state::Layout::of(&project.settings).open()?;
     let created = state::ensure_private(&sd)?;
     state::ensure_caches(&sd, &project.settings)?;
@@ -69,6 +71,7 @@ impl<'p> Opened<'p> {
         let policy = project.egress_policy()?;
         let up = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress())
             .map_err(|e| egress_err("egress", e))?;
+            ocsb_sandbox::stages::mark("launcher: state directory, rules, filter status");
         let verb = match up.action {
             UpAction::Started => "started",
             UpAction::Reloaded => "running, rules reloaded",

@@ -85,6 +85,7 @@ pub fn launch(
 ) -> Result<Launch> {
     // The Docker gateway: it listens from now on, and serves once the start gives it the plan.
     let gateway = docker::start(project, base)?;
+    ocsb_sandbox::stages::mark("launcher: Docker gateway started");
     let spec = handed(base, cmd, gateway.as_ref().map(Gateway::socket));
     if let Some(gw) = &gateway {
         docker::into_ahead(gw, &mut ahead);
@@ -92,6 +93,7 @@ pub fn launch(
     // The isolated network's server: the relays, the DNS stub, the ports that lead in.
     let server =
         isolated::server_for(&spec, || Ok(isolated::Server::new(project, policy)?.expose(&cmd.listens)))?;
+        ocsb_sandbox::stages::mark("launcher: isolated network served");
     Ok(Launch { spec, server, ahead, gateway })
 }
 

@@ -177,7 +177,9 @@ fn stages() {
         .collect();
     marks.sort();
     if marks.is_empty() {
-        println!("no stage marks: build with RUSTFLAGS=\"--cfg ocsb_stage_marks\" (and a target directory of its own)\n{out}\n{err}");
+        println!(
+            "no stage marks: build with RUSTFLAGS=\"--cfg ocsb_stage_marks\" (and a target directory of its own)\n{out}\n{err}"
+        );
         return;
     }
     // One start: from the `main` of a launcher that returned (not the Docker gateway's

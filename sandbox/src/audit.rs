@@ -31,8 +31,8 @@ use serde::{Deserialize, Serialize};
 
 use super::checkouts::{self, HostLookup};
 use super::error::{Error, Result};
-use super::indexes;
 use super::spec::SandboxSpec;
+use super::{configmemo, indexes};
 
 /// Numbers this process's markers and changes of the records.
 static SEQ: AtomicUsize = AtomicUsize::new(0);
@@ -182,6 +182,17 @@ struct Seen {
 /// of the roots on the other, in parallel, since none needs another's answer.
 fn look(spec: &SandboxSpec) -> Seen {
     let _budget = checkouts::begin_look();
+    configmemo::load(&dir_of(&spec.state_dir).join(CONFIG_MEMO));
+    let seen = look_now(spec);
+    configmemo::save();
+    seen
+}
+
+/// Where the answers of the look's `git config` runs are kept between starts
+/// ([`configmemo`]): in the audit's directory, which no sandbox can write.
+const CONFIG_MEMO: &str = "git-config.json";
+
+fn look_now(spec: &SandboxSpec) -> Seen {
     let roots = checkouts::roots_of_spec(spec);
     std::thread::scope(|s| {
         let other = s.spawn(|| (indexes::findings(&roots), walk_all(spec)));

@@ -49,7 +49,7 @@ pub fn read_limited(p: &Path, limit: u64) -> Option<String> {
 }
 
 /// [`read_limited`], as bytes: what git reads, whatever the encoding.
-fn read_bytes(p: &Path, limit: u64) -> Option<Vec<u8>> {
+pub fn read_bytes(p: &Path, limit: u64) -> Option<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
@@ -289,7 +289,7 @@ pub fn output_within(mut cmd: Command, max: u64) -> Option<(std::process::ExitSt
 }
 
 /// What git's config says for `root`.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConfigFacts {
     /// `core.hooksPath`, absolute: every value the listing gives (not only the one git obeys
     /// now), then the value each conditional include that git did not read sets.
@@ -576,7 +576,10 @@ pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
 /// The checkout at `root`, with everything discovery knows about it.
 pub fn checkout(root: &Path, home: &Path, commits: bool) -> Checkout {
     let git = git_dirs(root);
-    let facts = if git.is_some() { config_facts(root, home) } else { ConfigFacts::default() };
+    let facts = match &git {
+        Some(g) => super::configmemo::facts(root, home, g, || config_facts(root, home)),
+        None => ConfigFacts::default(),
+    };
     let mut hook_targets = Vec::new();
     let hook_dirs = git.iter().map(|g| g.common.join("hooks")).chain(facts.hooks_paths.iter().cloned());
     for dir in hook_dirs {

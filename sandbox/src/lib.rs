@@ -19,6 +19,7 @@
 pub mod audit;
 pub mod caps;
 pub mod checkouts;
+pub mod configmemo;
 pub mod env;
 pub mod error;
 pub mod gitindex;

@@ -71,7 +71,7 @@ impl<'p> Opened<'p> {
         let policy = project.egress_policy()?;
         let up = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress())
             .map_err(|e| egress_err("egress", e))?;
-            ocsb_sandbox::stages::mark("launcher: state directory, rules, filter status");
+        ocsb_sandbox::stages::mark("launcher: state directory, rules, filter status");
         let verb = match up.action {
             UpAction::Started => "started",
             UpAction::Reloaded => "running, rules reloaded",

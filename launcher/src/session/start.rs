@@ -93,7 +93,7 @@ pub fn launch(
     // The isolated network's server: the relays, the DNS stub, the ports that lead in.
     let server =
         isolated::server_for(&spec, || Ok(isolated::Server::new(project, policy)?.expose(&cmd.listens)))?;
-        ocsb_sandbox::stages::mark("launcher: isolated network served");
+    ocsb_sandbox::stages::mark("launcher: isolated network served");
     Ok(Launch { spec, server, ahead, gateway })
 }
 

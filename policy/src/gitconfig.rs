@@ -15,8 +15,6 @@
 //! the agent's `git commit`. Commits made inside are unsigned; sign them on the host
 //! (`git rebase --exec 'git commit --amend --no-edit -S'`).
 
-use crate::{Error, Location, Result};
-
 /// One entry of `git config --list --null`: the key as git prints it (section and name in
 /// lower case, a subsection as written) and its value (`None`: a bare boolean, `[core] bare`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,13 +23,20 @@ pub struct Entry {
     pub value: Option<String>,
 }
 
-/// The entries of `git config --list --null` output: each entry ends with NUL, its key and
-/// value are separated by the first newline. Entries that are not UTF-8 are left out (they
-/// are counted in the second value).
+/// The global entries of `git config --list --show-scope --includes --null` output: a scope
+/// and an entry, each ending with NUL; an entry's key and value are separated by its first
+/// newline. *Why scopes*: `git config --global --list` reads only `~/.gitconfig` when it
+/// exists, never `~/.config/git/config` beside it, where git itself reads both. Entries of
+/// other scopes (the repository's, the system's) and entries that are not UTF-8 are left out
+/// (the latter counted in the second value).
 pub fn parse_list(out: &[u8]) -> (Vec<Entry>, usize) {
     let mut entries = Vec::new();
     let mut skipped = 0;
-    for raw in out.split(|&b| b == 0).filter(|r| !r.is_empty()) {
+    let mut fields = out.split(|&b| b == 0);
+    while let (Some(scope), Some(raw)) = (fields.next(), fields.next()) {
+        if scope != b"global" || raw.is_empty() {
+            continue;
+        }
         let Ok(text) = std::str::from_utf8(raw) else {
             skipped += 1;
             continue;
@@ -163,7 +168,16 @@ const KEEP: &[(&str, Sub, &[&str])] = &[
     (
         "fetch",
         Sub::No,
-        &["prune", "prunetags", "parallel", "writecommitgraph", "fsckobjects", "recursesubmodules", "showforcedupdates", "all"],
+        &[
+            "prune",
+            "prunetags",
+            "parallel",
+            "writecommitgraph",
+            "fsckobjects",
+            "recursesubmodules",
+            "showforcedupdates",
+            "all",
+        ],
     ),
     ("transfer", Sub::No, &["fsckobjects"]),
     ("protocol", Sub::No, &["version"]),
@@ -173,17 +187,47 @@ const KEEP: &[(&str, Sub, &[&str])] = &[
     (
         "status",
         Sub::No,
-        &["showuntrackedfiles", "short", "branch", "submodulesummary", "relativepaths", "aheadbehind", "showstash", "renames", "renamelimit"],
+        &[
+            "showuntrackedfiles",
+            "short",
+            "branch",
+            "submodulesummary",
+            "relativepaths",
+            "aheadbehind",
+            "showstash",
+            "renames",
+            "renamelimit",
+        ],
     ),
-    ("log", Sub::No, &["date", "decorate", "follow", "abbrevcommit", "mailmap", "initialdecorationset", "excludedecoration"]),
+    (
+        "log",
+        Sub::No,
+        &[
+            "date",
+            "decorate",
+            "follow",
+            "abbrevcommit",
+            "mailmap",
+            "initialdecorationset",
+            "excludedecoration",
+        ],
+    ),
     ("format", Sub::No, &["pretty", "signoff", "numbered", "coverletter", "thread"]),
     ("pretty", Sub::No, &["*"]),
     ("help", Sub::No, &["autocorrect", "format"]),
     ("advice", Sub::No, &["*"]),
     ("commit", Sub::No, &["verbose", "cleanup", "status"]),
     ("rerere", Sub::No, &["enabled", "autoupdate"]),
-    ("grep", Sub::No, &["linenumber", "patterntype", "extendedregexp", "column", "fullname", "fallbacktonoindex"]),
-    ("blame", Sub::No, &["date", "coloring", "showemail", "blankboundary", "markignoredlines", "markunblamablelines"]),
+    (
+        "grep",
+        Sub::No,
+        &["linenumber", "patterntype", "extendedregexp", "column", "fullname", "fallbacktonoindex"],
+    ),
+    (
+        "blame",
+        Sub::No,
+        &["date", "coloring", "showemail", "blankboundary", "markignoredlines", "markunblamablelines"],
+    ),
     ("submodule", Sub::No, &["recurse", "fetchjobs", "propagatebranches"]),
     ("feature", Sub::No, &["manyfiles", "experimental"]),
     ("index", Sub::No, &["version", "threads", "skiphash"]),
@@ -195,7 +239,11 @@ const KEEP: &[(&str, Sub, &[&str])] = &[
     ("stash", Sub::No, &["showpatch", "showstat", "showincludeuntracked"]),
     ("i18n", Sub::No, &["commitencoding", "logoutputencoding"]),
     ("interactive", Sub::No, &["singlekey"]),
-    ("gc", Sub::No, &["auto", "autodetach", "autopacklimit", "pruneexpire", "reflogexpire", "reflogexpireunreachable"]),
+    (
+        "gc",
+        Sub::No,
+        &["auto", "autodetach", "autopacklimit", "pruneexpire", "reflogexpire", "reflogexpireunreachable"],
+    ),
     ("safe", Sub::No, &["directory"]),
 ];
 
@@ -324,7 +372,8 @@ pub fn carries_credential(text: &str) -> bool {
             .collect::<String>()
             .to_ascii_lowercase();
         let after = &rest[i + 3..];
-        let url_end = after.find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'')).unwrap_or(after.len());
+        let url_end =
+            after.find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'')).unwrap_or(after.len());
         let url = &after[..url_end];
         let authority = &url[..url.find(['/', '?', '#']).unwrap_or(url.len())];
         if let Some((userinfo, _)) = authority.rsplit_once('@') {
@@ -369,62 +418,64 @@ fn entry_line(name: &str, value: Option<&str>) -> Option<String> {
     Some(format!("\t{name} = \"{q}\"\n"))
 }
 
-/// An error about the user's config, for the launcher (which says where the config is).
-pub fn unreadable(what: impl Into<String>) -> Error {
-    Error::input(Location::new("git config --global", 0, 0), what)
-}
-
-/// The lines of [`generate`]'s text for a check of its own: the text parses as `key=value`
-/// with git's own quoting rules for the subset it writes. Used by the tests.
-#[cfg(test)]
-fn read_back(text: &str) -> Result<Vec<Entry>> {
-    let mut out = Vec::new();
-    let mut section = String::new();
-    for line in text.lines() {
-        if line.starts_with('#') || line.is_empty() {
-            continue;
-        }
-        if let Some(h) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            section = match h.split_once(" \"") {
-                Some((s, sub)) => {
-                    let sub = sub.strip_suffix('"').ok_or_else(|| unreadable(line))?;
-                    format!("{s}.{}", sub.replace("\\\"", "\"").replace("\\\\", "\\"))
-                }
-                None => h.to_string(),
-            };
-            continue;
-        }
-        let line = line.strip_prefix('\t').ok_or_else(|| unreadable(line))?;
-        let entry = match line.split_once(" = ") {
-            None => Entry { key: format!("{section}.{line}"), value: None },
-            Some((k, v)) => {
-                let v = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).ok_or_else(|| unreadable(line))?;
-                let mut val = String::new();
-                let mut it = v.chars();
-                while let Some(c) = it.next() {
-                    if c == '\\' {
-                        match it.next() {
-                            Some('n') => val.push('\n'),
-                            Some('t') => val.push('\t'),
-                            Some('b') => val.push('\u{8}'),
-                            Some(c) => val.push(c),
-                            None => return Err(unreadable(line)),
-                        }
-                    } else {
-                        val.push(c);
-                    }
-                }
-                Entry { key: format!("{section}.{k}"), value: Some(val) }
-            }
-        };
-        out.push(entry);
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Error, Location, Result};
+
+    fn unreadable(what: impl Into<String>) -> Error {
+        Error::input(Location::new("git config --global", 0, 0), what)
+    }
+
+    /// The lines of [`generate`]'s text for a check of its own: the text parses as `key=value`
+    /// with git's own quoting rules for the subset it writes. Used by the tests.
+    fn read_back(text: &str) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        let mut section = String::new();
+        for line in text.lines() {
+            if line.starts_with('#') || line.is_empty() {
+                continue;
+            }
+            if let Some(h) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                section = match h.split_once(" \"") {
+                    Some((s, sub)) => {
+                        let sub = sub.strip_suffix('"').ok_or_else(|| unreadable(line))?;
+                        format!("{s}.{}", sub.replace("\\\"", "\"").replace("\\\\", "\\"))
+                    }
+                    None => h.to_string(),
+                };
+                continue;
+            }
+            let line = line.strip_prefix('\t').ok_or_else(|| unreadable(line))?;
+            let entry = match line.split_once(" = ") {
+                None => Entry { key: format!("{section}.{line}"), value: None },
+                Some((k, v)) => {
+                    let v = v
+                        .strip_prefix('"')
+                        .and_then(|v| v.strip_suffix('"'))
+                        .ok_or_else(|| unreadable(line))?;
+                    let mut val = String::new();
+                    let mut it = v.chars();
+                    while let Some(c) = it.next() {
+                        if c == '\\' {
+                            match it.next() {
+                                Some('n') => val.push('\n'),
+                                Some('t') => val.push('\t'),
+                                Some('b') => val.push('\u{8}'),
+                                Some(c) => val.push(c),
+                                None => return Err(unreadable(line)),
+                            }
+                        } else {
+                            val.push(c);
+                        }
+                    }
+                    Entry { key: format!("{section}.{k}"), value: Some(val) }
+                }
+            };
+            out.push(entry);
+        }
+        Ok(out)
+    }
 
     fn e(k: &str, v: &str) -> Entry {
         Entry { key: k.into(), value: Some(v.into()) }
@@ -436,14 +487,16 @@ mod tests {
 
     #[test]
     fn the_list_is_read_as_git_prints_it() {
-        let out = b"user.name\nA B\0core.bare\0url.https://x/.insteadof\nhttps://y/\0alias.m\nline1\nline2\0";
+        let out = b"global\0user.name\nA B\0global\0core.bare\0local\0core.bare\nfalse\0\
+                    global\0url.https://x/.insteadof\nhttps://y/\0global\0alias.m\nline1\nline2\0";
         let (entries, skipped) = parse_list(out);
-        assert_eq!(skipped, 0);
+        assert_eq!((entries.len(), skipped), (4, 0), "{entries:?}");
         assert_eq!(entries[0], e("user.name", "A B"));
         assert_eq!(entries[1], Entry { key: "core.bare".into(), value: None });
         assert_eq!(entries[2], e("url.https://x/.insteadof", "https://y/"));
         assert_eq!(entries[3], e("alias.m", "line1\nline2"), "only the first newline splits");
-        let (entries, skipped) = parse_list(b"user.name\n\xff\0user.email\na@b\0");
+        let (entries, skipped) =
+            parse_list(b"global\0user.name\n\xff\0global\0user.email\na@b\0system\0x.y\nz\0");
         assert_eq!((entries.len(), skipped), (1, 1));
     }
 
@@ -509,7 +562,9 @@ mod tests {
         ]);
         assert!(!g.text.contains("SECRET"), "{}", g.text);
         assert_eq!(keys(&g), vec![("user.name".into(), Some("u".into()))], "{}", g.text);
-        for name in ["credential.helper", "http.extraheader", "url.insteadof", "include.path", "commit.gpgsign"] {
+        for name in
+            ["credential.helper", "http.extraheader", "url.insteadof", "include.path", "commit.gpgsign"]
+        {
             assert!(g.left_out.contains(&name.to_string()), "{name}: {:?}", g.left_out);
         }
         assert!(g.text.contains("# Left out: "), "{}", g.text);
@@ -555,7 +610,14 @@ mod tests {
         ] {
             assert!(carries_credential(bad), "{bad}");
         }
-        for good in ["https://github.com/", "git@github.com:", "ssh://git@host/", "checkout", "!git log @{u}..", "a@b.c"] {
+        for good in [
+            "https://github.com/",
+            "git@github.com:",
+            "ssh://git@host/",
+            "checkout",
+            "!git log @{u}..",
+            "a@b.c",
+        ] {
             assert!(!carries_credential(good), "{good}");
         }
     }

@@ -146,6 +146,25 @@ pub enum Refusal {
     Unknown(u8),
 }
 
+impl Refusal {
+    /// The kind the relay says once: a key, an extension or a type the sandbox picks make no
+    /// new kind, so it cannot fill the user's terminal with lines.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refusal::AddKey => "add",
+            Refusal::RemoveKey => "remove",
+            Refusal::RemoveAll => "remove-all",
+            Refusal::AddSmartcard => "add-smartcard",
+            Refusal::RemoveSmartcard => "remove-smartcard",
+            Refusal::Lock => "lock",
+            Refusal::Unlock => "unlock",
+            Refusal::SignWithOtherKey(_) => "sign-other",
+            Refusal::Extension(_) => "extension",
+            Refusal::Unknown(_) => "unknown",
+        }
+    }
+}
+
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -156,7 +175,9 @@ impl fmt::Display for Refusal {
             Refusal::RemoveSmartcard => write!(f, "remove a smartcard's keys from your agent"),
             Refusal::Lock => write!(f, "lock your agent with a password"),
             Refusal::Unlock => write!(f, "unlock your agent"),
-            Refusal::SignWithOtherKey(fp) => write!(f, "sign with the key {fp}, which OCSB_SSH_KEYS does not name"),
+            Refusal::SignWithOtherKey(fp) => {
+                write!(f, "sign with the key {fp}, which OCSB_SSH_KEYS does not name")
+            }
             Refusal::Extension(name) => write!(f, "use the agent extension `{name}`"),
             Refusal::Unknown(t) => write!(f, "send an agent request of unknown type {t}"),
         }
@@ -166,7 +187,9 @@ impl fmt::Display for Refusal {
 /// The decision for one request (a frame's payload, its type byte first).
 ///
 /// Requests are named by number in the protocol: 17 and 25 add a key, 18 removes one, 19
-/// removes all, 20/26 and 21 add and remove a smartcard's keys, 22 and 23 lock and unlock.
+/// removes all, 20/26 and 21 add and remove a smartcard's keys, 22 and 23 lock and unlock;
+/// 7/24, 8 and 9 are the old protocol's add, remove and remove all (`ssh-add -D` still sends
+/// 9).
 /// They are listed here only to name them to the user; the rule itself is the allowlist of the
 /// first arms.
 pub fn judge(payload: &[u8], keys: &Keys) -> Result<Verdict> {
@@ -177,7 +200,11 @@ pub fn judge(payload: &[u8], keys: &Keys) -> Result<Verdict> {
         REQUEST_IDENTITIES => Verdict::Pass,
         SIGN_REQUEST => {
             let blob = r.string()?;
-            if keys.allows(blob) { Verdict::Pass } else { Verdict::Refuse(Refusal::SignWithOtherKey(fingerprint(blob))) }
+            if keys.allows(blob) {
+                Verdict::Pass
+            } else {
+                Verdict::Refuse(Refusal::SignWithOtherKey(fingerprint(blob)))
+            }
         }
         EXTENSION => {
             let name = r.string()?;
@@ -187,9 +214,9 @@ pub fn judge(payload: &[u8], keys: &Keys) -> Result<Verdict> {
                 Verdict::Refuse(Refusal::Extension(printable(name)))
             }
         }
-        17 | 25 => Verdict::Refuse(Refusal::AddKey),
-        18 => Verdict::Refuse(Refusal::RemoveKey),
-        19 => Verdict::Refuse(Refusal::RemoveAll),
+        7 | 17 | 24 | 25 => Verdict::Refuse(Refusal::AddKey),
+        8 | 18 => Verdict::Refuse(Refusal::RemoveKey),
+        9 | 19 => Verdict::Refuse(Refusal::RemoveAll),
         20 | 26 => Verdict::Refuse(Refusal::AddSmartcard),
         21 => Verdict::Refuse(Refusal::RemoveSmartcard),
         22 => Verdict::Refuse(Refusal::Lock),
@@ -326,6 +353,8 @@ mod tests {
         let all = Keys::all();
         let cases = [
             (17, Refusal::AddKey),
+            (7, Refusal::AddKey),
+            (9, Refusal::RemoveAll),
             (25, Refusal::AddKey),
             (18, Refusal::RemoveKey),
             (19, Refusal::RemoveAll),
@@ -361,7 +390,10 @@ mod tests {
         let keys = Keys::named(&[fingerprint(k1)]);
         assert_eq!(judge(&[REQUEST_IDENTITIES], &keys).unwrap(), Verdict::PassFiltered);
         assert_eq!(judge(&sign(k1), &keys).unwrap(), Verdict::Pass);
-        assert_eq!(judge(&sign(k2), &keys).unwrap(), Verdict::Refuse(Refusal::SignWithOtherKey(fingerprint(k2))));
+        assert_eq!(
+            judge(&sign(k2), &keys).unwrap(),
+            Verdict::Refuse(Refusal::SignWithOtherKey(fingerprint(k2)))
+        );
         let filtered = filter_identities(&answer(&[(k1, b"one"), (k2, b"two")]), &keys).unwrap();
         assert_eq!(filtered, answer(&[(k1, b"one")]));
         // A failure (a locked agent) goes back as it is.

@@ -7,7 +7,7 @@
 //! programs, `core.sshCommand`, diff and merge tools, filters, `core.fsmonitor`, hooks). New
 //! tools add new sections every year, so the rule lists what is kept: the user's identity,
 //! aliases, and settings that change git's behaviour but hold neither a secret nor a program
-//! ([`KEEP`]). Everything else is left out, `include.*`/`includeIf.*` too (git already expanded
+//! (`KEEP`). Everything else is left out, `include.*`/`includeIf.*` too (git already expanded
 //! them into the list this reads).
 //!
 //! Signing (`commit.gpgSign`, `tag.gpgSign`, `gpg.*`, `user.signingKey`) is left out: it needs a
@@ -282,7 +282,7 @@ pub fn generate(entries: &[Entry]) -> Generated {
             }
             continue;
         }
-        let Some(line) = entry_line(&key.name, e.value.as_deref()) else {
+        let Some(line) = entry_line(key.name, e.value.as_deref()) else {
             left_out.push(format!("{}.{}", key.section, key.name));
             continue;
         };

@@ -37,6 +37,14 @@ for name in ("k1", "k2"):
     c.sendall(string(bytes([13]) + string(blob) + string(b"data") + struct.pack(">I", 0)))
     n = struct.unpack(">I", exact(c, 4))[0]
     print("raw-sign", name, exact(c, n)[0])
+# A frame longer than the protocol allows ends the connection; the next one is served.
+c = socket.socket(socket.AF_UNIX); c.connect(os.environ["SSH_AUTH_SOCK"])
+c.sendall(struct.pack(">I", 1 << 30) + b"x" * 64)
+try: print("oversize", "closed" if c.recv(4) == b"" else "answered")
+except ConnectionResetError: print("oversize closed")
+c = socket.socket(socket.AF_UNIX); c.connect(os.environ["SSH_AUTH_SOCK"])
+c.sendall(string(bytes([11])))
+print("after-oversize", exact(c, 5)[4])
 EOF
 printf '#!/bin/sh\necho lockpw\n' > "$P/askpass"; chmod 755 "$P/askpass"; chown 1990 "$P/askpass"
 BEFORE=$(UA ssh-add -l | awk '{print $2}' | sort | tr '\n' ' ')
@@ -147,6 +155,8 @@ fn named_keys_only(netlock: bool) {
     // (5: failure), and says so.
     has(&out, "raw-sign k1 14", &err);
     has(&out, "raw-sign k2 5", &err);
+    has(&out, "oversize closed", &err);
+    has(&out, "after-oversize 12", &err);
     has(&out, "said-k2", &err);
     let before = out.lines().find_map(|l| l.strip_prefix("before ")).unwrap();
     has(&out, &format!("after {}", before.trim()), &err);

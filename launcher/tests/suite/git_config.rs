@@ -3,7 +3,7 @@
 //! `url.*.insteadOf` with one, a credential helper); inside `ocsb exec`, `git config --global
 //! --list` shows none of them, while the identity, an alias and a behaviour setting are the
 //! user's, and `git commit` uses that identity. On the host, the generated file holds no token
-//! either. Both network modes.
+//! either. Without an ssh-agent of the user's, the sandbox has none. Both network modes.
 //!
 //! As the ordinary user `ocsb-test`, in a network namespace the test creates.
 
@@ -40,6 +40,7 @@ X 'git config --global --list | sed "s/^/list /"
 echo "email $(git config --global user.email)"
 echo "rebase $(git config --global pull.rebase)"
 git hello
+echo "agent ${SSH_AUTH_SOCK:-none} $([ -e /run/ocsb ] && echo run-ocsb || echo no-run-ocsb)"
 d=$(mktemp -d); cd "$d" && git init -q && git commit -q --allow-empty -m inside && git log -1 --format="author %an <%ae>" && git branch --show-current | sed "s/^/branch /"'
 echo "state-secrets $(grep -c GITSECRET "$HOME/.local/share/opencode-sandbox/proj/gitconfig")"
 echo "state-email $(git config -f "$HOME/.local/share/opencode-sandbox/proj/gitconfig" user.email)"
@@ -55,6 +56,8 @@ fn user_config_without_secrets(netlock: bool) {
     has(&out, "email ada@example.org", &err);
     has(&out, "rebase true", &err);
     has(&out, "alias-works", &err);
+    // The user has no agent here: none inside either.
+    has(&out, "agent none no-run-ocsb", &err);
     has(&out, "author Ada Tester <ada@example.org>", &err);
     has(&out, "branch trunk", &err);
     has(&out, "list core.autocrlf=input", &err);

@@ -82,6 +82,12 @@ mod suite {
     // host: OCSB_PUBLISH: a server the agent starts, reached from the host's loopback only.
     #[cfg(feature = "host-tests")]
     mod network_publish;
+    // host: the user's ssh-agent through the launcher's filter: lists and signs, never changes.
+    #[cfg(feature = "host-tests")]
+    mod ssh_agent;
+    // host: the sandbox's global git config: the user's identity and aliases, none of its tokens.
+    #[cfg(feature = "host-tests")]
+    mod git_config;
     // host: packaging/uninstall.sh removes exactly what `make install` put.
     #[cfg(feature = "host-tests")]
     mod uninstall;

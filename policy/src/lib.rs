@@ -15,6 +15,10 @@
 //!
 //! * [`strays`]: what a container may leave on a writable path that the sandbox itself could not.
 //!
+//! * [`ssh_agent`]: which requests of the sandbox reach the user's ssh-agent.
+//!
+//! * [`gitconfig`]: the git config the agent's git reads: the user's, without credentials.
+//!
 //! This crate spawns no process and opens no socket; it only reads the layer files it is pointed at.
 #![forbid(unsafe_code)]
 
@@ -22,10 +26,12 @@ pub mod clock;
 pub mod docker;
 pub mod egress;
 pub mod error;
+pub mod gitconfig;
 pub mod guard;
 pub mod http;
 pub mod publish;
 pub mod settings;
+pub mod ssh_agent;
 pub mod strays;
 
 pub use error::{Error, Location, Result};

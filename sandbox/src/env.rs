@@ -1,6 +1,6 @@
 //! The sandbox's environment: nothing is inherited except an allowlist of harmless variables;
 //! the seed's variables are added (proxy, ssh through the filter, Docker client config, own XDG
-//! directories, no display). Tokens reach the command only through `extra` (`OCSB_ENV`,
+//! directories, the generated git config, no display). Tokens reach the command only through `extra` (`OCSB_ENV`,
 //! `OCSB_ENV_FILE`), which the caller chooses.
 
 use std::ffi::OsString;
@@ -34,7 +34,6 @@ pub struct EnvInputs<'a> {
     pub state_dir: &'a Path,
     /// The egress filter's port on 127.0.0.1.
     pub proxy_port: u16,
-    pub ssh_agent: Option<&'a Path>,
     /// `OCSB_ENV` and `OCSB_ENV_FILE` entries; applied last, so they win.
     pub extra: &'a [(String, String)],
 }
@@ -42,6 +41,9 @@ pub struct EnvInputs<'a> {
 /// The state subdirectories the sandbox's environment points into (created by the launcher
 /// before it starts).
 pub const STATE_SUBDIRS: &[&str] = &["config", "data", "cache", "state", "run", "docker", "tmp"];
+
+/// The generated global git config, relative to the state directory (`GIT_CONFIG_GLOBAL`).
+pub const GIT_CONFIG: &str = "gitconfig";
 
 pub fn build(i: &EnvInputs<'_>) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
@@ -95,9 +97,10 @@ pub fn build(i: &EnvInputs<'_>) -> Vec<(String, String)> {
     for k in ["DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "BROWSER"] {
         set(k, String::new());
     }
-    if let Some(s) = i.ssh_agent {
-        set("SSH_AUTH_SOCK", s.to_string_lossy().into_owned());
-    }
+    // The git config the launcher generates from the user's at each start (without its
+    // credentials and programs): in place of `~/.gitconfig` and `~/.config/git/config`, which
+    // the sandbox does not see, and of one the agent could point anywhere.
+    set("GIT_CONFIG_GLOBAL", i.state_dir.join(GIT_CONFIG).to_string_lossy().into_owned());
     for (k, v) in i.extra {
         set(k, v.clone());
     }
@@ -131,13 +134,16 @@ mod tests {
             home: Path::new("/home/u"),
             state_dir: Path::new("/s"),
             proxy_port: 3128,
-            ssh_agent: None,
             extra: &extra,
         });
         assert_eq!(get(&env, "LC_ALL").unwrap(), "C.UTF-8");
         assert!(get(&env, "AWS_SECRET_ACCESS_KEY").is_none());
         assert!(get(&env, "DBUS_SESSION_BUS_ADDRESS").is_none());
-        assert!(get(&env, "SSH_AUTH_SOCK").is_none(), "only when the policy passes the agent");
+        assert!(
+            get(&env, "SSH_AUTH_SOCK").is_none(),
+            "only the launcher's filtering agent, set by the start"
+        );
+        assert_eq!(get(&env, "GIT_CONFIG_GLOBAL").unwrap(), "/s/gitconfig");
         assert_eq!(get(&env, "DISPLAY").unwrap(), "");
         assert_eq!(get(&env, "HTTPS_PROXY").unwrap(), "http://127.0.0.1:3128");
         assert_eq!(get(&env, "NODE_USE_ENV_PROXY").unwrap(), "1");

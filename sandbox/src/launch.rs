@@ -130,11 +130,11 @@ pub fn request(spec: &SandboxSpec, plan: Option<Plan>) -> Request {
             writable: p.writable.clone(),
             devices: p.devices.clone(),
             sockets: spec
-                .ssh_agent
+                .docker_socket
                 .iter()
-                .chain(spec.docker_socket.iter())
                 .filter_map(|s| std::fs::canonicalize(s).ok())
                 .chain(spec.docker_gateway.iter().map(|_| PathBuf::from(crate::spec::DOCKER_GATEWAY_INSIDE)))
+                .chain(spec.ssh_agent.iter().map(|_| PathBuf::from(crate::spec::SSH_AGENT_INSIDE)))
                 .collect(),
             tcp: spec.tcp.clone(),
             isolated: spec.network != Network::Host,

@@ -865,7 +865,9 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
     b.plan.ops.extend(again);
     // Phase 5: sockets passed in.
     if let Some(s) = &spec.ssh_agent {
-        b.expose_socket(s, "ssh-agent socket")?;
+        absolute(s, "ssh-agent socket")?;
+        let dst = PathBuf::from(super::spec::SSH_AGENT_INSIDE);
+        b.plan.ops.push(Op::Bind { src: s.clone(), dst, access: Access::Ro, dir: false });
     }
     if let Some(s) = &spec.docker_socket {
         b.expose_socket(s, "docker socket")?;

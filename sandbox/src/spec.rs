@@ -39,8 +39,9 @@ pub struct SandboxSpec {
     /// [`DOCKER_GATEWAY_INSIDE`] with `DOCKER_HOST` pointing there.
     #[serde(default)]
     pub docker_gateway: Option<PathBuf>,
-    /// The ssh-agent socket (`SSH_AUTH_SOCK`) to expose, as the seed does: the host agent signs,
-    /// the private keys stay hidden.
+    /// The launcher's filtering ssh-agent socket on the host, bound at [`SSH_AGENT_INSIDE`]
+    /// (`SSH_AUTH_SOCK` names it there): the user's agent lists and signs, nothing more. Never
+    /// the user's own agent socket, which would let the agent add keys or lock it.
     pub ssh_agent: Option<PathBuf>,
     /// The complete environment of the command (see `env::build`); nothing else is inherited.
     /// UTF-8 only (JSON-friendly); the CLI refuses non-UTF-8 arguments with a clear message.
@@ -268,6 +269,10 @@ pub const DISABLED_PROGRAMS: &[&str] = &["/usr/bin/xdg-open", "/bin/xdg-open"];
 
 /// Where the Docker gateway's socket is inside the sandbox: where tools look first.
 pub const DOCKER_GATEWAY_INSIDE: &str = "/run/docker.sock";
+
+/// Where the launcher's filtering ssh-agent socket is inside the sandbox. A fixed path in the
+/// sandbox's own `/run`: nothing of the user's agent (its socket's path) is named inside.
+pub const SSH_AGENT_INSIDE: &str = "/run/ocsb/ssh-agent.sock";
 
 /// Docker sockets hidden unless `docker_socket` is set.
 pub const DOCKER_SOCKETS: &[&str] = &["/run/docker.sock", "/var/run/docker.sock"];

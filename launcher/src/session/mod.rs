@@ -6,13 +6,15 @@
 //!    `OCSB_NETWORK` resolved into the spec's [`Network`] ([`network::of`]), which everything
 //!    after reads.
 //! 2. [`Session::open`]: trust, writable roots, the project's claim on its state directory, the
-//!    look at the checkouts ([`checkouts`]), the state directory opened once.
+//!    look at the checkouts ([`checkouts`]), the state directory opened once, the sandbox's
+//!    global git config written there ([`gitconfig`]).
 //! 3. [`Opened::bring_up`]: the filter up with the rules compiled once, the netlock for the
 //!    network set into the spec, then (skipped while their inputs are unchanged) a sandboxed
 //!    `true` and the self-tests, each started by this same path ([`prepare`]).
 //! 4. [`Prepared::start`]: the spec as the command is handed it ([`start::handed`]), then the
 //!    steps the settings choose, whichever command called: the Docker gateway
-//!    (`OCSB_DOCKER=1`, with its watcher; [`docker`]) and the isolated network's server
+//!    (`OCSB_DOCKER=1`, with its watcher; [`docker`]), the filtering ssh-agent (when the user
+//!    has an agent; [`ssh_agent`]) and the isolated network's server
 //!    (`OCSB_NETWORK=isolated`; [`isolated`]). What a command adds is only what it says of
 //!    itself in its [`Command`]: argv, environment, terminal, the key broker's port it reaches
 //!    and OpenCode's port it listens on.
@@ -22,12 +24,14 @@
 
 mod checkouts;
 mod docker;
+mod gitconfig;
 pub mod isolated;
 pub mod network;
 mod prepare;
 pub mod publish;
 pub mod replay;
 mod spec;
+mod ssh_agent;
 mod start;
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use ocsb_sandbox::statefs::StateDir;
 use ocsb_sandbox::{Ahead, Early, Netlock, Network, SandboxSpec};
 
 use super::start::{self, Command, Launch};
-use super::{checkouts, network};
+use super::{checkouts, gitconfig, network};
 use crate::error::{Error, Result};
 use crate::project::Project;
 use crate::state;
@@ -57,6 +57,8 @@ pub(super) fn open(project: &Project, spec: SandboxSpec) -> Result<Opened<'_>> {
     let sd = state::Layout::of(&project.settings).open()?;
     let created = state::ensure_private(&sd)?;
     state::ensure_caches(&sd, &project.settings)?;
+    // The sandbox's global git config, from the user's as it stands now.
+    gitconfig::write(project, &sd)?;
     Ok(Opened { project, spec, state: sd, created, checked })
 }
 

@@ -53,15 +53,12 @@ pub fn add_env(spec: &mut SandboxSpec, extra: &[(String, String)]) {
 pub fn build(project: &Project, network: Network) -> Result<SandboxSpec> {
     let s = &project.settings;
     let state = s.state_dir();
-    let ssh_agent =
-        std::env::var_os("SSH_AUTH_SOCK").map(PathBuf::from).filter(|p| p.is_absolute() && p.exists());
     let host: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let mut env = ocsb_sandbox::env::build(&ocsb_sandbox::env::EnvInputs {
         host: &host,
         home: &project.home,
         state_dir: &state,
         proxy_port: s.egress_port(),
-        ssh_agent: ssh_agent.as_deref(),
         extra: &[],
     });
     // Last, so no `OCSB_ENV` entry replaces it ([`add_env`]).
@@ -76,6 +73,9 @@ pub fn build(project: &Project, network: Network) -> Result<SandboxSpec> {
     // records beside each state directory; this project's own state directory is mounted
     // writable on top (a deeper mount comes later in the plan).
     hide.push(project.home.join(".local/share/opencode-sandbox"));
+    // The user's own agent socket, wherever the sandbox would see it (a shared `/tmp`): the
+    // sandbox gets the launcher's filtering one instead (`super::ssh_agent`).
+    hide.extend(super::ssh_agent::user_agent());
     let wt = s.worktrees_dir();
     let (mut rw_home, mut caches) = (Vec::new(), Vec::new());
     for (dir, usage) in s.home_dirs() {
@@ -103,7 +103,8 @@ pub fn build(project: &Project, network: Network) -> Result<SandboxSpec> {
         },
         // Set by the start, which serves the gateway (`super::docker`).
         docker_gateway: None,
-        ssh_agent,
+        // Set by the start, which serves the filtering agent (`super::ssh_agent`).
+        ssh_agent: None,
         env,
         argv: Vec::new(),
         cwd: None,

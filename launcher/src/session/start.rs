@@ -1,6 +1,6 @@
 //! A start: the session's spec made the command's ([`handed`]), then the steps the settings
-//! choose, never the command: the Docker gateway (`OCSB_DOCKER=1`) and the isolated network's
-//! server (`OCSB_NETWORK=isolated`). What differs between commands is only what the command
+//! choose, never the command: the Docker gateway (`OCSB_DOCKER=1`), the filtering ssh-agent
+//! (when the user has an agent) and the isolated network's server (`OCSB_NETWORK=isolated`). What differs between commands is only what the command
 //! says of itself ([`Command`]): what it runs, its environment, its terminal, the ports of this
 //! launcher it reaches and those it listens on.
 
@@ -10,7 +10,7 @@ use ocsb_docker_gw::Gateway;
 use ocsb_policy::egress::Policy;
 use ocsb_sandbox::{Ahead, SandboxSpec, TtyMode};
 
-use super::{docker, isolated, spec};
+use super::{docker, isolated, spec, ssh_agent};
 use crate::error::Result;
 use crate::project::Project;
 
@@ -71,6 +71,7 @@ pub struct Launch {
     server: Option<isolated::Server>,
     ahead: Ahead,
     gateway: Option<Gateway>,
+    agent: Option<ssh_agent::Relay>,
 }
 
 /// The start of `cmd` in a sandbox of `base` (whose netlock is the one checked): the steps the
@@ -86,15 +87,20 @@ pub fn launch(
     // The Docker gateway: it listens from now on, and serves once the start gives it the plan.
     let gateway = docker::start(project, base)?;
     ocsb_sandbox::stages::mark("launcher: Docker gateway started");
-    let spec = handed(base, cmd, gateway.as_ref().map(Gateway::socket));
+    let mut spec = handed(base, cmd, gateway.as_ref().map(Gateway::socket));
+    // The user's ssh-agent, filtered: it listens from now until the sandbox has exited.
+    let agent = ssh_agent::start(project, base)?;
+    if let Some(relay) = &agent {
+        ssh_agent::into_spec(&mut spec, relay);
+    }
     if let Some(gw) = &gateway {
         docker::into_ahead(gw, &mut ahead);
     }
     // The isolated network's server: the relays, the DNS stub, the ports that lead in.
     let server =
         isolated::server_for(&spec, || Ok(isolated::Server::new(project, policy)?.expose(&cmd.listens)))?;
-    ocsb_sandbox::stages::mark("launcher: isolated network served");
-    Ok(Launch { spec, server, ahead, gateway })
+    ocsb_sandbox::stages::mark("launcher: ssh-agent and isolated network served");
+    Ok(Launch { spec, server, ahead, gateway, agent })
 }
 
 impl Launch {
@@ -103,12 +109,14 @@ impl Launch {
         self.server.as_ref().map(isolated::Server::publications)
     }
 
-    /// Runs the sandbox until it exits; its exit status. The gateway serves until then (its
-    /// containers are stopped by then), and is gone before this returns.
+    /// Runs the sandbox until it exits; its exit status. The gateway and the ssh-agent relay
+    /// serve until then (the gateway's containers are stopped by then), and are gone before
+    /// this returns.
     pub fn run(self) -> Result<i32> {
-        let Launch { spec, server, ahead, gateway } = self;
+        let Launch { spec, server, ahead, gateway, agent } = self;
         let status = isolated::run(&spec, server.as_ref(), ahead);
         drop(gateway);
+        drop(agent);
         status
     }
 }

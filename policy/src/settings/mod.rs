@@ -506,6 +506,11 @@ impl Settings {
         self.array("OCSB_HIDE_HOME").iter().map(|p| self.home.join(p)).collect()
     }
 
+    /// `OCSB_SSH_KEYS`: the keys of the user's ssh-agent the sandbox may use (empty: all).
+    pub fn ssh_keys(&self) -> crate::ssh_agent::Keys {
+        crate::ssh_agent::Keys::named(self.array("OCSB_SSH_KEYS"))
+    }
+
     /// `OCSB_RW_TOOL_FILES`: names of [`crate::guard::TOOL_FILES`] left writable.
     pub fn rw_tool_files(&self) -> &[String] {
         self.array("OCSB_RW_TOOL_FILES")

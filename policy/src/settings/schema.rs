@@ -69,6 +69,8 @@ pub(crate) enum Check {
     /// `OCSB_SPEND_LIMIT`: empty, `DAY`, `DAY/SESSION` or `/SESSION` (USD amounts).
     SpendLimit,
     Publish,
+    /// A key fingerprint as `ssh-add -l` prints it (`SHA256:…`).
+    SshKey,
 }
 
 /// One setting of the table.
@@ -176,6 +178,8 @@ pub static SCHEMA: &[Spec] = &[
         "model-provider keys, one `<provider> <key> [<base URL>]` per line: kept outside the sandbox, added by the broker"),
     spec("OCSB_SPEND_LIMIT", Scalar, D::Str(""), "no limit", C::SpendLimit, Paths::No,
         "USD the project may spend on model requests per day (UTC), and after a / per `ocsb run`: 5, 5/1 or /1"),
+    spec("OCSB_SSH_KEYS", Array, D::List(&[]), "() = all", C::SshKey, Paths::No,
+        "the keys of your ssh-agent the agent may list and sign with, by fingerprint (SHA256:… as `ssh-add -l` prints it); it can never add, remove or lock"),
 ];
 
 /// Default writable toolchain directories under HOME (with `OCSB_CACHES=private` mounted also
@@ -392,6 +396,11 @@ pub(crate) fn check(s: &Spec, v: &str, at: &Location) -> Result<()> {
             Ok(_) => Ok(()),
             Err(why) => bad(format!("`{v}` is not auto, 0 or a list of ports: {why}"), "write auto, 0, or ports such as 3000,8080"),
         },
+        C::SshKey if crate::ssh_agent::is_fingerprint(v) => Ok(()),
+        C::SshKey => bad(
+            format!("`{v}` is not an ssh key fingerprint"),
+            "write it as `ssh-add -l` prints it: SHA256: and 43 characters",
+        ),
         C::SpendLimit => match super::SpendLimit::parse(v) {
             Ok(_) => Ok(()),
             Err(why) => bad(

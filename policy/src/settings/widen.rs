@@ -39,6 +39,8 @@ enum Rule {
     Added,
     /// An array whose removed elements are wider (hidden paths).
     Removed,
+    /// An array where empty means "all": wider when it becomes empty, or gains an element.
+    Narrows,
 }
 
 const WATCHED: &[(&str, Rule, &str)] = &[
@@ -78,6 +80,7 @@ const WATCHED: &[(&str, Rule, &str)] = &[
     ("OCSB_RW_TOOL_FILES", Rule::Added, "lets the agent write a file that a host tool runs or obeys"),
     ("OCSB_PROVIDER_KEYS", Rule::Changed, "sends your model-provider keys to the addresses that file names"),
     ("OCSB_SPEND_LIMIT", Rule::Changed, "changes how much the agent may spend on model requests"),
+    ("OCSB_SSH_KEYS", Rule::Narrows, "lets the agent sign with more of your ssh-agent's keys"),
 ];
 
 /// The ways `.opencode-sandbox/sandbox.conf` widens the sandbox compared with the other layers
@@ -113,6 +116,14 @@ fn compare(base: &Settings, with: &Settings) -> Vec<Widening> {
                 out.push(Widening { name, change: format!("{} (was {was})", show(n)), why });
             }
             (Rule::Added, Value::Array(o), Value::Array(n)) => {
+                for e in n.iter().filter(|e| !o.contains(e)) {
+                    out.push(Widening { name, change: format!("+ {e}"), why });
+                }
+            }
+            (Rule::Narrows, Value::Array(o), Value::Array(n)) if n.is_empty() && !o.is_empty() => {
+                out.push(Widening { name, change: "() = all (was a list)".into(), why });
+            }
+            (Rule::Narrows, Value::Array(o), Value::Array(n)) if !o.is_empty() => {
                 for e in n.iter().filter(|e| !o.contains(e)) {
                     out.push(Widening { name, change: format!("+ {e}"), why });
                 }
@@ -204,6 +215,24 @@ mod tests {
         assert!(!w.iter().any(|w| w.name == "OCSB_HIDE_HOME" && w.change == "- .gnupg"));
         let sb = w.iter().find(|w| w.name == "OCSB_SANDBOX").unwrap();
         assert_eq!(sb.change, "0 (was 1)");
+    }
+
+    #[test]
+    fn ssh_keys_widen_only_when_the_list_grows_or_empties() {
+        let (a, b) = ("SHA256:".to_string() + &"A".repeat(43), "SHA256:".to_string() + &"B".repeat(42) + "A");
+        let t = tempfile::tempdir().unwrap();
+        let i = input(t.path());
+        write(&i, "sandbox.conf", &format!("OCSB_SSH_KEYS=({a})\n"));
+        assert_eq!(project_widenings(&i).unwrap(), vec![], "all keys narrowed to one");
+        fs::create_dir_all(&i.user_config_dir).unwrap();
+        fs::write(i.user_config_dir.join("sandbox.conf"), format!("OCSB_SSH_KEYS=({a})\n")).unwrap();
+        write(&i, "sandbox.conf", "OCSB_SSH_KEYS=()\n");
+        let w = project_widenings(&i).unwrap();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].change, "() = all (was a list)");
+        write(&i, "sandbox.conf", &format!("OCSB_SSH_KEYS+=({b})\n"));
+        let w = project_widenings(&i).unwrap();
+        assert_eq!(w.iter().map(|w| w.change.clone()).collect::<Vec<_>>(), vec![format!("+ {b}")]);
     }
 
     #[test]

@@ -61,6 +61,7 @@ const WATCHED: &[(&str, Rule, &str)] = &[
     ("OCSB_FORWARD_PORTS", Rule::Added, "lets the agent connect to a service on your machine's loopback"),
     ("OCSB_HIDE", Rule::Removed, "un-hides a path"),
     ("OCSB_HIDE_HOME", Rule::Removed, "un-hides a credential or profile in your home"),
+    ("OCSB_HOME", Rule::Added, "shows a path of your home to the agent"),
     ("OCSB_STATE_DIR", Rule::Changed, "moves a writable directory, which may be another project's state"),
     (
         "OCSB_OPENCODE_BIN",

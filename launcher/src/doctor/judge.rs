@@ -23,6 +23,7 @@ fn settings_file(project: &ProjectFacts) -> &'static str {
 pub fn judge(f: &Facts) -> Vec<Check> {
     let mut out = Vec::new();
     out.extend(project(&f.project));
+    out.push(home(&f.home));
     out.push(userns(&f.kernel, f.sandbox_enabled, &f.netlock.shim.prefix));
     let isolated = f.network == NetworkMode::Isolated;
     out.push(landlock(f.kernel.landlock_abi, f.sandbox_enabled, isolated));
@@ -88,6 +89,20 @@ fn project(p: &ProjectFacts) -> Vec<Check> {
             "edit the file and line named in the message, then `ocsb config`",
         )],
     }
+}
+
+/// What the sandbox's home holds: never a failure (the allowlist is the setting's own), said so
+/// the user sees what the agent can read of their home, and where each entry came from.
+fn home(held: &[(String, &str, &str)]) -> Check {
+    let entries: Vec<String> =
+        held.iter().map(|(rel, access, source)| format!("~/{rel} ({access}, {source})")).collect();
+    let held = if entries.is_empty() { "nothing".to_string() } else { entries.join(", ") };
+    Check::ok(
+        "home",
+        format!(
+            "the sandbox's home holds only: {held}; the rest of ~ is absent (`ocsb config` says where each comes from; allow more with OCSB_HOME)"
+        ),
+    )
 }
 
 /// Error texts of the launcher are `what\n  fix: …`; a check line holds one line.
@@ -746,6 +761,7 @@ mod tests {
             ncat: Some("/usr/bin/ncat".into()),
             rg: Some("/usr/bin/rg".into()),
             sg: None,
+            home: vec![(".cargo/bin".into(), "ro", "default")],
         }
     }
 

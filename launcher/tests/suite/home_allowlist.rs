@@ -392,7 +392,11 @@ for p in sys.argv[1:]:
 print("connect-done")
 "#;
 
+/// The two socket tests take turns: each makes (and removes) the test user's `/run/user/1990`.
+static RUN_USER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn agent_sockets_are_out_of_reach(caches: &str) {
+    let _turn = RUN_USER.lock().unwrap_or_else(|p| p.into_inner());
     let tag = format!("k{}", std::process::id());
     let w = world(&tag);
     std::fs::write(w.home.join(".cache/visible-from-host"), "shared-cache-ok\n").unwrap();

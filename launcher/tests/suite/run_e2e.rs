@@ -491,8 +491,11 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
         "{out}"
     );
     assert_eq!(std::fs::metadata(w.state.join("kube/config")).unwrap().permissions().mode() & 0o777, 0o600);
-    // Nothing of the home but what is allowed: none of the credential canaries, by content.
-    let out = shell(&w, &auth, &id, &super::home_allowlist::look_inside(&tag));
+    // Nothing of the home but what is allowed: none of the credential canaries, by content. A
+    // file, because OpenCode's shell endpoint expands a command once more before running it.
+    let look = w.proj.join("look-home.sh");
+    std::fs::write(&look, super::home_allowlist::look_inside(&tag)).unwrap();
+    let out = shell(&w, &auth, &id, &format!("sh {}", look.display()));
     super::home_allowlist::assert_nothing_found(&out, "", "run (OpenCode's shell)");
     let out =
         shell(&w, &auth, &id, "echo key=[$(cat ~/.ssh/id_ed25519 2>&1)] pub=[$(cat ~/.ssh/id_ed25519.pub)]");

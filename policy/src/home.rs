@@ -97,8 +97,10 @@ const SSH: &[&str] = &[".ssh/config", ".ssh/known_hosts", ".ssh/*.pub"];
 /// with the cached passwords). The other agents (gpg-agent, ssh-agent, password managers, the
 /// keyring) keep theirs in `~/.gnupg`, `~/.1password`, `/run/user/<uid>` …, none of which is
 /// allowed.
-pub static CACHE_SOCKETS: &[(&str, &str)] =
-    &[(".cache/git/credential", "git's credential cache daemon: its socket answers with the cached passwords")];
+pub static CACHE_SOCKETS: &[(&str, &str)] = &[(
+    ".cache/git/credential",
+    "git's credential cache daemon: its socket answers with the cached passwords",
+)];
 
 /// How an entry is seen inside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -180,7 +182,9 @@ pub fn rules(s: &Settings) -> Vec<Rule> {
         let (access, why) = match usage {
             CacheUse::Shared => (Access::Writable, "writable"),
             CacheUse::Private(_) => (Access::Private, "the project's own copy (OCSB_CACHES=private)"),
-            CacheUse::ReadOnly => (Access::ReadOnly, "programs the host runs: read-only (OCSB_CACHES=private)"),
+            CacheUse::ReadOnly => {
+                (Access::ReadOnly, "programs the host runs: read-only (OCSB_CACHES=private)")
+            }
         };
         out.push(Rule { pattern, access, source: Source::RwHome, why: why.to_string() });
     }
@@ -221,6 +225,15 @@ fn expand(pattern: &str, home: &Path, fs: &dyn Lookup) -> Vec<PathBuf> {
         .filter(|n| n.len() >= pre.len() + post.len() && n.starts_with(pre) && n.ends_with(post))
         .map(|n| dir.join(n))
         .collect()
+}
+
+/// What the home of these settings holds now: [`rules`] expanded by [`present`], and an entry a
+/// pattern found inside an `OCSB_HIDE_HOME` path left out too (hide wins).
+pub fn entries(s: &Settings, fs: &dyn Lookup) -> Vec<Present> {
+    let hidden = s.array("OCSB_HIDE_HOME");
+    let mut out = present(&rules(s), s.home(), fs);
+    out.retain(|e| !hidden.iter().any(|h| e.rel.starts_with(h)));
+    out
 }
 
 /// `ocsb config` and `ocsb doctor`: one line per entry, `ro  .cargo/bin  default: why`.
@@ -309,7 +322,10 @@ mod tests {
         );
         let r = rules(&s);
         let find = |p: &str| r.iter().find(|x| x.pattern == p);
-        assert_eq!(find(".config/nvim").map(|x| (x.access, x.source)), Some((Access::ReadOnly, Source::Home)));
+        assert_eq!(
+            find(".config/nvim").map(|x| (x.access, x.source)),
+            Some((Access::ReadOnly, Source::Home))
+        );
         assert_eq!(find(".cargo/bin").map(|x| x.source), Some(Source::Default));
         assert!(find(".local/bin").is_none() && find(".local/bin/extra").is_none(), "hide wins");
         assert_eq!(find(".cache").map(|x| x.access), Some(Access::Private));
@@ -351,8 +367,18 @@ mod tests {
         for absent in [".local/lib/perl5", ".ssh/id_ed25519", ".rustup", ".local/bin"] {
             assert!(!rels.contains(&absent.to_string()), "{absent} in {rels:?}");
         }
+        let hid = settings("OCSB_HIDE_HOME+=(.local/lib/python3.12)\n");
+        let rels: Vec<PathBuf> = entries(&hid, &fs).into_iter().map(|e| e.rel).collect();
+        assert!(rels.contains(&PathBuf::from(".local/lib/python3.11")));
+        assert!(!rels.contains(&PathBuf::from(".local/lib/python3.12")), "a hidden match is left out");
         let lines = render(&got);
-        assert!(lines.iter().any(|l| l.starts_with("ro  ~/.cargo/bin") && l.contains("default:")), "{lines:?}");
-        assert!(lines.iter().any(|l| l.starts_with("own ~/.cache") && l.contains("OCSB_RW_HOME")), "{lines:?}");
+        assert!(
+            lines.iter().any(|l| l.starts_with("ro  ~/.cargo/bin") && l.contains("default:")),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.starts_with("own ~/.cache") && l.contains("OCSB_RW_HOME")),
+            "{lines:?}"
+        );
     }
 }

@@ -498,7 +498,11 @@ impl Builder<'_> {
             return self.drop_unmountable_caches();
         }
         self.home_sealed = true;
-        self.layered.push((depth(&h), HOME, Op::Tmpfs { dst: h.clone(), mode: 0o755, size: None, seal: true }));
+        self.layered.push((
+            depth(&h),
+            HOME,
+            Op::Tmpfs { dst: h.clone(), mode: 0o755, size: None, seal: true },
+        ));
         // Hidden names in their forms inside the home: hide wins over an allowed entry.
         let hidden_forms: Vec<PathBuf> = hidden
             .iter()
@@ -538,7 +542,11 @@ impl Builder<'_> {
                 let src = dir.join(&name);
                 let dst = h.join(".ssh").join(&name);
                 if ssh_entry_visible(&name) && self.fs.kind(&src) == Kind::File && !is_hidden(&dst) {
-                    self.layered.push((depth(&dst), BIND, Op::Bind { src, dst, access: Access::Ro, dir: false }));
+                    self.layered.push((
+                        depth(&dst),
+                        BIND,
+                        Op::Bind { src, dst, access: Access::Ro, dir: false },
+                    ));
                 }
             }
             // Reached through a link to outside the home: hidden where the root's binds show it.
@@ -1293,9 +1301,15 @@ mod tests {
             .with("/home/u/.config/gh", Kind::Dir)
             .with("/home/u/mux.sock", Kind::Special);
         let mut s = spec();
-        s.home_ro = ["/home/u/.bashrc", "/home/u/.zshrc", "/home/u/.cargo/bin", "/home/u/.rustup", "/home/u/mux.sock"]
-            .map(PathBuf::from)
-            .to_vec();
+        s.home_ro = [
+            "/home/u/.bashrc",
+            "/home/u/.zshrc",
+            "/home/u/.cargo/bin",
+            "/home/u/.rustup",
+            "/home/u/mux.sock",
+        ]
+        .map(PathBuf::from)
+        .to_vec();
         s.home_ro.push("/home/u/.aws".into()); // hidden: hide wins
         s.home_ro.push("/srv/tools".into()); // outside the home: the root's binds show it
         let plan = build(&s, &fs).unwrap();
@@ -1313,7 +1327,8 @@ mod tests {
         for visible in ["/home/u/.ssh/config", "/home/u/.ssh/known_hosts", "/home/u/.ssh/id_ed25519.pub"] {
             ro(visible, visible, false);
         }
-        let absent = |p: &str| !plan.ops.iter().any(|o| o.dst().starts_with(p) && o.dst() != Path::new("/home/u"));
+        let absent =
+            |p: &str| !plan.ops.iter().any(|o| o.dst().starts_with(p) && o.dst() != Path::new("/home/u"));
         for p in [
             "/home/u/.aws",
             "/home/u/.ssh/id_ed25519",
@@ -1358,7 +1373,10 @@ mod tests {
         assert!(matches!(plan.ops[pos(&plan, "/home/u/.local/share/ocsb/p/secret")], Op::Mask { .. }));
         assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.local/share/ocsb")), "absent: no op");
         assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.aws")), "absent: no op");
-        assert!(matches!(plan.ops[pos(&plan, "/home/u/.local/share/ocsb/p")], Op::Bind { access: Access::Rw, .. }));
+        assert!(matches!(
+            plan.ops[pos(&plan, "/home/u/.local/share/ocsb/p")],
+            Op::Bind { access: Access::Rw, .. }
+        ));
     }
 
     /// `~/.ssh` reached through a link to outside the home: its visible files are bound under
@@ -1375,7 +1393,12 @@ mod tests {
         let plan = build(&spec(), &fs).unwrap();
         assert_eq!(
             plan.ops[pos(&plan, "/home/u/.ssh/config")],
-            Op::Bind { src: "/srv/ssh/config".into(), dst: "/home/u/.ssh/config".into(), access: Access::Ro, dir: false }
+            Op::Bind {
+                src: "/srv/ssh/config".into(),
+                dst: "/home/u/.ssh/config".into(),
+                access: Access::Ro,
+                dir: false
+            }
         );
         assert!(matches!(plan.ops[pos(&plan, "/srv/ssh")], Op::Tmpfs { seal: true, .. }));
         assert!(!plan.ops.iter().any(|o| o.dst().ends_with("id_rsa")));
@@ -1403,8 +1426,12 @@ mod tests {
         let cred = pos(&plan, "/home/u/.cache/git/credential");
         assert!(matches!(plan.ops[cred], Op::Tmpfs { seal: true, .. }));
         assert!(cred > pos(&plan, "/home/u/.cache"));
-        let made: Vec<_> = plan.placeholders.iter().map(|p| (p.path.display().to_string(), p.private)).collect();
-        assert_eq!(made, [("/home/u/.cache/git".to_string(), true), ("/home/u/.cache/git/credential".to_string(), true)]);
+        let made: Vec<_> =
+            plan.placeholders.iter().map(|p| (p.path.display().to_string(), p.private)).collect();
+        assert_eq!(
+            made,
+            [("/home/u/.cache/git".to_string(), true), ("/home/u/.cache/git/credential".to_string(), true)]
+        );
         assert!(plan.placeholders.iter().all(|p| p.anchor == Path::new("/home/u/.cache") && p.dir));
         let fs = host()
             .with("/home/u/.cache/git", Kind::Dir)
@@ -1523,7 +1550,9 @@ mod tests {
         // `~/.gradle` is shown read-only and has no `caches`: no mount point can be made.
         assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.gradle/caches")), "{:#?}", plan.ops);
         assert!(!plan.writable.contains(&PathBuf::from("/home/u/.gradle/caches")));
-        assert!(plan.warnings.iter().any(|w| w.contains("/home/u/.gradle/caches") && w.contains("not mounted")));
+        assert!(
+            plan.warnings.iter().any(|w| w.contains("/home/u/.gradle/caches") && w.contains("not mounted"))
+        );
         // A home that does not exist: nothing of it to show, and nowhere to mount the caches.
         let mut s2 = s.clone();
         s2.home = "/home/other".into();

@@ -770,6 +770,22 @@ mod tests {
     }
 
     #[test]
+    fn the_home_is_listed_with_where_each_entry_comes_from() {
+        let mut f = healthy();
+        f.home.push((".cache".into(), "own", "OCSB_RW_HOME"));
+        let c = judge(&f).into_iter().find(|c| c.id == "home").unwrap();
+        assert_eq!(c.status, Status::Ok);
+        assert!(
+            c.message.contains("~/.cargo/bin (ro, default), ~/.cache (own, OCSB_RW_HOME)")
+                && c.message.contains("the rest of ~ is absent"),
+            "{}",
+            c.message
+        );
+        f.home.clear();
+        let c = judge(&f).into_iter().find(|c| c.id == "home").unwrap();
+        assert!(c.message.contains("holds only: nothing"), "{}", c.message);
+    }
+    #[test]
     fn a_healthy_machine_is_all_ok() {
         let c = judge(&healthy());
         assert!(c.iter().all(|c| c.status == Status::Ok), "{c:#?}");

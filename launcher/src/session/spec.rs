@@ -136,7 +136,7 @@ pub fn build(project: &Project, network: Network) -> Result<SandboxSpec> {
 /// What the sandbox's home holds from the host now, as `ocsb_policy::home` rules it: what
 /// `ocsb config` and `ocsb doctor` print, and what [`build`] binds.
 pub fn home_entries(s: &Settings) -> Vec<Present> {
-    ocsb_policy::home::present(&ocsb_policy::home::rules(s), s.home(), &ocsb_sandbox::plan::RealFs)
+    ocsb_policy::home::entries(s, &ocsb_sandbox::plan::RealFs)
 }
 
 /// The read-only entries of the home for the spec: the allowed ones (`~/.ssh` aside: the plan

@@ -197,8 +197,12 @@ pub fn look_inside(tag: &str) -> String {
 
 /// Fails with the leaks `out` reports, and unless the look ran to the end over some files.
 pub fn assert_nothing_found(out: &str, err: &str, what: &str) {
-    let leaks: Vec<&str> = out.lines().filter(|l| l.starts_with("LEAK ") || l.starts_with("PRESENT ")).collect();
-    assert!(leaks.is_empty(), "{what}: credentials readable inside: {leaks:#?}\nstdout:\n{out}\nstderr:\n{err}");
+    let leaks: Vec<&str> =
+        out.lines().filter(|l| l.starts_with("LEAK ") || l.starts_with("PRESENT ")).collect();
+    assert!(
+        leaks.is_empty(),
+        "{what}: credentials readable inside: {leaks:#?}\nstdout:\n{out}\nstderr:\n{err}"
+    );
     let scanned = out
         .lines()
         .filter_map(|l| l.strip_prefix("SCANNED "))
@@ -245,8 +249,18 @@ const CONTROLS: &str = "~/.cargo/bin/hello-tool; ssh -F ~/.ssh/config -G canary-
      touch ~/planted 2>/dev/null || echo home-read-only";
 
 fn controls_pass(out: &str, err: &str) {
-    for want in ["toolchain-ok", "user ssh-config-ok", "allowed-ok", "export RC_MARK=bashrc-ok", "cache-writable", "home-read-only"] {
-        assert!(out.lines().any(|l| l.trim() == want), "control {want:?} failed\nstdout:\n{out}\nstderr:\n{err}");
+    for want in [
+        "toolchain-ok",
+        "user ssh-config-ok",
+        "allowed-ok",
+        "export RC_MARK=bashrc-ok",
+        "cache-writable",
+        "home-read-only",
+    ] {
+        assert!(
+            out.lines().any(|l| l.trim() == want),
+            "control {want:?} failed\nstdout:\n{out}\nstderr:\n{err}"
+        );
     }
 }
 
@@ -433,13 +447,19 @@ fn agent_sockets_are_out_of_reach(caches: &str) {
     // Host side: every socket listens and answers the user outside the sandbox.
     assert!(out.contains("LISTENING"), "{out}\n{err}");
     for p in &paths {
-        assert!(out.contains(&format!("HOST CONNECTED {p} b'SECRET\\n'")), "{p} does not answer outside\n{out}\n{err}");
+        assert!(
+            out.contains(&format!("HOST CONNECTED {p} b'SECRET\\n'")),
+            "{p} does not answer outside\n{out}\n{err}"
+        );
     }
     let inside_lines: Vec<&str> = out.lines().filter(|l| !l.starts_with("HOST ")).collect();
     let connected: Vec<&&str> = inside_lines.iter().filter(|l| l.starts_with("CONNECTED")).collect();
     assert!(connected.is_empty(), "agents reachable from inside: {connected:#?}\n{out}\n{err}");
     assert!(inside_lines.contains(&"connect-done"), "{out}\n{err}");
-    assert!(out.contains("cannot access '/run/user'"), "no runtime directory of the user inside\n{out}\n{err}");
+    assert!(
+        out.contains("cannot access '/run/user'"),
+        "no runtime directory of the user inside\n{out}\n{err}"
+    );
     let shared = caches.contains("shared");
     assert_eq!(
         inside_lines.contains(&"shared-cache-ok"),

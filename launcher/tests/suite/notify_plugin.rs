@@ -352,7 +352,10 @@ fn the_secret_service_is_not_reachable_through_the_proxy() {
             ])
             .output()
             .expect("dbus-send (Debian package dbus)");
-        (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
     };
     let (ok, out) = search(&w.bus);
     assert!(ok && out.contains("KEYRING-SECRET"), "control: the real bus answers: {out}");

@@ -8,7 +8,7 @@
 //!    socket: landlock ABI 7 does not mediate `connect()` on them, so they must be absent), a
 //!    minimal `/dev`, a fresh `/proc`;
 //! 3. `/tmp`, the home (a fresh sealed tmpfs holding only what `ocsb_policy::home` allows: see
-//!    [`Builder::home`]), the writable binds, the project's own caches, the home's allowed
+//!    `Builder::home`), the writable binds, the project's own caches, the home's allowed
 //!    entries and the hidden paths, shallowest first (a mount hides what an earlier, shallower
 //!    mount put beneath it); at equal depth the home's tmpfs first, then binds, then hidden
 //!    paths, so `/tmp` comes before a project or state dir that lives under `/tmp`;

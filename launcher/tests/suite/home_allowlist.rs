@@ -406,10 +406,10 @@ for p in sys.argv[1:]:
 print("connect-done")
 "#;
 
-/// The two socket tests take turns: each makes (and removes) the test user's `/run/user/1990`.
+/// The socket tests take turns: each makes (and removes) the test user's `/run/user/1990`.
 static RUN_USER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn agent_sockets_are_out_of_reach(caches: &str) {
+fn agent_sockets_are_out_of_reach(caches: &str, netlock: bool) {
     let _turn = RUN_USER.lock().unwrap_or_else(|p| p.into_inner());
     let tag = format!("k{}", std::process::id());
     let w = world(&tag);
@@ -430,13 +430,14 @@ fn agent_sockets_are_out_of_reach(caches: &str) {
         inside_paths.iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(" ")
     );
     let body = format!(
-        "{settings}\
+        "{mode}{settings}\
          made_run=; if ! test -e /run/user/1990; then made_run=1; mkdir -p /run/user/1990; chown 1990:1990 /run/user/1990; chmod 700 /run/user/1990; fi\n\
          U python3 {listener} {paths} > listen.out 2>&1 &\nLP=$!\n\
          trap 'kill $LP 2>/dev/null; wait $LP 2>/dev/null; test -n \"$made_run\" && rm -rf /run/user/1990; U \"$OCSB\" egress down >/dev/null 2>&1 </dev/null || true' EXIT\n\
          for i in $(seq 100); do grep -q LISTENING listen.out && break; sleep 0.1; done; cat listen.out\n\
          U python3 {connect} {paths} | sed 's/^/HOST /'\n\
          X {inside} > sock.out 2>&1; cat sock.out; rm -f sock.out listen.out\n",
+        mode = if netlock { NETLOCK_MODE } else { "" },
         settings = settings_lines(&tag, caches),
         listener = shell_quote(&listener.display().to_string()),
         connect = shell_quote(&connect.display().to_string()),
@@ -470,12 +471,17 @@ fn agent_sockets_are_out_of_reach(caches: &str) {
 
 #[test]
 fn other_agents_sockets_are_out_of_reach() {
-    agent_sockets_are_out_of_reach("");
+    agent_sockets_are_out_of_reach("", false);
+}
+
+#[test]
+fn other_agents_sockets_are_out_of_reach_netlock() {
+    agent_sockets_are_out_of_reach("", true);
 }
 
 /// With `OCSB_CACHES=shared` the host's `~/.cache` is bound writable: git's credential cache
 /// socket in it is still covered.
 #[test]
 fn other_agents_sockets_are_out_of_reach_with_shared_caches() {
-    agent_sockets_are_out_of_reach("OCSB_CACHES=shared\\n");
+    agent_sockets_are_out_of_reach("OCSB_CACHES=shared\\n", false);
 }

@@ -8,7 +8,7 @@
 //!   check, the lock's probe, self-tests when their inputs changed, the sandbox) with the filter
 //!   up and the rules unchanged, vs the same `bwrap` and plain `true` (target: <= 1.5x bwrap), in
 //!   the default mode (isolated) as a user of the netlock group, then as a user without it,
-//!   then with `OCSB_NETWORK=netlock`;
+//!   then with `OCSB_NETWORK=netlock`; the home has 1,500 entries in `~/.config`;
 //! - isolated network throughput: a 256 MiB tunnel through the filter with the netlock, through
 //!   the isolated sandbox's proxy port (lent to the filter), and through its transparent path
 //!   (targets: >= 0.9x each). `OCSB_BENCH=throughput` runs this part alone, `OCSB_BENCH=e2e`
@@ -106,6 +106,11 @@ fn median_ms(out: &str, label: &str) -> f64 {
 fn end_to_end() {
     let w = World::new();
     std::fs::create_dir_all(w.state.join("tmp")).unwrap();
+    // A desktop user's home: 1,500 entries in ~/.config, beside the hidden names there.
+    for i in 0..1500 {
+        std::fs::create_dir_all(w.home.join(format!(".config/app-{i}"))).unwrap();
+    }
+    sandbox_support::run_ok(Command::new("chown").arg("-R").arg(format!("{UID}:{UID}")).arg(&w.home));
     let bwrap = sandbox_support::shell_join(&bwrap_words(&w, &["true"]));
     let n = 41;
     let body = format!(

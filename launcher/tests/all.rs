@@ -73,6 +73,9 @@ mod suite {
     // host: escape test e39: no background or double-forked daemon outlives the launcher.
     #[cfg(feature = "host-tests")]
     mod sandbox_lifecycle;
+    // host: the home by allowlist: 80+ credential canaries absent in exec and shell, agents' sockets out of reach.
+    #[cfg(feature = "host-tests")]
+    mod home_allowlist;
     // host: the netlock gid: the sandbox runs locked, probed before and while the command runs.
     #[cfg(feature = "host-tests")]
     mod sandbox_netlock;

@@ -11,6 +11,8 @@
 //! * [`guard`]: what in a writable checkout the agent must not create or change, because git or
 //!   another host tool later reads or runs it.
 //!
+//! * [`home`]: what the sandbox's home holds (an allowlist; the rest of `~` is absent).
+//!
 //! * [`http`]: what every HTTP hop of ocsb shares: the hop-by-hop headers, percent coding.
 //!
 //! * [`strays`]: what a container may leave on a writable path that the sandbox itself could not.
@@ -28,6 +30,7 @@ pub mod egress;
 pub mod error;
 pub mod gitconfig;
 pub mod guard;
+pub mod home;
 pub mod http;
 pub mod publish;
 pub mod settings;

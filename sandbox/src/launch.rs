@@ -89,7 +89,8 @@ fn create_placeholder(p: &plan::Placeholder) -> std::io::Result<()> {
         None => anchor,
     };
     let r = if p.dir {
-        nix::sys::stat::mkdirat(&parent, name, nix::sys::stat::Mode::from_bits_truncate(0o755))
+        let mode = if p.private { 0o700 } else { 0o755 };
+        nix::sys::stat::mkdirat(&parent, name, nix::sys::stat::Mode::from_bits_truncate(mode))
             .map_err(std::io::Error::from)
     } else {
         nix::fcntl::openat(

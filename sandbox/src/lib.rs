@@ -36,7 +36,6 @@ pub mod plan;
 pub mod pty;
 pub mod remembered;
 pub mod seccomp;
-pub mod snapshot;
 pub mod spec;
 pub mod stage2;
 pub mod stages;

@@ -7,11 +7,11 @@
 //! 2. a fresh `/run` (the host's holds the session and system bus, docker.sock, systemd's private
 //!    socket: landlock ABI 7 does not mediate `connect()` on them, so they must be absent), a
 //!    minimal `/dev`, a fresh `/proc`;
-//! 3. `/tmp`, the writable binds, the project's own caches, the home's rebuilt directories
-//!    ([`super::snapshot`]: a fresh tmpfs with the host's entries bound back) and the hidden paths,
-//!    shallowest first (a mount hides what an earlier, shallower mount put beneath it), writable
-//!    before hidden at equal depth, so `/tmp` comes before a project or state dir that lives under
-//!    `/tmp`;
+//! 3. `/tmp`, the home (a fresh sealed tmpfs holding only what `ocsb_policy::home` allows: see
+//!    `Builder::home`), the writable binds, the project's own caches, the home's allowed
+//!    entries and the hidden paths, shallowest first (a mount hides what an earlier, shallower
+//!    mount put beneath it); at equal depth the home's tmpfs first, then binds, then hidden
+//!    paths, so `/tmp` comes before a project or state dir that lives under `/tmp`;
 //! 4. the checkout rule (`ocsb_policy::guard`: git metadata, tool files, ocsb's own settings in
 //!    every writable checkout), last of all, so no writable bind can re-expose what it protects;
 //! 5. the sockets the policy passes (ssh-agent, docker when allowed).
@@ -23,7 +23,6 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::error::{Error, Result};
-use super::snapshot;
 use super::spec::{DISABLED_PROGRAMS, DOCKER_SOCKETS, SandboxSpec, TmpMode, ssh_entry_visible};
 use ocsb_policy::guard::{Access as GuardAccess, Protection};
 
@@ -154,6 +153,10 @@ pub struct Placeholder {
     /// way (a concurrent sandbox could swap a parent for a link between plan and creation).
     #[serde(default)]
     pub anchor: PathBuf,
+    /// A directory for the user alone (mode 0700), as the program that later uses it wants
+    /// (git's credential cache refuses a socket directory others can read).
+    #[serde(default)]
+    pub private: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -177,6 +180,11 @@ const SOCKET_DIRS: &[&str] =
     &["/var/spool/postfix/public", "/var/spool/postfix/private", "/var/snap/lxd/common/lxd", "/var/lib/lxd"];
 /// Docker sockets under the home directory (Docker Desktop), hidden unless Docker is allowed.
 const HOME_DOCKER_SOCKETS: &[&str] = &[".docker/run/docker.sock", ".docker/desktop/docker.sock"];
+
+/// The order of phase 3's ops at equal depth: the home's tmpfs, then binds, then hidden paths.
+const HOME: u8 = 0;
+const BIND: u8 = 1;
+const HIDDEN: u8 = 2;
 
 fn depth(p: &Path) -> usize {
     p.components().filter(|c| matches!(c, Component::Normal(_))).count()
@@ -229,7 +237,7 @@ fn absolute(p: &Path, what: &str) -> Result<()> {
 struct Builder<'a> {
     fs: &'a dyn HostFs,
     plan: Plan,
-    /// Ops of phase 3 with their sort key: (depth, 0 = writable / 1 = hidden).
+    /// Ops of phase 3 with their sort key: (depth, [`HOME`] / [`BIND`] / [`HIDDEN`]).
     layered: Vec<(usize, u8, Op)>,
     hidden: BTreeSet<PathBuf>,
     private_tmp: bool,
@@ -237,9 +245,14 @@ struct Builder<'a> {
     read_only_rule: Vec<PathBuf>,
     /// [`SandboxSpec::programs`], resolved.
     programs: Vec<PathBuf>,
-    /// Private caches missing on the host, as mounted: their mount points are made in the
-    /// rebuilt home directories ([`Builder::snapshots`]), never on the host.
-    missing_caches: Vec<PathBuf>,
+    /// The home as the spec names it, and resolved (`None`: it does not exist).
+    spec_home: PathBuf,
+    home: Option<PathBuf>,
+    /// Whether the home is the fresh tmpfs of [`Builder::home`].
+    home_sealed: bool,
+    /// The private caches, as mounted: each is withdrawn when its mount point cannot be made
+    /// ([`Builder::mount_point_ok`]).
+    caches: Vec<PathBuf>,
 }
 
 impl Builder<'_> {
@@ -285,7 +298,7 @@ impl Builder<'_> {
                 self.plan.writable.push(c.clone());
                 self.layered.push((
                     depth(&c),
-                    0,
+                    BIND,
                     Op::Bind { src: c.clone(), dst: c, access: Access::Rw, dir },
                 ));
                 Ok(())
@@ -307,7 +320,8 @@ impl Builder<'_> {
             }
             kind => {
                 let c = self.canonical(p)?;
-                if self.not_in_tree(&c) || !self.hidden.insert(c.clone()) {
+                // In the sealed home only what a bind shows needs hiding; the rest is absent.
+                if self.not_in_tree(&c) || !self.exposed(&c) || !self.hidden.insert(c.clone()) {
                     return Ok(());
                 }
                 let op = if kind == Kind::Dir {
@@ -315,7 +329,7 @@ impl Builder<'_> {
                 } else {
                     Op::Mask { dst: c.clone() }
                 };
-                self.layered.push((depth(&c), 1, op));
+                self.layered.push((depth(&c), HIDDEN, op));
                 Ok(())
             }
         }
@@ -359,61 +373,95 @@ impl Builder<'_> {
             }
             let pin = Op::Bind { src: cur.clone(), dst: cur.clone(), access: Access::Rw, dir: true };
             if !self.layered.iter().any(|(_, _, op)| *op == pin) {
-                self.layered.push((depth(&cur), 0, pin));
+                self.layered.push((depth(&cur), BIND, pin));
             }
         }
     }
 
     /// The project's own copy `own` of the cache `dir`, mounted from `src`: `own` with only the
-    /// state directory's part resolved ([`cache_source`]).
+    /// state directory's part resolved ([`cache_source`]). In the home it is mounted at the
+    /// cache's own name whether or not the host has that directory (a fresh home has no
+    /// `~/.npm`, and the tool inside still needs somewhere to write): the mount point is made
+    /// in the home's tmpfs, never on the host.
     fn private_cache(&mut self, dir: &Path, own: &Path, src: PathBuf) -> Result<()> {
         absolute(dir, "cache directory")?;
-        if self.fs.kind(dir) == Kind::Missing {
-            return self.missing_cache(dir, own, src);
-        }
-        let dst = self.canonical(dir)?;
-        if self.fs.kind(&dst) != Kind::Dir || self.fs.kind(own) != Kind::Dir {
-            self.plan.warnings.push(format!(
-                "{} (or its private copy {}) is not a directory; not mounted",
-                dir.display(),
-                own.display()
-            ));
+        let in_home = self.in_home(dir);
+        if in_home.is_none() && self.fs.kind(dir) == Kind::Missing {
             return Ok(());
         }
-        self.plan.writable.push(dst.clone());
-        self.layered.push((depth(&dst), 0, Op::Bind { src, dst, access: Access::Rw, dir: true }));
-        Ok(())
-    }
-
-    /// A default cache the host never made (no `~/.npm` on a fresh home): the tool inside still
-    /// needs somewhere to write, or it fails on the read-only home. The project's own copy is
-    /// mounted there all the same; the mount point is made in the home's rebuilt directories
-    /// (a tmpfs sealed afterwards), so nothing appears in the user's home. Where the nearest
-    /// existing directory is not rebuilt, it is skipped as before ([`Builder::snapshots`]).
-    fn missing_cache(&mut self, dir: &Path, own: &Path, src: PathBuf) -> Result<()> {
         if self.fs.kind(own) != Kind::Dir {
+            if self.fs.kind(dir) != Kind::Missing {
+                self.plan.warnings.push(format!(
+                    "the private copy {} of {} is not a directory; not mounted",
+                    own.display(),
+                    dir.display()
+                ));
+            }
             return Ok(());
         }
-        let Some(holder) = snapshot::holder(self.fs, dir) else { return Ok(()) };
-        let mut missing = Vec::new();
-        let mut at = dir;
-        while let Some(parent) = at.parent() {
-            missing.push(at.file_name().unwrap_or_default().to_owned());
-            if self.fs.kind(parent) != Kind::Missing {
-                break;
+        let dst = match in_home {
+            Some(dst) => dst,
+            None => {
+                let dst = self.canonical(dir)?;
+                if self.fs.kind(&dst) != Kind::Dir {
+                    self.plan.warnings.push(format!("{} is not a directory; not mounted", dir.display()));
+                    return Ok(());
+                }
+                dst
             }
-            at = parent;
-        }
-        let dst = missing.iter().rev().fold(holder, |p, name| p.join(name));
+        };
         self.plan.writable.push(dst.clone());
-        self.missing_caches.push(dst.clone());
-        self.layered.push((depth(&dst), 0, Op::Bind { src, dst, access: Access::Rw, dir: true }));
+        self.caches.push(dst.clone());
+        self.layered.push((depth(&dst), BIND, Op::Bind { src, dst, access: Access::Rw, dir: true }));
         Ok(())
     }
 
-    /// Withdraw the mount of a missing cache whose mount point could not be made in a rebuilt
-    /// directory: making it would write into a read-only bind (the start would fail) or the host.
-    fn drop_missing_cache(&mut self, dst: &Path) {
+    /// Where `p`, named under the home, is inside the sandbox: the resolved home joined with
+    /// its name in the home (`None`: not in the home, or the home itself).
+    fn in_home(&self, p: &Path) -> Option<PathBuf> {
+        let home = self.home.as_ref()?;
+        let rel = p.strip_prefix(&self.spec_home).ok().or_else(|| p.strip_prefix(home).ok())?;
+        (!rel.as_os_str().is_empty()).then(|| home.join(rel))
+    }
+
+    /// The deepest op of phase 3 at or above `p` (strictly above with `strict`), the one `p`
+    /// is seen through once everything is mounted.
+    fn holder_op(&self, p: &Path, strict: bool) -> Option<&Op> {
+        self.layered
+            .iter()
+            .filter(|(_, _, op)| p.starts_with(op.dst()) && !(strict && p == op.dst()))
+            .max_by_key(|(d, class, _)| (*d, *class))
+            .map(|(_, _, op)| op)
+    }
+
+    /// Whether the host's `p` (resolved) is visible inside: outside the sealed home, or
+    /// through a bind in it.
+    fn exposed(&self, p: &Path) -> bool {
+        match &self.home {
+            Some(h) if self.home_sealed && p.starts_with(h) => {
+                matches!(self.holder_op(p, false), Some(Op::Bind { .. }))
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether the mount point `dst` can be made: in a tmpfs (before it is sealed), in a
+    /// writable bind, or where it exists already.
+    fn mount_point_ok(&self, dst: &Path) -> bool {
+        match self.holder_op(dst, true) {
+            Some(Op::Tmpfs { .. }) => true,
+            Some(Op::Bind { src, dst: at, access, dir: true }) => {
+                *access == Access::Rw
+                    || dst.strip_prefix(at).is_ok_and(|r| self.fs.kind(&src.join(r)) != Kind::Missing)
+            }
+            Some(_) => false,
+            None => self.fs.kind(dst) != Kind::Missing,
+        }
+    }
+
+    /// Withdraw the mount of a cache whose mount point cannot be made: making it would write
+    /// into a read-only bind (the start would fail).
+    fn drop_cache(&mut self, dst: &Path) {
         self.layered.retain(|(_, _, op)| !matches!(op, Op::Bind { dst: d, .. } if d == dst));
         self.plan.writable.retain(|w| w != dst);
         self.plan
@@ -421,64 +469,135 @@ impl Builder<'_> {
             .push(format!("{} does not exist and cannot be made inside; not mounted", dst.display()));
     }
 
-    /// Rebuild the home's directories that hold hidden names as sealed tmpfs with the host's
-    /// entries at start bound back (see [`snapshot`]), so the masks cannot be detached by the
-    /// host renaming over them and names created later stay absent.
-    fn snapshots(&mut self, home: &Path, hidden: &[(PathBuf, &str)]) -> Result<()> {
-        let missing = std::mem::take(&mut self.missing_caches);
-        let Ok(home) = self.fs.canonicalize(home) else {
-            missing.iter().for_each(|m| self.drop_missing_cache(m));
-            return Ok(());
-        };
-        if self.not_in_tree(&home) {
-            missing.iter().for_each(|m| self.drop_missing_cache(m));
-            return Ok(());
+    /// The home: a fresh tmpfs, sealed read-only once everything beneath is mounted, holding
+    /// only the allowed entries (`spec.home_ro`, read-only), `~/.ssh`'s public half, and mount
+    /// points for the writable roots and caches that lie in the home.
+    ///
+    /// *Why*: whatever else is in the home (credentials, tokens, histories under any name, a
+    /// file the host writes while the sandbox runs) is absent, not hidden one by one: nothing
+    /// can be missing from a list of what to hide. And a mask that the host's rename detaches
+    /// has nothing to detach from here: the entries are mount points of this namespace alone.
+    fn home(&mut self, spec: &SandboxSpec, hidden: &mut Vec<(PathBuf, &'static str)>) -> Result<()> {
+        let Some(h) = self.home.clone() else { return self.drop_unmountable_caches() };
+        if h == Path::new("/") {
+            return Err(Error::refused(
+                format!("the home directory {} is the root directory", spec.home.display()),
+                "set HOME to a directory of your own: ocsb shows the sandbox only what it allows of it",
+            ));
         }
-        let names: Vec<PathBuf> = hidden.iter().map(|(p, _)| p.clone()).collect();
-        // The missing caches' nearest existing directories are rebuilt too, to hold their
-        // mount points; their own mounts are not writable roots for this choice.
-        let mut holders = names.clone();
-        holders.extend(missing.iter().cloned());
-        let writable: Vec<PathBuf> =
-            self.plan.writable.iter().filter(|w| !missing.contains(w)).cloned().collect();
-        // A directory the user cannot list (a root-owned `~/.docker` left by `sudo docker
-        // login`) is not rebuilt: the sandbox cannot read it either, and its parent's bind keeps it.
-        let mut dirs = snapshot::dirs(self.fs, &home, &holders, &writable);
-        let listed: Vec<(PathBuf, Vec<String>)> =
-            dirs.iter().filter_map(|d| Some((d.clone(), self.fs.read_dir(d).ok()?))).collect();
-        dirs.retain(|d| listed.iter().any(|(l, _)| l == d));
-        for m in &missing {
-            let made = snapshot::holder(self.fs, m)
-                .is_some_and(|h| dirs.contains(&h) || writable.iter().any(|w| h.starts_with(w)));
-            if !made {
-                self.drop_missing_cache(m);
+        if self.fs.kind(&h) != Kind::Dir || self.not_in_tree(&h) {
+            return self.drop_unmountable_caches();
+        }
+        let caches = self.caches.clone();
+        if let Some(w) = self.plan.writable.iter().find(|w| !caches.contains(w) && h.starts_with(w)) {
+            self.plan.warnings.push(format!(
+                "the home directory {} is in the writable path {}: all of it is visible to the agent",
+                h.display(),
+                w.display()
+            ));
+            return self.drop_unmountable_caches();
+        }
+        self.home_sealed = true;
+        self.layered.push((
+            depth(&h),
+            HOME,
+            Op::Tmpfs { dst: h.clone(), mode: 0o755, size: None, seal: true },
+        ));
+        // Hidden names in their forms inside the home: hide wins over an allowed entry.
+        let hidden_forms: Vec<PathBuf> = hidden
+            .iter()
+            .flat_map(|(p, _)| [Some(p.clone()), self.in_home(p), self.fs.canonicalize(p).ok()])
+            .flatten()
+            .collect();
+        let is_hidden = |p: &Path| hidden_forms.iter().any(|x| p.starts_with(x));
+        let writable: Vec<PathBuf> = self.plan.writable.clone();
+        for p in &spec.home_ro {
+            absolute(p, "home entry")?;
+            let Some(dst) = self.in_home(p) else { continue };
+            if is_hidden(p) || is_hidden(&dst) || writable.iter().any(|w| dst.starts_with(w)) {
+                continue;
+            }
+            if !matches!(self.fs.kind(p), Kind::Dir | Kind::File | Kind::Symlink) {
+                continue;
+            }
+            // A link (a dotfile managed elsewhere) shows what it points to, under its own name.
+            let Ok(src) = self.fs.canonicalize(p) else { continue };
+            let dir = match self.fs.kind(&src) {
+                Kind::Dir => true,
+                Kind::File => false,
+                _ => continue,
+            };
+            if is_hidden(&src) {
+                continue;
+            }
+            self.layered.push((depth(&dst), BIND, Op::Bind { src, dst, access: Access::Ro, dir }));
+        }
+        // `~/.ssh`: only what ssh needs to connect through the filter (config, known_hosts,
+        // public keys), never a private key or a ControlMaster socket made there later.
+        let ssh = spec.home.join(".ssh");
+        if let Ok(dir) = self.fs.canonicalize(&ssh)
+            && self.fs.kind(&dir) == Kind::Dir
+        {
+            for name in self.fs.read_dir(&dir).map_err(|e| Error::io("list", &dir, e))? {
+                let src = dir.join(&name);
+                let dst = h.join(".ssh").join(&name);
+                if ssh_entry_visible(&name) && self.fs.kind(&src) == Kind::File && !is_hidden(&dst) {
+                    self.layered.push((
+                        depth(&dst),
+                        BIND,
+                        Op::Bind { src, dst, access: Access::Ro, dir: false },
+                    ));
+                }
+            }
+            // Reached through a link to outside the home: hidden where the root's binds show it.
+            if !dir.starts_with(&h) {
+                hidden.push((dir, "~/.ssh"));
             }
         }
-        let mut skip: BTreeSet<PathBuf> =
-            self.layered.iter().map(|(_, _, op)| op.dst().to_path_buf()).collect();
-        skip.extend(names.iter().cloned());
-        skip.extend(names.iter().filter_map(|p| self.fs.canonicalize(p).ok()));
-        for (d, names) in listed {
-            // No size limit: the tmpfs holds only mount points and symlinks (a long target takes
-            // a page), and it is sealed read-only before the command starts.
-            self.layered.push((
-                depth(&d),
-                1,
-                Op::Tmpfs { dst: d.clone(), mode: 0o755, size: None, seal: true },
-            ));
-            for name in names {
-                let p = d.join(&name);
-                if dirs.contains(&p) || skip.contains(&p) {
-                    continue;
+        self.cache_sockets(&h);
+        self.drop_unmountable_caches()
+    }
+
+    /// [`ocsb_policy::home::CACHE_SOCKETS`] where a bind shows the directory that holds them:
+    /// an empty sealed tmpfs over the socket's directory, made on the host first when missing
+    /// (the daemon makes the socket there whenever it starts, also after the sandbox did).
+    fn cache_sockets(&mut self, h: &Path) {
+        for (rel, _) in ocsb_policy::home::CACHE_SOCKETS {
+            let dst = h.join(rel);
+            let Some(Op::Bind { src, dst: at, dir: true, .. }) = self.holder_op(&dst, false).cloned() else {
+                continue;
+            };
+            let Ok(rest) = dst.strip_prefix(&at) else { continue };
+            let mut cur = src.clone();
+            for part in rest.components() {
+                cur.push(part);
+                match self.fs.kind(&cur) {
+                    Kind::Dir => {}
+                    Kind::Missing => self.plan.placeholders.push(Placeholder {
+                        path: cur.clone(),
+                        dir: true,
+                        text: String::new(),
+                        anchor: src.clone(),
+                        private: true,
+                    }),
+                    // A file or a link where the directory should be: git cannot make its
+                    // socket there either.
+                    _ => return,
                 }
-                let op = match snapshot::entry(self.fs, &p) {
-                    snapshot::Entry::Bind { dir } => {
-                        Op::Bind { src: p.clone(), dst: p, access: Access::Ro, dir }
-                    }
-                    snapshot::Entry::Link(target) => Op::Symlink { dst: p, target },
-                    snapshot::Entry::Skip => continue,
-                };
-                self.layered.push((depth(op.dst()), 0, op));
+            }
+            self.hidden.insert(dst.clone());
+            self.layered.push((
+                depth(&dst),
+                HIDDEN,
+                Op::Tmpfs { dst, mode: 0o700, size: Some(4096), seal: true },
+            ));
+        }
+    }
+
+    fn drop_unmountable_caches(&mut self) -> Result<()> {
+        for c in std::mem::take(&mut self.caches) {
+            if !self.mount_point_ok(&c) {
+                self.drop_cache(&c);
             }
         }
         Ok(())
@@ -630,6 +749,7 @@ impl Builder<'_> {
                         dir,
                         text,
                         anchor: g.anchor.clone(),
+                        private: false,
                     });
                 }
                 Kind::File | Kind::Special if !last => {
@@ -705,7 +825,7 @@ pub fn build_remembered(spec: &SandboxSpec, fs: &super::remembered::Remembered<'
 
 /// The host paths a sandbox of `spec` may write, its protections aside (what the checkout
 /// rule is made from): the phases of [`build`] that alone decide them, and no further. *Why*:
-/// the rest of a build (the home's snapshots, the hidden names) is most of its cost, and a
+/// the rest of a build (the home, the hidden names) is most of its cost, and a
 /// start needs these paths before it can make its plan.
 pub fn writable_of(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>) -> Result<Vec<PathBuf>> {
     let mut spec = spec.clone();
@@ -746,7 +866,10 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
             .map(|g| g.path.clone())
             .collect(),
         programs: spec.programs.iter().map(|d| fs.canonicalize(d).unwrap_or_else(|_| d.clone())).collect(),
-        missing_caches: Vec::new(),
+        spec_home: spec.home.clone(),
+        home: fs.canonicalize(&spec.home).ok(),
+        home_sealed: false,
+        caches: Vec::new(),
     };
     b.base()?;
     b.run_dir()?;
@@ -757,13 +880,13 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
         TmpMode::Private => {
             // Canonical: the source is opened without following links (`/home -> var/home`).
             let src = fs.canonicalize(&spec.state_dir).unwrap_or_else(|_| spec.state_dir.clone()).join("tmp");
-            b.layered.push((1, 0, Op::Bind { src, dst: "/tmp".into(), access: Access::Rw, dir: true }));
+            b.layered.push((1, BIND, Op::Bind { src, dst: "/tmp".into(), access: Access::Rw, dir: true }));
         }
         TmpMode::Shared => {
             b.refuse_program_dir(&b.canonical(Path::new("/tmp"))?, "OCSB_TMP=shared (the host's /tmp)")?;
             b.layered.push((
                 1,
-                0,
+                BIND,
                 Op::Bind { src: "/tmp".into(), dst: "/tmp".into(), access: Access::Rw, dir: true },
             ));
         }
@@ -790,7 +913,7 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
     if until == Until::Writable {
         return Ok(b.plan);
     }
-    let mut hidden: Vec<(PathBuf, &str)> = Vec::new();
+    let mut hidden: Vec<(PathBuf, &'static str)> = Vec::new();
     hidden.extend(spec.hide.iter().map(|p| (p.clone(), "OCSB_HIDE entry")));
     hidden.extend(spec.hide_home.iter().map(|p| (p.clone(), "OCSB_HIDE_HOME entry")));
     hidden.push((spec.home.join(".Xauthority"), "X authority file"));
@@ -808,26 +931,7 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
             hidden.push((spec.home.join(p), "docker socket"));
         }
     }
-    // `~/.ssh` is a fresh, empty directory with only what ssh needs to connect through the
-    // filter bound back read-only (config, known_hosts, public keys). Hiding entry by entry
-    // would be a snapshot: a key or a ControlMaster socket created there while the sandbox
-    // runs would be visible, and a file the host replaces by rename would lose its mask.
-    let ssh = fs.canonicalize(&spec.home).unwrap_or_else(|_| spec.home.clone()).join(".ssh");
-    let ssh = if fs.kind(&ssh) == Kind::Symlink { fs.canonicalize(&ssh).unwrap_or(ssh) } else { ssh };
-    if fs.kind(&ssh) == Kind::Dir {
-        hidden.push((ssh.clone(), "~/.ssh"));
-        for name in fs.read_dir(&ssh).map_err(|e| Error::io("list", &ssh, e))? {
-            let p = ssh.join(&name);
-            if ssh_entry_visible(&name) && fs.kind(&p) == Kind::File {
-                b.layered.push((
-                    depth(&p),
-                    0,
-                    Op::Bind { src: p.clone(), dst: p, access: Access::Ro, dir: false },
-                ));
-            }
-        }
-    }
-    b.snapshots(&spec.home, &hidden)?;
+    b.home(spec, &mut hidden)?;
     for (p, what) in hidden {
         if b.not_in_tree(&p) {
             continue;
@@ -1182,89 +1286,167 @@ mod tests {
         assert!(plan.warnings.iter().any(|w| w.contains("p-worktrees")));
     }
 
+    /// The home is a fresh sealed tmpfs: only the allowed entries, `~/.ssh`'s public half and
+    /// the writable roots in it are bound there; everything else of the host's home is absent,
+    /// with no op at all (nothing to detach, nothing the host can add later).
     #[test]
-    fn hidden_paths_and_ssh_keys() {
-        let plan = build(&spec(), &host()).unwrap();
-        assert!(matches!(plan.ops[pos(&plan, "/home/u/.aws")], Op::Tmpfs { seal: true, .. }));
-        let ssh = pos(&plan, "/home/u/.ssh");
-        assert!(matches!(plan.ops[ssh], Op::Tmpfs { seal: true, .. }), "~/.ssh is a fresh directory");
-        assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.ssh/id_ed25519")), "not bound back");
-        for visible in ["/home/u/.ssh/config", "/home/u/.ssh/known_hosts", "/home/u/.ssh/id_ed25519.pub"] {
-            let i = pos(&plan, visible);
-            assert!(i > ssh, "{visible} is bound back after the tmpfs");
-            assert!(matches!(plan.ops[i], Op::Bind { access: Access::Ro, .. }), "{visible}");
-        }
-        // hiding happens after the home's read-only bind
-        assert!(pos(&plan, "/home") < pos(&plan, "/home/u/.aws"));
-    }
-
-    #[test]
-    fn directories_holding_hidden_names_are_snapshots() {
+    fn the_home_is_fresh_and_holds_only_what_is_allowed() {
         let fs = host()
             .with("/home/u/.bashrc", Kind::File)
-            .link("/home/u/.vimrc", "dotfiles/vimrc")
+            .link("/home/u/.zshrc", "dotfiles/zshrc")
+            .with("/home/u/dotfiles", Kind::Dir)
+            .with("/home/u/dotfiles/zshrc", Kind::File)
+            .with("/home/u/.cargo", Kind::Dir)
+            .with("/home/u/.cargo/bin", Kind::Dir)
+            .with("/home/u/.cargo/credentials.toml", Kind::File)
             .with("/home/u/.config", Kind::Dir)
-            .with("/home/u/.config/nvim", Kind::Dir)
-            .with("/home/u/.docker", Kind::Dir)
-            .with("/home/u/.docker/config.json", Kind::File)
-            .with("/home/u/.docker/contexts", Kind::Dir)
-            .with("/home/u/mux.sock", Kind::Special)
-            .with("/home/u/p/.env", Kind::File);
+            .with("/home/u/.config/gh", Kind::Dir)
+            .with("/home/u/mux.sock", Kind::Special);
         let mut s = spec();
-        s.hide_home.extend(["/home/u/.config/gh".into(), "/home/u/.docker/config.json".into()]);
-        s.hide.push("/home/u/p/.env".into());
+        s.home_ro = [
+            "/home/u/.bashrc",
+            "/home/u/.zshrc",
+            "/home/u/.cargo/bin",
+            "/home/u/.rustup",
+            "/home/u/mux.sock",
+        ]
+        .map(PathBuf::from)
+        .to_vec();
+        s.home_ro.push("/home/u/.aws".into()); // hidden: hide wins
+        s.home_ro.push("/srv/tools".into()); // outside the home: the root's binds show it
         let plan = build(&s, &fs).unwrap();
-        let tmpfs = |p: &str| matches!(plan.ops[pos(&plan, p)], Op::Tmpfs { seal: true, .. });
-        let ro = |p: &str| matches!(plan.ops[pos(&plan, p)], Op::Bind { access: Access::Ro, .. });
-        let absent = |p: &str| !plan.ops.iter().any(|o| o.dst() == Path::new(p));
-        // The home holds .aws and .kube (missing): a fresh tmpfs after the read-only /home.
-        assert!(tmpfs("/home/u") && pos(&plan, "/home") < pos(&plan, "/home/u"));
-        for entry in ["/home/u/.bashrc", "/home/u/.local", "/home/u/.config/nvim", "/home/u/.docker/contexts"]
-        {
-            assert!(ro(entry), "{entry} bound back read-only");
+        let home = pos(&plan, "/home/u");
+        assert_eq!(plan.ops[home], Op::Tmpfs { dst: "/home/u".into(), mode: 0o755, size: None, seal: true });
+        assert!(pos(&plan, "/home") < home, "after the root's read-only /home");
+        let ro = |dst: &str, src: &str, dir: bool| {
+            let i = pos(&plan, dst);
+            assert_eq!(plan.ops[i], Op::Bind { src: src.into(), dst: dst.into(), access: Access::Ro, dir });
+            assert!(i > home, "{dst} is bound into the home's tmpfs");
+        };
+        ro("/home/u/.bashrc", "/home/u/.bashrc", false);
+        ro("/home/u/.zshrc", "/home/u/dotfiles/zshrc", false);
+        ro("/home/u/.cargo/bin", "/home/u/.cargo/bin", true);
+        for visible in ["/home/u/.ssh/config", "/home/u/.ssh/known_hosts", "/home/u/.ssh/id_ed25519.pub"] {
+            ro(visible, visible, false);
         }
-        assert!(
-            plan.ops.contains(&Op::Symlink { dst: "/home/u/.vimrc".into(), target: "dotfiles/vimrc".into() })
-        );
-        // A hidden name's directory is a snapshot (the host renaming over the file or creating
-        // the missing name changes nothing inside), the hidden name is masked or absent.
-        assert!(tmpfs("/home/u/.config") && absent("/home/u/.config/gh"));
-        assert!(tmpfs("/home/u/.docker"));
-        let mask = pos(&plan, "/home/u/.docker/config.json");
-        assert!(matches!(plan.ops[mask], Op::Mask { .. }) && mask > pos(&plan, "/home/u/.docker"));
-        assert!(tmpfs("/home/u/.aws") && absent("/home/u/.kube"));
-        assert!(absent("/home/u/mux.sock"), "sockets directly in a rebuilt directory are not passed");
-        // Writable roots keep their single writable bind; the project is not rebuilt, so a
-        // hidden name inside it is masked in place.
-        let cache: Vec<_> = plan.ops.iter().filter(|o| o.dst() == Path::new("/home/u/.cache")).collect();
-        assert!(matches!(cache[..], [Op::Bind { access: Access::Rw, .. }]), "{cache:?}");
-        assert!(matches!(plan.ops[pos(&plan, "/home/u/p")], Op::Bind { access: Access::Rw, .. }));
-        assert!(matches!(plan.ops[pos(&plan, "/home/u/p/.env")], Op::Mask { .. }));
-        // .ssh keeps its own filtered view; the state dir's parents are rebuilt only above it.
-        assert!(tmpfs("/home/u/.ssh") && ro("/home/u/.ssh/config"));
-        assert!(pos(&plan, "/home/u") < pos(&plan, "/home/u/.local/share/ocsb/p"));
+        let absent =
+            |p: &str| !plan.ops.iter().any(|o| o.dst().starts_with(p) && o.dst() != Path::new("/home/u"));
+        for p in [
+            "/home/u/.aws",
+            "/home/u/.ssh/id_ed25519",
+            "/home/u/.cargo/credentials.toml",
+            "/home/u/.config",
+            "/home/u/dotfiles",
+            "/home/u/mux.sock",
+            "/home/u/.rustup",
+            "/home/u/.kube",
+            "/home/u/.local/share/ocsb/p/tmp",
+        ] {
+            assert!(absent(p), "{p}: {:#?}", plan.ops);
+        }
+        assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/srv/tools")));
+        // The writable roots in the home: their mount points are made in the tmpfs.
+        for w in ["/home/u/p", "/home/u/.local/share/ocsb/p", "/home/u/.cache"] {
+            assert!(matches!(plan.ops[pos(&plan, w)], Op::Bind { access: Access::Rw, .. }), "{w}");
+            assert!(pos(&plan, w) > home && plan.writable.contains(&PathBuf::from(w)), "{w}");
+        }
     }
 
+    /// A hidden name is masked only where a bind of the home shows it (an allowed directory, a
+    /// writable root); elsewhere in the home it is absent without any op, and a writable root
+    /// beneath a hidden directory is still mounted (the state directory beneath the hidden
+    /// state of every project).
     #[test]
-    fn snapshots_follow_dangling_links_and_skip_unlistable_directories() {
-        let mut fs = host()
-            .with("/home/u/dotfiles", Kind::Dir)
-            .with("/home/u/dotfiles/kube", Kind::Dir)
-            .with("/home/u/.kube", Kind::Dir)
-            .link("/home/u/.kube/config", "../dotfiles/kube/config")
-            .with("/home/u/.docker", Kind::Dir)
-            .with("/home/u/.docker/config.json", Kind::File);
-        fs.unlistable.insert("/home/u/.docker".into());
+    fn hidden_names_in_the_home_are_masked_only_where_a_bind_shows_them() {
+        let fs = host()
+            .with("/home/u/.config", Kind::Dir)
+            .with("/home/u/.config/nvim", Kind::Dir)
+            .with("/home/u/.config/nvim/token", Kind::File)
+            .with("/home/u/.local/share/ocsb/p/secret", Kind::File)
+            .with("/home/u/.local/share/ocsb/other", Kind::Dir);
         let mut s = spec();
-        s.hide_home.push("/home/u/.docker/config.json".into());
+        s.home_ro = vec!["/home/u/.config/nvim".into()];
+        s.hide = vec!["/home/u/.local/share/ocsb".into(), "/home/u/.local/share/ocsb/p/secret".into()];
+        s.hide_home.push("/home/u/.config/nvim/token".into());
         let plan = build(&s, &fs).unwrap();
-        // The link's target does not exist yet: the directory that will hold it is rebuilt, so
-        // a `config` the host writes there later is not in it.
-        assert!(matches!(plan.ops[pos(&plan, "/home/u/dotfiles/kube")], Op::Tmpfs { seal: true, .. }));
-        assert!(matches!(plan.ops[pos(&plan, "/home/u/.kube")], Op::Tmpfs { seal: true, .. }));
-        assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.kube/config")), "hidden: absent");
-        // A directory the user cannot list (root's, after `sudo docker login`) is bound as it is.
-        assert!(matches!(plan.ops[pos(&plan, "/home/u/.docker")], Op::Bind { access: Access::Ro, .. }));
+        let nvim = pos(&plan, "/home/u/.config/nvim");
+        let token = pos(&plan, "/home/u/.config/nvim/token");
+        assert!(matches!(plan.ops[token], Op::Mask { .. }) && token > nvim);
+        assert!(matches!(plan.ops[pos(&plan, "/home/u/.local/share/ocsb/p/secret")], Op::Mask { .. }));
+        assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.local/share/ocsb")), "absent: no op");
+        assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.aws")), "absent: no op");
+        assert!(matches!(
+            plan.ops[pos(&plan, "/home/u/.local/share/ocsb/p")],
+            Op::Bind { access: Access::Rw, .. }
+        ));
+    }
+
+    /// `~/.ssh` reached through a link to outside the home: its visible files are bound under
+    /// `~/.ssh`, and the directory itself is hidden where the root's binds show it.
+    #[test]
+    fn ssh_through_a_link_is_hidden_at_its_target() {
+        let mut fs = host()
+            .with("/srv", Kind::Dir)
+            .with("/srv/ssh", Kind::Dir)
+            .with("/srv/ssh/id_rsa", Kind::File)
+            .with("/srv/ssh/config", Kind::File);
+        fs.kinds.retain(|k, _| !k.starts_with("/home/u/.ssh"));
+        let fs = fs.link("/home/u/.ssh", "/srv/ssh");
+        let plan = build(&spec(), &fs).unwrap();
+        assert_eq!(
+            plan.ops[pos(&plan, "/home/u/.ssh/config")],
+            Op::Bind {
+                src: "/srv/ssh/config".into(),
+                dst: "/home/u/.ssh/config".into(),
+                access: Access::Ro,
+                dir: false
+            }
+        );
+        assert!(matches!(plan.ops[pos(&plan, "/srv/ssh")], Op::Tmpfs { seal: true, .. }));
+        assert!(!plan.ops.iter().any(|o| o.dst().ends_with("id_rsa")));
+    }
+
+    /// A home inside a writable root (`OCSB_RW=(~)`, a project that is the home) cannot be
+    /// rebuilt: the plan says so rather than hiding it.
+    #[test]
+    fn a_home_inside_a_writable_root_is_said_to_be_visible() {
+        let mut s = spec();
+        s.rw = vec!["/home".into()];
+        let plan = build(&s, &host()).unwrap();
+        assert!(!plan.ops.iter().any(|o| matches!(o, Op::Tmpfs { dst, .. } if dst == Path::new("/home/u"))));
+        assert!(plan.warnings.iter().any(|w| w.contains("all of it is visible")), "{:?}", plan.warnings);
+        let mut s = spec();
+        s.home = "/".into();
+        assert!(build(&s, &host().with("/", Kind::Dir)).unwrap_err().to_string().contains("root directory"));
+    }
+
+    /// git's credential cache socket under a `~/.cache` the sandbox sees from the host: an empty
+    /// sealed tmpfs over its directory, made on the host (0700, as git wants it) when missing.
+    #[test]
+    fn the_credential_cache_socket_is_covered_under_a_shared_cache() {
+        let plan = build(&spec(), &host()).unwrap();
+        let cred = pos(&plan, "/home/u/.cache/git/credential");
+        assert!(matches!(plan.ops[cred], Op::Tmpfs { seal: true, .. }));
+        assert!(cred > pos(&plan, "/home/u/.cache"));
+        let made: Vec<_> =
+            plan.placeholders.iter().map(|p| (p.path.display().to_string(), p.private)).collect();
+        assert_eq!(
+            made,
+            [("/home/u/.cache/git".to_string(), true), ("/home/u/.cache/git/credential".to_string(), true)]
+        );
+        assert!(plan.placeholders.iter().all(|p| p.anchor == Path::new("/home/u/.cache") && p.dir));
+        let fs = host()
+            .with("/home/u/.cache/git", Kind::Dir)
+            .with("/home/u/.cache/git/credential", Kind::Dir)
+            .with("/home/u/.cache/git/credential/socket", Kind::Special);
+        let plan = build(&spec(), &fs).unwrap();
+        assert!(plan.placeholders.is_empty());
+        assert!(matches!(plan.ops[pos(&plan, "/home/u/.cache/git/credential")], Op::Tmpfs { .. }));
+        // Not bound from the host at all: nothing to cover.
+        let mut s = spec();
+        s.rw_home.clear();
+        let plan = build(&s, &fs).unwrap();
+        assert!(!plan.ops.iter().any(|o| o.dst().starts_with("/home/u/.cache")));
     }
 
     #[test]
@@ -1294,8 +1476,8 @@ mod tests {
             "the project's own copy, never the host's"
         );
         assert!(plan.writable.contains(&PathBuf::from("/home/u/.m2/repository")));
-        assert!(pos(&plan, "/home/u/.m2") < pos(&plan, "/home/u/.m2/repository"));
-        assert!(!plan.ops.iter().any(|o| o.dst().starts_with("/home/u/go")), "missing on the host: skipped");
+        assert!(pos(&plan, "/home/u") < pos(&plan, "/home/u/.m2/repository"));
+        assert!(!plan.ops.iter().any(|o| o.dst().starts_with("/home/u/go")), "no own copy: skipped");
     }
 
     /// The agent swapped `home-caches` for a link to the user's home while a second sandbox of
@@ -1330,25 +1512,26 @@ mod tests {
     }
 
     /// A fresh home has no `~/.npm`: the project's own copy is mounted there all the same, its
-    /// mount point made in the home's rebuilt (sealed) tmpfs, never on the host; a nested one
-    /// (`~/.cargo/registry` without `~/.cargo`) too.
+    /// mount point made in the home's (sealed) tmpfs, never on the host; a nested one
+    /// (`~/.cargo/registry` without `~/.cargo`) too. Where the mount point would have to be made
+    /// in a read-only entry, the cache is not mounted, and the plan says so.
     #[test]
-    fn private_caches_missing_on_the_host_are_mounted_in_the_rebuilt_home() {
+    fn private_caches_missing_on_the_host_are_mounted_in_the_fresh_home() {
         let own = "/home/u/.local/share/ocsb/p/home-caches";
         let fs = host()
-            .with("/home/u/.local", Kind::Dir)
-            .with("/home/u/.local/share", Kind::Dir)
-            .with("/home/u/.local/share/ocsb", Kind::Dir)
-            .with("/home/u/.local/share/ocsb/p", Kind::Dir)
             .with(own, Kind::Dir)
             .with("/home/u/.local/share/ocsb/p/home-caches/.npm", Kind::Dir)
-            .with("/home/u/.local/share/ocsb/p/home-caches/.cargo+registry", Kind::Dir);
+            .with("/home/u/.local/share/ocsb/p/home-caches/.cargo+registry", Kind::Dir)
+            .with("/home/u/.local/share/ocsb/p/home-caches/.gradle+caches", Kind::Dir)
+            .with("/home/u/.gradle", Kind::Dir);
         let mut s = spec();
         s.rw_home.clear();
+        s.home_ro = vec!["/home/u/.gradle".into()];
         s.caches = vec![
             ("/home/u/.npm".into(), format!("{own}/.npm").into()),
             ("/home/u/.cargo/registry".into(), format!("{own}/.cargo+registry").into()),
             ("/home/u/go/pkg/mod".into(), format!("{own}/go+pkg+mod").into()),
+            ("/home/u/.gradle/caches".into(), format!("{own}/.gradle+caches").into()),
         ];
         let plan = build(&s, &fs).unwrap();
         for (dst, src) in [("/home/u/.npm", ".npm"), ("/home/u/.cargo/registry", ".cargo+registry")] {
@@ -1365,18 +1548,19 @@ mod tests {
             assert!(plan.writable.contains(&PathBuf::from(dst)), "{dst}");
             assert!(pos(&plan, "/home/u") < i, "the home's tmpfs holds the mount point of {dst}");
         }
-        assert!(
-            matches!(plan.ops[pos(&plan, "/home/u")], Op::Tmpfs { seal: true, .. }),
-            "the home is rebuilt: the mount points are made there, not on the host"
-        );
         assert!(!plan.ops.iter().any(|o| o.dst().starts_with("/home/u/go")), "no own copy: skipped");
-        // The home is not rebuilt (nothing hidden in it and no snapshot): not mounted, said so.
+        // `~/.gradle` is shown read-only and has no `caches`: no mount point can be made.
+        assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.gradle/caches")), "{:#?}", plan.ops);
+        assert!(!plan.writable.contains(&PathBuf::from("/home/u/.gradle/caches")));
+        assert!(
+            plan.warnings.iter().any(|w| w.contains("/home/u/.gradle/caches") && w.contains("not mounted"))
+        );
+        // A home that does not exist: nothing of it to show, and nowhere to mount the caches.
         let mut s2 = s.clone();
         s2.home = "/home/other".into();
-        let plan = build(&s2, &fs.with("/home/other", Kind::Dir)).unwrap();
+        let plan = build(&s2, &fs).unwrap();
         assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/home/u/.npm")), "{:#?}", plan.ops);
         assert!(!plan.writable.contains(&PathBuf::from("/home/u/.npm")));
-        assert!(plan.warnings.iter().any(|w| w.contains("/home/u/.npm") && w.contains("not mounted")));
     }
 
     #[test]
@@ -1389,10 +1573,12 @@ mod tests {
 
     #[test]
     fn writable_inside_hidden_comes_after_hiding() {
+        let fs = host().with("/home/u/p/data", Kind::Dir).with("/home/u/p/data/out", Kind::Dir);
         let mut s = spec();
-        s.hide = vec!["/home/u/.local".into()];
-        let plan = build(&s, &host()).unwrap();
-        assert!(pos(&plan, "/home/u/.local") < pos(&plan, "/home/u/.local/share/ocsb/p"));
+        s.hide = vec!["/home/u/p/data".into()];
+        s.rw = vec!["/home/u/p/data/out".into()];
+        let plan = build(&s, &fs).unwrap();
+        assert!(pos(&plan, "/home/u/p/data") < pos(&plan, "/home/u/p/data/out"));
     }
 
     #[test]
@@ -1459,18 +1645,21 @@ mod tests {
             dir: true,
             text: String::new(),
             anchor: "/home/u/p".into(),
+            private: false,
         }));
         assert!(plan.placeholders.contains(&Placeholder {
             path: "/home/u/p/.git/hooks".into(),
             dir: true,
             text: String::new(),
             anchor: "/home/u/p/.git".into(),
+            private: false,
         }));
         assert!(plan.placeholders.contains(&Placeholder {
             path: "/home/u/p/.git/config".into(),
             dir: false,
             text: String::new(),
             anchor: "/home/u/p/.git".into(),
+            private: false,
         }));
         assert!(matches!(
             plan.ops[pos(&plan, "/home/u/p/.cc-safety-net")],

@@ -1,7 +1,7 @@
 //! One plan build's view of the host filesystem: each question about a path answered once.
 //!
 //! *Why*: a build resolves the same directories hundreds of times (every hidden name under the
-//! home, every snapshot entry), and each `canonicalize` costs a `readlink` per component; a
+//! home, every allowed entry), and each `canonicalize` costs a `readlink` per component; a
 //! start builds the plan more than once. Nothing is remembered beyond the builds of one moment
 //! (a start's two, before it makes any placeholder): the plan is enforced by mounts that open
 //! every path again without following links.

@@ -15,8 +15,15 @@ pub struct SandboxSpec {
     pub project_dir: PathBuf,
     /// Writable: `~/.local/share/opencode-sandbox/<name>`; also holds the private `/tmp`.
     pub state_dir: PathBuf,
-    /// The user's home directory (for `~/.ssh` and `~/.Xauthority` hiding).
+    /// The user's home directory. Inside it is a fresh directory holding only [`Self::home_ro`],
+    /// `~/.ssh`'s public half and the writable roots and caches that lie in it (see `plan`).
     pub home: PathBuf,
+    /// The read-only entries of the home shown inside (absolute, named under [`Self::home`]):
+    /// the toolchains and startup files of `ocsb_policy::home`, `OCSB_HOME`, and the skills,
+    /// plugins and OpenCode binary that live in the home. Missing ones are skipped; an entry
+    /// outside the home is ignored (the root's read-only binds show it).
+    #[serde(default)]
+    pub home_ro: Vec<PathBuf>,
     /// Writable when it exists: `OCSB_WORKTREES_DIR`.
     pub worktrees_dir: Option<PathBuf>,
     /// `OCSB_RW`: extra writable paths (missing ones are skipped with a warning).
@@ -205,6 +212,7 @@ pub(crate) fn minimal(project_dir: PathBuf, state_dir: PathBuf, home: PathBuf) -
         project_dir,
         state_dir,
         home,
+        home_ro: vec![],
         worktrees_dir: None,
         rw: vec![],
         rw_home: vec![],
@@ -277,7 +285,7 @@ pub const SSH_AGENT_INSIDE: &str = "/run/ocsb/ssh-agent.sock";
 /// Docker sockets hidden unless `docker_socket` is set.
 pub const DOCKER_SOCKETS: &[&str] = &["/run/docker.sock", "/var/run/docker.sock"];
 
-/// Entries of `~/.ssh` that stay visible; everything else there is hidden.
+/// Entries of `~/.ssh` that stay visible; everything else there is absent.
 pub fn ssh_entry_visible(name: &str) -> bool {
-    name == "config" || name == "known_hosts" || name.ends_with(".pub")
+    ocsb_policy::home::ssh_visible(name)
 }

@@ -427,9 +427,8 @@ fn init(
         // Nothing in the sandbox may ptrace pid 1 or read its memory.
         sys::prctl(libc::PR_SET_DUMPABLE, 0)
             .map_err(|e| Error::kernel("PR_SET_DUMPABLE", e, "report this"))?;
-        // Every source is cloned before anything is mounted, one descriptor each: a large home
-        // (each entry of a snapshot directory is a source) can pass the usual soft limit of
-        // 1024. The soft limit goes up to the hard one for the build and back for the command.
+        // Every source is cloned before anything is mounted, one descriptor each: many hidden
+        // paths and protections can pass the usual soft limit of 1024. The soft limit goes up to the hard one for the build and back for the command.
         let err = |e: Errno| Error::kernel("setrlimit(RLIMIT_NOFILE)", e.into(), "report this");
         let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(err)?;
         setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(err)?;

@@ -1,6 +1,6 @@
 //! `ocsb config [--origin] [--trust]`: the effective settings, printed so that the output is
 //! itself a valid `sandbox.conf` (it re-parses to the same values), and the list of ways the
-//! committed project layer widens the sandbox.
+//! committed project layer widens the sandbox; then, as comments, what the sandbox's home holds.
 
 use crate::error::Result;
 use crate::project::{Project, render_widenings};
@@ -16,6 +16,8 @@ pub fn run(project: &Project, origin: bool, trust: bool) -> Result<()> {
         return Ok(());
     }
     print!("{}", ocsb_policy::settings::print::render(&project.settings, origin));
+    // Comments, so that stdout stays a valid settings file.
+    print!("{}", home_comment(&project.settings));
     let w = project.widenings()?;
     if !w.is_empty() {
         // stderr, so that stdout stays a valid settings file.
@@ -26,4 +28,20 @@ pub fn run(project: &Project, origin: bool, trust: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// What the sandbox's home holds from the host now, one comment line per entry.
+pub fn home_comment(s: &ocsb_policy::settings::Settings) -> String {
+    let entries = crate::session::home_entries(s);
+    let mut out = String::from(
+        "\n# The sandbox's home holds only these entries of yours (ro: read-only, rw: writable,\n\
+         # own: the project's own copy); the rest of ~ is absent. Allow more with OCSB_HOME.\n",
+    );
+    if entries.is_empty() {
+        out.push_str("#   (none)\n");
+    }
+    for line in ocsb_policy::home::render(&entries) {
+        out.push_str(&format!("#   {line}\n"));
+    }
+    out
 }

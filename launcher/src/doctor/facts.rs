@@ -39,6 +39,8 @@ pub struct Facts {
     pub ncat: Option<PathBuf>,
     pub rg: Option<PathBuf>,
     pub sg: Option<PathBuf>,
+    /// What the sandbox's home holds from the host now: (name in `~`, access, the rule's source).
+    pub home: Vec<(String, &'static str, &'static str)>,
 }
 
 #[derive(Debug, Clone)]

@@ -23,6 +23,7 @@ fn settings_file(project: &ProjectFacts) -> &'static str {
 pub fn judge(f: &Facts) -> Vec<Check> {
     let mut out = Vec::new();
     out.extend(project(&f.project));
+    out.push(home(&f.home));
     out.push(userns(&f.kernel, f.sandbox_enabled, &f.netlock.shim.prefix));
     let isolated = f.network == NetworkMode::Isolated;
     out.push(landlock(f.kernel.landlock_abi, f.sandbox_enabled, isolated));
@@ -88,6 +89,20 @@ fn project(p: &ProjectFacts) -> Vec<Check> {
             "edit the file and line named in the message, then `ocsb config`",
         )],
     }
+}
+
+/// What the sandbox's home holds: never a failure (the allowlist is the setting's own), said so
+/// the user sees what the agent can read of their home, and where each entry came from.
+fn home(held: &[(String, &str, &str)]) -> Check {
+    let entries: Vec<String> =
+        held.iter().map(|(rel, access, source)| format!("~/{rel} ({access}, {source})")).collect();
+    let held = if entries.is_empty() { "nothing".to_string() } else { entries.join(", ") };
+    Check::ok(
+        "home",
+        format!(
+            "the sandbox's home holds only: {held}; the rest of ~ is absent (`ocsb config` says where each comes from; allow more with OCSB_HOME)"
+        ),
+    )
 }
 
 /// Error texts of the launcher are `what\n  fix: …`; a check line holds one line.
@@ -746,6 +761,7 @@ mod tests {
             ncat: Some("/usr/bin/ncat".into()),
             rg: Some("/usr/bin/rg".into()),
             sg: None,
+            home: vec![(".cargo/bin".into(), "ro", "default")],
         }
     }
 
@@ -753,6 +769,22 @@ mod tests {
         checks.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no check {id}")).clone()
     }
 
+    #[test]
+    fn the_home_is_listed_with_where_each_entry_comes_from() {
+        let mut f = healthy();
+        f.home.push((".cache".into(), "own", "OCSB_RW_HOME"));
+        let c = judge(&f).into_iter().find(|c| c.id == "home").unwrap();
+        assert_eq!(c.status, Status::Ok);
+        assert!(
+            c.message.contains("~/.cargo/bin (ro, default), ~/.cache (own, OCSB_RW_HOME)")
+                && c.message.contains("the rest of ~ is absent"),
+            "{}",
+            c.message
+        );
+        f.home.clear();
+        let c = judge(&f).into_iter().find(|c| c.id == "home").unwrap();
+        assert!(c.message.contains("holds only: nothing"), "{}", c.message);
+    }
     #[test]
     fn a_healthy_machine_is_all_ok() {
         let c = judge(&healthy());

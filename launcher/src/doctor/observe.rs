@@ -83,6 +83,10 @@ pub fn observe(explicit: Option<&Path>) -> Result<Facts> {
         ncat: which("ncat"),
         rg: which("rg"),
         sg: which("sg"),
+        home: crate::session::home_entries(&settings)
+            .into_iter()
+            .map(|e| (e.rel.display().to_string(), e.access.as_str(), e.source.as_str()))
+            .collect(),
     })
 }
 

@@ -38,7 +38,7 @@ mod start;
 mod tests;
 
 pub use prepare::{Opened, Prepared};
-pub use spec::PROJECT_VAR;
+pub use spec::{PROJECT_VAR, home_entries};
 pub use start::Command;
 
 use ocsb_policy::guard::Finding;

@@ -6,8 +6,10 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use ocsb_policy::settings::CacheUse;
-use ocsb_policy::settings::DockerMode;
+use std::path::Path;
+
+use ocsb_policy::home::{Access, Present};
+use ocsb_policy::settings::{CacheUse, DockerMode, Settings};
 use ocsb_sandbox::spec::{DOCKER_SOCKETS, TcpPorts, parse_port_range};
 use ocsb_sandbox::{Limits, Netlock, Network, SandboxSpec, TtyMode};
 
@@ -89,6 +91,7 @@ pub fn build(project: &Project, network: Network) -> Result<SandboxSpec> {
         project_dir: project.checkout.clone(),
         state_dir: state,
         home: project.home.clone(),
+        home_ro: home_read_only(s, &project.home),
         worktrees_dir: wt.is_dir().then_some(wt),
         rw: s.rw(),
         rw_home,
@@ -129,4 +132,45 @@ pub fn build(project: &Project, network: Network) -> Result<SandboxSpec> {
         protect: Vec::new(),
         programs: Installation::current()?.program_dirs(),
     })
+}
+
+/// What the sandbox's home holds from the host now, as `ocsb_policy::home` rules it: what
+/// `ocsb config` and `ocsb doctor` print, and what [`build`] binds.
+pub fn home_entries(s: &Settings) -> Vec<Present> {
+    ocsb_policy::home::entries(s, &ocsb_sandbox::plan::RealFs)
+}
+
+/// The read-only entries of the home for the spec: the allowed ones (`~/.ssh` aside: the plan
+/// picks its files itself, as the policy says), and what the sandbox mounts on purpose from
+/// the home: the skill directories, the plugin files and the OpenCode binary, where they lie
+/// there. The plan ignores the paths outside the home.
+fn home_read_only(s: &Settings, home: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = home_entries(s)
+        .into_iter()
+        .filter(|e| e.access == Access::ReadOnly && !e.rel.starts_with(".ssh"))
+        .map(|e| e.path)
+        .collect();
+    out.extend(s.skill_dirs());
+    out.extend(s.plugins().iter().map(PathBuf::from).filter(|p| p.is_absolute()));
+    let path = std::env::var("PATH").ok();
+    if let Ok(bin) = crate::opencode::find_binary(&s.opencode_bin(), path.as_deref()) {
+        out.extend(program_dirs(&bin));
+    }
+    out.retain(|p| p.starts_with(home));
+    out
+}
+
+/// The directories a program needs when it lives in the home: the one it is named in, the
+/// one its link points to, and for a package of npm (`…/node_modules/opencode-ai/bin/opencode`,
+/// a script that starts the package's own binary) the `node_modules` directory that holds it.
+fn program_dirs(bin: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = bin.parent().map(Path::to_path_buf).into_iter().collect();
+    if let Ok(real) = std::fs::canonicalize(bin) {
+        let modules = real.ancestors().find(|a| a.file_name().is_some_and(|n| n == "node_modules"));
+        match modules {
+            Some(m) => out.push(m.to_path_buf()),
+            None => out.extend(real.parent().map(Path::to_path_buf)),
+        }
+    }
+    out
 }

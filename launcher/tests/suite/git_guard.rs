@@ -60,7 +60,8 @@ fn planted_repositories_and_tool_files_are_caught_and_refused() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
-        r#"X 'mkdir -p sub && cd sub && git init -q . && git commit -q --allow-empty -m n &&
+        r#"X 'export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@example.invalid GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@example.invalid;
+             mkdir -p sub && cd sub && git init -q . && git commit -q --allow-empty -m n &&
              git config core.fsmonitor "touch $HOME/PWNED_nested; false" && cd .. &&
              git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub &&
              mkdir -p .git/remotes && echo "URL: /tmp/x" > .git/remotes/origin && echo "echo hi" > .envrc' 2>exec1.err
@@ -543,7 +544,7 @@ fn plants_in_read_only_or_unreadable_directories_are_moved_aside() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
-        r#"X 'set -e; for d in sub sub2; do mkdir $d; git -C $d init -q; git -C $d config core.fsmonitor "touch $HOME/PWNED_$d; false"; git -C $d commit -q --allow-empty -m x; git add $d 2>/dev/null; done; chmod a-w sub; chmod 111 sub2; echo planted' 2>&1
+        r#"X 'set -e; export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@example.invalid GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@example.invalid; for d in sub sub2; do mkdir $d; git -C $d init -q; git -C $d config core.fsmonitor "touch $HOME/PWNED_$d; false"; git -C $d commit -q --allow-empty -m x; git add $d 2>/dev/null; done; chmod a-w sub; chmod 111 sub2; echo planted' 2>&1
         U git status >/dev/null 2>&1; echo "status $?""#,
     );
     has(&out, "planted", &err);

@@ -48,13 +48,15 @@ fn other_projects_state_is_hidden() {
 /// Hiding holds while the sandbox runs: with the real default `OCSB_HIDE_HOME`, the host logs
 /// in to `gh` (a hidden name missing at start), rewrites `~/.docker/config.json` and
 /// `~/.zsh_history` by rename, and replaces `~/.aws` (remove and recreate) — all after the
-/// sandbox started. None of it is readable inside; files that are not hidden still are.
+/// sandbox started. None of it is readable inside; the files the home allows still are (a
+/// startup file, and `~/.config/nvim` through `OCSB_HOME`).
 #[test]
 fn hidden_paths_stay_hidden_when_the_host_changes_them() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
-        r#"mkdir -p "$HOME/.docker" "$HOME/.config/nvim"; echo old > "$HOME/.docker/config.json"; echo old > "$HOME/.zsh_history"
+        r#"mkdir -p .opencode-sandbox/local; echo 'OCSB_HOME=(.config/nvim)' >> .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox/local
+        mkdir -p "$HOME/.docker" "$HOME/.config/nvim"; echo old > "$HOME/.docker/config.json"; echo old > "$HOME/.zsh_history"
         echo 'set nu' > "$HOME/.config/nvim/init.vim"; echo 'alias ll=ls' > "$HOME/.bashrc"
         chown -R 1990 "$HOME/.docker" "$HOME/.config" "$HOME/.zsh_history" "$HOME/.bashrc"
         U "$OCSB" exec -- sh -c "touch $P/started; sleep 1; for f in .config/gh/hosts.yml .docker/config.json .zsh_history .aws/credentials; do \
@@ -83,13 +85,14 @@ fn hidden_paths_stay_hidden_when_the_host_changes_them() {
 /// The same through the homes people have: a hidden name that is a dotfiles link whose target
 /// the host creates later, a `~/.config` with 1,200 entries and 300 long symlinks, a root-owned
 /// `~/.docker` the user cannot list (left by `sudo docker login`). The sandbox starts, the late
-/// secret is not readable, the entries are all there.
+/// secret is not readable, the entries of `~/.config` (allowed with `OCSB_HOME`) are all there.
 #[test]
 fn hiding_holds_in_large_and_linked_homes() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
-        r#"mkdir -p "$HOME/.config" "$HOME/dotfiles/kube" "$HOME/.kube" "$HOME/.docker"; chmod 700 "$HOME/.docker"
+        r#"mkdir -p .opencode-sandbox/local; echo 'OCSB_HOME=(.config)' >> .opencode-sandbox/local/sandbox.conf; chown -R 1990 .opencode-sandbox/local
+        mkdir -p "$HOME/.config" "$HOME/dotfiles/kube" "$HOME/.kube" "$HOME/.docker"; chmod 700 "$HOME/.docker"
         ln -s ../dotfiles/kube/config "$HOME/.kube/config"
         L=$(printf 'x%.0s' $(seq 1 200)); i=0; while [ $i -lt 1200 ]; do : > "$HOME/.config/f$i"; i=$((i+1)); done
         i=0; while [ $i -lt 300 ]; do ln -s "/$L/$i" "$HOME/.config/l$i"; i=$((i+1)); done

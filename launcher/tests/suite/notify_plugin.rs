@@ -311,3 +311,66 @@ fn the_proxy_passes_only_the_notifications_interface() {
     let (ok, out) = send(&w.proxy, "org.kde.PlasmaShell.evaluateScript", Some("string:x"));
     assert!(!ok && !out.contains("EVALUATED"), "another interface of the same peer is refused: {out}");
 }
+
+/// A fake Secret Service (what gnome-keyring and KeePassXC serve): owns `org.freedesktop.secrets`
+/// and answers `SearchItems` with a secret.
+const FAKE_SECRETS: &str = r#"
+import dbus, dbus.service, dbus.mainloop.glib
+from gi.repository import GLib
+dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
+bus = dbus.SessionBus()
+name = dbus.service.BusName("org.freedesktop.secrets", bus)
+class S(dbus.service.Object):
+    @dbus.service.method("org.freedesktop.Secret.Service", in_signature="a{ss}", out_signature="s")
+    def SearchItems(self, attrs):
+        return "KEYRING-SECRET"
+s = S(bus, "/org/freedesktop/secrets")
+print("READY", flush=True)
+GLib.MainLoop().run()
+"#;
+
+/// The user's Secret Service (the keyring's passwords) cannot be reached through the sandbox's
+/// bus: the proxy passes the Notifications interface only. The control: the same call on the
+/// real bus returns the secret.
+#[test]
+fn the_secret_service_is_not_reachable_through_the_proxy() {
+    let w = World::new();
+    let script = w.path().join("fake_secrets.py");
+    std::fs::write(&script, FAKE_SECRETS).unwrap();
+    let mut cmd = Command::new(testkit::dbus::dbus_python());
+    cmd.arg(&script).env("DBUS_SESSION_BUS_ADDRESS", &w.bus);
+    let _secrets = FakeNotifications::spawn(cmd);
+    let search = |address: &str| {
+        let o = Command::new("dbus-send")
+            .args([
+                &format!("--bus={address}"),
+                "--print-reply",
+                "--dest=org.freedesktop.secrets",
+                "/org/freedesktop/secrets",
+                "org.freedesktop.Secret.Service.SearchItems",
+                "dict:string:string:",
+            ])
+            .output()
+            .expect("dbus-send (Debian package dbus)");
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    let (ok, out) = search(&w.bus);
+    assert!(ok && out.contains("KEYRING-SECRET"), "control: the real bus answers: {out}");
+    let (ok, out) = search(&w.proxy);
+    assert!(!ok && !out.contains("KEYRING-SECRET"), "the Secret Service through the proxy: {out}");
+    let names = Command::new("dbus-send")
+        .args([
+            &format!("--bus={}", w.proxy),
+            "--print-reply",
+            "--dest=org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus.ListNames",
+        ])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&names.stdout);
+    assert!(!listed.contains("org.freedesktop.secrets"), "the name is not even listed: {listed}");
+}

@@ -299,6 +299,8 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     // The model provider listens on the namespace's loopback (the lock allows 127.0.0.0/8).
     let (_provider, provider_port) = spawn_fake_provider(ns.exec(&["python3"]), tmp.path());
     let w = world(provider_port);
+    let tag = format!("r{}", std::process::id());
+    super::home_allowlist::plant(&w.home, &tag);
     // The netlock mode, named: it is not the default.
     let conf = w.proj.join(".opencode-sandbox/local/sandbox.conf");
     let text = std::fs::read_to_string(&conf).unwrap() + "OCSB_NETWORK=netlock\n";
@@ -489,6 +491,12 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
         "{out}"
     );
     assert_eq!(std::fs::metadata(w.state.join("kube/config")).unwrap().permissions().mode() & 0o777, 0o600);
+    // Nothing of the home but what is allowed: none of the credential canaries, by content. A
+    // file, because OpenCode's shell endpoint expands a command once more before running it.
+    let look = w.proj.join("look-home.sh");
+    std::fs::write(&look, super::home_allowlist::look_inside(&tag)).unwrap();
+    let out = shell(&w, &auth, &id, &format!("sh {}", look.display()));
+    super::home_allowlist::assert_nothing_found(&out, "", "run (OpenCode's shell)");
     let out =
         shell(&w, &auth, &id, "echo key=[$(cat ~/.ssh/id_ed25519 2>&1)] pub=[$(cat ~/.ssh/id_ed25519.pub)]");
     assert!(out.contains("pub=[ssh-ed25519 AAAA]") && !out.contains("PRIVATE KEY"), "{out}");

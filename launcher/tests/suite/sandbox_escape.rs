@@ -163,8 +163,10 @@ fn e19_hidden_paths_and_private_keys(w: World) {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(out.contains("KEY No such file or directory"), "a key made later is not inside: {out}{err}");
     assert!(out.contains("SOCK No such file or directory"), "a socket made later is not inside: {out}{err}");
-    assert_eq!(w.probe(&["listdir", &s(&w.home.join(".aws"))]), "OK", "hidden directory is empty");
-    assert_eq!(w.probe(&["write", &s(&w.home.join(".aws/x"))]), "ERR EROFS");
+    // ~/.aws is not allowed: absent from the home, not an empty directory.
+    assert_eq!(w.probe(&["listdir", &s(&w.home.join(".aws"))]), "ERR ENOENT", "hidden directory is absent");
+    assert_eq!(w.probe(&["write", &s(&w.home.join(".aws/x"))]), "ERR ENOENT");
+    assert!(!w.home.join(".aws/x").exists());
 }
 
 fn e22_mknod_and_setuid_do_nothing(w: World) {

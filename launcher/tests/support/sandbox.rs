@@ -85,10 +85,12 @@ impl World {
         self.network != json!("Host")
     }
 
-    /// The default spec: the seed's policy with hidden `~/.aws`, writable `~/.cache`.
+    /// The default spec: the seed's policy with hidden `~/.aws`, writable `~/.cache`, and of
+    /// the rest of the home `~/.bashrc` alone (read-only, as a shell startup file is).
     pub fn spec(&self) -> Value {
         json!({
             "project_dir": self.proj, "state_dir": self.state, "home": self.home,
+            "home_ro": [self.home.join(".bashrc")],
             "worktrees_dir": null, "rw": [], "rw_home": [self.home.join(".cache")],
             "hide": [], "hide_home": [self.home.join(".aws")], "tmp": "Private",
             "docker_socket": null, "ssh_agent": null,
@@ -234,8 +236,9 @@ use testkit::host::as_test_user;
 pub use testkit::host::netlock_gid;
 
 /// Run `body` (bash) in a fresh netns with the lock loaded. `U` runs a command as ocsb-test with
-/// the netlock gid; `OCSB` is the binary; `P` the project (a git repository with one commit
-/// and `ocsb init` done); `PROBE` writes a file and prints `OK` or `ERR <errno>`; `$HOME` is the
+/// the netlock gid; `OCSB` is the binary; `P` the project (a git repository with one commit,
+/// the user's identity in its own config, since the home's `~/.gitconfig` is not in the
+/// sandbox, and `ocsb init` done); `PROBE` writes a file and prints `OK` or `ERR <errno>`; `$HOME` is the
 /// test user's home, where every marker would land.
 pub fn scenario(w: &World, body: &str) -> (String, String) {
     let g = netlock_gid();
@@ -252,7 +255,8 @@ pub fn scenario(w: &World, body: &str) -> (String, String) {
            setpriv --reuid 1990 --regid {g} --clear-groups -- \"$@\"; }}; \
          X() {{ U \"$OCSB\" exec -- sh -c \"$1\" </dev/null; }}; \
          printf '[user]\n\tname = a\n\temail = a@example.invalid\n' > \"$HOME/.gitconfig\"; chown 1990 \"$HOME/.gitconfig\"; \
-         rm -rf .git; U git init -q -b main .; U git commit -q --allow-empty -m init; U \"$OCSB\" init >/dev/null; \
+         rm -rf .git; U git init -q -b main .; U git config user.name a; U git config user.email a@example.invalid; \
+         U git commit -q --allow-empty -m init; U \"$OCSB\" init >/dev/null; \
          U git add -A; U git commit -q -m ocsb; \
          trap 'U \"$OCSB\" egress down >/dev/null 2>&1 </dev/null || true' EXIT; \
          set +e; {body}",

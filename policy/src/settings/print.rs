@@ -86,6 +86,7 @@ fn example(name: &str) -> &'static str {
         "OCSB_HIDE" => "=(../shop-secrets)",
         "OCSB_RW_HOME" => "+=(.local/share/my-tool)",
         "OCSB_HIDE_HOME" => "+=(.config/my-secrets)",
+        "OCSB_HOME" => "=(.config/nvim .local/share/my-tool)",
         "OCSB_SKILL_DIRS" => "=(~/my-skills)",
         _ => "=()",
     }

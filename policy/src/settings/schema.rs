@@ -178,6 +178,8 @@ pub static SCHEMA: &[Spec] = &[
         "model-provider keys, one `<provider> <key> [<base URL>]` per line: kept outside the sandbox, added by the broker"),
     spec("OCSB_SPEND_LIMIT", Scalar, D::Str(""), "no limit", C::SpendLimit, Paths::No,
         "USD the project may spend on model requests per day (UTC), and after a / per `ocsb run`: 5, 5/1 or /1"),
+    spec("OCSB_HOME", Array, D::List(&[]), "()", C::HomeRelative, Paths::Home,
+        "paths in ~ the agent may read (besides toolchains, shell startup files and ~/.ssh's public half); the rest of ~ is absent"),
     spec("OCSB_SSH_KEYS", Array, D::List(&[]), "() = all", C::SshKey, Paths::No,
         "the keys of your ssh-agent the agent may list and sign with, by fingerprint (SHA256:… as `ssh-add -l` prints it); it can never add, remove or lock"),
 ];

@@ -63,6 +63,7 @@ const WATCHED: &[(&str, Rule, &str)] = &[
     ("OCSB_FORWARD_PORTS", Rule::Added, "lets the agent connect to a service on your machine's loopback"),
     ("OCSB_HIDE", Rule::Removed, "un-hides a path"),
     ("OCSB_HIDE_HOME", Rule::Removed, "un-hides a credential or profile in your home"),
+    ("OCSB_HOME", Rule::Added, "shows a path of your home to the agent"),
     ("OCSB_STATE_DIR", Rule::Changed, "moves a writable directory, which may be another project's state"),
     (
         "OCSB_OPENCODE_BIN",
@@ -265,5 +266,34 @@ mod tests {
         write(&i, "sandbox.conf", "OCSB_NAME=shop\n");
         write(&i, "local/sandbox.conf", "OCSB_TMP=shared\nOCSB_RW=(/srv/mine)\n");
         assert!(project_widenings(&i).unwrap().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod home_tests {
+    use super::*;
+
+    /// A path of the home the project's file shows to the agent needs the user's trust; the
+    /// user's own layers do not.
+    #[test]
+    fn ocsb_home_added_by_the_project_widens() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().join("home");
+        let project_dir = t.path().join("proj");
+        std::fs::create_dir_all(project_dir.join(".opencode-sandbox/local")).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        let i = LoadInput {
+            user_config_dir: home.join(".config/opencode-sandbox"),
+            home,
+            project_dir,
+            env: vec![],
+        };
+        let dot = i.project_dir.join(".opencode-sandbox");
+        std::fs::write(dot.join("local/sandbox.conf"), "OCSB_HOME+=(.config/nvim)\n").unwrap();
+        assert!(project_widenings(&i).unwrap().is_empty(), "the local layer is the user's");
+        std::fs::write(dot.join("sandbox.conf"), "OCSB_HOME+=(.aws)\n").unwrap();
+        let w = project_widenings(&i).unwrap();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!((w[0].name, w[0].change.as_str()), ("OCSB_HOME", "+ .aws"));
     }
 }

@@ -1,0 +1,384 @@
+//! What the sandbox's home holds: an allowlist.
+//!
+//! Inside the sandbox `~` is a fresh directory. Only the entries this module names are bound
+//! into it from the host; everything else in the host's home is absent, whatever its name and
+//! whenever it appears. *Why an allowlist*: credentials, tokens and histories live under
+//! hundreds of names that change with every tool (`~/.config/containers/auth.json`,
+//! `~/.histfile`, an AI tool's key file); a list of what to hide always misses some, while the
+//! few things a build needs from the home (the toolchains it runs, the shell's startup files,
+//! ssh's public half) are a short, stable list.
+//!
+//! The entries, in order (a later source never narrows an earlier one; `OCSB_HIDE_HOME` removes
+//! from all of them, hide wins):
+//! * [`DEFAULT`]: toolchains and programs the user runs, and the shell's startup files,
+//!   read-only, where they exist;
+//! * [`ssh_visible`]: `~/.ssh/config`, `known_hosts` and the public keys, read-only;
+//! * `OCSB_HOME`: paths the user allows, read-only;
+//! * `OCSB_RW_HOME`: writable directories, or with `OCSB_CACHES=private` the project's own
+//!   copy of the default caches (see [`crate::settings::CacheUse`]).
+//!
+//! A pattern may end in a component with one `*` (`.local/lib/python3*`): it names every
+//! entry of that directory that matches.
+
+use std::path::{Path, PathBuf};
+
+use crate::guard::{Entry as Kind, Lookup};
+use crate::settings::{CacheUse, Settings};
+
+/// Read-only by default, where they exist: what a build or the shell needs from the home.
+///
+/// Each is a directory of programs or runtimes, or a startup file; never a directory that also
+/// holds credentials (so `.cargo/bin`, not `.cargo`, which holds `credentials.toml`; `go/bin`,
+/// not `go`; the shell's startup files, not `.config/fish`, whose `fish_variables` keeps
+/// universal variables).
+pub static DEFAULT: &[(&str, &str)] = &[
+    (".local/bin", "programs you installed for yourself (pipx, installers)"),
+    (".local/lib/python3*", "Python packages of `pip install --user`"),
+    (".local/share/pipx", "pipx's virtual environments, where ~/.local/bin's links point"),
+    (".local/pipx", "pipx's virtual environments (older layout)"),
+    (".local/lib/node_modules", "npm's global packages with the prefix ~/.local"),
+    (".npm-global", "npm's global packages with the prefix ~/.npm-global (its bin and lib)"),
+    (".cargo/bin", "programs of `cargo install` and rustup's proxies (not .cargo: credentials.toml)"),
+    (".rustup", "Rust toolchains"),
+    (".nvm", "Node versions of nvm"),
+    (".local/share/fnm", "Node versions of fnm"),
+    (".volta", "Volta's Node toolchains and shims"),
+    (".bun/bin", "bun and the programs of `bun add -g`"),
+    (".bun/install/global", "the packages of `bun add -g`, where ~/.bun/bin's links point"),
+    (".deno/bin", "programs of `deno install`"),
+    (".pyenv", "Python versions of pyenv"),
+    (".rbenv", "Ruby versions of rbenv"),
+    (".sdkman", "Java, Kotlin, Gradle … of SDKMAN!"),
+    ("go/bin", "programs of `go install` (not go/: its module cache is the project's own)"),
+    (".juliaup", "Julia versions of juliaup"),
+    (".ghcup/bin", "GHC, cabal and stack of ghcup"),
+    (".ghcup/ghc", "the GHC versions ~/.ghcup/bin's links point to"),
+    (".cabal/bin", "programs of `cabal install`"),
+    (".elan", "Lean toolchains of elan"),
+    (".local/share/mise/installs", "runtimes of mise"),
+    (".local/share/mise/shims", "mise's shims"),
+    (".nix-profile", "the programs of your Nix profile"),
+    (".dotnet/tools", ".NET global tools"),
+    ("miniconda3", "a conda installation (its environments and programs)"),
+    ("miniforge3", "a conda installation (its environments and programs)"),
+    ("anaconda3", "a conda installation (its environments and programs)"),
+    (".profile", "login shell startup"),
+    (".bashrc", "bash startup"),
+    (".bashrc.d", "bash startup fragments (sourced by ~/.bashrc on some systems)"),
+    (".bash_profile", "bash login startup"),
+    (".bash_login", "bash login startup"),
+    (".bash_logout", "bash logout"),
+    (".zshenv", "zsh startup"),
+    (".zshrc", "zsh startup"),
+    (".zprofile", "zsh login startup"),
+    (".zlogin", "zsh login startup"),
+    (".inputrc", "readline's key bindings"),
+    (".config/fish/config.fish", "fish startup"),
+    (".config/fish/conf.d", "fish startup fragments"),
+    (".config/fish/functions", "fish functions"),
+];
+
+/// Entries of `~/.ssh` that stay visible: what ssh needs to connect (through the filter) and
+/// to check host keys, never a private key or a ControlMaster socket.
+pub fn ssh_visible(name: &str) -> bool {
+    name == "config" || name == "known_hosts" || name.ends_with(".pub")
+}
+
+/// The patterns of [`ssh_visible`], as the home's listing shows them.
+const SSH: &[&str] = &[".ssh/config", ".ssh/known_hosts", ".ssh/*.pub"];
+
+/// Sockets of host programs under a directory of the home that the sandbox may see (a shared
+/// `~/.cache`): always absent, whatever makes the directory visible.
+///
+/// *Why a denylist here*: what decides the home is the allowlist; this is the closed set of
+/// channels to a host process that live *inside* an allowed directory by design. git's
+/// credential cache daemon is the one such program of the toolchains the sandbox runs (it
+/// keeps its socket under `$XDG_CACHE_HOME/git/credential`, and answers anyone who connects
+/// with the cached passwords). The other agents (gpg-agent, ssh-agent, password managers, the
+/// keyring) keep theirs in `~/.gnupg`, `~/.1password`, `/run/user/<uid>` …, none of which is
+/// allowed.
+pub static CACHE_SOCKETS: &[(&str, &str)] = &[(
+    ".cache/git/credential",
+    "git's credential cache daemon: its socket answers with the cached passwords",
+)];
+
+/// How an entry is seen inside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Access {
+    ReadOnly,
+    /// The host's directory, writable.
+    Writable,
+    /// The project's own copy, writable (`OCSB_CACHES=private`).
+    Private,
+}
+
+impl Access {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::ReadOnly => "ro",
+            Access::Writable => "rw",
+            Access::Private => "own",
+        }
+    }
+}
+
+/// Which rule allowed an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// [`DEFAULT`] or [`ssh_visible`].
+    Default,
+    /// `OCSB_HOME`.
+    Home,
+    /// `OCSB_RW_HOME`.
+    RwHome,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Default => "default",
+            Source::Home => "OCSB_HOME",
+            Source::RwHome => "OCSB_RW_HOME",
+        }
+    }
+}
+
+/// One rule of the home: a home-relative pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub pattern: String,
+    pub access: Access,
+    pub source: Source,
+    pub why: String,
+}
+
+/// One entry present on the host that a rule allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Present {
+    /// Absolute: the home joined with the entry's name (not resolved).
+    pub path: PathBuf,
+    /// Relative to the home.
+    pub rel: PathBuf,
+    pub access: Access,
+    pub source: Source,
+    pub why: String,
+}
+
+/// Every rule of the home for these settings, hidden ones removed.
+pub fn rules(s: &Settings) -> Vec<Rule> {
+    let mut out: Vec<Rule> = Vec::new();
+    let ro = |pattern: &str, source, why: &str| Rule {
+        pattern: pattern.to_string(),
+        access: Access::ReadOnly,
+        source,
+        why: why.to_string(),
+    };
+    out.extend(DEFAULT.iter().map(|(p, why)| ro(p, Source::Default, why)));
+    out.extend(SSH.iter().map(|p| ro(p, Source::Default, "ssh: configuration, host keys, public keys")));
+    out.extend(s.array("OCSB_HOME").iter().map(|p| ro(p, Source::Home, "allowed in your settings")));
+    for (dir, usage) in s.home_dirs() {
+        let Ok(rel) = dir.strip_prefix(s.home()) else { continue };
+        let pattern = rel.to_string_lossy().into_owned();
+        let (access, why) = match usage {
+            CacheUse::Shared => (Access::Writable, "writable"),
+            CacheUse::Private(_) => (Access::Private, "the project's own copy (OCSB_CACHES=private)"),
+            CacheUse::ReadOnly => {
+                (Access::ReadOnly, "programs the host runs: read-only (OCSB_CACHES=private)")
+            }
+        };
+        out.push(Rule { pattern, access, source: Source::RwHome, why: why.to_string() });
+    }
+    let hidden: Vec<String> = s.array("OCSB_HIDE_HOME").to_vec();
+    out.retain(|r| !hidden.iter().any(|h| Path::new(&r.pattern).starts_with(h)));
+    out
+}
+
+/// The entries of `home` that `rules` allow, as the host has them now (a pattern expanded,
+/// a missing name left out). A private cache is listed whether or not the host has it: the
+/// project's own copy is mounted all the same.
+pub fn present(rules: &[Rule], home: &Path, fs: &dyn Lookup) -> Vec<Present> {
+    let mut out: Vec<Present> = Vec::new();
+    for r in rules {
+        for rel in expand(&r.pattern, home, fs) {
+            let path = home.join(&rel);
+            if r.access != Access::Private && fs.entry(&path) == Kind::Missing {
+                continue;
+            }
+            if out.iter().any(|p| p.rel == rel) {
+                continue;
+            }
+            out.push(Present { path, rel, access: r.access, source: r.source, why: r.why.clone() });
+        }
+    }
+    out
+}
+
+/// The names a pattern stands for: itself, or with a `*` in its last component, the matching
+/// entries of its directory.
+fn expand(pattern: &str, home: &Path, fs: &dyn Lookup) -> Vec<PathBuf> {
+    let p = Path::new(pattern);
+    let last = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let Some((pre, post)) = last.split_once('*') else { return vec![p.to_path_buf()] };
+    let dir = p.parent().unwrap_or(Path::new(""));
+    fs.names(&home.join(dir))
+        .into_iter()
+        .filter(|n| n.len() >= pre.len() + post.len() && n.starts_with(pre) && n.ends_with(post))
+        .map(|n| dir.join(n))
+        .collect()
+}
+
+/// What the home of these settings holds now: [`rules`] expanded by [`present`], and an entry a
+/// pattern found inside an `OCSB_HIDE_HOME` path left out too (hide wins).
+pub fn entries(s: &Settings, fs: &dyn Lookup) -> Vec<Present> {
+    let hidden = s.array("OCSB_HIDE_HOME");
+    let mut out = present(&rules(s), s.home(), fs);
+    out.retain(|e| !hidden.iter().any(|h| e.rel.starts_with(h)));
+    out
+}
+
+/// `ocsb config` and `ocsb doctor`: one line per entry, `ro  .cargo/bin  default: why`.
+pub fn render(entries: &[Present]) -> Vec<String> {
+    let width = entries.iter().map(|e| e.rel.as_os_str().len()).max().unwrap_or(0);
+    entries
+        .iter()
+        .map(|e| {
+            format!(
+                "{:<3} ~/{:<width$}  {}: {}",
+                e.access.as_str(),
+                e.rel.display(),
+                e.source.as_str(),
+                e.why,
+                width = width
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::LoadInput;
+    use std::collections::BTreeMap;
+
+    struct Fs(BTreeMap<PathBuf, Kind>);
+    impl Lookup for Fs {
+        fn entry(&self, p: &Path) -> Kind {
+            self.0.get(p).copied().unwrap_or(Kind::Missing)
+        }
+        fn names(&self, dir: &Path) -> Vec<String> {
+            self.0
+                .keys()
+                .filter(|k| k.parent() == Some(dir))
+                .map(|k| k.file_name().unwrap().to_string_lossy().into_owned())
+                .collect()
+        }
+    }
+
+    /// Settings for the home `/h` from one user layer holding `text` (the layer file lives in
+    /// a temporary directory; `/h` itself is never read).
+    fn settings(text: &str) -> Settings {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("sandbox.conf"), text).unwrap();
+        let input = LoadInput {
+            home: "/h".into(),
+            project_dir: "/h/p".into(),
+            user_config_dir: dir.path().to_path_buf(),
+            env: Vec::new(),
+        };
+        Settings::load(&input).unwrap()
+    }
+
+    #[test]
+    fn no_default_entry_holds_credentials_or_histories() {
+        // Directories known to hold secrets: no default is one of them or above one.
+        let secret = [
+            ".cargo/credentials.toml",
+            ".config/fish/fish_variables",
+            ".npmrc",
+            ".gnupg",
+            ".ssh/id_ed25519",
+            ".config/gh/hosts.yml",
+            ".docker/config.json",
+            ".local/share/keyrings",
+            ".bash_history",
+            ".local/share/fish/fish_history",
+            ".config/git/config",
+            ".gitconfig",
+        ];
+        for (d, why) in DEFAULT {
+            assert!(!why.is_empty());
+            for s in secret {
+                assert!(!Path::new(s).starts_with(d), "{d} would show {s}");
+            }
+        }
+        assert!(ssh_visible("config") && ssh_visible("id_ed25519.pub") && ssh_visible("known_hosts"));
+        assert!(!ssh_visible("id_ed25519") && !ssh_visible("ctl-socket") && !ssh_visible("authorized_keys"));
+    }
+
+    #[test]
+    fn rules_take_defaults_ocsb_home_and_rw_home_and_hide_wins() {
+        let s = settings(
+            "OCSB_HOME=(.config/nvim .local/bin/extra)\nOCSB_HIDE_HOME=(.local/bin .gnupg)\nOCSB_RW_HOME=(.cache .asdf work)\n",
+        );
+        let r = rules(&s);
+        let find = |p: &str| r.iter().find(|x| x.pattern == p);
+        assert_eq!(
+            find(".config/nvim").map(|x| (x.access, x.source)),
+            Some((Access::ReadOnly, Source::Home))
+        );
+        assert_eq!(find(".cargo/bin").map(|x| x.source), Some(Source::Default));
+        assert!(find(".local/bin").is_none() && find(".local/bin/extra").is_none(), "hide wins");
+        assert_eq!(find(".cache").map(|x| x.access), Some(Access::Private));
+        assert_eq!(find(".asdf").map(|x| x.access), Some(Access::ReadOnly));
+        assert_eq!(find("work").map(|x| (x.access, x.source)), Some((Access::Writable, Source::RwHome)));
+        let shared = rules(&settings("OCSB_CACHES=shared\n"));
+        assert!(shared.iter().any(|x| x.pattern == ".cache" && x.access == Access::Writable));
+    }
+
+    #[test]
+    fn present_expands_patterns_and_leaves_out_missing_names() {
+        let fs = Fs([
+            ("/h/.local/lib/python3.11", Kind::Dir),
+            ("/h/.local/lib/python3.12", Kind::Dir),
+            ("/h/.local/lib/perl5", Kind::Dir),
+            ("/h/.cargo/bin", Kind::Dir),
+            ("/h/.ssh/config", Kind::File),
+            ("/h/.ssh/id_ed25519", Kind::File),
+            ("/h/.ssh/id_ed25519.pub", Kind::File),
+            ("/h/.bashrc", Kind::Symlink),
+        ]
+        .into_iter()
+        .map(|(p, k)| (PathBuf::from(p), k))
+        .collect());
+        let s = settings("");
+        let got = present(&rules(&s), Path::new("/h"), &fs);
+        let rels: Vec<String> = got.iter().map(|p| p.rel.display().to_string()).collect();
+        for want in [
+            ".local/lib/python3.11",
+            ".local/lib/python3.12",
+            ".cargo/bin",
+            ".bashrc",
+            ".ssh/config",
+            ".ssh/id_ed25519.pub",
+            ".cache",
+        ] {
+            assert!(rels.contains(&want.to_string()), "{want} in {rels:?}");
+        }
+        for absent in [".local/lib/perl5", ".ssh/id_ed25519", ".rustup", ".local/bin"] {
+            assert!(!rels.contains(&absent.to_string()), "{absent} in {rels:?}");
+        }
+        let hid = settings("OCSB_HIDE_HOME+=(.local/lib/python3.12)\n");
+        let rels: Vec<PathBuf> = entries(&hid, &fs).into_iter().map(|e| e.rel).collect();
+        assert!(rels.contains(&PathBuf::from(".local/lib/python3.11")));
+        assert!(!rels.contains(&PathBuf::from(".local/lib/python3.12")), "a hidden match is left out");
+        let lines = render(&got);
+        assert!(
+            lines.iter().any(|l| l.starts_with("ro  ~/.cargo/bin") && l.contains("default:")),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.starts_with("own ~/.cache") && l.contains("OCSB_RW_HOME")),
+            "{lines:?}"
+        );
+    }
+}

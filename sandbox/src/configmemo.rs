@@ -16,7 +16,7 @@
 //!
 //! Kept in the process (the look after a sandbox reuses the one before it) and, between
 //! starts, in a file of the audit's directory beside the state directory, which no sandbox can
-//! write ([`Memo::load`]). A record that cannot be read is no record.
+//! write ([`load`], [`save`]). A record that cannot be read is no record.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

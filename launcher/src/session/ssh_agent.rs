@@ -41,6 +41,9 @@ pub struct Relay {
     socket: PathBuf,
     inode: u64,
     closing: Arc<AtomicBool>,
+    /// The listener, to shut down: that wakes the accept loop (a connect to the socket's path
+    /// would fail for a path over the 108 bytes of a socket address).
+    wake: std::os::fd::OwnedFd,
 }
 
 /// Starts the relay for a sandbox of `project` when the user has an agent. Without namespaces
@@ -62,6 +65,9 @@ pub fn start(project: &Project, spec: &SandboxSpec) -> Result<Option<Relay>> {
     let dir = std::fs::canonicalize(&dir).map_err(|e| Error::io("resolve", &dir, e))?;
     let nonce = crate::web::auth::random_secret()?;
     let (listener, socket, inode) = listen(&dir, &nonce)?;
+    let wake = std::os::fd::OwnedFd::from(
+        listener.try_clone().map_err(|e| Error::io("duplicate the listener of", &socket, e))?,
+    );
     let closing = Arc::new(AtomicBool::new(false));
     let shared =
         Arc::new(Shared { upstream, keys: project.settings.ssh_keys(), said: Mutex::new(BTreeSet::new()) });
@@ -70,7 +76,7 @@ pub fn start(project: &Project, spec: &SandboxSpec) -> Result<Option<Relay>> {
         .name("ocsb-ssh-agent".into())
         .spawn(move || accept(&listener, &stop, &shared))
         .map_err(|e| Error::failed(format!("cannot start the ssh-agent relay: {e}"), "report this"))?;
-    Ok(Some(Relay { socket, inode, closing }))
+    Ok(Some(Relay { socket, inode, closing, wake }))
 }
 
 /// What the relay puts into the spec: its socket, and `SSH_AUTH_SOCK` naming it where the
@@ -85,9 +91,12 @@ impl Drop for Relay {
     fn drop(&mut self) {
         use std::os::unix::fs::MetadataExt;
         self.closing.store(true, Ordering::SeqCst);
+        // Wakes the accept loop, which sees `closing` and ends.
+        let _ = nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&self.wake),
+            nix::sys::socket::Shutdown::Both,
+        );
         if std::fs::symlink_metadata(&self.socket).is_ok_and(|m| m.ino() == self.inode) {
-            // Wakes the accept loop, which sees `closing` and ends.
-            drop(UnixStream::connect(&self.socket));
             let _ = std::fs::remove_file(&self.socket);
         }
     }
@@ -168,13 +177,30 @@ fn accept(listener: &UnixListener, closing: &AtomicBool, shared: &Arc<Shared>) {
         if busy.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
             continue; // dropped: the client sees the connection close
         }
-        busy.fetch_add(1, Ordering::SeqCst);
-        let (shared, busy) = (shared.clone(), busy.clone());
-        // A failed spawn takes the closure (and its count) with it.
+        let slot = Slot::take(&busy);
+        let shared = shared.clone();
+        // A failed spawn (the sandbox can use up the user's processes) drops the closure, and
+        // the slot with it: the count never leaks.
         let _ = std::thread::Builder::new().name("ocsb-ssh-agent-conn".into()).spawn(move || {
             serve(c, &shared);
-            busy.fetch_sub(1, Ordering::SeqCst);
+            drop(slot);
         });
+    }
+}
+
+/// One of the [`MAX_CONNECTIONS`] served at once, given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(busy: &Arc<AtomicUsize>) -> Slot {
+        busy.fetch_add(1, Ordering::SeqCst);
+        Slot(busy.clone())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -160,6 +160,7 @@ pub fn facts(root: &Path, home: &Path, git: &GitDirs, make: impl FnOnce() -> Con
     drop(memo);
     let started = SystemTime::now();
     let facts = make();
+    super::stages::mark("look: git config ran (not remembered)");
     let mut paths = fixed_files(root, home, git);
     paths.extend(facts.files.iter().cloned());
     paths.sort();

@@ -586,7 +586,7 @@ impl Builder<'_> {
             }
         }
         self.links_out_of_the_home(spec, &h, hidden)?;
-        self.cache_sockets(&h);
+        self.cache_sockets(&h)?;
         self.drop_unmountable_caches()
     }
 
@@ -658,14 +658,17 @@ impl Builder<'_> {
 
     /// [`ocsb_policy::home::CACHE_SOCKETS`] where a bind shows the directory that holds them:
     /// an empty sealed tmpfs over the socket's directory, made on the host first when missing
-    /// (the daemon makes the socket there whenever it starts, also after the sandbox did).
-    fn cache_sockets(&mut self, h: &Path) {
+    /// (the daemon makes the socket there whenever it starts, also after the sandbox did), and
+    /// the way to it pinned (`pin_way_to`: `mv ~/.cache/git g` would carry the cover away).
+    /// A link or a file on the way is refused: the cover would not be where the daemon puts
+    /// its socket (`~/.cache/git -> elsewhere` makes it in `~/.cache/elsewhere/credential`).
+    fn cache_sockets(&mut self, h: &Path) -> Result<()> {
         for (rel, _) in ocsb_policy::home::CACHE_SOCKETS {
             let dst = h.join(rel);
             let Some(Op::Bind { src, dst: at, dir: true, .. }) = self.holder_op(&dst, false).cloned() else {
                 continue;
             };
-            let Ok(rest) = dst.strip_prefix(&at) else { continue };
+            let Ok(rest) = dst.strip_prefix(&at).map(Path::to_path_buf) else { continue };
             let mut cur = src.clone();
             for part in rest.components() {
                 cur.push(part);
@@ -678,9 +681,18 @@ impl Builder<'_> {
                         anchor: src.clone(),
                         private: true,
                     }),
-                    // A file or a link where the directory should be: git cannot make its
-                    // socket there either.
-                    _ => return,
+                    _ => {
+                        return Err(Error::refused(
+                            format!(
+                                "{} is a link or a file, where git's credential cache keeps its socket \
+                                 directory ({rel}): the sandbox could not cover the socket",
+                                cur.display()
+                            ),
+                            format!(
+                                "replace it with a directory of your own (mkdir -m 700 -p ~/{rel}), or use OCSB_CACHES=private"
+                            ),
+                        ));
+                    }
                 }
             }
             self.hidden.insert(dst.clone());
@@ -690,6 +702,7 @@ impl Builder<'_> {
                 Op::Tmpfs { dst, mode: 0o700, size: Some(4096), seal: true },
             ));
         }
+        Ok(())
     }
 
     fn drop_unmountable_caches(&mut self) -> Result<()> {
@@ -1701,7 +1714,28 @@ mod tests {
             .with("/home/u/.cache/git/credential/socket", Kind::Special);
         let plan = build(&spec(), &fs).unwrap();
         assert!(plan.placeholders.is_empty());
-        assert!(matches!(plan.ops[pos(&plan, "/home/u/.cache/git/credential")], Op::Tmpfs { .. }));
+        let cred = pos(&plan, "/home/u/.cache/git/credential");
+        assert!(matches!(plan.ops[cred], Op::Tmpfs { .. }));
+        // The way to it is pinned, before the cover: `mv ~/.cache/git g` gets EBUSY.
+        let git = pos(&plan, "/home/u/.cache/git");
+        assert_eq!(
+            plan.ops[git],
+            Op::Bind {
+                src: "/home/u/.cache/git".into(),
+                dst: "/home/u/.cache/git".into(),
+                access: Access::Rw,
+                dir: true
+            }
+        );
+        assert!(git < cred);
+        // A link or a file on the way: refused, not skipped.
+        for fs in [
+            host().with("/home/u/.cache/elsewhere", Kind::Dir).link("/home/u/.cache/git", "elsewhere"),
+            host().with("/home/u/.cache/git", Kind::Dir).with("/home/u/.cache/git/credential", Kind::File),
+        ] {
+            let e = build(&spec(), &fs).unwrap_err().to_string();
+            assert!(e.contains("credential cache") && e.contains("/home/u/.cache/git"), "{e}");
+        }
         // Not bound from the host at all: nothing to cover.
         let mut s = spec();
         s.rw_home.clear();

@@ -593,3 +593,30 @@ fn other_agents_sockets_are_out_of_reach_netlock() {
 fn other_agents_sockets_are_out_of_reach_with_shared_caches() {
     agent_sockets_are_out_of_reach("OCSB_CACHES=shared\\n", false);
 }
+
+/// With `OCSB_CACHES=shared`, `~/.cache/git` a link (to `~/.cache/elsewhere`, where git's
+/// credential cache daemon would then make its socket, uncovered): the start is refused and
+/// says why. Control: with the link replaced by a directory the same command runs.
+#[test]
+fn a_link_on_the_way_to_the_credential_cache_is_refused_with_shared_caches() {
+    let tag = format!("g{}", std::process::id());
+    let w = world(&tag);
+    std::fs::create_dir_all(w.home.join(".cache/elsewhere")).unwrap();
+    std::os::unix::fs::symlink("elsewhere", w.home.join(".cache/git")).unwrap();
+    chown_home(&w.home);
+    let body = format!(
+        "{settings}set +e\n\
+         X 'echo ran-with-link' > first.out 2>&1; echo \"first rc=$?\"; cat first.out\n\
+         rm \"$HOME/.cache/git\"\n\
+         X 'echo ran-with-dir; ls -ld ~/.cache/git/credential' > second.out 2>&1; echo \"second rc=$?\"; cat second.out\n\
+         rm -f first.out second.out\n",
+        settings = settings_lines(&tag, "OCSB_CACHES=shared\\n"),
+    );
+    let (out, err) = scenario(&w, &body);
+    assert!(!out.contains("ran-with-link") && !out.contains("first rc=0"), "{out}\n{err}");
+    assert!(out.contains("credential cache"), "the refusal says why\n{out}\n{err}");
+    assert!(out.contains("second rc=0") && out.contains("ran-with-dir"), "{out}\n{err}");
+    // Host side: the launcher made the socket's directory for the user alone.
+    let meta = std::fs::symlink_metadata(w.home.join(".cache/git/credential")).unwrap();
+    assert!(meta.is_dir() && meta.permissions().mode() & 0o777 == 0o700, "{meta:?}");
+}

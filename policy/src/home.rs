@@ -78,6 +78,115 @@ pub static DEFAULT: &[(&str, &str)] = &[
     (".config/fish/functions", "fish functions"),
 ];
 
+/// Credential files that a [`DEFAULT`] entry can hold, per entry: `(entry, name, why)`, the name
+/// relative to the home, a `*` standing for one whole component or part of one
+/// (`.nvm/versions/node/*/etc/npmrc`). Each existing match is masked (an empty read-only file)
+/// wherever the sandbox sees it, as a hidden name is.
+///
+/// *Why a denylist here*: the entries are allowed because they hold programs, and each tool
+/// keeps its configuration somewhere else, except for these few names where the tool reads a
+/// configuration from inside its own installation (npm's global `etc/npmrc` under the Node
+/// prefix, pip's `pip.conf` in a Python prefix, conda's `.condarc` and the variables of
+/// `conda env config vars`, pipx's record of the pip arguments, Maven's `conf/settings.xml`).
+/// That is a closed set per tool: the places its documented lookup reads from its prefix.
+pub static SECRETS: &[(&str, &str, &str)] = &[
+    (".nvm", ".nvm/versions/node/*/etc/npmrc", "npm's global config of a Node version (_authToken)"),
+    (".nvm", ".nvm/versions/io.js/*/etc/npmrc", "npm's global config of an io.js version"),
+    (".npm-global", ".npm-global/etc/npmrc", "npm's global config with this prefix (_authToken)"),
+    (".local/lib/node_modules", ".local/etc/npmrc", "npm's global config with the prefix ~/.local"),
+    (
+        ".local/share/fnm",
+        ".local/share/fnm/node-versions/*/installation/etc/npmrc",
+        "npm's global config of an fnm Node version",
+    ),
+    (".volta", ".volta/tools/image/node/*/etc/npmrc", "npm's global config of a Volta Node version"),
+    (
+        ".local/share/mise/installs",
+        ".local/share/mise/installs/node/*/etc/npmrc",
+        "npm's global config of a mise Node version",
+    ),
+    (
+        ".local/share/mise/installs",
+        ".local/share/mise/installs/python/*/pip.conf",
+        "pip's config of a mise Python (index URLs with tokens)",
+    ),
+    (".pyenv", ".pyenv/versions/*/pip.conf", "pip's config of a pyenv Python (index URLs with tokens)"),
+    (".pyenv", ".pyenv/versions/*/envs/*/pip.conf", "pip's config of a pyenv virtualenv"),
+    (".rbenv", ".rbenv/versions/*/etc/gemrc", "gem's system config of an rbenv Ruby (sources with tokens)"),
+    (
+        ".local/share/pipx",
+        ".local/share/pipx/venvs/*/pipx_metadata.json",
+        "pipx's record of the pip arguments (index URLs with tokens)",
+    ),
+    (".local/share/pipx", ".local/share/pipx/venvs/*/pip.conf", "pip's config of a pipx environment"),
+    (".local/pipx", ".local/pipx/venvs/*/pipx_metadata.json", "pipx's record of the pip arguments"),
+    (".local/pipx", ".local/pipx/venvs/*/pip.conf", "pip's config of a pipx environment"),
+    (".sdkman", ".sdkman/candidates/maven/*/conf/settings.xml", "Maven's global settings (server passwords)"),
+    (".sdkman", ".sdkman/candidates/maven/*/conf/settings-security.xml", "Maven's master password"),
+    ("miniconda3", "miniconda3/pip.conf", "pip's config of the base environment"),
+    ("miniconda3", "miniconda3/.condarc", "conda's config of the installation (channel tokens)"),
+    ("miniconda3", "miniconda3/conda-meta/state", "variables of `conda env config vars` (base)"),
+    ("miniconda3", "miniconda3/envs/*/pip.conf", "pip's config of an environment"),
+    ("miniconda3", "miniconda3/envs/*/.condarc", "conda's config of an environment"),
+    ("miniconda3", "miniconda3/envs/*/conda-meta/state", "variables of `conda env config vars`"),
+    ("miniforge3", "miniforge3/pip.conf", "pip's config of the base environment"),
+    ("miniforge3", "miniforge3/.condarc", "conda's config of the installation (channel tokens)"),
+    ("miniforge3", "miniforge3/conda-meta/state", "variables of `conda env config vars` (base)"),
+    ("miniforge3", "miniforge3/envs/*/pip.conf", "pip's config of an environment"),
+    ("miniforge3", "miniforge3/envs/*/.condarc", "conda's config of an environment"),
+    ("miniforge3", "miniforge3/envs/*/conda-meta/state", "variables of `conda env config vars`"),
+    ("anaconda3", "anaconda3/pip.conf", "pip's config of the base environment"),
+    ("anaconda3", "anaconda3/.condarc", "conda's config of the installation (channel tokens)"),
+    ("anaconda3", "anaconda3/conda-meta/state", "variables of `conda env config vars` (base)"),
+    ("anaconda3", "anaconda3/envs/*/pip.conf", "pip's config of an environment"),
+    ("anaconda3", "anaconda3/envs/*/.condarc", "conda's config of an environment"),
+    ("anaconda3", "anaconda3/envs/*/conda-meta/state", "variables of `conda env config vars`"),
+];
+
+/// At most this many directories are listed to expand one pattern of [`SECRETS`]: a bound on
+/// the work at each start whatever the home holds.
+pub const SECRET_LISTINGS: usize = 256;
+
+/// Every existing file of the home that a [`SECRETS`] name matches (absolute, named under
+/// `home`, not resolved). `Err(dir)`: expanding a name would list more than
+/// [`SECRET_LISTINGS`] directories (the caller refuses rather than start with a file unmasked).
+pub fn secret_files(home: &Path, fs: &dyn Lookup) -> Result<Vec<PathBuf>, PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for (_, name, _) in SECRETS {
+        let mut listed = 0usize;
+        let mut at: Vec<PathBuf> = vec![home.to_path_buf()];
+        for part in Path::new(name).components() {
+            let part = part.as_os_str().to_string_lossy();
+            let mut next = Vec::new();
+            for dir in at {
+                match part.split_once('*') {
+                    None => next.push(dir.join(&*part)),
+                    Some((pre, post)) => {
+                        listed += 1;
+                        if listed > SECRET_LISTINGS {
+                            return Err(dir);
+                        }
+                        next.extend(
+                            fs.names(&dir)
+                                .into_iter()
+                                .filter(|n| n.len() >= pre.len() + post.len())
+                                .filter(|n| n.starts_with(pre) && n.ends_with(post))
+                                .map(|n| dir.join(n)),
+                        );
+                    }
+                }
+            }
+            at = next;
+        }
+        for p in at {
+            if fs.entry(&p) != Kind::Missing && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Entries of `~/.ssh` that stay visible: what ssh needs to connect (through the filter) and
 /// to check host keys, never a private key or a ControlMaster socket.
 pub fn ssh_visible(name: &str) -> bool {
@@ -313,6 +422,67 @@ mod tests {
         }
         assert!(ssh_visible("config") && ssh_visible("id_ed25519.pub") && ssh_visible("known_hosts"));
         assert!(!ssh_visible("id_ed25519") && !ssh_visible("ctl-socket") && !ssh_visible("authorized_keys"));
+    }
+
+    #[test]
+    fn every_secret_name_belongs_to_a_default_entry_and_is_expanded_bounded() {
+        for (entry, name, why) in SECRETS {
+            assert!(DEFAULT.iter().any(|(d, _)| d == entry), "{entry} is not a default entry");
+            assert!(!why.is_empty());
+            // In the entry, or (npm's prefix ~/.local) beside it under the same prefix.
+            let top = Path::new(entry).components().next().unwrap();
+            assert!(Path::new(name).starts_with(top), "{name} is not under {entry}'s top");
+        }
+        let fs = Fs([
+            ("/h/.nvm/versions/node/v20.1.0/etc/npmrc", Kind::File),
+            ("/h/.nvm/versions/node/v22.0.0/etc/npmrc", Kind::Symlink),
+            ("/h/.nvm/versions/node/v18.0.0/bin", Kind::Dir),
+            ("/h/.npm-global/etc/npmrc", Kind::File),
+            ("/h/.pyenv/versions/3.12.1/pip.conf", Kind::File),
+            ("/h/miniconda3/.condarc", Kind::File),
+            ("/h/miniconda3/pip.conf", Kind::File),
+            ("/h/miniconda3/envs/ml/conda-meta/state", Kind::File),
+            ("/h/.local/share/pipx/venvs/black/pipx_metadata.json", Kind::File),
+            ("/h/.sdkman/candidates/maven/3.9.6/conf/settings.xml", Kind::File),
+            ("/h/.nvm/versions/node/v20.1.0/etc/other", Kind::File),
+        ]
+        .into_iter()
+        .map(|(p, k)| (PathBuf::from(p), k))
+        .collect::<BTreeMap<_, _>>());
+        let mut fs = fs;
+        for p in fs.0.keys().cloned().collect::<Vec<_>>() {
+            for a in p.ancestors().skip(1).filter(|a| a.starts_with("/h/")) {
+                fs.0.entry(a.to_path_buf()).or_insert(Kind::Dir);
+            }
+        }
+        let got = secret_files(Path::new("/h"), &fs).unwrap();
+        let want: Vec<PathBuf> = [
+            "/h/.nvm/versions/node/v20.1.0/etc/npmrc",
+            "/h/.nvm/versions/node/v22.0.0/etc/npmrc",
+            "/h/.npm-global/etc/npmrc",
+            "/h/.pyenv/versions/3.12.1/pip.conf",
+            "/h/miniconda3/.condarc",
+            "/h/miniconda3/pip.conf",
+            "/h/miniconda3/envs/ml/conda-meta/state",
+            "/h/.local/share/pipx/venvs/black/pipx_metadata.json",
+            "/h/.sdkman/candidates/maven/3.9.6/conf/settings.xml",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        for w in &want {
+            assert!(got.contains(w), "{} not in {got:?}", w.display());
+        }
+        assert_eq!(got.len(), want.len(), "{got:?}");
+        // Too many directories to list: refused, not cut short.
+        let mut many = BTreeMap::new();
+        for i in 0..=SECRET_LISTINGS {
+            many.insert(PathBuf::from(format!("/h/.pyenv/versions/v{i}/envs/e")), Kind::Dir);
+        }
+        for i in 0..=SECRET_LISTINGS {
+            many.insert(PathBuf::from(format!("/h/.pyenv/versions/v{i}")), Kind::Dir);
+        }
+        assert!(secret_files(Path::new("/h"), &Fs(many)).is_err());
     }
 
     #[test]

@@ -181,6 +181,10 @@ const SOCKET_DIRS: &[&str] =
 /// Docker sockets under the home directory (Docker Desktop), hidden unless Docker is allowed.
 const HOME_DOCKER_SOCKETS: &[&str] = &[".docker/run/docker.sock", ".docker/desktop/docker.sock"];
 
+/// At most this many targets of links from the home to outside it are hidden
+/// (`Builder::links_out_of_the_home`): a bound on a plan's size whatever the home holds.
+const LINKS_OUT: usize = 64;
+
 /// The order of phase 3's ops at equal depth: the home's tmpfs, then binds, then hidden paths.
 const HOME: u8 = 0;
 const BIND: u8 = 1;
@@ -321,18 +325,45 @@ impl Builder<'_> {
             kind => {
                 let c = self.canonical(p)?;
                 // In the sealed home only what a bind shows needs hiding; the rest is absent.
-                if self.not_in_tree(&c) || !self.exposed(&c) || !self.hidden.insert(c.clone()) {
-                    return Ok(());
+                let mut at: Vec<PathBuf> = Vec::new();
+                if !self.not_in_tree(&c) && self.exposed(&c) {
+                    at.push(c.clone());
                 }
-                let op = if kind == Kind::Dir {
-                    Op::Tmpfs { dst: c.clone(), mode: 0o755, size: Some(4096), seal: true }
-                } else {
-                    Op::Mask { dst: c.clone() }
-                };
-                self.layered.push((depth(&c), HIDDEN, op));
+                at.extend(self.shown_elsewhere(&c));
+                for dst in at {
+                    if !self.hidden.insert(dst.clone()) {
+                        continue;
+                    }
+                    let op = if kind == Kind::Dir {
+                        Op::Tmpfs { dst: dst.clone(), mode: 0o755, size: Some(4096), seal: true }
+                    } else {
+                        Op::Mask { dst: dst.clone() }
+                    };
+                    self.layered.push((depth(&dst), HIDDEN, op));
+                }
                 Ok(())
             }
         }
+    }
+
+    /// Where the home shows the host's `c` (resolved) under another name: beneath a read-only
+    /// entry of the home that is a link (`~/.config -> dotfiles/config`, or `-> /data/config`),
+    /// bound from its target under its own name. *Why*: a hidden name is masked where the
+    /// sandbox sees it; the sandbox sees `~/.config/gh`, not `~/dotfiles/config/gh`. Only where
+    /// that bind is what shows the path (no deeper mount covers it).
+    fn shown_elsewhere(&self, c: &Path) -> Vec<PathBuf> {
+        let Some(h) = self.home.as_ref().filter(|_| self.home_sealed) else { return Vec::new() };
+        self.layered
+            .iter()
+            .filter_map(|(_, _, op)| match op {
+                Op::Bind { src, dst, access: Access::Ro, .. } if src != dst && dst.starts_with(h) => {
+                    c.strip_prefix(src).ok().map(|rest| (op, dst.join(rest)))
+                }
+                _ => None,
+            })
+            .filter(|(op, at)| self.holder_op(at, false) == Some(*op))
+            .map(|(_, at)| at)
+            .collect()
     }
 
     /// Binds onto itself every directory between the writable root holding `p` and `p`.
@@ -554,20 +585,90 @@ impl Builder<'_> {
                 hidden.push((dir, "~/.ssh"));
             }
         }
-        self.cache_sockets(&h);
+        self.links_out_of_the_home(spec, &h, hidden)?;
+        self.cache_sockets(&h)?;
         self.drop_unmountable_caches()
+    }
+
+    /// The top-level entries of the home that are links to outside it and are not allowed
+    /// (`~/.config -> /data/u/config`, `~/.docker -> /mnt/x`): their targets are hidden where
+    /// the root's read-only binds show them, as `~/.ssh`'s is. *Why*: the fresh home leaves
+    /// the link's name out, but its target is an ordinary directory of the root, readable
+    /// under its own path. The allowed parts beneath such a link (`OCSB_HOME=(.config/nvim)`)
+    /// stay visible, under their name in the home and at their resolved path too (a link
+    /// inside them may name it).
+    ///
+    /// What stays: links deeper in the home (`~/.local/share/x -> /data/x`) are not looked
+    /// for (that would mean walking the whole home at each start), and a target that holds or
+    /// lies in a writable root, the home or ocsb's programs is left as it is (hiding it would
+    /// take the project or the sandbox's own programs away). At most [`LINKS_OUT`] targets
+    /// are hidden; beyond that the plan says which are not.
+    fn links_out_of_the_home(
+        &mut self,
+        spec: &SandboxSpec,
+        h: &Path,
+        hidden: &mut Vec<(PathBuf, &'static str)>,
+    ) -> Result<()> {
+        let mut count = 0usize;
+        for name in self.fs.read_dir(h).map_err(|e| Error::io("list", h, e))? {
+            let link = h.join(&name);
+            if self.fs.kind(&link) != Kind::Symlink {
+                continue;
+            }
+            let Ok(target) = self.fs.canonicalize(&link) else { continue };
+            if target.starts_with(h) || h.starts_with(&target) || self.not_in_tree(&target) {
+                continue;
+            }
+            let names = [link.clone(), spec.home.join(&name)];
+            if spec.home_ro.iter().any(|p| names.iter().any(|n| n.starts_with(p))) {
+                continue;
+            }
+            let kept = |d: &PathBuf| d.starts_with(&target) || target.starts_with(d);
+            if self.plan.writable.iter().any(kept) || self.programs.iter().any(|d| d.starts_with(&target)) {
+                continue;
+            }
+            count += 1;
+            if count > LINKS_OUT {
+                self.plan.warnings.push(format!(
+                    "{} links to outside the home: the target of ~/{name} ({}) and later ones stay readable",
+                    LINKS_OUT + 1,
+                    target.display()
+                ));
+                break;
+            }
+            let again: Vec<Op> = self
+                .layered
+                .iter()
+                .filter_map(|(_, _, op)| match op {
+                    Op::Bind { src, dst, access: Access::Ro, dir }
+                        if dst.starts_with(&link) && src.starts_with(&target) =>
+                    {
+                        Some(Op::Bind { src: src.clone(), dst: src.clone(), access: Access::Ro, dir: *dir })
+                    }
+                    _ => None,
+                })
+                .collect();
+            for op in again {
+                self.layered.push((depth(op.dst()), BIND, op));
+            }
+            hidden.push((target, "a link in the home to outside it"));
+        }
+        Ok(())
     }
 
     /// [`ocsb_policy::home::CACHE_SOCKETS`] where a bind shows the directory that holds them:
     /// an empty sealed tmpfs over the socket's directory, made on the host first when missing
-    /// (the daemon makes the socket there whenever it starts, also after the sandbox did).
-    fn cache_sockets(&mut self, h: &Path) {
+    /// (the daemon makes the socket there whenever it starts, also after the sandbox did), and
+    /// the way to it pinned (`pin_way_to`: `mv ~/.cache/git g` would carry the cover away).
+    /// A link or a file on the way is refused: the cover would not be where the daemon puts
+    /// its socket (`~/.cache/git -> elsewhere` makes it in `~/.cache/elsewhere/credential`).
+    fn cache_sockets(&mut self, h: &Path) -> Result<()> {
         for (rel, _) in ocsb_policy::home::CACHE_SOCKETS {
             let dst = h.join(rel);
             let Some(Op::Bind { src, dst: at, dir: true, .. }) = self.holder_op(&dst, false).cloned() else {
                 continue;
             };
-            let Ok(rest) = dst.strip_prefix(&at) else { continue };
+            let Ok(rest) = dst.strip_prefix(&at).map(Path::to_path_buf) else { continue };
             let mut cur = src.clone();
             for part in rest.components() {
                 cur.push(part);
@@ -580,9 +681,18 @@ impl Builder<'_> {
                         anchor: src.clone(),
                         private: true,
                     }),
-                    // A file or a link where the directory should be: git cannot make its
-                    // socket there either.
-                    _ => return,
+                    _ => {
+                        return Err(Error::refused(
+                            format!(
+                                "{} is a link or a file, where git's credential cache keeps its socket \
+                                 directory ({rel}): the sandbox could not cover the socket",
+                                cur.display()
+                            ),
+                            format!(
+                                "replace it with a directory of your own (mkdir -m 700 -p ~/{rel}), or use OCSB_CACHES=private"
+                            ),
+                        ));
+                    }
                 }
             }
             self.hidden.insert(dst.clone());
@@ -592,6 +702,7 @@ impl Builder<'_> {
                 Op::Tmpfs { dst, mode: 0o700, size: Some(4096), seal: true },
             ));
         }
+        Ok(())
     }
 
     fn drop_unmountable_caches(&mut self) -> Result<()> {
@@ -833,6 +944,18 @@ pub fn writable_of(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>) -
     Ok(build_until(&spec, fs, Until::Writable)?.writable)
 }
 
+/// A [`HostFs`] as the policy's lookups read it.
+struct Listing<'a>(&'a dyn HostFs);
+
+impl ocsb_policy::guard::Lookup for Listing<'_> {
+    fn entry(&self, p: &Path) -> Kind {
+        self.0.kind(p)
+    }
+    fn names(&self, dir: &Path) -> Vec<String> {
+        self.0.read_dir(dir).unwrap_or_default()
+    }
+}
+
 /// How far [`build_until`] goes.
 #[derive(PartialEq)]
 enum Until {
@@ -931,6 +1054,18 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
             hidden.push((spec.home.join(p), "docker socket"));
         }
     }
+    // Credential files inside the default toolchain directories (`ocsb_policy::home::SECRETS`).
+    let secrets = ocsb_policy::home::secret_files(&spec.home, &Listing(fs)).map_err(|dir| {
+        Error::refused(
+            format!(
+                "{} holds too many directories to look for credential files in (more than {})",
+                dir.display(),
+                ocsb_policy::home::SECRET_LISTINGS
+            ),
+            "remove unused versions there, or hide the directory with OCSB_HIDE_HOME",
+        )
+    })?;
+    hidden.extend(secrets.into_iter().map(|p| (p, "credential file of a toolchain")));
     b.home(spec, &mut hidden)?;
     for (p, what) in hidden {
         if b.not_in_tree(&p) {
@@ -1406,6 +1541,144 @@ mod tests {
         assert!(!plan.ops.iter().any(|o| o.dst().ends_with("id_rsa")));
     }
 
+    /// Credential files inside an allowed toolchain directory (npm's global `etc/npmrc` of a
+    /// Node version, conda's `.condarc`): masked inside the bind that shows them; the rest of
+    /// the toolchain stays.
+    #[test]
+    fn credential_files_inside_allowed_toolchains_are_masked() {
+        let fs = host()
+            .with("/home/u/.nvm", Kind::Dir)
+            .with("/home/u/.nvm/versions", Kind::Dir)
+            .with("/home/u/.nvm/versions/node", Kind::Dir)
+            .with("/home/u/.nvm/versions/node/v20.1.0", Kind::Dir)
+            .with("/home/u/.nvm/versions/node/v20.1.0/bin", Kind::Dir)
+            .with("/home/u/.nvm/versions/node/v20.1.0/etc", Kind::Dir)
+            .with("/home/u/.nvm/versions/node/v20.1.0/etc/npmrc", Kind::File)
+            .with("/home/u/miniconda3", Kind::Dir)
+            .with("/home/u/miniconda3/.condarc", Kind::File)
+            .with("/home/u/miniconda3/envs", Kind::Dir)
+            .with("/home/u/miniconda3/envs/ml", Kind::Dir)
+            .with("/home/u/miniconda3/envs/ml/conda-meta", Kind::Dir)
+            .with("/home/u/miniconda3/envs/ml/conda-meta/state", Kind::File);
+        let mut s = spec();
+        s.home_ro = vec!["/home/u/.nvm".into(), "/home/u/miniconda3".into()];
+        let plan = build(&s, &fs).unwrap();
+        let nvm = pos(&plan, "/home/u/.nvm");
+        assert!(matches!(plan.ops[nvm], Op::Bind { access: Access::Ro, .. }));
+        for secret in [
+            "/home/u/.nvm/versions/node/v20.1.0/etc/npmrc",
+            "/home/u/miniconda3/.condarc",
+            "/home/u/miniconda3/envs/ml/conda-meta/state",
+        ] {
+            let i = pos(&plan, secret);
+            assert_eq!(plan.ops[i], Op::Mask { dst: secret.into() });
+            assert!(i > nvm);
+        }
+        assert!(!plan.ops.iter().any(|o| o.dst().ends_with("bin") && o.dst().starts_with("/home/u/.nvm/")));
+        // Not allowed: absent, nothing to mask.
+        let plan = build(&spec(), &fs).unwrap();
+        assert!(!plan.ops.iter().any(|o| o.dst().starts_with("/home/u/.nvm")));
+    }
+
+    /// An allowed entry that is a link (`~/.config -> dotfiles/config`, or to outside the
+    /// home): a hidden name beneath it is covered under its name in the home, where the
+    /// sandbox sees it, and at its resolved path where the root shows that.
+    #[test]
+    fn hide_wins_under_a_symlinked_allowed_entry() {
+        for target in ["/home/u/dotfiles/config", "/data/u/config"] {
+            let fs = host()
+                .with("/home/u/dotfiles", Kind::Dir)
+                .with("/data", Kind::Dir)
+                .with("/data/u", Kind::Dir)
+                .with(target, Kind::Dir)
+                .with(&format!("{target}/gh"), Kind::Dir)
+                .with(&format!("{target}/gh/hosts.yml"), Kind::File)
+                .with(&format!("{target}/nvim"), Kind::Dir)
+                .link("/home/u/.config", target);
+            let mut s = spec();
+            s.home_ro = vec!["/home/u/.config".into()];
+            s.hide_home.push("/home/u/.config/gh".into());
+            let plan = build(&s, &fs).unwrap();
+            let config = pos(&plan, "/home/u/.config");
+            assert_eq!(
+                plan.ops[config],
+                Op::Bind { src: target.into(), dst: "/home/u/.config".into(), access: Access::Ro, dir: true }
+            );
+            let gh = pos(&plan, "/home/u/.config/gh");
+            assert!(matches!(plan.ops[gh], Op::Tmpfs { seal: true, .. }) && gh > config, "{target}");
+            let outside = !target.starts_with("/home/u");
+            assert_eq!(
+                plan.ops.iter().any(|o| o.dst() == Path::new(&format!("{target}/gh"))),
+                outside,
+                "{target}: covered at its own path where the root shows it"
+            );
+            // Allowed as a whole: the target is not hidden.
+            assert!(!plan.ops.iter().any(|o| o.dst() == Path::new(target)), "{target}");
+        }
+    }
+
+    /// Top-level links of the home to outside it, not allowed: their targets are hidden where
+    /// the root shows them; an allowed part beneath stays, at both its names. A target that
+    /// holds the project stays as it is.
+    #[test]
+    fn links_from_the_home_to_outside_it_are_hidden_at_their_targets() {
+        let fs = host()
+            .with("/data", Kind::Dir)
+            .with("/data/u", Kind::Dir)
+            .with("/data/u/config", Kind::Dir)
+            .with("/data/u/config/gh", Kind::Dir)
+            .with("/data/u/config/nvim", Kind::Dir)
+            .with("/mnt", Kind::Dir)
+            .with("/mnt/x", Kind::Dir)
+            .with("/mnt/x/config.json", Kind::File)
+            .with("/mnt/netrc", Kind::File)
+            .with("/data/src", Kind::Dir)
+            .with("/data/src/q", Kind::Dir)
+            .link("/home/u/.config", "/data/u/config")
+            .link("/home/u/.docker", "/mnt/x")
+            .link("/home/u/.netrc", "/mnt/netrc")
+            .link("/home/u/src", "/data/src")
+            .link("/home/u/.zshrc", "/data/u/zshrc")
+            .with("/data/u/zshrc", Kind::File);
+        let mut s = spec();
+        s.home_ro = vec!["/home/u/.config/nvim".into(), "/home/u/.zshrc".into()];
+        s.rw = vec!["/data/src/q".into()];
+        let plan = build(&s, &fs).unwrap();
+        assert!(matches!(plan.ops[pos(&plan, "/mnt/x")], Op::Tmpfs { seal: true, .. }));
+        assert_eq!(plan.ops[pos(&plan, "/mnt/netrc")], Op::Mask { dst: "/mnt/netrc".into() });
+        let config = pos(&plan, "/data/u/config");
+        assert!(matches!(plan.ops[config], Op::Tmpfs { seal: true, .. }));
+        let nvim = |dst: &str| Op::Bind {
+            src: "/data/u/config/nvim".into(),
+            dst: dst.into(),
+            access: Access::Ro,
+            dir: true,
+        };
+        assert_eq!(plan.ops[pos(&plan, "/home/u/.config/nvim")], nvim("/home/u/.config/nvim"));
+        let again = pos(&plan, "/data/u/config/nvim");
+        assert_eq!(plan.ops[again], nvim("/data/u/config/nvim"));
+        assert!(again > config, "the allowed part comes back over the hidden target");
+        // Allowed as a whole (a dotfile), and holding a writable root: left as they are.
+        assert!(
+            !plan.ops.iter().any(|o| o.dst() == Path::new("/data/u/zshrc") && matches!(o, Op::Mask { .. }))
+        );
+        assert!(!plan.ops.iter().any(|o| o.dst() == Path::new("/data/src")));
+        assert!(matches!(plan.ops[pos(&plan, "/data/src/q")], Op::Bind { access: Access::Rw, .. }));
+        // Bounded: past the limit the plan says so.
+        let mut many = host().with("/data", Kind::Dir);
+        for i in 0..=LINKS_OUT {
+            many = many
+                .with(&format!("/data/t{i}"), Kind::Dir)
+                .link(&format!("/home/u/l{i:03}"), &format!("/data/t{i}"));
+        }
+        let plan = build(&spec(), &many).unwrap();
+        assert!(plan.warnings.iter().any(|w| w.contains("stay readable")), "{:?}", plan.warnings);
+        assert_eq!(
+            plan.ops.iter().filter(|o| o.dst().to_string_lossy().starts_with("/data/t")).count(),
+            LINKS_OUT
+        );
+    }
+
     /// A home inside a writable root (`OCSB_RW=(~)`, a project that is the home) cannot be
     /// rebuilt: the plan says so rather than hiding it.
     #[test]
@@ -1441,7 +1714,28 @@ mod tests {
             .with("/home/u/.cache/git/credential/socket", Kind::Special);
         let plan = build(&spec(), &fs).unwrap();
         assert!(plan.placeholders.is_empty());
-        assert!(matches!(plan.ops[pos(&plan, "/home/u/.cache/git/credential")], Op::Tmpfs { .. }));
+        let cred = pos(&plan, "/home/u/.cache/git/credential");
+        assert!(matches!(plan.ops[cred], Op::Tmpfs { .. }));
+        // The way to it is pinned, before the cover: `mv ~/.cache/git g` gets EBUSY.
+        let git = pos(&plan, "/home/u/.cache/git");
+        assert_eq!(
+            plan.ops[git],
+            Op::Bind {
+                src: "/home/u/.cache/git".into(),
+                dst: "/home/u/.cache/git".into(),
+                access: Access::Rw,
+                dir: true
+            }
+        );
+        assert!(git < cred);
+        // A link or a file on the way: refused, not skipped.
+        for fs in [
+            host().with("/home/u/.cache/elsewhere", Kind::Dir).link("/home/u/.cache/git", "elsewhere"),
+            host().with("/home/u/.cache/git", Kind::Dir).with("/home/u/.cache/git/credential", Kind::File),
+        ] {
+            let e = build(&spec(), &fs).unwrap_err().to_string();
+            assert!(e.contains("credential cache") && e.contains("/home/u/.cache/git"), "{e}");
+        }
         // Not bound from the host at all: nothing to cover.
         let mut s = spec();
         s.rw_home.clear();

@@ -15,7 +15,8 @@ use crate::support::sandbox::{NETLOCK_MODE, World, scenario, shell_quote};
 
 /// Credential, token and history locations, relative to the home: each gets a file holding a
 /// unique value. None is in the home's allowlist; several sit beside an allowed entry
-/// (`.cargo/credentials.toml` next to `.cargo/bin`, `fish_variables` next to `config.fish`).
+/// (`.cargo/credentials.toml` next to `.cargo/bin`, `fish_variables` next to `config.fish`),
+/// and some inside one (npm's global config in a Node version of `~/.nvm`, conda's `.condarc`).
 pub const CANARIES: &[&str] = &[
     // package registries
     ".npmrc",
@@ -145,6 +146,16 @@ pub const CANARIES: &[&str] = &[
     ".ssh/id_rsa",
     ".Xauthority",
     ".cache/huggingface/token",
+    // inside the default toolchain directories (each of them allowed)
+    ".nvm/versions/node/v20.1.0/etc/npmrc",
+    ".npm-global/etc/npmrc",
+    ".local/etc/npmrc",
+    ".pyenv/versions/3.12.1/pip.conf",
+    "miniconda3/pip.conf",
+    "miniconda3/.condarc",
+    "miniconda3/envs/ml/conda-meta/state",
+    ".local/share/pipx/venvs/black/pipx_metadata.json",
+    ".sdkman/candidates/maven/3.9.6/conf/settings.xml",
     // beside a path the test allows with OCSB_HOME
     "notes/private.txt",
 ];
@@ -226,6 +237,10 @@ fn world(tag: &str) -> World {
     std::fs::write(w.home.join(".ssh/config"), "Host canary-host\n  User ssh-config-ok\n").unwrap();
     std::fs::write(w.home.join(".bashrc"), "export RC_MARK=bashrc-ok\n").unwrap();
     std::fs::write(w.home.join("notes/allowed.txt"), "allowed-ok\n").unwrap();
+    // Beside the toolchains' credential files: what the toolchain itself needs stays.
+    std::fs::create_dir_all(w.home.join(".nvm/versions/node/v20.1.0/bin")).unwrap();
+    std::fs::write(w.home.join(".nvm/versions/node/v20.1.0/bin/tool.txt"), "nvm-toolchain-ok\n").unwrap();
+    std::fs::write(w.home.join("miniconda3/envs/ml/conda-meta/history"), "conda-env-ok\n").unwrap();
     chown_home(&w.home);
     w
 }
@@ -245,6 +260,7 @@ fn settings_lines(tag: &str, extra: &str) -> String {
 /// What the positive controls print inside.
 const CONTROLS: &str = "~/.cargo/bin/hello-tool; ssh -F ~/.ssh/config -G canary-host | grep '^user '; \
      cat ~/notes/allowed.txt; grep -h RC_MARK ~/.bashrc; \
+     cat ~/.nvm/versions/node/v20.1.0/bin/tool.txt ~/miniconda3/envs/ml/conda-meta/history; \
      mkdir -p ~/.npm && touch ~/.npm/written && echo cache-writable; \
      touch ~/planted 2>/dev/null || echo home-read-only";
 
@@ -254,6 +270,8 @@ fn controls_pass(out: &str, err: &str) {
         "user ssh-config-ok",
         "allowed-ok",
         "export RC_MARK=bashrc-ok",
+        "nvm-toolchain-ok",
+        "conda-env-ok",
         "cache-writable",
         "home-read-only",
     ] {
@@ -321,6 +339,96 @@ fn shell_sees_no_credential_of_the_home() {
     assert_nothing_found(&out, &err, "shell");
     assert!(out.contains("mark=[bashrc-ok]"), "the interactive shell read ~/.bashrc\n{out}\n{err}");
     controls_pass(&out, &err);
+}
+
+/// Links in the home. `~/.config -> <outside>/config` and `~/.kube -> dotfiles/kube`, both
+/// allowed with `OCSB_HOME`: the hidden names beneath (`~/.config/gh`, `~/.kube/config`) are
+/// covered under the home's names and at the targets. `~/.docker -> <outside>/docker` and
+/// `~/.netrc -> <outside>/netrc`, not allowed, and `~/.pass -> <outside>/pass` with only
+/// `~/.pass/ok.txt` allowed: their targets are unreadable through the root too, the allowed
+/// part readable at both its names. Controls: the rest of `.config` and `.kube` and a file
+/// beside the targets are readable, and every secret is readable by the user outside.
+fn links_in_the_home(netlock: bool) {
+    let tag = format!("y{}{}", std::process::id(), u8::from(netlock));
+    let w = World::new();
+    let out = w.root.join("outside");
+    let secret = |n: usize| canary_value(&tag, 7000 + n);
+    let files: Vec<(std::path::PathBuf, String)> = vec![
+        (out.join("config/gh/hosts.yml"), secret(1)),
+        (w.home.join("dotfiles/kube/config"), secret(2)),
+        (out.join("docker/config.json"), secret(3)),
+        (out.join("netrc"), secret(4)),
+        (out.join("pass/mail.gpg"), secret(5)),
+        (out.join("config/nvim/init.lua"), "nvim-ok".to_string()),
+        (w.home.join("dotfiles/kube/kubectl-ok"), "kube-ok".to_string()),
+        (out.join("pass/ok.txt"), "pass-ok".to_string()),
+        (out.join("beside.txt"), "beside-ok".to_string()),
+    ];
+    for (p, v) in &files {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, format!("{v}\n")).unwrap();
+    }
+    for (link, target) in [
+        (".config", out.join("config")),
+        (".kube", "dotfiles/kube".into()),
+        (".docker", out.join("docker")),
+        (".netrc", out.join("netrc")),
+        (".pass", out.join("pass")),
+    ] {
+        let _ = std::fs::remove_dir_all(w.home.join(link));
+        std::os::unix::fs::symlink(target, w.home.join(link)).unwrap();
+    }
+    std::fs::set_permissions(&w.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    chown_home(&w.home);
+    chown_home(&out);
+    let o = out.display().to_string();
+    let inside = format!(
+        "grep -rsaoh 'OCSBCANARY[0-9]*x{tag}' \"$HOME/\" {o}/ | sed 's/^/LEAK /'; \
+         cat ~/.config/gh/hosts.yml {o}/config/gh/hosts.yml ~/.kube/config \"$HOME/dotfiles/kube/config\" \
+         {o}/docker/config.json {o}/netrc {o}/pass/mail.gpg 2>/dev/null | sed 's/^/READ /'; \
+         cat ~/.config/nvim/init.lua {o}/config/nvim/init.lua ~/.kube/kubectl-ok ~/.pass/ok.txt {o}/pass/ok.txt \
+         {o}/beside.txt; echo look-done"
+    );
+    let body = format!(
+        "{mode}{settings}X {inside} > links.out 2>&1; cat links.out; rm -f links.out\n",
+        mode = if netlock { NETLOCK_MODE } else { "" },
+        settings = settings_lines(&tag, "OCSB_HOME+=(.config .kube .pass/ok.txt)\\n"),
+        inside = shell_quote(&inside),
+    );
+    let (stdout, err) = scenario(&w, &body);
+    assert!(stdout.contains("look-done"), "{stdout}\n{err}");
+    let leaks: Vec<&str> =
+        stdout.lines().filter(|l| l.starts_with("LEAK ") || l.starts_with("READ ")).collect();
+    assert!(leaks.is_empty(), "readable inside: {leaks:#?}\n{stdout}\n{err}");
+    for n in 1..=5 {
+        assert!(!stdout.contains(&secret(n)), "secret {n} readable inside\n{stdout}\n{err}");
+    }
+    for (want, count) in [("nvim-ok", 2), ("kube-ok", 1), ("pass-ok", 2), ("beside-ok", 1)] {
+        assert_eq!(
+            stdout.lines().filter(|l| l.trim() == want).count(),
+            count,
+            "control {want}\n{stdout}\n{err}"
+        );
+    }
+    // Host side: the user reads every secret outside the sandbox.
+    for (p, v) in &files {
+        let o = std::process::Command::new("setpriv")
+            .args(["--reuid", "1990", "--regid", "1990", "--clear-groups", "cat"])
+            .arg(p)
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), v, "{}", p.display());
+    }
+}
+
+#[test]
+fn links_in_the_home_hide_what_they_lead_to_isolated() {
+    links_in_the_home(false);
+}
+
+#[test]
+fn links_in_the_home_hide_what_they_lead_to_netlock() {
+    links_in_the_home(true);
 }
 
 /// A name the host creates in `~` (or deeper) while the sandbox runs is absent inside.
@@ -484,4 +592,31 @@ fn other_agents_sockets_are_out_of_reach_netlock() {
 #[test]
 fn other_agents_sockets_are_out_of_reach_with_shared_caches() {
     agent_sockets_are_out_of_reach("OCSB_CACHES=shared\\n", false);
+}
+
+/// With `OCSB_CACHES=shared`, `~/.cache/git` a link (to `~/.cache/elsewhere`, where git's
+/// credential cache daemon would then make its socket, uncovered): the start is refused and
+/// says why. Control: with the link replaced by a directory the same command runs.
+#[test]
+fn a_link_on_the_way_to_the_credential_cache_is_refused_with_shared_caches() {
+    let tag = format!("g{}", std::process::id());
+    let w = world(&tag);
+    std::fs::create_dir_all(w.home.join(".cache/elsewhere")).unwrap();
+    std::os::unix::fs::symlink("elsewhere", w.home.join(".cache/git")).unwrap();
+    chown_home(&w.home);
+    let body = format!(
+        "{settings}set +e\n\
+         X 'echo ran-with-link' > first.out 2>&1; echo \"first rc=$?\"; cat first.out\n\
+         rm \"$HOME/.cache/git\"\n\
+         X 'echo ran-with-dir; ls -ld ~/.cache/git/credential' > second.out 2>&1; echo \"second rc=$?\"; cat second.out\n\
+         rm -f first.out second.out\n",
+        settings = settings_lines(&tag, "OCSB_CACHES=shared\\n"),
+    );
+    let (out, err) = scenario(&w, &body);
+    assert!(!out.contains("ran-with-link") && !out.contains("first rc=0"), "{out}\n{err}");
+    assert!(out.contains("credential cache"), "the refusal says why\n{out}\n{err}");
+    assert!(out.contains("second rc=0") && out.contains("ran-with-dir"), "{out}\n{err}");
+    // Host side: the launcher made the socket's directory for the user alone.
+    let meta = std::fs::symlink_metadata(w.home.join(".cache/git/credential")).unwrap();
+    assert!(meta.is_dir() && meta.permissions().mode() & 0o777 == 0o700, "{meta:?}");
 }

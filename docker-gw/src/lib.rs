@@ -88,6 +88,9 @@ pub struct Gateway {
     started: ending::Record,
     /// Set when the gateway is dropped: the accept loop ends at its next connection.
     closing: Arc<AtomicBool>,
+    /// The listener, to shut down when the gateway is dropped: that wakes the accept loop (a
+    /// connect by the socket's path fails for a path over the 108 bytes of a socket address).
+    wake: std::os::fd::OwnedFd,
     /// What serving needs but the sandbox's plan, until [`Gateway::judge_by`] takes it.
     waiting: Arc<Mutex<Option<Waiting>>>,
 }
@@ -128,6 +131,9 @@ impl Gateway {
         // may be reached through one.
         let dir = std::fs::canonicalize(&at.dir).map_err(|e| Error::io("resolve", &at.dir, e))?;
         let (listener, socket, inode) = listen(&dir, &nonce)?;
+        let wake = std::os::fd::OwnedFd::from(
+            listener.try_clone().map_err(|e| Error::io("duplicate the listener of", &socket, e))?,
+        );
         let session = ctx.session.clone();
         let journal = ending::Journal::create(&at, &session, &daemon)?;
         watcher::ensure(&at.dir, &program, || open_log(&at.log).ok())?;
@@ -152,6 +158,7 @@ impl Gateway {
             cleanup,
             started,
             closing,
+            wake,
             waiting: Arc::new(Mutex::new(Some(waiting))),
         })
     }
@@ -186,40 +193,18 @@ impl Gateway {
     }
 }
 
-/// Listens on `<dir>/docker-<pid>-<random>.sock`. `dir` is the project's egress state
-/// directory: its sandboxes see it hidden and other projects' sandboxes do not mount it, so the
-/// only way in is the bind at `/run/docker.sock` of the sandbox this gateway serves. (A
-/// directory in the temporary directory was reachable from another project's sandbox with a
-/// shared `/tmp`, and would have let it act as this project.) `run` and each `exec` start a
-/// gateway of their own, so the name is fresh; sockets that killed launchers left there are
-/// removed when nothing answers on them. The address goes through the directory's descriptor,
-/// so a long home path cannot pass the 108-byte limit of a socket address. Returns the
-/// socket's inode too: the gateway removes its own socket only, whatever took the name since.
+/// Listens on `<dir>/docker-<pid>-<random>.sock` ([`ocsb_sandbox::served::listen`]). `dir` is
+/// the project's egress state directory: the only way in is the bind at `/run/docker.sock` of
+/// the sandbox this gateway serves. (A directory in the temporary directory was reachable from
+/// another project's sandbox with a shared `/tmp`, and would have let it act as this project.)
 /// `nonce` is random text ([`Config::nonce`]).
 fn listen(dir: &Path, nonce: &str) -> Result<(UnixListener, PathBuf, u64)> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
-    let fd = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-        .open(dir)
-        .map_err(|e| Error::io("open", dir, e))?;
-    let via = |name: &str| PathBuf::from(format!("/proc/self/fd/{}/{name}", fd.as_raw_fd()));
-    let stale = std::fs::read_dir(dir).into_iter().flatten().flatten().take(256).filter(|e| {
-        let name = e.file_name().to_string_lossy().into_owned();
-        name.starts_with("docker-") && name.ends_with(".sock") && e.file_type().is_ok_and(|t| t.is_socket())
-    });
-    for e in stale {
-        let path = via(&e.file_name().to_string_lossy());
-        if UnixStream::connect(&path).is_err_and(|err| err.kind() == std::io::ErrorKind::ConnectionRefused) {
-            let _ = std::fs::remove_file(&path);
-        }
+    use ocsb_sandbox::Error as S;
+    match ocsb_sandbox::served::listen(dir, "docker", nonce) {
+        Ok(l) => Ok((l.listener, l.socket, l.inode)),
+        Err(S::Io { action, path, source }) => Err(Error::io(action, path, source)),
+        Err(other) => Err(Error::io("listen in", dir, std::io::Error::other(other.to_string()))),
     }
-    let name = format!("docker-{}-{}.sock", std::process::id(), nonce.get(..8).unwrap_or_default());
-    let socket = dir.join(&name);
-    let listener = UnixListener::bind(via(&name)).map_err(|e| Error::io("listen on", &socket, e))?;
-    let ino = std::fs::symlink_metadata(via(&name)).map_err(|e| Error::io("inspect", &socket, e))?.ino();
-    Ok((listener, socket, ino))
 }
 
 /// Serve `w`'s connections, judged by `plan`, on a thread of their own.
@@ -260,7 +245,7 @@ fn serve(w: Waiting, plan: &Plan) -> Result<()> {
 }
 
 /// Hands each connection to `serve` until `closing` is set: the gateway's drop sets it and
-/// connects once, to wake the loop. The listener closes with the thread that runs this.
+/// shuts the listener down, to wake the loop. The listener closes with the thread that runs this.
 fn accept(listener: &UnixListener, closing: &AtomicBool, mut serve: impl FnMut(UnixStream)) {
     for c in listener.incoming() {
         if closing.load(Ordering::SeqCst) {
@@ -278,10 +263,13 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         use std::os::unix::fs::MetadataExt;
         self.closing.store(true, Ordering::SeqCst);
+        // Wakes the accept loop, which sees `closing` and ends (a gateway that never served
+        // has no loop, and the listener closes with `waiting`).
+        let _ = nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&self.wake),
+            nix::sys::socket::Shutdown::Both,
+        );
         if std::fs::symlink_metadata(&self.socket).is_ok_and(|m| m.ino() == self.inode) {
-            // Wakes the accept loop, which sees `closing` and ends (a gateway that never
-            // served has no loop, and the listener closes with `waiting`).
-            drop(UnixStream::connect(&self.socket));
             let _ = std::fs::remove_file(&self.socket);
         }
         let daemon = &self.daemon;

@@ -36,6 +36,7 @@ pub mod plan;
 pub mod pty;
 pub mod remembered;
 pub mod seccomp;
+pub mod served;
 pub mod spec;
 pub mod stage2;
 pub mod stages;

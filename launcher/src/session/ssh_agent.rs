@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -64,7 +64,8 @@ pub fn start(project: &Project, spec: &SandboxSpec) -> Result<Option<Relay>> {
     let dir = Layout::of(&project.settings).egress();
     let dir = std::fs::canonicalize(&dir).map_err(|e| Error::io("resolve", &dir, e))?;
     let nonce = crate::web::auth::random_secret()?;
-    let (listener, socket, inode) = listen(&dir, &nonce)?;
+    let ocsb_sandbox::served::Listening { listener, socket, inode } =
+        ocsb_sandbox::served::listen(&dir, "ssh-agent", &nonce)?;
     let wake = std::os::fd::OwnedFd::from(
         listener.try_clone().map_err(|e| Error::io("duplicate the listener of", &socket, e))?,
     );
@@ -100,38 +101,6 @@ impl Drop for Relay {
             let _ = std::fs::remove_file(&self.socket);
         }
     }
-}
-
-/// Listens on `<dir>/ssh-agent-<pid>-<random>.sock`, through the directory's descriptor (a
-/// long home cannot pass the 108-byte limit of a socket address). Sockets that killed
-/// launchers left there are removed when nothing answers on them. Returns the socket's inode:
-/// the relay removes its own socket only.
-fn listen(dir: &Path, nonce: &str) -> Result<(UnixListener, PathBuf, u64)> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
-    let fd = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-        .open(dir)
-        .map_err(|e| Error::io("open", dir, e))?;
-    let via = |name: &str| PathBuf::from(format!("/proc/self/fd/{}/{name}", fd.as_raw_fd()));
-    let stale = std::fs::read_dir(dir).into_iter().flatten().flatten().take(256).filter(|e| {
-        let name = e.file_name().to_string_lossy().into_owned();
-        name.starts_with("ssh-agent-")
-            && name.ends_with(".sock")
-            && e.file_type().is_ok_and(|t| t.is_socket())
-    });
-    for e in stale {
-        let path = via(&e.file_name().to_string_lossy());
-        if UnixStream::connect(&path).is_err_and(|err| err.kind() == std::io::ErrorKind::ConnectionRefused) {
-            let _ = std::fs::remove_file(&path);
-        }
-    }
-    let name = format!("ssh-agent-{}-{}.sock", std::process::id(), nonce.get(..8).unwrap_or_default());
-    let socket = dir.join(&name);
-    let listener = UnixListener::bind(via(&name)).map_err(|e| Error::io("listen on", &socket, e))?;
-    let ino = std::fs::symlink_metadata(via(&name)).map_err(|e| Error::io("inspect", &socket, e))?.ino();
-    Ok((listener, socket, ino))
 }
 
 /// What every connection shares: the user's agent, the keys allowed, the kinds of refusal

@@ -251,16 +251,14 @@ fn front_panel_and_agent_against_real_opencode() {
     //    page, collapsed (the default) or opened; the spend figures say whose they are.
     let viewport = json!({"width": 1400, "height": 757, "deviceScaleFactor": 1, "mobile": false});
     browser.call("Emulation.setDeviceMetricsOverride", viewport);
-    std::thread::sleep(Duration::from_millis(500));
-    let collapsed = panel_place(&mut browser);
+    let collapsed = settled_place(&mut browser);
     assert_eq!(collapsed["collapsed"], "1", "collapsed by default: {collapsed}");
     assert_clear(&collapsed);
     let shot = std::env::temp_dir().join(format!("ocsb-panel-{}-collapsed.png", std::process::id()));
     browser.screenshot(&shot);
     eprintln!("panel screenshot: {}", shot.display());
     browser.eval("document.querySelector('#ocsb-tokens-panel [data-toggle]').click(), ''");
-    std::thread::sleep(Duration::from_millis(300));
-    let open = panel_place(&mut browser);
+    let open = settled_place(&mut browser);
     assert_eq!(open["collapsed"], "0", "opened on a click: {open}");
     assert_clear(&open);
     let w = |b: &Value| b[2].as_f64().unwrap() - b[0].as_f64().unwrap();
@@ -302,6 +300,21 @@ fn panel_place(b: &mut Browser) -> Value {
           editor_covered: !!ed && hit(ed.getBoundingClientRect()), covered, texts, labels, \
           collapsed: p.getAttribute('data-collapsed'), viewport: [innerWidth, innerHeight] }); })()";
     serde_json::from_str(&b.eval(PLACE)).unwrap_or(Value::Null)
+}
+
+/// The panel's place once the page's layout has settled: looked at again (up to 5 s) while
+/// it covers something, since OpenCode lays its messages out again after a resize or a click
+/// (on a busy machine, later).
+fn settled_place(browser: &mut Browser) -> Value {
+    let mut place = Value::Null;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(250));
+        place = panel_place(browser);
+        if place["covered"] == json!([]) && place["editor_covered"] == false {
+            break;
+        }
+    }
+    place
 }
 
 fn assert_clear(place: &Value) {

@@ -77,9 +77,6 @@ impl Shared {
 /// A running gateway. When it is dropped (the session ended) it stops serving, and removes
 /// what the session made (`OCSB_DOCKER_CLEANUP=1`) or says that it is kept.
 pub struct Gateway {
-    socket: PathBuf,
-    /// The socket's inode, to remove it only while it is this gateway's.
-    inode: u64,
     /// The session's label value and the daemon, to list (and remove) what it made.
     session: String,
     daemon: Daemon,
@@ -88,9 +85,8 @@ pub struct Gateway {
     started: ending::Record,
     /// Set when the gateway is dropped: the accept loop ends at its next connection.
     closing: Arc<AtomicBool>,
-    /// The listener, to shut down when the gateway is dropped: that wakes the accept loop (a
-    /// connect by the socket's path fails for a path over the 108 bytes of a socket address).
-    wake: std::os::fd::OwnedFd,
+    /// Stops the accept loop and removes the socket, after `closing` is set.
+    closer: ocsb_sandbox::served::Closer,
     /// What serving needs but the sandbox's plan, until [`Gateway::judge_by`] takes it.
     waiting: Arc<Mutex<Option<Waiting>>>,
 }
@@ -130,10 +126,7 @@ impl Gateway {
         // The path the sandbox binds from: its mounts follow no link on the way, and a home
         // may be reached through one.
         let dir = std::fs::canonicalize(&at.dir).map_err(|e| Error::io("resolve", &at.dir, e))?;
-        let (listener, socket, inode) = listen(&dir, &nonce)?;
-        let wake = std::os::fd::OwnedFd::from(
-            listener.try_clone().map_err(|e| Error::io("duplicate the listener of", &socket, e))?,
-        );
+        let ocsb_sandbox::served::Listening { listener, closer } = listen(&dir, &nonce)?;
         let session = ctx.session.clone();
         let journal = ending::Journal::create(&at, &session, &daemon)?;
         watcher::ensure(&at.dir, &program, || open_log(&at.log).ok())?;
@@ -151,14 +144,12 @@ impl Gateway {
             log,
         };
         Ok(Gateway {
-            socket,
-            inode,
             session,
             daemon,
             cleanup,
             started,
             closing,
-            wake,
+            closer,
             waiting: Arc::new(Mutex::new(Some(waiting))),
         })
     }
@@ -189,7 +180,7 @@ impl Gateway {
 
     /// The gateway's socket on the host.
     pub fn socket(&self) -> PathBuf {
-        self.socket.clone()
+        self.closer.socket().to_path_buf()
     }
 }
 
@@ -198,10 +189,10 @@ impl Gateway {
 /// the sandbox this gateway serves. (A directory in the temporary directory was reachable from
 /// another project's sandbox with a shared `/tmp`, and would have let it act as this project.)
 /// `nonce` is random text ([`Config::nonce`]).
-fn listen(dir: &Path, nonce: &str) -> Result<(UnixListener, PathBuf, u64)> {
+fn listen(dir: &Path, nonce: &str) -> Result<ocsb_sandbox::served::Listening> {
     use ocsb_sandbox::Error as S;
     match ocsb_sandbox::served::listen(dir, "docker", nonce) {
-        Ok(l) => Ok((l.listener, l.socket, l.inode)),
+        Ok(l) => Ok(l),
         Err(S::Io { action, path, source }) => Err(Error::io(action, path, source)),
         Err(other) => Err(Error::io("listen in", dir, std::io::Error::other(other.to_string()))),
     }
@@ -261,17 +252,10 @@ fn accept(listener: &UnixListener, closing: &AtomicBool, mut serve: impl FnMut(U
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        use std::os::unix::fs::MetadataExt;
+        // The accept loop, woken by the close, sees `closing` and ends (a gateway that never
+        // served has no loop, and the listener closes with `waiting`).
         self.closing.store(true, Ordering::SeqCst);
-        // Wakes the accept loop, which sees `closing` and ends (a gateway that never served
-        // has no loop, and the listener closes with `waiting`).
-        let _ = nix::sys::socket::shutdown(
-            std::os::fd::AsRawFd::as_raw_fd(&self.wake),
-            nix::sys::socket::Shutdown::Both,
-        );
-        if std::fs::symlink_metadata(&self.socket).is_ok_and(|m| m.ino() == self.inode) {
-            let _ = std::fs::remove_file(&self.socket);
-        }
+        self.closer.close();
         let daemon = &self.daemon;
         let Ok((containers, networks)) = daemon.labelled(ocsb_policy::docker::SESSION_LABEL, &self.session)
         else {

@@ -8,12 +8,46 @@ use std::path::{Path, PathBuf};
 
 use super::error::{Error, Result};
 
-/// A socket listening at [`Listening::socket`].
+/// A socket listening, and what stops it.
 pub struct Listening {
     pub listener: UnixListener,
-    pub socket: PathBuf,
+    pub closer: Closer,
+}
+
+/// Stops a socket's server: [`Closer::close`] (or its drop) shuts the listener down, which wakes
+/// an accept loop blocked on it (a connect by the socket's path fails for a path over the 108
+/// bytes of a socket address), and removes the socket while it is still the one listened on.
+pub struct Closer {
+    socket: PathBuf,
     /// The socket's inode: its server removes its own socket only, whatever took the name since.
-    pub inode: u64,
+    inode: u64,
+    wake: Option<std::os::fd::OwnedFd>,
+}
+
+impl Closer {
+    /// Where the socket listens.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Shuts the listener down and removes the socket; once.
+    pub fn close(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let Some(wake) = self.wake.take() else { return };
+        let _ = nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&wake),
+            nix::sys::socket::Shutdown::Both,
+        );
+        if std::fs::symlink_metadata(&self.socket).is_ok_and(|m| m.ino() == self.inode) {
+            let _ = std::fs::remove_file(&self.socket);
+        }
+    }
+}
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.close();
+    }
 }
 
 /// Listens on `<dir>/<prefix>-<pid>-<nonce>.sock` (the first 8 characters of `nonce`, random
@@ -46,7 +80,8 @@ pub fn listen(dir: &Path, prefix: &str, nonce: &str) -> Result<Listening> {
     let socket = dir.join(&name);
     let listener = UnixListener::bind(via(&name)).map_err(|e| Error::io("listen on", &socket, e))?;
     let inode = std::fs::symlink_metadata(via(&name)).map_err(|e| Error::io("inspect", &socket, e))?.ino();
-    Ok(Listening { listener, socket, inode })
+    let wake = listener.try_clone().map_err(|e| Error::io("duplicate the listener of", &socket, e))?;
+    Ok(Listening { listener, closer: Closer { socket, inode, wake: Some(wake.into()) } })
 }
 
 #[cfg(test)]
@@ -65,10 +100,20 @@ mod tests {
         let alive = listen(d.path(), "relay", "bbbbbbbbcccc").unwrap();
         assert!(!dead.exists(), "a dead launcher's socket is removed");
         assert!(other.exists(), "another server's name is not touched");
-        let again = listen(d.path(), "relay", "dddddddd").unwrap();
-        assert!(alive.socket.exists(), "a socket that answers stays");
-        assert!(alive.socket.file_name().unwrap().to_string_lossy().ends_with("-bbbbbbbb.sock"));
-        UnixStream::connect(&again.socket).unwrap();
-        assert_ne!(alive.inode, again.inode);
+        let mut again = listen(d.path(), "relay", "dddddddd").unwrap();
+        let socket = alive.closer.socket().to_path_buf();
+        assert!(socket.exists(), "a socket that answers stays");
+        assert!(socket.file_name().unwrap().to_string_lossy().ends_with("-bbbbbbbb.sock"));
+        UnixStream::connect(again.closer.socket()).unwrap();
+        // Closing wakes a blocked accept and removes the socket.
+        let listener = again.listener.try_clone().unwrap();
+        let waiting = std::thread::spawn(move || listener.accept().map(|_| ()));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let gone = again.closer.socket().to_path_buf();
+        again.closer.close();
+        let _ = waiting.join().unwrap();
+        assert!(!gone.exists());
+        drop(alive);
+        assert!(!socket.exists(), "dropped: removed");
     }
 }

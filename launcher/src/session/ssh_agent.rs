@@ -38,12 +38,9 @@ pub fn user_agent() -> Option<PathBuf> {
 
 /// The relay while it serves; dropped once the sandbox has exited.
 pub struct Relay {
-    socket: PathBuf,
-    inode: u64,
     closing: Arc<AtomicBool>,
-    /// The listener, to shut down: that wakes the accept loop (a connect to the socket's path
-    /// would fail for a path over the 108 bytes of a socket address).
-    wake: std::os::fd::OwnedFd,
+    /// Stops the accept loop and removes the socket, after `closing` is set.
+    closer: ocsb_sandbox::served::Closer,
 }
 
 /// Starts the relay for a sandbox of `project` when the user has an agent. Without namespaces
@@ -64,11 +61,8 @@ pub fn start(project: &Project, spec: &SandboxSpec) -> Result<Option<Relay>> {
     let dir = Layout::of(&project.settings).egress();
     let dir = std::fs::canonicalize(&dir).map_err(|e| Error::io("resolve", &dir, e))?;
     let nonce = crate::web::auth::random_secret()?;
-    let ocsb_sandbox::served::Listening { listener, socket, inode } =
+    let ocsb_sandbox::served::Listening { listener, closer } =
         ocsb_sandbox::served::listen(&dir, "ssh-agent", &nonce)?;
-    let wake = std::os::fd::OwnedFd::from(
-        listener.try_clone().map_err(|e| Error::io("duplicate the listener of", &socket, e))?,
-    );
     let closing = Arc::new(AtomicBool::new(false));
     let shared =
         Arc::new(Shared { upstream, keys: project.settings.ssh_keys(), said: Mutex::new(BTreeSet::new()) });
@@ -77,29 +71,22 @@ pub fn start(project: &Project, spec: &SandboxSpec) -> Result<Option<Relay>> {
         .name("ocsb-ssh-agent".into())
         .spawn(move || accept(&listener, &stop, &shared))
         .map_err(|e| Error::failed(format!("cannot start the ssh-agent relay: {e}"), "report this"))?;
-    Ok(Some(Relay { socket, inode, closing, wake }))
+    Ok(Some(Relay { closing, closer }))
 }
 
 /// What the relay puts into the spec: its socket, and `SSH_AUTH_SOCK` naming it where the
 /// sandbox sees it.
 pub fn into_spec(spec: &mut SandboxSpec, relay: &Relay) {
-    spec.ssh_agent = Some(relay.socket.clone());
+    spec.ssh_agent = Some(relay.closer.socket().to_path_buf());
     spec.env.retain(|(k, _)| k != "SSH_AUTH_SOCK");
     spec.env.push(("SSH_AUTH_SOCK".into(), SSH_AGENT_INSIDE.into()));
 }
 
 impl Drop for Relay {
     fn drop(&mut self) {
-        use std::os::unix::fs::MetadataExt;
+        // The accept loop, woken by the close, sees `closing` and ends.
         self.closing.store(true, Ordering::SeqCst);
-        // Wakes the accept loop, which sees `closing` and ends.
-        let _ = nix::sys::socket::shutdown(
-            std::os::fd::AsRawFd::as_raw_fd(&self.wake),
-            nix::sys::socket::Shutdown::Both,
-        );
-        if std::fs::symlink_metadata(&self.socket).is_ok_and(|m| m.ino() == self.inode) {
-            let _ = std::fs::remove_file(&self.socket);
-        }
+        self.closer.close();
     }
 }
 

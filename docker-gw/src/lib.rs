@@ -358,6 +358,11 @@ fn judge_paths(ctx: &mut Context, plan: &Plan) {
     for op in &plan.ops {
         match op {
             Op::Mask { dst } | Op::Tmpfs { dst, .. } if inside(dst) => hidden.push(canonical(dst)),
+            // Something else shown in a path's place (a checkout's `.git` is the agent's own git
+            // directory): a container bound there would get the host's, so it gets nothing.
+            Op::Bind { src, dst, .. } if inside(dst) && canonical(src) != canonical(dst) => {
+                hidden.push(canonical(dst))
+            }
             Op::Bind { dst, access: Access::Ro, .. } if inside(dst) => read_only.push(canonical(dst)),
             _ => {}
         }

@@ -290,6 +290,61 @@ while True:
     }
 }
 
+/// The import gate end to end: how long a commit made inside takes to be on the user's branch
+/// (`git log` on the host, polled every 5 ms), and `ocsb exec -- true` on a repository of 200k
+/// objects against one of a single commit (the agent's repository borrows the objects: none is
+/// copied, so the start should not grow with the history).
+fn git_gate() {
+    let w = World::new();
+    std::fs::create_dir_all(w.state.join("tmp")).unwrap();
+    sandbox_support::run_ok(Command::new("chown").arg("-R").arg(format!("{UID}:{UID}")).arg(&w.home));
+    let n = 20;
+    let body = format!(
+        "chown 1990 {tmp}; X true >/dev/null 2>&1 || {{ echo 'first exec failed'; X true; }}
+         X 'for i in $(seq {n}); do echo $i > f.txt; git add f.txt; git commit -q -m c$i; date +%s%N > .t0-$i; sleep 0.4; done' 2>/dev/null &
+         for i in $(seq {n}); do
+           while ! test -f .t0-$i; do sleep 0.002; done
+           until test \"$(U git log -1 --format=%s main 2>/dev/null)\" = c$i; do sleep 0.005; done
+           e=$(date +%s%N); echo \"import $((e-$(cat .t0-$i)))\"; done
+         wait
+         t() {{ s=$(date +%s%N); \"$@\" >/dev/null 2>&1 </dev/null; e=$(date +%s%N); echo \"$((e-s))\"; }}
+         for i in $(seq 15); do echo \"small $(t X true)\"; done
+         python3 -c '
+import sys
+w = sys.stdout.write
+for c in (1, 2):
+    for d in range(1000):
+        for f in range(100):
+            data = (\"%d %d %d\\n\" % (c, d, f)).encode()
+            w(\"blob\\nmark :%d\\ndata %d\\n\" % (c * 1000000 + d * 100 + f + 1, len(data)))
+            sys.stdout.flush(); sys.stdout.buffer.write(data); w(\"\\n\")
+    w(\"commit refs/heads/main\\ncommitter b <b@e> %d +0000\\ndata 3\\nbig\\n\" % (1700000000 + c))
+    for d in range(1000):
+        for f in range(100):
+            w(\"M 100644 :%d d%d/f%d\\n\" % (c * 1000000 + d * 100 + f + 1, d, f))
+    w(\"\\n\")
+' > big.fi
+         U git fast-import --quiet < big.fi; rm big.fi; U git reset -q --hard main
+         echo \"objects $(U git count-objects -v | awk '/^count|^in-pack/ {{s+=$2}} END {{print s}}')\"
+         X true >/dev/null 2>&1
+         for i in $(seq 15); do echo \"big $(t X true)\"; done
+         echo \"copied $(X 'find .git/objects -type f ! -path \"*/info/*\" | wc -l' 2>/dev/null)\"",
+        tmp = w.state.join("tmp").display()
+    );
+    let (out, err) = sandbox_support::scenario(&w, &body);
+    let lat = median_ms(&out, "import");
+    let max = out.lines().filter_map(|l| l.strip_prefix("import")?.trim().parse::<u64>().ok()).max().unwrap_or(0);
+    println!("import latency (commit inside -> on the host's branch): median {lat:.1} ms, max {:.1} ms (n={n}, target < 1000 ms)", max as f64 / 1e6);
+    let (small, big) = (median_ms(&out, "small"), median_ms(&out, "big"));
+    let objects = out.lines().find_map(|l| l.strip_prefix("objects ")).unwrap_or("?");
+    let copied = out.lines().find_map(|l| l.strip_prefix("copied ")).unwrap_or("?");
+    println!("ocsb exec -- true, 1-commit repository    median {small:>8.2} ms");
+    println!("ocsb exec -- true, {objects}-object repository median {big:>8.2} ms: {:.2}x; object files in the agent's repository: {copied}", big / small);
+    if lat.is_nan() || small.is_nan() || big.is_nan() {
+        eprintln!("{err}");
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` asks for a list; nothing to list
@@ -297,6 +352,11 @@ fn main() {
     // First, in namespaces of its own (the scenario makes them): the whole command.
     // `OCSB_BENCH=throughput` or `OCSB_BENCH=e2e` runs that part alone.
     let only = std::env::var("OCSB_BENCH").unwrap_or_default();
+    if only == "git" {
+        println!("== the agent's repository and the import gate ==");
+        git_gate();
+        return;
+    }
     if only == "stages" {
         println!("== where a start's time goes ==");
         stages();

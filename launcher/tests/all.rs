@@ -19,6 +19,9 @@ mod suite {
     // `ocsb wt add | rm | list` against real git repositories.
     mod worktree;
 
+    // host: the agent's own repository and the import gate: commits imported within a second, held when they must be.
+    #[cfg(feature = "host-tests")]
+    mod agent_git;
     // host: the Docker gateway against the real daemon: each way out refused, the project's own used.
     #[cfg(feature = "host-tests")]
     mod docker_gateway;

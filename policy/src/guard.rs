@@ -84,54 +84,30 @@ enum Missing {
 
 struct Name {
     name: &'static str,
-    dir: bool,
     missing: Missing,
     why: &'static str,
 }
 
-const fn name(name: &'static str, dir: bool, missing: Missing, why: &'static str) -> Name {
-    Name { name, dir, missing, why }
+const fn name(name: &'static str, missing: Missing, why: &'static str) -> Name {
+    Name { name, missing, why }
 }
 
 /// In the common git directory (the main checkout's `.git`).
 const COMMON: &[Name] = &[
-    name(
-        "config",
-        false,
-        Missing::Placeholder,
+    name("config", Missing::Placeholder,
         "repository config: core.fsmonitor, aliases, filters, editors",
     ),
-    name(
-        "config.worktree",
-        false,
-        Missing::Placeholder,
+    name("config.worktree", Missing::Placeholder,
         "worktree config, read once extensions.worktreeConfig is on",
     ),
-    name("hooks", true, Missing::Placeholder, "hooks git runs on commit, checkout, merge and push"),
-    name("info", true, Missing::Placeholder, "attributes, excludes and grafts git honours"),
-    name("modules", true, Missing::Placeholder, "submodules' git directories, each with config and hooks"),
-    name("worktrees", true, Missing::Placeholder, "linked worktrees' git directories"),
-    name("remotes", true, Missing::Watch, "legacy remote definitions git reads for fetch and push"),
-    name("branches", true, Missing::Watch, "legacy remote definitions git reads for fetch and push"),
-    name("refs/replace", true, Missing::Watch, "replacement objects: what git shows is not what it pushes"),
-    name("rr-cache", true, Missing::Watch, "recorded conflict resolutions git reapplies silently"),
-];
-
-/// In each linked worktree's git directory (`<common>/worktrees/<name>`).
-const LINKED: &[Name] = &[
-    name("commondir", false, Missing::Watch, "points git at the common directory (config, hooks)"),
-    name(
-        "gitdir",
-        false,
-        Missing::Watch,
-        "where the worktree is: `git worktree list` and `ocsb wt` go there",
-    ),
-    name(
-        "config.worktree",
-        false,
-        Missing::Placeholder,
-        "worktree config, read once extensions.worktreeConfig is on",
-    ),
+    name("hooks", Missing::Placeholder, "hooks git runs on commit, checkout, merge and push"),
+    name("info", Missing::Placeholder, "attributes, excludes and grafts git honours"),
+    name("modules", Missing::Placeholder, "submodules' git directories, each with config and hooks"),
+    name("worktrees", Missing::Placeholder, "linked worktrees' git directories"),
+    name("remotes", Missing::Watch, "legacy remote definitions git reads for fetch and push"),
+    name("branches", Missing::Watch, "legacy remote definitions git reads for fetch and push"),
+    name("refs/replace", Missing::Watch, "replacement objects: what git shows is not what it pushes"),
+    name("rr-cache", Missing::Watch, "recorded conflict resolutions git reapplies silently"),
 ];
 
 /// Names git honours in a main `.git` directory but never writes there: one that exists was
@@ -223,25 +199,10 @@ impl Rule<'_> {
     /// one it sits in). Only paths that would otherwise be writable are listed.
     pub fn protections(&self, checkouts: &[Checkout], fs: &dyn Lookup) -> Vec<Protection> {
         let mut out: Vec<Protection> = Vec::new();
-        let mut granted: Vec<PathBuf> = Vec::new();
-        for c in checkouts {
-            if let Some(g) = &c.git
-                && c.commits
-                && !self.inside(&g.common, &[])
-                && fs.entry(&g.common) == Entry::Dir
-            {
-                granted.push(g.common.clone());
-                out.push(Protection {
-                    path: g.common.clone(),
-                    access: Access::Writable,
-                    dir: true,
-                    placeholder: false,
-                    fill: String::new(),
-                    anchor: g.common.clone(),
-                    why: "the main checkout's git directory: this session commits to it".into(),
-                });
-            }
-        }
+        // No git directory of the user's is ever writable: each checkout's `.git` is the
+        // agent's own inside (the sandbox's `agent_git`), so what git reads there needs no
+        // protection of its own. What stays is what the user's git reads from the work tree.
+        let granted: Vec<PathBuf> = Vec::new();
         let ro = |out: &mut Vec<Protection>,
                   path: PathBuf,
                   anchor: &Path,
@@ -287,83 +248,6 @@ impl Rule<'_> {
                 });
             }
             let Some(g) = &c.git else { continue };
-            if g.gitdir == c.root.join(".git") && fs.entry(&g.gitdir) == Entry::Dir {
-                out.push(Protection {
-                    path: g.gitdir.clone(),
-                    access: Access::Writable,
-                    dir: true,
-                    placeholder: false,
-                    fill: String::new(),
-                    anchor: c.root.clone(),
-                    why: "a mount point, so .git cannot be renamed away and replaced".into(),
-                });
-            }
-            if g.gitdir != c.root.join(".git") {
-                ro(
-                    &mut out,
-                    c.root.join(".git"),
-                    &c.root,
-                    false,
-                    false,
-                    "points git at this worktree's git directory",
-                );
-            }
-            if self.inside(&g.common, &granted) {
-                for n in COMMON {
-                    let p = g.common.join(n.name);
-                    let present = fs.entry(&p) != Entry::Missing;
-                    if present || n.missing == Missing::Placeholder {
-                        ro(&mut out, p, &g.common, n.dir, !present, n.why);
-                    }
-                }
-                // A `commondir` that exists is the placeholder (anything else is refused before
-                // the sandbox starts, see `planted_now`): kept read-only like the rest.
-                let commondir = g.common.join("commondir");
-                let missing = fs.entry(&commondir) == Entry::Missing;
-                if g.common.file_name().is_some_and(|n| n == ".git") && (!missing || !c.sets_worktree) {
-                    out.push(Protection {
-                        path: commondir,
-                        access: Access::ReadOnly,
-                        dir: false,
-                        placeholder: missing,
-                        fill: COMMONDIR_SELF.into(),
-                        anchor: g.common.clone(),
-                        why: NEVER_IN_MAIN[0].1.into(),
-                    });
-                }
-                let wt = g.common.join("worktrees");
-                for x in fs.names(&wt) {
-                    let admin = wt.join(&x);
-                    if fs.entry(&admin) != Entry::Dir {
-                        continue;
-                    }
-                    out.push(Protection {
-                        path: admin.clone(),
-                        access: Access::Writable,
-                        dir: true,
-                        placeholder: false,
-                        fill: String::new(),
-                        anchor: g.common.clone(),
-                        why: "a linked worktree's HEAD, index and logs: git in that worktree writes them"
-                            .into(),
-                    });
-                    for n in LINKED {
-                        let p = admin.join(n.name);
-                        let present = fs.entry(&p) != Entry::Missing;
-                        if present || n.missing == Missing::Placeholder {
-                            out.push(Protection {
-                                path: p,
-                                access: Access::ReadOnly,
-                                dir: n.dir,
-                                placeholder: !present,
-                                fill: String::new(),
-                                anchor: g.common.clone(),
-                                why: n.why.into(),
-                            });
-                        }
-                    }
-                }
-            }
             for h in c.hooks_paths.iter().filter(|h| self.inside(h, &granted)) {
                 let anchor = anchor_for(h, &c.root, &g.common);
                 out.push(Protection {

@@ -124,6 +124,19 @@ fn with_checkout_rule(spec: &SandboxSpec, known: &[Checkout], fs: &Remembered<'_
     Ok(spec)
 }
 
+/// The paths in the writable trees that the checkout rule holds read-only for `spec` (the
+/// hooks path, includes and programs the user's config names, tool files, ocsb's settings):
+/// what the import gate holds back a commit for changing.
+pub fn read_only_in_trees(spec: &SandboxSpec, known: &[Checkout]) -> Result<Vec<PathBuf>> {
+    let seen = Remembered::new(&RealFs);
+    Ok(with_checkout_rule(spec, known, &seen)?
+        .protect
+        .into_iter()
+        .filter(|p| p.access == ocsb_policy::guard::Access::ReadOnly)
+        .map(|p| p.path)
+        .collect())
+}
+
 /// Build the stage-2 request from the spec and plan.
 pub fn request(spec: &SandboxSpec, plan: Option<Plan>) -> Request {
     let landlock = match &plan {
@@ -219,11 +232,16 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) ->
     spec.nested_repos = audit.nested.clone();
     let checkouts = checkouts::of_spec_known(&spec, &audit.checkouts);
     crate::stages::mark("launcher: start recorded");
+    let gates = if spec.namespaces { Some(crate::session_git::begin(&mut spec, &checkouts)?) } else { None };
+    crate::stages::mark("launcher: agent git directories made");
     let run = run_checked(&spec, serve, ahead.stage2, ahead.on_plan, &checkouts);
     if let Some(quiet) = ahead.on_exit {
         quiet();
     }
     crate::stages::mark("launcher: Docker gateway told of the exit");
+    if let Some(g) = gates {
+        g.end();
+    }
     audit.end();
     crate::stages::mark("launcher: checkouts looked at (after)");
     // Only now, after the look, may stage 2 free the port rules and tear the namespaces down.

@@ -16,12 +16,15 @@
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod agentgit;
 pub mod audit;
 pub mod caps;
 pub mod checkouts;
 pub mod configmemo;
 pub mod env;
 pub mod error;
+pub mod gate;
+pub mod gatewatch;
 pub mod gitindex;
 pub mod handover;
 pub mod indexes;
@@ -37,6 +40,7 @@ pub mod pty;
 pub mod remembered;
 pub mod seccomp;
 pub mod served;
+pub mod session_git;
 pub mod spec;
 pub mod stage2;
 pub mod stages;

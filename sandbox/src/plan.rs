@@ -901,6 +901,58 @@ impl Builder<'_> {
         Ok(())
     }
 
+    /// One checkout's agent git directory ([`crate::spec::AgentGit`]). *Why over the user's
+    /// `.git` rather than beside it*: the agent's git then finds it as git finds any
+    /// repository, and a mount point cannot be renamed or removed, so the agent cannot put a
+    /// `.git` of its own choosing where the user's git later looks.
+    fn agent_git(&mut self, a: &crate::spec::AgentGit) -> Result<()> {
+        absolute(&a.dot_git, "checkout .git")?;
+        absolute(&a.gitdir, "agent git directory")?;
+        let inside = Path::new(super::spec::AGENT_GIT_INSIDE);
+        if !a.inside.starts_with(inside) || a.objects.iter().any(|(_, i)| !i.starts_with(inside)) {
+            return Err(Error::refused(
+                format!("agent git directory {} is not placed under {}", a.inside.display(), inside.display()),
+                "report this: the launcher made an inconsistent entry",
+            ));
+        }
+        for (src, dst) in &a.objects {
+            let op = Op::Bind { src: src.clone(), dst: dst.clone(), access: Access::Ro, dir: true };
+            if !self.plan.ops.contains(&op) {
+                self.plan.ops.push(op);
+            }
+        }
+        self.plan.ops.push(Op::Bind { src: a.gitdir.clone(), dst: a.inside.clone(), access: Access::Rw, dir: true });
+        self.plan.writable.push(a.inside.clone());
+        match (&a.pointer, self.fs.kind(&a.dot_git)) {
+            (None, Kind::Dir) => {
+                self.plan.ops.push(Op::Bind {
+                    src: a.gitdir.clone(),
+                    dst: a.dot_git.clone(),
+                    access: Access::Rw,
+                    dir: true,
+                });
+            }
+            (Some(pointer), Kind::File) => {
+                self.plan.ops.push(Op::Bind {
+                    src: pointer.clone(),
+                    dst: a.dot_git.clone(),
+                    access: Access::Ro,
+                    dir: false,
+                });
+            }
+            (_, kind) => {
+                return Err(Error::refused(
+                    format!(
+                        "{} changed while the sandbox was being made (now {kind:?}); it must be the checkout's real .git",
+                        a.dot_git.display()
+                    ),
+                    "start again; if it is a symbolic link, replace it with the directory it names",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn expose_socket(&mut self, p: &Path, what: &str) -> Result<()> {
         absolute(p, what)?;
         if self.fs.kind(p) == Kind::Missing {
@@ -1102,6 +1154,12 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
         .cloned()
         .collect();
     b.plan.ops.extend(again);
+    // Phase 4b: each checkout's `.git` is the agent's own git directory, mounted over the
+    // user's last of all, so nothing of the user's git data is writable (nor seen, but the
+    // objects it borrows, read-only).
+    for a in &spec.agent_git {
+        b.agent_git(a)?;
+    }
     // Phase 5: sockets passed in.
     if let Some(s) = &spec.ssh_agent {
         absolute(s, "ssh-agent socket")?;

@@ -77,6 +77,11 @@ pub struct SandboxSpec {
     /// Where the network comes from (`OCSB_NETWORK`).
     #[serde(default)]
     pub network: Network,
+    /// The agent's own git directories, one per writable checkout that is a repository
+    /// ([`crate::agentgit`]): inside, each checkout's `.git` is one of these, and no git
+    /// directory of the user's is writable.
+    #[serde(default)]
+    pub agent_git: Vec<AgentGit>,
     /// The checkout rule applied to this sandbox's checkouts (filled by `launch::prepare` from
     /// what it discovers; whatever a spec file says here is replaced).
     #[serde(default)]
@@ -234,6 +239,7 @@ pub(crate) fn minimal(project_dir: PathBuf, state_dir: PathBuf, home: PathBuf) -
         tty: TtyMode::Never,
         rw_tool_files: vec![],
         nested_repos: vec![],
+        agent_git: vec![],
         protect: vec![],
         programs: vec![],
     }
@@ -281,6 +287,28 @@ pub const DOCKER_GATEWAY_INSIDE: &str = "/run/docker.sock";
 /// Where the launcher's filtering ssh-agent socket is inside the sandbox. A fixed path in the
 /// sandbox's own `/run`: nothing of the user's agent (its socket's path) is named inside.
 pub const SSH_AGENT_INSIDE: &str = "/run/ocsb/ssh-agent.sock";
+
+/// Where the agent's git directories are inside (`<this>/<n>`), and the user's object
+/// directories they borrow from, read-only (`<this>/objects/<k>`): the sandbox's own `/run`,
+/// a path that exists nowhere on the host.
+pub const AGENT_GIT_INSIDE: &str = "/run/ocsb/git";
+
+/// One checkout's `.git` as the sandbox shows it: the agent's own git directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentGit {
+    /// The checkout's `.git` on the host (a directory, or a `gitdir:` file of a linked
+    /// worktree or submodule): covered inside.
+    pub dot_git: PathBuf,
+    /// The agent's git directory on the host (out of every writable root).
+    pub gitdir: PathBuf,
+    /// Where it is inside ([`AGENT_GIT_INSIDE`]`/<n>`).
+    pub inside: PathBuf,
+    /// For a `.git` file: the file bound read-only over it, saying `gitdir: <inside>`.
+    pub pointer: Option<PathBuf>,
+    /// The user's object directories, each with where it is bound read-only inside (the
+    /// agent's `objects/info/alternates` names those paths).
+    pub objects: Vec<(PathBuf, PathBuf)>,
+}
 
 /// Docker sockets hidden unless `docker_socket` is set.
 pub const DOCKER_SOCKETS: &[&str] = &["/run/docker.sock", "/var/run/docker.sock"];

@@ -34,6 +34,8 @@ pub const FSOPEN_CLOEXEC: u32 = 0x1;
 pub const FSMOUNT_CLOEXEC: u32 = 0x1;
 pub const FSCONFIG_SET_STRING: u32 = 1;
 pub const FSCONFIG_CMD_CREATE: u32 = 6;
+pub const RESOLVE_NO_XDEV: u64 = 0x01;
+pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 pub const RESOLVE_BENEATH: u64 = 0x08;
 

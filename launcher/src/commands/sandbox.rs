@@ -34,6 +34,22 @@ pub fn status() -> Result<()> {
 /// `ocsb audit [--accept]`: what a sandbox start would refuse over (see [`ocsb_sandbox::audit`]).
 pub fn audit(project: &Project, accept: bool) -> Result<()> {
     let session = Session::new(project)?;
+    if accept {
+        for line in session.accept_held()? {
+            println!("audit: accepted {line}");
+        }
+    } else {
+        for h in session.held() {
+            println!(
+                "held back: {} in {} ({} {}){}",
+                h.name,
+                h.root.display(),
+                &h.oid[..h.oid.len().min(12)],
+                h.subject,
+                h.why.map(|w| format!("\n    why: {w}")).unwrap_or_default()
+            );
+        }
+    }
     let findings = session.audit(accept)?;
     if findings.is_empty() {
         println!("audit: nothing planted in {} and its worktrees", session.project_dir().display());

@@ -86,6 +86,16 @@ impl<'p> Session<'p> {
         checkouts::report(self.project, &self.spec, accept)
     }
 
+    /// What the import gate held back in the checkouts ([`ocsb_sandbox::session_git::held`]).
+    pub fn held(&self) -> Vec<ocsb_sandbox::session_git::HeldRef> {
+        ocsb_sandbox::session_git::held(&self.spec)
+    }
+
+    /// `ocsb audit --accept` for what the gate held back ([`ocsb_sandbox::session_git::accept`]).
+    pub fn accept_held(&self) -> Result<Vec<String>> {
+        Ok(ocsb_sandbox::session_git::accept(&self.spec)?)
+    }
+
     /// The project's checkout, as the sandbox sees it.
     pub fn project_dir(&self) -> &std::path::Path {
         &self.spec.project_dir

@@ -1,0 +1,209 @@
+//! The agent's own git directories: one per writable checkout that is a repository, made by the
+//! launcher when a sandbox starts and shown inside as that checkout's `.git`.
+//!
+//! *Why*: git on the host obeys what it finds in a git directory (config, hooks, the index's
+//! gitlinks, rebase lists, `commondir`, links) and git's own documentation holds that working
+//! in a repository someone else wrote is not safe. So the user's git directories are never
+//! writable inside. The agent commits in a repository of its own, kept out of every writable
+//! root: it starts from the user's HEAD, branches, tags, remote-tracking branches, index and
+//! remotes, borrows the user's objects read-only (`objects/info/alternates`, nothing copied),
+//! and stores its new objects itself. Its work reaches the user's repository only through the
+//! launcher's import ([`crate::gate`]), which never runs git in it.
+//!
+//! Layout on the host: `<parent of the state directory>/.<name>.git/<session>-<n>/` (the
+//! agent's git directory), `<session>-<n>.gitfile` (the `gitdir:` file shown over a `.git` file),
+//! `<session>.lock` (held while the session lives: a directory whose lock is free belonged to
+//! a launcher that died, and is imported and removed by the next start). The leading dot keeps
+//! it from being any project's state directory, as for the audit directory.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use ocsb_policy::guard::Checkout;
+
+use crate::error::{Error, Result};
+use crate::spec::{AGENT_GIT_INSIDE, AgentGit};
+
+/// One agent git directory of a running session.
+#[derive(Debug)]
+pub struct Repo {
+    /// What the sandbox's plan mounts.
+    pub spec: AgentGit,
+    /// The checkout (work tree) on the host.
+    pub root: PathBuf,
+    /// The user's git directory of this checkout (its HEAD and index).
+    pub user_gitdir: PathBuf,
+    /// The user's common git directory (config, objects, refs).
+    pub user_common: PathBuf,
+    /// The agent's git directory, opened before the sandbox could touch it: the gate reads
+    /// through it, beneath it and never through a link, whatever the agent renames.
+    pub dir: OwnedFd,
+    /// The branches and tags as the session started (the compare-and-swap's expected values).
+    pub start: BTreeMap<String, String>,
+    /// The object format.
+    pub format: ocsb_policy::gitimport::ObjectFormat,
+}
+
+/// The directory holding a project's agent git directories.
+pub fn store_of(state_dir: &Path) -> PathBuf {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(state_dir.file_name().unwrap_or_default());
+    name.push(".git");
+    state_dir.with_file_name(name)
+}
+
+/// Make the agent git directories of `checkouts` for `session`: every checkout that is a
+/// repository gets one. A checkout whose `.git` is a symbolic link is refused (a mount over
+/// it would cover its target, some other place).
+pub fn make_all(store: &Path, session: &str, checkouts: &[Checkout]) -> Result<Vec<Repo>> {
+    private_dir(store)?;
+    let mut out = Vec::new();
+    for c in checkouts {
+        let Some(g) = &c.git else { continue };
+        let dot = c.root.join(".git");
+        let kind = dot.symlink_metadata().map_err(|e| Error::io("look at", &dot, e))?.file_type();
+        if kind.is_symlink() {
+            return Err(Error::refused(
+                format!("{} is a symbolic link: the sandbox shows the agent its own .git in its place", dot.display()),
+                format!("replace the link with the directory it names (`ls -l {}`)", dot.display()),
+            ));
+        }
+        let n = out.len();
+        out.push(make(store, session, n, &c.root, &g.gitdir, &g.common, kind.is_file())?);
+    }
+    Ok(out)
+}
+
+fn private_dir(p: &Path) -> Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && p.symlink_metadata().is_ok_and(|m| m.is_dir()) => {
+            Ok(())
+        }
+        Err(e) => Err(Error::io("create", p, e)),
+    }
+}
+
+/// What a new file of the agent's git directory holds.
+fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o644)
+        .open(path)
+        .map_err(|e| Error::io("create", path, e))?;
+    f.write_all(bytes).map_err(|e| Error::io("write", path, e))
+}
+
+/// Copy a file of the user's git directory when it is a regular file (an index, an exclude
+/// list); nothing when it is missing.
+fn copy_if_file(from: &Path, to: &Path) -> Result<()> {
+    match from.symlink_metadata() {
+        Ok(m) if m.is_file() => {
+            std::fs::copy(from, to).map_err(|e| Error::io("copy", from, e))?;
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The user's object directories: `objects` and, in order, those its `info/alternates` names
+/// (git follows them too, so the agent's git must see them to read the user's history).
+fn object_dirs(common: &Path) -> Vec<PathBuf> {
+    let objects = common.join("objects");
+    let mut dirs = vec![objects.clone()];
+    if let Some(text) = crate::checkouts::read_small(&objects.join("info/alternates")) {
+        for line in text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let p = objects.join(line);
+            if let Ok(c) = p.canonicalize()
+                && c.is_dir()
+                && !dirs.contains(&c)
+            {
+                dirs.push(c);
+            }
+        }
+    }
+    dirs
+}
+
+fn make(store: &Path, session: &str, n: usize, root: &Path, gitdir: &Path, common: &Path, file: bool) -> Result<Repo> {
+    let name = format!("{session}-{n}");
+    let dir = store.join(&name);
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| Error::io("create", &dir, e))?;
+    let inside = Path::new(AGENT_GIT_INSIDE).join(n.to_string());
+    let user_objects = object_dirs(common);
+    let objects: Vec<(PathBuf, PathBuf)> = user_objects
+        .iter()
+        .enumerate()
+        .map(|(k, d)| (d.clone(), Path::new(AGENT_GIT_INSIDE).join(format!("{n}-objects-{k}"))))
+        .collect();
+    for sub in ["objects/info", "objects/pack", "refs/heads", "refs/tags", "info", "hooks"] {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir.join(sub))
+            .map_err(|e| Error::io("create", dir.join(sub), e))?;
+    }
+    let alternates: String = objects.iter().map(|(_, i)| format!("{}\n", i.display())).collect();
+    write_new(&dir.join("objects/info/alternates"), alternates.as_bytes())?;
+
+    let facts = crate::gate::user_facts(root)?;
+    write_new(&dir.join("config"), crate::gate::agent_config(&facts).as_bytes())?;
+    let head = crate::checkouts::read_small(&gitdir.join("HEAD")).ok_or_else(|| {
+        Error::refused(
+            format!("{} cannot be read as a git HEAD", gitdir.join("HEAD").display()),
+            "mend the repository (`git status` says what is wrong) and start again",
+        )
+    })?;
+    write_new(&dir.join("HEAD"), head.as_bytes())?;
+    let mut packed = String::from("# pack-refs with: peeled fully-peeled sorted \n");
+    let mut start = BTreeMap::new();
+    for (oid, name) in &facts.refs {
+        packed.push_str(&format!("{oid} {name}\n"));
+        if name.starts_with("refs/heads/") || name.starts_with("refs/tags/") {
+            start.insert(name.clone(), oid.clone());
+        }
+    }
+    write_new(&dir.join("packed-refs"), packed.as_bytes())?;
+    copy_if_file(&gitdir.join("index"), &dir.join("index"))?;
+    for f in ["info/exclude", "info/sparse-checkout", "shallow"] {
+        copy_if_file(&common.join(f), &dir.join(f))?;
+    }
+    let pointer = if file {
+        let p = store.join(format!("{name}.gitfile"));
+        write_new(&p, format!("gitdir: {}\n", inside.display()).as_bytes())?;
+        Some(p)
+    } else {
+        None
+    };
+    let fd = nix::fcntl::open(
+        &dir,
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| Error::io("open", &dir, e.into()))?;
+    Ok(Repo {
+        spec: AgentGit { dot_git: root.join(".git"), gitdir: dir, inside, pointer, objects },
+        root: root.to_path_buf(),
+        user_gitdir: gitdir.to_path_buf(),
+        user_common: common.to_path_buf(),
+        dir: fd,
+        start,
+        format: facts.format,
+    })
+}
+
+impl Repo {
+    /// Remove the agent's git directory once its work was imported. Never follows a link the
+    /// agent left in it (`remove_dir_all` removes links as entries).
+    pub fn remove(self) {
+        let _ = std::fs::remove_dir_all(&self.spec.gitdir);
+        if let Some(p) = &self.spec.pointer {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

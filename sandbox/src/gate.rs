@@ -1,0 +1,600 @@
+//! The import gate: how the agent's commits reach the user's repository.
+//!
+//! The agent commits in a git directory of its own ([`crate::agentgit`]). Within a second of
+//! each change of its refs (watched: [`Watch`]) and when the session ends, the launcher brings
+//! its branches and tags into the user's repository, and the user's HEAD and index follow the
+//! agent's checked-out branch, so `git log`, `git status` and editors on the host see the
+//! agent's commits as they are made.
+//!
+//! *Why this shape*: everything in the agent's git directory was written by the agent, and the
+//! launcher runs with all the user's rights. So the gate never runs git there, nor reads it by
+//! path: the refs are read and parsed here (`ocsb_policy::gitimport`), through a descriptor of
+//! the directory opened before the sandbox started, beneath it and never through a link
+//! (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV`: a planted `objects/pack ->
+//! ~/other-repo/.git/objects/pack` would otherwise hand the agent objects of another
+//! repository). The new object files are copied the same way into a staging repository of the
+//! launcher's own, out of the sandbox's reach. Git then runs only in repositories whose config
+//! the launcher or the user wrote: it fetches the wanted commits from the staging repository
+//! into the user's with every object checked (`fetch.fsckObjects`), lists what each new commit
+//! changes, and, as the policy judges, moves a branch by compare-and-swap or keeps the commit
+//! under `refs/ocsb/held/<session>/…` for `ocsb audit`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use ocsb_policy::gitimport::{self, Change, CommitChanges, ObjectFormat, Oid, RefName, RefUpdate, RefValue, Session, Verdict};
+
+use crate::agentgit::Repo;
+use crate::error::{Error, Result};
+use crate::sys;
+
+/// How the gate opens what the agent wrote: beneath the directory, through no link of any
+/// kind, on no other filesystem.
+const BENEATH: u64 = sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS | sys::RESOLVE_NO_XDEV;
+
+/// A ref file or `HEAD` is a line; `packed-refs` one line a ref.
+const REF_FILE_MAX: usize = 4096;
+const PACKED_MAX: usize = 64 << 20;
+/// At most this many loose refs are read (a branch is a file: the agent can make millions).
+const LOOSE_MAX: usize = 100_000;
+/// The object files copied by one import, in bytes: what an agent's session makes is far
+/// below; a repository's worth of history is refused rather than copied.
+const STAGE_MAX: u64 = 8 << 30;
+
+/// The user's repository as the agent's starts from it.
+pub struct UserFacts {
+    /// `(object id, name)` of every branch, tag and remote-tracking branch.
+    pub refs: Vec<(String, String)>,
+    /// The repository config as git lists it (scope local and worktree).
+    pub config: Vec<u8>,
+    pub format: ObjectFormat,
+}
+
+/// A git command in the user's own repository at `root` that can run nothing of the
+/// repository's but what the user configured for it, and no hook (the gate's updates are not
+/// the user's commits): [`crate::checkouts::git`], which also refuses every transport.
+fn user_git(root: &Path) -> Command {
+    crate::checkouts::git(root)
+}
+
+fn output(mut cmd: Command, what: &str) -> Result<Vec<u8>> {
+    let out = cmd.stderr(Stdio::piped()).output().map_err(|e| Error::io("run", "git", e))?;
+    if !out.status.success() {
+        return Err(Error::failed(
+            format!("git {what} failed: {}", String::from_utf8_lossy(&out.stderr).trim()),
+            "run `git status` in the project to see what is wrong with the repository",
+        ));
+    }
+    Ok(out.stdout)
+}
+
+/// What the agent's repository starts from: the user's refs, config and object format.
+pub fn user_facts(root: &Path) -> Result<UserFacts> {
+    let mut cmd = user_git(root);
+    cmd.args(["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags", "refs/remotes"]);
+    let refs = String::from_utf8_lossy(&output(cmd, "for-each-ref")?)
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(o, n)| (o.to_string(), n.to_string())))
+        .collect();
+    let mut cmd = user_git(root);
+    cmd.args(["config", "--list", "--show-scope", "--null"]);
+    let config = output(cmd, "config --list").unwrap_or_default();
+    let mut cmd = user_git(root);
+    cmd.args(["rev-parse", "--show-object-format"]);
+    let format = match String::from_utf8_lossy(&output(cmd, "rev-parse")?).trim() {
+        "sha256" => ObjectFormat::Sha256,
+        _ => ObjectFormat::Sha1,
+    };
+    Ok(UserFacts { refs, config, format })
+}
+
+/// The agent repository's config: what of the user's repository config carries neither a
+/// program nor a credential (`ocsb_policy::gitconfig::repository`).
+pub fn agent_config(facts: &UserFacts) -> String {
+    let (entries, _) = ocsb_policy::gitconfig::parse_repo_list(&facts.config);
+    ocsb_policy::gitconfig::generate_repo(&entries).text
+}
+
+/// Read a file of the agent's directory, beneath it and through no link.
+fn read_beneath(dir: BorrowedFd<'_>, rel: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
+    let fd = sys::openat2(Some(dir), rel, libc::O_RDONLY | libc::O_NONBLOCK, 0, BENEATH)?;
+    let mut f = std::fs::File::from(fd);
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut b = Vec::new();
+    (&mut f).take(limit as u64 + 1).read_to_end(&mut b)?;
+    if b.len() > limit {
+        return Err(std::io::Error::other("larger than a git file of its kind"));
+    }
+    Ok(b)
+}
+
+/// The names in a directory of the agent's, beneath its git directory and through no link;
+/// empty when it is missing.
+fn names_beneath(dir: BorrowedFd<'_>, rel: &Path) -> std::io::Result<Vec<(std::ffi::OsString, bool)>> {
+    let fd = match sys::openat2(Some(dir), rel, libc::O_RDONLY | libc::O_DIRECTORY, 0, BENEATH) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut d = nix::dir::Dir::from_fd(fd).map_err(std::io::Error::from)?;
+    let mut out = Vec::new();
+    for e in d.iter() {
+        let e = e.map_err(std::io::Error::from)?;
+        let name = std::ffi::OsStr::from_bytes(e.file_name().to_bytes()).to_os_string();
+        if name == "." || name == ".." {
+            continue;
+        }
+        let is_dir = matches!(e.file_type(), Some(nix::dir::Type::Directory));
+        out.push((name, is_dir));
+    }
+    Ok(out)
+}
+
+/// The agent's refs now: `HEAD`, and its branches and tags (loose refs over packed ones).
+pub struct AgentRefs {
+    pub head: RefValue,
+    pub refs: BTreeMap<String, Oid>,
+}
+
+fn agent_refs(dir: BorrowedFd<'_>, format: ObjectFormat) -> std::result::Result<AgentRefs, String> {
+    let head = read_beneath(dir, Path::new("HEAD"), REF_FILE_MAX).map_err(|e| format!("HEAD: {e}"))?;
+    let head = gitimport::parse_ref_file("HEAD", &head, format, REF_FILE_MAX).map_err(|e| e.to_string())?;
+    let mut refs = BTreeMap::new();
+    match read_beneath(dir, Path::new("packed-refs"), PACKED_MAX) {
+        Ok(b) => {
+            for (name, oid) in gitimport::parse_packed_refs("packed-refs", &b, format, PACKED_MAX).map_err(|e| e.to_string())? {
+                refs.insert(name.as_str().to_string(), oid);
+            }
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+        Err(e) => return Err(format!("packed-refs: {e}")),
+    }
+    let mut todo: Vec<PathBuf> = vec!["refs/heads".into(), "refs/tags".into()];
+    let mut seen = 0usize;
+    while let Some(rel) = todo.pop() {
+        for (name, is_dir) in names_beneath(dir, &rel).map_err(|e| format!("{}: {e}", rel.display()))? {
+            seen += 1;
+            if seen > LOOSE_MAX {
+                return Err(format!("more than {LOOSE_MAX} loose refs"));
+            }
+            let p = rel.join(&name);
+            if is_dir {
+                todo.push(p);
+                continue;
+            }
+            // A lock or a half-written ref: git's own, renamed into place in a moment.
+            if name.as_bytes().ends_with(b".lock") {
+                continue;
+            }
+            let bytes = match read_beneath(dir, &p, REF_FILE_MAX) {
+                Ok(b) => b,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => return Err(format!("{}: {e}", p.display())),
+            };
+            let refname = p.to_str().ok_or_else(|| format!("{}: not UTF-8", p.display()))?;
+            let name = RefName::parse(refname.as_bytes()).map_err(|e| format!("{refname}: {e}"))?;
+            match gitimport::parse_ref_file(refname, &bytes, format, REF_FILE_MAX).map_err(|e| e.to_string())? {
+                RefValue::Oid(oid) => {
+                    refs.insert(name.as_str().to_string(), oid);
+                }
+                // A branch that is a symbolic ref is not a commit to import.
+                RefValue::Symbolic(_) => {}
+            }
+        }
+    }
+    Ok(AgentRefs { head, refs })
+}
+
+/// A launcher-private bare repository the agent's object files are copied into; its
+/// alternates name the user's object directories, so it holds only what is new.
+struct Staging {
+    dir: PathBuf,
+    /// The object files copied so far, by name and size (a pack that changed is copied again).
+    copied: BTreeSet<(PathBuf, u64)>,
+}
+
+impl Staging {
+    fn make(dir: PathBuf, repo: &Repo) -> Result<Staging> {
+        let _ = std::fs::remove_dir_all(&dir);
+        for sub in ["objects/info", "objects/pack", "refs"] {
+            std::fs::create_dir_all(dir.join(sub)).map_err(|e| Error::io("create", dir.join(sub), e))?;
+        }
+        let format = if repo.format == ObjectFormat::Sha256 {
+            "[core]\n\trepositoryformatversion = 1\n\tbare = true\n[extensions]\n\tobjectformat = sha256\n"
+        } else {
+            "[core]\n\trepositoryformatversion = 0\n\tbare = true\n"
+        };
+        let config = format!("{format}[uploadpack]\n\tallowAnySHA1InWant = true\n");
+        std::fs::write(dir.join("config"), config).map_err(|e| Error::io("write", dir.join("config"), e))?;
+        std::fs::write(dir.join("HEAD"), "ref: refs/heads/main\n").map_err(|e| Error::io("write", dir.join("HEAD"), e))?;
+        let alternates: String =
+            repo.spec.objects.iter().map(|(host, _)| format!("{}\n", host.display())).collect();
+        std::fs::write(dir.join("objects/info/alternates"), alternates)
+            .map_err(|e| Error::io("write", dir.join("objects/info/alternates"), e))?;
+        Ok(Staging { dir, copied: BTreeSet::new() })
+    }
+
+    /// Copy the agent's object files that are new since the last call: loose objects, and packs
+    /// (each indexed again by git here: the agent's `.idx` is not taken).
+    fn copy_new(&mut self, agent: BorrowedFd<'_>) -> std::result::Result<(), String> {
+        let mut budget = STAGE_MAX;
+        let objects = Path::new("objects");
+        for (fan, is_dir) in names_beneath(agent, objects).map_err(|e| format!("objects: {e}"))? {
+            let fan_s = fan.to_string_lossy();
+            if !is_dir || fan_s.len() != 2 || !fan_s.bytes().all(|b| b.is_ascii_hexdigit()) {
+                continue;
+            }
+            let rel = objects.join(&fan);
+            for (name, is_dir) in names_beneath(agent, &rel).map_err(|e| format!("{}: {e}", rel.display()))? {
+                if is_dir || !name.as_bytes().iter().all(u8::is_ascii_hexdigit) {
+                    continue;
+                }
+                self.copy_one(agent, &rel.join(&name), &mut budget)?;
+            }
+        }
+        let pack = objects.join("pack");
+        for (name, is_dir) in names_beneath(agent, &pack).map_err(|e| format!("objects/pack: {e}"))? {
+            let n = name.to_string_lossy();
+            if is_dir || !n.starts_with("pack-") || !n.ends_with(".pack") {
+                continue;
+            }
+            let rel = pack.join(&name);
+            if self.copy_one(agent, &rel, &mut budget)? {
+                let mut cmd = Command::new("git");
+                cmd.env("GIT_DIR", &self.dir).env("GIT_CONFIG_NOSYSTEM", "1").env("GIT_CONFIG_GLOBAL", "/dev/null");
+                cmd.args(["index-pack", "--strict"]).arg(self.dir.join(&rel)).stdin(Stdio::null());
+                output(cmd, "index-pack").map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copy one file beneath the agent's directory into the same place here; `true` when it
+    /// was new.
+    fn copy_one(&mut self, agent: BorrowedFd<'_>, rel: &Path, budget: &mut u64) -> std::result::Result<bool, String> {
+        let fd = match sys::openat2(Some(agent), rel, libc::O_RDONLY | libc::O_NONBLOCK, 0, BENEATH) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
+            Err(e) => return Err(format!("{}: {e}", rel.display())),
+        };
+        let mut f = std::fs::File::from(fd);
+        let meta = f.metadata().map_err(|e| format!("{}: {e}", rel.display()))?;
+        if !meta.is_file() {
+            return Err(format!("{}: not a regular file", rel.display()));
+        }
+        let key = (rel.to_path_buf(), meta.len());
+        if self.copied.contains(&key) {
+            return Ok(false);
+        }
+        if meta.len() > *budget {
+            return Err(format!("the agent's objects are larger than {} GiB", STAGE_MAX >> 30));
+        }
+        *budget -= meta.len();
+        let to = self.dir.join(rel);
+        if let Some(p) = to.parent() {
+            std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
+        let tmp = to.with_extension("ocsb-tmp");
+        let mut out = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::io::copy(&mut (&mut f).take(meta.len()), &mut out).map_err(|e| format!("{}: {e}", rel.display()))?;
+        std::fs::rename(&tmp, &to).map_err(|e| format!("{}: {e}", to.display()))?;
+        self.copied.insert(key);
+        Ok(true)
+    }
+}
+
+/// One checkout's gate: its agent repository, staging and what it imported so far.
+pub struct Gate {
+    repo: Repo,
+    staging: Staging,
+    session: Session,
+    /// The agent's refs as last imported (an unchanged ref is not judged again).
+    last: BTreeMap<String, Oid>,
+    /// What each of the user's refs should be for the next import to move it: its value at the
+    /// session's start, then what the gate last set it to (the compare-and-swap's old value).
+    expected: BTreeMap<String, Oid>,
+    last_head: Option<RefValue>,
+    /// Paths of the tree the sandbox holds read-only besides the fixed ones (the hooks path,
+    /// files the user's config names): a commit that changes one is held.
+    held_extra: Vec<PathBuf>,
+}
+
+/// What one import did, for the session's messages and `ocsb audit`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Imported {
+    /// Branches and tags moved or made in the user's repository.
+    pub updated: Vec<String>,
+    /// Held: the ref under `refs/ocsb/held/…`, and why.
+    pub held: Vec<(String, String)>,
+    /// The user's HEAD was moved to this branch.
+    pub switched: Option<String>,
+    /// What could not be done (the agent's repository unreadable, git failing).
+    pub failed: Option<String>,
+}
+
+impl Imported {
+    pub fn is_empty(&self) -> bool {
+        *self == Imported::default()
+    }
+}
+
+
+impl Gate {
+    /// The gate of `repo`, staging in `staging_dir` (launcher-private).
+    pub fn new(repo: Repo, staging_dir: PathBuf, session: Session, held_extra: Vec<PathBuf>) -> Result<Gate> {
+        let staging = Staging::make(staging_dir, &repo)?;
+        let last: BTreeMap<String, Oid> = repo
+            .start
+            .iter()
+            .filter_map(|(n, o)| Oid::parse(repo.format, o.as_bytes()).map(|o| (n.clone(), o)))
+            .collect();
+        let expected = last.clone();
+        Ok(Gate { repo, staging, session, last, expected, last_head: None, held_extra })
+    }
+
+    pub fn repo(&self) -> &Repo {
+        &self.repo
+    }
+
+    /// Remove the agent's git directory (after the last import).
+    pub fn remove(self) {
+        self.repo.remove();
+    }
+
+    /// The agent's git directory (watched for changes of its refs).
+    pub fn agent_dir(&self) -> &Path {
+        &self.repo.spec.gitdir
+    }
+
+    /// Bring what changed in the agent's repository since the last call into the user's.
+    pub fn import(&mut self) -> Imported {
+        let mut done = Imported::default();
+        if let Err(e) = self.import_into(&mut done) {
+            done.failed = Some(e);
+        }
+        done
+    }
+
+    fn import_into(&mut self, done: &mut Imported) -> std::result::Result<(), String> {
+        let agent = agent_refs(self.repo.dir.as_fd(), self.repo.format)?;
+        let changed: Vec<String> = agent
+            .refs
+            .iter()
+            .filter(|(n, o)| self.last.get(*n) != Some(o))
+            .map(|(n, _)| n.clone())
+            .collect();
+        if changed.is_empty() && self.last_head.as_ref() == Some(&agent.head) {
+            return Ok(());
+        }
+        let user = self.user_refs()?;
+        let before = self.user_head();
+        let wanted: Vec<&Oid> = changed.iter().filter_map(|n| agent.refs.get(n)).collect();
+        if !wanted.is_empty() {
+            self.staging.copy_new(self.repo.dir.as_fd())?;
+            self.fetch(&wanted)?;
+        }
+        for name in &changed {
+            let Ok(refname) = RefName::parse(name.as_bytes()) else { continue };
+            let new = agent.refs.get(name).cloned();
+            let start = self.expected.get(name).cloned();
+            let update = RefUpdate { name: refname.clone(), start, agent: new.clone(), user: user.get(name).cloned() };
+            let commits = match &new {
+                Some(oid) => self.changes(oid)?,
+                None => Vec::new(),
+            };
+            let held_paths = |p: &[u8]| self.held_path(p);
+            match gitimport::judge(&update, &commits, &held_paths) {
+                Verdict::Skip(_) => {}
+                Verdict::Import => {
+                    let Some(oid) = &new else { continue };
+                    let old = user.get(name).map(|o| o.as_str().to_string()).unwrap_or_else(|| zero(self.repo.format));
+                    match self.update_ref(name, oid.as_str(), &old) {
+                        Ok(()) => {
+                            self.expected.insert(name.clone(), oid.clone());
+                            done.updated.push(name.clone())
+                        }
+                        Err(e) => self.hold(done, &refname, oid, &format!("the user's branch moved as it was imported ({e})"))?,
+                    }
+                }
+                Verdict::Hold(reasons) => {
+                    let Some(oid) = &new else { continue };
+                    let why = reasons.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+                    self.hold(done, &refname, oid, &why)?;
+                }
+            }
+            if let Some(o) = new {
+                self.last.insert(name.clone(), o);
+            }
+        }
+        self.follow_head(&agent, before.as_deref(), done)?;
+        self.last_head = Some(agent.head);
+        Ok(())
+    }
+
+    /// The commit the user's HEAD names now (`None` on an unborn branch).
+    fn user_head(&self) -> Option<String> {
+        let mut cmd = user_git(&self.repo.root);
+        cmd.args(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]);
+        let out = output(cmd, "rev-parse").ok()?;
+        Some(String::from_utf8_lossy(&out).trim().to_string()).filter(|s| !s.is_empty())
+    }
+
+    /// The user's branches and tags now.
+    fn user_refs(&self) -> std::result::Result<BTreeMap<String, Oid>, String> {
+        let mut cmd = user_git(&self.repo.root);
+        cmd.args(["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags"]);
+        let out = output(cmd, "for-each-ref").map_err(|e| e.to_string())?;
+        Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter_map(|(o, n)| Oid::parse(self.repo.format, o.as_bytes()).map(|o| (n.to_string(), o)))
+            .collect())
+    }
+
+    /// Fetch `wanted` from the staging repository into the user's, every object checked. Git
+    /// runs `git-upload-pack` in the staging repository (the launcher's config) and index-pack
+    /// in the user's; the local transport is the only one allowed.
+    fn fetch(&self, wanted: &[&Oid]) -> std::result::Result<(), String> {
+        let mut cmd = user_git(&self.repo.root);
+        cmd.env("GIT_ALLOW_PROTOCOL", "file");
+        cmd.args([
+            "-c",
+            "protocol.file.allow=always",
+            "-c",
+            "fetch.fsckObjects=true",
+            "-c",
+            "transfer.fsckObjects=true",
+            "-c",
+            "maintenance.auto=false",
+            "-c",
+            "gc.auto=0",
+            "-c",
+            "fetch.writeCommitGraph=false",
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-recurse-submodules",
+            "--no-auto-gc",
+            "--no-auto-maintenance",
+        ]);
+        cmd.arg(format!("file://{}", self.staging.dir.display()));
+        cmd.args(wanted.iter().map(|o| o.as_str()));
+        output(cmd, "fetch from the agent's repository").map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// What each commit `oid` brings that the user's branches and tags do not reach changes.
+    fn changes(&self, oid: &Oid) -> std::result::Result<Vec<CommitChanges>, String> {
+        let mut cmd = user_git(&self.repo.root);
+        cmd.args(["rev-list", oid.as_str(), "--not", "--branches", "--tags"]);
+        let list = output(cmd, "rev-list").map_err(|e| e.to_string())?;
+        if list.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut cmd = user_git(&self.repo.root);
+        cmd.args(["diff-tree", "--stdin", "-r", "-m", "--root", "--no-renames", "--raw", "-z"]);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| format!("diff-tree: {e}"))?;
+        let mut stdin = child.stdin.take().ok_or("diff-tree: no stdin")?;
+        let feeder = std::thread::spawn(move || stdin.write_all(&list));
+        let out = child.wait_with_output().map_err(|e| format!("diff-tree: {e}"))?;
+        let _ = feeder.join();
+        if !out.status.success() {
+            return Err(format!("diff-tree: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        parse_diff_tree(&out.stdout, self.repo.format)
+    }
+
+    /// A path the sandbox holds read-only in this checkout's tree: a commit that changes it
+    /// is held (the user's tree must not receive through the import what the agent could not
+    /// write there).
+    fn held_path(&self, path: &[u8]) -> bool {
+        if gitimport::always_held(path) {
+            return true;
+        }
+        let Ok(p) = std::str::from_utf8(path) else { return false };
+        let full = self.repo.root.join(p);
+        self.held_in_tree().iter().any(|h| full.starts_with(h))
+    }
+
+    fn held_in_tree(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> =
+            ocsb_policy::guard::TOOL_FILES.iter().map(|(n, _)| self.repo.root.join(n)).collect();
+        v.extend(ocsb_policy::guard::OCSB_DIRS.iter().map(|(n, _)| self.repo.root.join(n)));
+        v.extend(self.held_extra.iter().cloned());
+        v
+    }
+
+    fn update_ref(&self, name: &str, new: &str, old: &str) -> std::result::Result<(), String> {
+        let mut cmd = user_git(&self.repo.root);
+        cmd.args(["update-ref", "-m", "ocsb: imported from the sandbox", name, new, old]);
+        output(cmd, "update-ref").map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn hold(&self, done: &mut Imported, name: &RefName, oid: &Oid, why: &str) -> std::result::Result<(), String> {
+        let held = gitimport::held_ref(&self.session, name);
+        let mut cmd = user_git(&self.repo.root);
+        cmd.args(["update-ref", "-m", "ocsb: held back from the sandbox", &held, oid.as_str()]);
+        output(cmd, "update-ref").map_err(|e| e.to_string())?;
+        done.held.push((held, why.to_string()));
+        Ok(())
+    }
+
+    /// The user's HEAD and index follow the agent's checked-out branch once that branch is
+    /// the user's too (imported, or never changed): a switch inside switches the host's HEAD,
+    /// a commit inside leaves the host's `git status` clean. A detached HEAD inside (in the
+    /// middle of a rebase) is not followed; the end of the rebase is. The index is replaced
+    /// only when it held what the user's HEAD held before (`before`): changes the user staged
+    /// meanwhile are left as they are.
+    fn follow_head(&mut self, agent: &AgentRefs, before: Option<&str>, done: &mut Imported) -> std::result::Result<(), String> {
+        let RefValue::Symbolic(branch) = &agent.head else { return Ok(()) };
+        let name = branch.as_str();
+        let Some(want) = agent.refs.get(name) else { return Ok(()) };
+        let user = self.user_refs()?;
+        if user.get(name) != Some(want) {
+            return Ok(());
+        }
+        let head_file = self.repo.user_gitdir.join("HEAD");
+        let user_head = crate::checkouts::read_small(&head_file).unwrap_or_default();
+        let target = format!("ref: {name}\n");
+        let moved = self.last_head.as_ref() != Some(&agent.head) || done.updated.iter().any(|u| u == name);
+        if user_head != target {
+            let mut cmd = user_git(&self.repo.root);
+            cmd.args(["symbolic-ref", "-m", "ocsb: the sandbox switched branch", "HEAD", name]);
+            output(cmd, "symbolic-ref").map_err(|e| e.to_string())?;
+            done.switched = Some(name.to_string());
+        } else if !moved {
+            return Ok(());
+        }
+        let staged_nothing = before.is_some_and(|b| {
+            let mut cmd = user_git(&self.repo.root);
+            cmd.args(["diff-index", "--cached", "--quiet", b, "--"]);
+            cmd.status().is_ok_and(|s| s.success())
+        });
+        if !staged_nothing {
+            return Ok(());
+        }
+        let mut cmd = user_git(&self.repo.root);
+        cmd.args(["reset", "--quiet", "--mixed"]);
+        output(cmd, "reset").map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+fn zero(format: ObjectFormat) -> String {
+    "0".repeat(format.hex_len())
+}
+
+/// `git diff-tree --stdin -r -m --root --raw -z` output: a commit id line (`<oid>\0`, once a
+/// parent for a merge), then entries `:<mode> <mode> <oid> <oid> <status>\0<path>\0`.
+fn parse_diff_tree(out: &[u8], format: ObjectFormat) -> std::result::Result<Vec<CommitChanges>, String> {
+    let mut commits: Vec<CommitChanges> = Vec::new();
+    let mut fields = out.split(|b| *b == 0).peekable();
+    while let Some(f) = fields.next() {
+        if f.is_empty() {
+            continue;
+        }
+        if let Some(meta) = f.strip_prefix(b":") {
+            let path = fields.next().ok_or("diff-tree: an entry without a path")?.to_vec();
+            let meta = std::str::from_utf8(meta).map_err(|_| "diff-tree: not text")?;
+            let mut parts = meta.split(' ');
+            let old_mode = u32::from_str_radix(parts.next().unwrap_or(""), 8).map_err(|_| "diff-tree: a mode")?;
+            let new_mode = u32::from_str_radix(parts.next().unwrap_or(""), 8).map_err(|_| "diff-tree: a mode")?;
+            let c = commits.last_mut().ok_or("diff-tree: an entry before its commit")?;
+            c.changes.push(Change { path, old_mode, new_mode });
+        } else {
+            let id = std::str::from_utf8(f).map_err(|_| "diff-tree: not text")?.trim();
+            let oid = Oid::parse(format, id.as_bytes()).ok_or_else(|| format!("diff-tree: {id} is no object id"))?;
+            if commits.last().is_none_or(|c| c.commit != oid) {
+                commits.push(CommitChanges { commit: oid, changes: Vec::new() });
+            }
+        }
+    }
+    Ok(commits)
+}

@@ -1,0 +1,221 @@
+//! A session's git, from start to end: the agent's git directories made
+//! ([`crate::agentgit`]), their refs watched and imported while the sandbox runs
+//! ([`crate::gatewatch`]), and once it has exited, a last import and the directories removed.
+//! What was held back is said on the terminal and listed by `ocsb audit` ([`held`]).
+
+use std::path::{Path, PathBuf};
+
+use ocsb_policy::gitimport::Session;
+use ocsb_policy::guard::Checkout;
+
+use crate::error::{Error, Result};
+use crate::gate::{Gate, Imported};
+use crate::spec::SandboxSpec;
+
+/// The gates of a running session.
+pub struct SessionGit {
+    running: Option<crate::gatewatch::Running>,
+    staging: PathBuf,
+    state_dir: PathBuf,
+    /// Held while the session lives (see [`crate::agentgit`]).
+    _lock: Option<nix::fcntl::Flock<std::fs::File>>,
+}
+
+/// Say what an import did that the user must know: what was held back (and record why, for
+/// `ocsb audit`), and what failed.
+fn report(state_dir: &Path, root: &Path, done: &Imported) {
+    for (held, why) in &done.held {
+        record_reason(state_dir, root, held, why);
+        eprintln!("ocsb: held back in {}: {held}: {why}; see `ocsb audit`", root.display());
+    }
+    if let Some(e) = &done.failed {
+        eprintln!("ocsb: the sandbox's commits in {} were not imported: {e}", root.display());
+    }
+}
+
+/// The session's name: when it started and which launcher, unique on this machine.
+fn session_name() -> Result<Session> {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    Session::parse(&format!("{secs}-{}", std::process::id()))
+        .map_err(|e| Error::refused(format!("session name: {e}"), "report this"))
+}
+
+/// Make the agent's git directories of `checkouts`, put them in `spec`, and start the gates.
+pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGit> {
+    let session = session_name()?;
+    let store = crate::agentgit::store_of(&spec.state_dir);
+    let repos = crate::agentgit::make_all(&store, session.as_str(), checkouts)?;
+    let lock = lock(&store, session.as_str())?;
+    let staging = crate::audit::dir_of(&spec.state_dir).join("gate").join(session.as_str());
+    spec.agent_git = repos.iter().map(|r| r.spec.clone()).collect();
+    let read_only = crate::launch::read_only_in_trees(spec, checkouts)?;
+    let mut gates = Vec::new();
+    for (n, repo) in repos.into_iter().enumerate() {
+        let held = read_only.iter().filter(|p| p.starts_with(&repo.root)).cloned().collect();
+        gates.push(Gate::new(repo, staging.join(n.to_string()), session.clone(), held)?);
+    }
+    let state_dir = spec.state_dir.clone();
+    let said = state_dir.clone();
+    let running = crate::gatewatch::start(gates, Box::new(move |root, done| report(&said, root, done)))?;
+    Ok(SessionGit { running: Some(running), staging, state_dir, _lock: Some(lock) })
+}
+
+fn lock(store: &Path, session: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let p = store.join(format!("{session}.lock"));
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .map_err(|e| Error::io("create", &p, e))?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| Error::io("lock", &p, e.into()))
+}
+
+impl SessionGit {
+    /// After the sandbox exited: the last import, then the agent's directories removed.
+    pub fn end(mut self) {
+        let gates = self.running.take().map(crate::gatewatch::Running::finish).unwrap_or_default();
+        for mut g in gates {
+            let done = g.import();
+            report(&self.state_dir, &g.repo().root.clone(), &done);
+            g.remove();
+        }
+        let _ = std::fs::remove_dir_all(&self.staging);
+    }
+}
+
+/// A commit the gate held back, as `ocsb audit` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRef {
+    /// The checkout whose repository holds it.
+    pub root: PathBuf,
+    /// `refs/ocsb/held/<session>/heads/<branch>` (or `tags/<tag>`).
+    pub name: String,
+    pub oid: String,
+    pub subject: String,
+    /// Why, as the gate said it when it held the ref (when its record is still there).
+    pub why: Option<String>,
+}
+
+/// Where the gate records why it held each ref (the audit directory, out of every sandbox's
+/// reach: a reason the agent could write would be no reason).
+fn reasons_file(state_dir: &Path) -> PathBuf {
+    crate::audit::dir_of(state_dir).join("held.json")
+}
+
+type Reasons = std::collections::BTreeMap<String, String>;
+
+fn reason_key(root: &Path, name: &str) -> String {
+    format!("{}\t{name}", root.display())
+}
+
+/// Record why `name` was held in the checkout at `root`.
+pub fn record_reason(state_dir: &Path, root: &Path, name: &str, why: &str) {
+    let p = reasons_file(state_dir);
+    let mut all: Reasons =
+        std::fs::read(&p).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    all.insert(reason_key(root, name), why.to_string());
+    if let Ok(text) = serde_json::to_vec_pretty(&all) {
+        let tmp = p.with_extension("json.tmp");
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, &p);
+        }
+    }
+}
+
+/// The repositories of a spec's checkouts that can hold held refs: the project, its worktrees,
+/// the `OCSB_RW` repositories.
+fn repositories(spec: &SandboxSpec) -> Vec<PathBuf> {
+    crate::checkouts::roots_of_spec(spec)
+        .into_iter()
+        .map(|(r, _)| r)
+        .filter(|r| crate::checkouts::git_dirs(r).is_some())
+        .collect()
+}
+
+/// What the gate holds back in the checkouts of `spec`.
+pub fn held(spec: &SandboxSpec) -> Vec<HeldRef> {
+    let reasons: Reasons = std::fs::read(reasons_file(&spec.state_dir))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for root in repositories(spec) {
+        let mut cmd = crate::checkouts::git(&root);
+        cmd.args(["for-each-ref", "--format=%(objectname) %(refname) %(subject)", "refs/ocsb/held/"]);
+        let Ok(o) = cmd.output() else { continue };
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let mut parts = line.splitn(3, ' ');
+            let (Some(oid), Some(name)) = (parts.next(), parts.next()) else { continue };
+            out.push(HeldRef {
+                root: root.clone(),
+                name: name.to_string(),
+                oid: oid.to_string(),
+                subject: parts.next().unwrap_or_default().to_string(),
+                why: reasons.get(&reason_key(&root, name)).cloned(),
+            });
+        }
+    }
+    out
+}
+
+/// `ocsb audit --accept` for held refs: each is taken as the policy says
+/// (`ocsb_policy::gitimport::accept`): a branch the user does not have is made, one the held
+/// commit descends from is fast-forwarded (compare-and-swap), and otherwise the commit is
+/// put on a branch of its own beside the user's (`ocsb/<session>/<branch>`) for the user to
+/// merge. Never a forced move. Returns one line per ref, saying what was done.
+pub fn accept(spec: &SandboxSpec) -> Result<Vec<String>> {
+    use ocsb_policy::gitimport::{self as gi, Accept};
+    let mut said = Vec::new();
+    for h in held(spec) {
+        let Some((session, name)) = gi::held_of(&h.name) else { continue };
+        let git = |args: &[&str]| {
+            let mut cmd = crate::checkouts::git(&h.root);
+            cmd.args(args);
+            cmd.output()
+        };
+        let user = git(&["rev-parse", "--verify", "--quiet", &format!("{}^{{}}", name.as_str())])
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        let descends = match &user {
+            Some(u) => git(&["merge-base", "--is-ancestor", u, &h.oid]).is_ok_and(|o| o.status.success()),
+            None => false,
+        };
+        let format = if h.oid.len() == 64 { gi::ObjectFormat::Sha256 } else { gi::ObjectFormat::Sha1 };
+        let Some(held_oid) = gi::Oid::parse(format, h.oid.as_bytes()) else { continue };
+        let user_oid = user.as_deref().and_then(|u| gi::Oid::parse(format, u.as_bytes()));
+        let (target, old) = match gi::accept(&session, &name, &held_oid, user_oid.as_ref(), descends) {
+            Accept::Create => (name.as_str().to_string(), zero_of(&h.oid)),
+            Accept::FastForward => (name.as_str().to_string(), user.clone().unwrap_or_else(|| zero_of(&h.oid))),
+            Accept::Aside(aside) => (aside.as_str().to_string(), zero_of(&h.oid)),
+            Accept::Already => {
+                let _ = git(&["update-ref", "-d", &h.name]);
+                continue;
+            }
+            Accept::NotImportable => {
+                said.push(format!("{}: not a branch or tag; left as {}", h.root.display(), h.name));
+                continue;
+            }
+        };
+        let o = git(&["update-ref", "-m", "ocsb audit --accept", &target, &h.oid, &old])
+            .map_err(|e| Error::io("run", "git update-ref", e))?;
+        if !o.status.success() {
+            said.push(format!(
+                "{}: {} not taken: {}",
+                h.root.display(),
+                h.name,
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+            continue;
+        }
+        let _ = git(&["update-ref", "-d", &h.name, &h.oid]);
+        said.push(format!("{}: {} is now {target}", h.root.display(), h.name));
+    }
+    Ok(said)
+}
+
+fn zero_of(oid: &str) -> String {
+    "0".repeat(oid.len())
+}

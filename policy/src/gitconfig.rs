@@ -334,7 +334,7 @@ const REPO_KEEP: &[(&str, Sub, &[&str])] = &[
 /// `remote.*.uploadpack` — and holds credentials (a token in a remote's URL, `http.extraHeader`).
 /// Inside the sandbox those programs are not the user's to run and the credentials are not the
 /// agent's to read, and tools add new such keys every year; so only what the agent's git needs
-/// to work like the user's is kept ([`REPO_KEEP`]): the repository's format, checkout behaviour,
+/// to work like the user's is kept (`REPO_KEEP`): the repository's format, checkout behaviour,
 /// remotes and branch tracking, identity, pull/push defaults. A remote URL loses its user and
 /// password (`https://TOKEN@host/r` becomes `https://host/r`); one that still carries a
 /// credential (`?access_token=`) is left out. `core.bare` is always written `false` (the agent

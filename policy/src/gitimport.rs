@@ -9,7 +9,7 @@
 //!   file git would not write is an error naming its line, never a guess.
 //! * [`paths`]: the tree paths git itself treats specially (`.git` in its case-folded, HFS+ and
 //!   NTFS forms, `.`/`..`), and the ones always held (`.gitmodules`, ocsb's own settings).
-//! * [`judge`]: the verdict on one ref update: import, hold with reasons, or skip.
+//! * [`mod@judge`]: the verdict on one ref update: import, hold with reasons, or skip.
 //! * [`held`]: where held updates wait (`refs/ocsb/held/<session>/...`) and how the user takes
 //!   one without ever having a ref of theirs forced.
 

@@ -159,17 +159,16 @@ fn ntfs_spelling(c: &[u8], d: &DotName) -> bool {
         until_stream.iter().all(|&b| b == b' ' || b == b'.')
     };
     let lower = c.to_ascii_lowercase();
-    if let Some(rest) = lower.strip_prefix(b".").and_then(|r| r.strip_prefix(d.name.as_bytes())) {
-        if tail_ok(rest) {
-            return true;
-        }
+    let dotted = lower.strip_prefix(b".").and_then(|r| r.strip_prefix(d.name.as_bytes()));
+    if dotted.is_some_and(tail_ok) {
+        return true;
     }
-    if let Some(rest) = lower.strip_prefix(d.short.as_bytes()).and_then(|r| r.strip_prefix(b"~")) {
-        if let Some((&n, tail)) = rest.split_first() {
-            if (b'1'..=b'0' + d.max_n).contains(&n) && tail_ok(tail) {
-                return true;
-            }
-        }
+    let short = lower.strip_prefix(d.short.as_bytes()).and_then(|r| r.strip_prefix(b"~"));
+    if let Some((&n, tail)) = short.and_then(<[u8]>::split_first)
+        && (b'1'..=b'0' + d.max_n).contains(&n)
+        && tail_ok(tail)
+    {
+        return true;
     }
     let Some(hashed) = d.hashed else { return false };
     let (Some(head), Some(tail)) = (lower.get(..8), lower.get(8..)) else { return false };

@@ -388,7 +388,7 @@ mod tests {
         let v = parse_ref_file("HEAD", b"ref: refs/heads/main\n", S1, 100).unwrap();
         assert_eq!(v, RefValue::Symbolic(name("refs/heads/main")));
         for bad in [
-            format!("{A}"),
+            A.to_string(),
             format!("{A}\n\n"),
             format!("{A} \n"),
             format!("{}\n", A.to_uppercase()),

@@ -1,5 +1,7 @@
-//! The global git config the agent's git reads: the user's own, as git lists it (includes
-//! expanded), with only what carries no credential and runs no program.
+//! The git config the agent's git reads: the user's global config, as git lists it (includes
+//! expanded), with only what carries no credential and runs no program ([`generate`]); and the
+//! config of the agent's own git directory, from the user's repository config the same way
+//! ([`generate_repo`]).
 //!
 //! *Why an allowlist*: a global config holds credentials in many shapes (`credential.*`,
 //! `http.extraHeader`, a token in a `url.*.insteadOf` rule, `sendemail.smtpPass`, tool sections
@@ -30,11 +32,21 @@ pub struct Entry {
 /// other scopes (the repository's, the system's) and entries that are not UTF-8 are left out
 /// (the latter counted in the second value).
 pub fn parse_list(out: &[u8]) -> (Vec<Entry>, usize) {
+    parse_scopes(out, &[b"global"])
+}
+
+/// The repository's own entries (scopes `local` and `worktree`) of `git config --list
+/// --show-scope --null` run in the user's repository, read as [`parse_list`] reads the global ones.
+pub fn parse_repo_list(out: &[u8]) -> (Vec<Entry>, usize) {
+    parse_scopes(out, &[b"local", b"worktree"])
+}
+
+fn parse_scopes(out: &[u8], scopes: &[&[u8]]) -> (Vec<Entry>, usize) {
     let mut entries = Vec::new();
     let mut skipped = 0;
     let mut fields = out.split(|&b| b == 0);
     while let (Some(scope), Some(raw)) = (fields.next(), fields.next()) {
-        if scope != b"global" || raw.is_empty() {
+        if !scopes.contains(&scope) || raw.is_empty() {
             continue;
         }
         let Ok(text) = std::str::from_utf8(raw) else {
@@ -58,6 +70,8 @@ enum Sub {
     No,
     /// Any: `[color "diff"]`.
     Any,
+    /// One is required: `[remote "origin"]`.
+    Named,
 }
 
 /// The settings kept: section, its subsections, and its names (lower case, as git lists them;
@@ -267,22 +281,148 @@ pub struct Generated {
 /// The config for the sandbox from the user's `entries`, in their order (so repeated keys and
 /// "the last one wins" mean what they meant).
 pub fn generate(entries: &[Entry]) -> Generated {
+    render(
+        entries,
+        "# Made by ocsb at each start from your global git config, with only the settings that carry\n\
+         # no credential and run no program. Changes here last until the next start.\n",
+        None,
+        |key, value| kept(key, value).then(|| value.map(str::to_string)),
+    )
+}
+
+/// The settings of the user's repository config kept in the agent's git directory: section, its
+/// subsections, names (lower case; `*` every name).
+const REPO_KEEP: &[(&str, Sub, &[&str])] = &[
+    (
+        "core",
+        Sub::No,
+        &[
+            "repositoryformatversion",
+            "filemode",
+            "symlinks",
+            "ignorecase",
+            "precomposeunicode",
+            "autocrlf",
+            "eol",
+            "safecrlf",
+            "quotepath",
+            "abbrev",
+            "sparsecheckout",
+            "sparsecheckoutcone",
+            "hookspath",
+        ],
+    ),
+    ("extensions", Sub::No, &["objectformat"]),
+    (
+        "remote",
+        Sub::Named,
+        &["url", "pushurl", "fetch", "push", "tagopt", "prune", "promisor", "partialclonefilter"],
+    ),
+    ("branch", Sub::Named, &["remote", "merge", "rebase", "pushremote"]),
+    ("user", Sub::No, &["name", "email"]),
+    ("init", Sub::No, &["defaultbranch"]),
+    ("pull", Sub::No, &["*"]),
+    ("push", Sub::No, &["default"]),
+    ("merge", Sub::No, &["ff"]),
+];
+
+/// The config of the agent's git directory from the user's repository config `entries` (as
+/// [`parse_repo_list`] reads them), in their order.
+///
+/// *Why an allowlist*: a repository's config names programs that git runs — `core.fsmonitor`,
+/// `filter.*` drivers, `diff.*.textconv`, `core.sshCommand`, `credential.helper`,
+/// `remote.*.uploadpack` — and holds credentials (a token in a remote's URL, `http.extraHeader`).
+/// Inside the sandbox those programs are not the user's to run and the credentials are not the
+/// agent's to read, and tools add new such keys every year; so only what the agent's git needs
+/// to work like the user's is kept (`REPO_KEEP`): the repository's format, checkout behaviour,
+/// remotes and branch tracking, identity, pull/push defaults. A remote URL loses its user and
+/// password (`https://TOKEN@host/r` becomes `https://host/r`); one that still carries a
+/// credential (`?access_token=`) is left out. `core.bare` is always written `false` (the agent
+/// works in a checkout), never copied.
+pub fn generate_repo(entries: &[Entry]) -> Generated {
+    render(
+        entries,
+        "# Made by ocsb at the session's start from your repository's config, with only the settings\n\
+         # that carry no credential and run no program.\n",
+        Some(("core", "bare", "false")),
+        repo_kept,
+    )
+}
+
+/// What of one repository entry is kept: `None` leaves it out; `Some(value)` keeps it, with
+/// the value to write.
+fn repo_kept(key: &Key<'_>, value: Option<&str>) -> Option<Option<String>> {
+    let (section, name) = (key.section.to_ascii_lowercase(), key.name.to_ascii_lowercase());
+    if key.sub.is_some_and(carries_credential) {
+        return None;
+    }
+    let listed = REPO_KEEP.iter().any(|(ks, ksub, names)| {
+        *ks == section
+            && match ksub {
+                Sub::No => key.sub.is_none(),
+                Sub::Any => true,
+                Sub::Named => key.sub.is_some(),
+            }
+            && names.iter().any(|k| *k == "*" || *k == name)
+    });
+    if !listed {
+        return None;
+    }
+    let Some(v) = value else { return Some(None) };
+    let v = if section == "remote" && matches!(name.as_str(), "url" | "pushurl") {
+        without_userinfo(v)
+    } else {
+        v.to_string()
+    };
+    (!carries_credential(&v)).then_some(Some(v))
+}
+
+/// `url` without the user and password of its authority (`scheme://user:pw@host/…` →
+/// `scheme://host/…`), when it has them and is not an ssh login (`ssh://git@host/`, which names
+/// no secret); other text as it is.
+fn without_userinfo(url: &str) -> String {
+    if !carries_credential(url) {
+        return url.to_string();
+    }
+    let Some(i) = url.find("://") else { return url.to_string() };
+    let (head, after) = url.split_at(i + 3);
+    let authority_end = after.find(['/', '?', '#']).unwrap_or(after.len());
+    match after[..authority_end].rfind('@') {
+        Some(at) => format!("{head}{}", &after[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+/// The config text from `entries`: `keep` says what of each is written (its value), `first` is
+/// an entry (section, name, value) written before them all; the rest is listed by name in
+/// `left_out`.
+fn render(
+    entries: &[Entry],
+    preamble: &str,
+    first: Option<(&str, &str, &str)>,
+    keep: impl Fn(&Key<'_>, Option<&str>) -> Option<Option<String>>,
+) -> Generated {
     let mut body = String::new();
     let mut left_out: Vec<String> = Vec::new();
     let mut current: Option<(String, Option<String>)> = None;
+    if let Some((section, name, value)) = first {
+        body.push_str(&section_header(section, None));
+        body.push_str(&entry_line(name, Some(value)).unwrap_or_default());
+        current = Some((section.to_string(), None));
+    }
     for e in entries {
         let Some(key) = split(&e.key) else {
             left_out.push("(an unreadable key)".into());
             continue;
         };
-        if !kept(&key, e.value.as_deref()) {
+        let Some(value) = keep(&key, e.value.as_deref()) else {
             let name = format!("{}.{}", key.section, key.name);
             if !left_out.contains(&name) {
                 left_out.push(name);
             }
             continue;
-        }
-        let Some(line) = entry_line(key.name, e.value.as_deref()) else {
+        };
+        let Some(line) = entry_line(key.name, value.as_deref()) else {
             left_out.push(format!("{}.{}", key.section, key.name));
             continue;
         };
@@ -293,10 +433,7 @@ pub fn generate(entries: &[Entry]) -> Generated {
         }
         body.push_str(&line);
     }
-    let mut text = String::from(
-        "# Made by ocsb at each start from your global git config, with only the settings that carry\n\
-         # no credential and run no program. Changes here last until the next start.\n",
-    );
+    let mut text = preamble.to_string();
     if !left_out.is_empty() {
         text.push_str(&format!("# Left out: {}\n", left_out.join(", ")));
     }
@@ -339,6 +476,7 @@ fn kept(key: &Key<'_>, value: Option<&str>) -> bool {
                 && match ksub {
                     Sub::No => sub.is_none(),
                     Sub::Any => true,
+                    Sub::Named => sub.is_some(),
                 }
                 && names.iter().any(|k| *k == "*" || k.eq_ignore_ascii_case(n))
         }),
@@ -620,5 +758,129 @@ mod tests {
         ] {
             assert!(!carries_credential(good), "{good}");
         }
+    }
+
+    fn repo(text: &[(&str, &str)]) -> Generated {
+        generate_repo(&text.iter().map(|(k, v)| e(k, v)).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_repository_list_reads_local_and_worktree_scopes() {
+        let out = b"global\0user.name\nG\0local\0core.bare\nfalse\0worktree\0core.sparsecheckout\ntrue\0\
+                    system\0x.y\nz\0command\0user.email\nc@d\0";
+        let (entries, skipped) = parse_repo_list(out);
+        assert_eq!(skipped, 0);
+        assert_eq!(entries, vec![e("core.bare", "false"), e("core.sparsecheckout", "true")]);
+    }
+
+    #[test]
+    fn the_agents_repository_config_keeps_format_remotes_and_tracking() {
+        let g = repo(&[
+            ("core.repositoryformatversion", "1"),
+            ("core.filemode", "true"),
+            ("core.bare", "true"),
+            ("core.logallrefupdates", "true"),
+            ("core.hookspath", ".husky"),
+            ("extensions.objectformat", "sha256"),
+            ("extensions.refstorage", "reftable"),
+            ("remote.origin.url", "https://github.com/o/r.git"),
+            ("remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"),
+            ("remote.origin.promisor", "true"),
+            ("remote.origin.partialclonefilter", "blob:none"),
+            ("branch.main.remote", "origin"),
+            ("branch.main.merge", "refs/heads/main"),
+            ("branch.feat/x.rebase", "true"),
+            ("user.email", "me@example.org"),
+            ("init.defaultbranch", "main"),
+            ("pull.rebase", "merges"),
+            ("pull.ff", "only"),
+            ("push.default", "simple"),
+            ("merge.ff", "false"),
+        ]);
+        let back = keys(&g);
+        assert_eq!(back[0], ("core.bare".into(), Some("false".into())), "{}", g.text);
+        assert!(!back.iter().skip(1).any(|(k, _)| k == "core.bare"), "{}", g.text);
+        for k in [
+            "core.repositoryformatversion",
+            "core.hookspath",
+            "extensions.objectformat",
+            "remote.origin.url",
+            "remote.origin.partialclonefilter",
+            "branch.main.merge",
+            "branch.feat/x.rebase",
+            "pull.ff",
+            "merge.ff",
+        ] {
+            assert!(back.iter().any(|(key, _)| key == k), "{k}: {}", g.text);
+        }
+        assert_eq!(back.len(), 18, "{}", g.text);
+        assert_eq!(g.left_out, ["core.bare", "core.logallrefupdates", "extensions.refstorage"]);
+        assert!(
+            g.text.contains("\n[core]\n\tbare = \"false\"\n\trepositoryformatversion = \"1\"\n"),
+            "{}",
+            g.text
+        );
+    }
+
+    #[test]
+    fn the_agents_repository_config_runs_no_program_and_holds_no_credential() {
+        let g = repo(&[
+            ("core.fsmonitor", "/usr/bin/watchman-hook"),
+            ("core.sshcommand", "ssh -i ~/.ssh/deploy"),
+            ("core.editor", "vim"),
+            ("core.pager", "less"),
+            ("core.worktree", "/elsewhere"),
+            ("filter.crypt.smudge", "decrypt"),
+            ("diff.pdf.textconv", "pdftotext"),
+            ("credential.helper", "store"),
+            ("http.extraheader", "Authorization: Bearer SECRET1"),
+            ("remote.origin.uploadpack", "evil"),
+            ("remote.origin.receivepack", "evil"),
+            ("remote.origin.proxy", "http://SECRET2@proxy"),
+            ("remote.a.url", "https://SECRET3@github.com/o/r.git"),
+            ("remote.b.pushurl", "https://u:SECRET4@example.org/r"),
+            ("remote.c.url", "https://example.org/r?access_token=SECRET5"),
+            ("remote.https://SECRET6@h/.url", "x"),
+            ("remote.d.url", "ssh://git@example.org/r"),
+            ("remote.e.url", "git@github.com:o/r.git"),
+            ("remote.url", "https://example.org/no-name"),
+            ("branch.remote", "origin"),
+            ("user.signingkey", "ABC"),
+            ("push.recursesubmodules", "on-demand"),
+            ("include.path", "../x"),
+        ]);
+        assert!(!g.text.contains("SECRET"), "{}", g.text);
+        assert!(
+            !g.text.contains("evil") && !g.text.contains("watchman") && !g.text.contains("pdftotext"),
+            "{}",
+            g.text
+        );
+        let back = keys(&g);
+        assert_eq!(
+            back,
+            vec![
+                ("core.bare".to_string(), Some("false".to_string())),
+                ("remote.a.url".into(), Some("https://github.com/o/r.git".into())),
+                ("remote.b.pushurl".into(), Some("https://example.org/r".into())),
+                ("remote.d.url".into(), Some("ssh://git@example.org/r".into())),
+                ("remote.e.url".into(), Some("git@github.com:o/r.git".into())),
+            ],
+            "{}",
+            g.text
+        );
+        for name in ["core.fsmonitor", "credential.helper", "remote.uploadpack", "remote.url", "include.path"]
+        {
+            assert!(g.left_out.contains(&name.to_string()), "{name}: {:?}", g.left_out);
+        }
+    }
+
+    #[test]
+    fn userinfo_is_taken_out_of_urls_only_when_it_is_a_credential() {
+        assert_eq!(without_userinfo("https://tok@h/p"), "https://h/p");
+        assert_eq!(without_userinfo("https://u:p@h:8443/p@x"), "https://h:8443/p@x");
+        assert_eq!(without_userinfo("ssh://git@h/r"), "ssh://git@h/r");
+        assert_eq!(without_userinfo("ssh://git:pw@h/r"), "ssh://h/r");
+        assert_eq!(without_userinfo("/srv/git/r.git"), "/srv/git/r.git");
+        assert_eq!(without_userinfo("https://h/r?token=x"), "https://h/r?token=x");
     }
 }

@@ -21,6 +21,8 @@
 //!
 //! * [`gitconfig`]: the git config the agent's git reads: the user's, without credentials.
 //!
+//! * [`gitimport`]: which of the agent's commits and refs reach the user's repository.
+//!
 //! This crate spawns no process and opens no socket; it only reads the layer files it is pointed at.
 #![forbid(unsafe_code)]
 
@@ -29,6 +31,7 @@ pub mod docker;
 pub mod egress;
 pub mod error;
 pub mod gitconfig;
+pub mod gitimport;
 pub mod guard;
 pub mod home;
 pub mod http;

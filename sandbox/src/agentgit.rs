@@ -55,12 +55,21 @@ pub fn store_of(state_dir: &Path) -> PathBuf {
     state_dir.with_file_name(name)
 }
 
+/// The agent's git directories of a session, and the `.git` entries that are no repository.
+pub struct Made {
+    pub repos: Vec<Repo>,
+    /// `.git` entries of checkouts that git does not take for a repository (no `HEAD`, say):
+    /// nothing to commit to, so they are shown read-only as they are, and whatever the user
+    /// mends them into later holds nothing of the agent's.
+    pub read_only: Vec<PathBuf>,
+}
+
 /// Make the agent git directories of `checkouts` for `session`: every checkout that is a
 /// repository gets one. A checkout whose `.git` is a symbolic link is refused (a mount over
 /// it would cover its target, some other place).
-pub fn make_all(store: &Path, session: &str, checkouts: &[Checkout]) -> Result<Vec<Repo>> {
+pub fn make_all(store: &Path, session: &str, checkouts: &[Checkout]) -> Result<Made> {
     private_dir(store)?;
-    let mut out = Vec::new();
+    let mut made = Made { repos: Vec::new(), read_only: Vec::new() };
     for c in checkouts {
         let Some(g) = &c.git else { continue };
         let dot = c.root.join(".git");
@@ -71,10 +80,14 @@ pub fn make_all(store: &Path, session: &str, checkouts: &[Checkout]) -> Result<V
                 format!("replace the link with the directory it names (`ls -l {}`)", dot.display()),
             ));
         }
-        let n = out.len();
-        out.push(make(store, session, n, &c.root, &g.gitdir, &g.common, kind.is_file())?);
+        let Ok(facts) = crate::gate::user_facts(&c.root) else {
+            made.read_only.push(dot);
+            continue;
+        };
+        let n = made.repos.len();
+        made.repos.push(make(store, session, n, &c.root, &g.gitdir, &g.common, kind.is_file(), facts)?);
     }
-    Ok(out)
+    Ok(made)
 }
 
 fn private_dir(p: &Path) -> Result<()> {
@@ -130,7 +143,17 @@ fn object_dirs(common: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-fn make(store: &Path, session: &str, n: usize, root: &Path, gitdir: &Path, common: &Path, file: bool) -> Result<Repo> {
+#[allow(clippy::too_many_arguments, reason = "one checkout's facts, each named")]
+fn make(
+    store: &Path,
+    session: &str,
+    n: usize,
+    root: &Path,
+    gitdir: &Path,
+    common: &Path,
+    file: bool,
+    facts: crate::gate::UserFacts,
+) -> Result<Repo> {
     let name = format!("{session}-{n}");
     let dir = store.join(&name);
     std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| Error::io("create", &dir, e))?;
@@ -151,7 +174,6 @@ fn make(store: &Path, session: &str, n: usize, root: &Path, gitdir: &Path, commo
     let alternates: String = objects.iter().map(|(_, i)| format!("{}\n", i.display())).collect();
     write_new(&dir.join("objects/info/alternates"), alternates.as_bytes())?;
 
-    let facts = crate::gate::user_facts(root)?;
     write_new(&dir.join("config"), crate::gate::agent_config(&facts).as_bytes())?;
     let head = crate::checkouts::read_small(&gitdir.join("HEAD")).ok_or_else(|| {
         Error::refused(

@@ -1160,6 +1160,13 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
     for a in &spec.agent_git {
         b.agent_git(a)?;
     }
+    for g in &spec.git_read_only {
+        absolute(g, "checkout .git")?;
+        if b.fs.kind(g) == Kind::Dir || b.fs.kind(g) == Kind::File {
+            let dir = b.fs.kind(g) == Kind::Dir;
+            b.plan.ops.push(Op::Bind { src: g.clone(), dst: g.clone(), access: Access::Ro, dir });
+        }
+    }
     // Phase 5: sockets passed in.
     if let Some(s) = &spec.ssh_agent {
         absolute(s, "ssh-agent socket")?;

@@ -44,10 +44,12 @@ fn session_name() -> Result<Session> {
 pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGit> {
     let session = session_name()?;
     let store = crate::agentgit::store_of(&spec.state_dir);
-    let repos = crate::agentgit::make_all(&store, session.as_str(), checkouts)?;
+    let made = crate::agentgit::make_all(&store, session.as_str(), checkouts)?;
+    let repos = made.repos;
     let lock = lock(&store, session.as_str())?;
     let staging = crate::audit::dir_of(&spec.state_dir).join("gate").join(session.as_str());
     spec.agent_git = repos.iter().map(|r| r.spec.clone()).collect();
+    spec.git_read_only = made.read_only;
     let read_only = crate::launch::read_only_in_trees(spec, checkouts)?;
     let mut gates = Vec::new();
     for (n, repo) in repos.into_iter().enumerate() {

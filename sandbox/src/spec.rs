@@ -82,6 +82,10 @@ pub struct SandboxSpec {
     /// directory of the user's is writable.
     #[serde(default)]
     pub agent_git: Vec<AgentGit>,
+    /// The `.git` entries of writable checkouts that are no repository to git: read-only as
+    /// they are ([`crate::agentgit::Made::read_only`]).
+    #[serde(default)]
+    pub git_read_only: Vec<PathBuf>,
     /// The checkout rule applied to this sandbox's checkouts (filled by `launch::prepare` from
     /// what it discovers; whatever a spec file says here is replaced).
     #[serde(default)]
@@ -240,6 +244,7 @@ pub(crate) fn minimal(project_dir: PathBuf, state_dir: PathBuf, home: PathBuf) -
         rw_tool_files: vec![],
         nested_repos: vec![],
         agent_git: vec![],
+        git_read_only: vec![],
         protect: vec![],
         programs: vec![],
     }

@@ -130,6 +130,7 @@ pub fn build(project: &Project, network: Network) -> Result<SandboxSpec> {
         rw_tool_files: s.rw_tool_files().to_vec(),
         nested_repos: Vec::new(),
         agent_git: Vec::new(),
+        git_read_only: Vec::new(),
         protect: Vec::new(),
         programs: Installation::current()?.program_dirs(),
     })

@@ -40,7 +40,7 @@ X 'git config --global --list | sed "s/^/list /"
 echo "email $(git config --global user.email)"
 echo "rebase $(git config --global pull.rebase)"
 git hello
-echo "agent ${SSH_AUTH_SOCK:-none} $([ -e /run/ocsb ] && echo run-ocsb || echo no-run-ocsb)"
+echo "agent ${SSH_AUTH_SOCK:-none} $([ -e /run/ocsb/ssh-agent.sock ] && echo run-ocsb || echo no-run-ocsb)"
 d=$(mktemp -d); cd "$d" && git init -q && git commit -q --allow-empty -m inside && git log -1 --format="author %an <%ae>" && git branch --show-current | sed "s/^/branch /"'
 echo "state-secrets $(grep -c GITSECRET "$HOME/.local/share/opencode-sandbox/proj/gitconfig")"
 echo "state-email $(git config -f "$HOME/.local/share/opencode-sandbox/proj/gitconfig" user.email)"

@@ -31,13 +31,17 @@ pub fn now_secs() -> u64 {
 }
 
 /// Renames the entry `name` of `dir` to `<name>.ocsb-planted-<stamp>[-n]` in the same
-/// directory, a name nothing holds yet; returns the new name.
+/// directory, a name nothing holds yet; returns the new name. When the agent took all those
+/// names first (it can tell the time), a random suffix follows, which it cannot foresee.
 pub fn move_aside_at(dir: BorrowedFd<'_>, name: &CStr, stamp: u64) -> io::Result<CString> {
-    for n in 0..100 {
+    for n in 0..116 {
+        let suffix = match n {
+            0 => format!("{MARK}{stamp}"),
+            1..100 => format!("{MARK}{stamp}-{n}"),
+            _ => format!("{MARK}{stamp}-{:016x}", random()?),
+        };
         let mut new = name.to_bytes().to_vec();
-        new.extend_from_slice(
-            if n == 0 { format!("{MARK}{stamp}") } else { format!("{MARK}{stamp}-{n}") }.as_bytes(),
-        );
+        new.extend_from_slice(suffix.as_bytes());
         let new = CString::new(new).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         match owner_may(dir, || renameat2(dir, name, dir, new.as_c_str(), RenameFlags::RENAME_NOREPLACE)) {
             Ok(()) => return Ok(new),
@@ -46,6 +50,13 @@ pub fn move_aside_at(dir: BorrowedFd<'_>, name: &CStr, stamp: u64) -> io::Result
         }
     }
     Err(io::Error::other("every name to move it to is taken"))
+}
+
+fn random() -> io::Result<u64> {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(u64::from_ne_bytes(b))
 }
 
 /// Runs `op`, a change of the directory `dir`; if that is refused (`EACCES`) and `dir` is the
@@ -118,6 +129,16 @@ mod tests {
         assert_eq!(new.to_str().unwrap(), format!(".git{MARK}7-1"));
         assert!(d.join(format!(".git{MARK}7-1")).is_dir());
         assert_eq!(fs::read_to_string(d.join(format!(".git{MARK}7"))).unwrap(), "taken");
+
+        // Every name of the scheme taken: a random one.
+        fs::create_dir(d.join(".git")).unwrap();
+        for n in 0..100 {
+            let taken = if n == 0 { format!(".git{MARK}8") } else { format!(".git{MARK}8-{n}") };
+            fs::write(d.join(taken), "").unwrap();
+        }
+        let new = move_aside_at(fd.as_fd(), c".git", 8).unwrap();
+        let new = new.to_str().unwrap();
+        assert!(new.len() == format!(".git{MARK}8-").len() + 16 && d.join(new).is_dir(), "{new}");
 
         fs::create_dir(outside.path().join("HEAD")).unwrap();
         std::os::unix::fs::symlink(outside.path(), d.join(".git")).unwrap();

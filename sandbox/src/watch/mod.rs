@@ -66,6 +66,10 @@ pub const MAX_DIRS: usize = 1_000_000;
 /// reported unwatched.
 pub const WALK_TIME: Duration = Duration::from_secs(60);
 
+/// The most events one round reads before it acts (the kernel's queue holds 16,384 by
+/// default, `fs.inotify.max_queued_events`).
+const ROUND: usize = 65_536;
+
 /// What the watch reports.
 #[derive(Debug, Clone)]
 pub enum Found {
@@ -107,9 +111,10 @@ impl Watch {
         let mut tree = Tree::new(roots, skip, matcher, sink)?;
         let (wake, stop) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| Error::kernel("pipe2 for the tree watch", e.into(), "raise the open-file limit"))?;
+        tree.wake = Some(wake);
         let thread = std::thread::Builder::new()
             .name("ocsb-watch".into())
-            .spawn(move || tree.run(wake))
+            .spawn(move || tree.run())
             .map_err(|e| Error::kernel("starting the tree watch's thread", e, "raise the thread limit"))?;
         Ok(Watch { stop: Some(stop), thread: Some(thread) })
     }
@@ -183,6 +188,8 @@ struct Tree {
     ours: HashSet<(Id, OsString)>,
     /// A watch could not be added (limit): reported once until one can again.
     full: bool,
+    /// Readable (hung up) once the [`Watch`] is dropped.
+    wake: Option<OwnedFd>,
 }
 
 impl Tree {
@@ -223,23 +230,28 @@ impl Tree {
             known: HashSet::new(),
             ours: HashSet::new(),
             full: false,
+            wake: None,
         };
         tree.walk_all(Walk::Start);
         Ok(tree)
     }
 
-    /// Waits for events until `wake`'s other end is closed.
-    fn run(&mut self, wake: OwnedFd) {
+    /// Waits for events until the [`Watch`] is dropped.
+    fn run(&mut self) {
         loop {
-            let mut fds = [
-                PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN),
-                PollFd::new(wake.as_fd(), PollFlags::POLLIN),
-            ];
-            match poll(&mut fds, PollTimeout::NONE) {
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(e) => return self.blind_all(&format!("the watch stopped: poll: {e}")),
+            let (woken, failed) = {
+                let Some(wake) = &self.wake else { return };
+                let mut fds = [
+                    PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(wake.as_fd(), PollFlags::POLLIN),
+                ];
+                let failed = poll(&mut fds, PollTimeout::NONE).err().filter(|e| *e != Errno::EINTR);
+                (fds[1].any().unwrap_or(true), failed)
+            };
+            if let Some(e) = failed {
+                return self.blind_all(&format!("the watch stopped: poll: {e}"));
             }
-            if fds[1].any().unwrap_or(true) {
+            if woken {
                 return;
             }
             if let Err(e) = self.pump() {
@@ -248,22 +260,32 @@ impl Tree {
         }
     }
 
-    /// Reads and handles every event pending.
+    /// Whether the [`Watch`] was dropped: a long walk stops then.
+    fn stopping(&self) -> bool {
+        let Some(wake) = &self.wake else { return false };
+        let mut fds = [PollFd::new(wake.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+    }
+
+    /// Reads every event pending (at most [`ROUND`]), then handles them as one round: the
+    /// events of one change (a rename's, a removal's) are then seen together.
     fn pump(&mut self) -> nix::Result<()> {
-        loop {
+        let mut round = Vec::new();
+        while round.len() < ROUND {
             match self.inotify.read_events() {
-                Ok(events) if events.is_empty() => return Ok(()),
-                Ok(events) => self.handle(
-                    events
-                        .into_iter()
-                        .map(|e| Event { wd: e.wd.as_raw(), mask: e.mask, name: e.name })
-                        .collect(),
-                ),
-                Err(Errno::EAGAIN) => return Ok(()),
+                Ok(events) if events.is_empty() => break,
+                Ok(events) => round.extend(events.into_iter().map(|e| Event {
+                    wd: e.wd.as_raw(),
+                    mask: e.mask,
+                    name: e.name,
+                })),
+                Err(Errno::EAGAIN) => break,
                 Err(Errno::EINTR) => {}
                 Err(e) => return Err(e),
             }
         }
+        self.handle(round);
+        Ok(())
     }
 
     /// One round of events: each new entry judged (and acted on) now. An event of a directory
@@ -354,7 +376,12 @@ impl Tree {
     /// what it holds as `how` says.
     fn walk(&mut self, root: usize, rel: PathBuf, how: Walk, until: Instant) {
         let mut stack = vec![rel];
+        let mut seen = 0usize;
         while let Some(rel) = stack.pop() {
+            seen += 1;
+            if seen.is_multiple_of(256) && self.stopping() {
+                return;
+            }
             if Instant::now() > until {
                 let why = format!(
                     "the walk stopped after {} s; {} directories below it are not watched",

@@ -99,9 +99,15 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// Watches `roots` (absolute directories; one inside another is watched once) from now on:
-    /// walks them (in this thread, so what exists now is the starting point, not a plant), then
-    /// acts on what appears, in a thread of its own, reporting to `sink`.
+    /// Watches `roots` (absolute directories; one inside another is watched once; a file is
+    /// passed over, nothing can appear in it) from now on: walks them in this thread, so what
+    /// exists when it returns is the starting point, not a plant; then acts on what appears,
+    /// in a thread of its own, reporting to `sink` (from that thread; the start's walk reports
+    /// what it cannot see from this one). `skip` paths are spelled as the roots are (below a
+    /// root, as its path joined with the names on the way).
+    ///
+    /// Whatever the launcher itself makes in the roots afterwards is judged like the agent's:
+    /// start the watch once the launcher's own entries there exist, or name them in `skip`.
     pub fn start(
         roots: Vec<PathBuf>,
         skip: Vec<PathBuf>,

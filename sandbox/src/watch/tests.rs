@@ -236,3 +236,61 @@ fn start_time_and_latency_figures() {
     assert!(max < Duration::from_secs(1), "{max:?}");
     assert!(start < WALK_TIME);
 }
+
+/// A directory renamed while watched is found at its new place: its plant there is moved and
+/// reported where it is now, once.
+#[test]
+fn a_renamed_directory_is_followed_to_its_new_place() {
+    let (_t, root) = tree();
+    let (tx, rx) = sink();
+    let mut t = Tree::new(vec![root.clone()], vec![], Box::new(Git), tx).unwrap();
+    fs::rename(root.join("a"), root.join("moved")).unwrap();
+    fs::create_dir(root.join("moved/b/.git")).unwrap();
+    fs::write(root.join("moved/.git"), "gitdir: /x\n").unwrap();
+    t.pump().unwrap();
+    let mut got: Vec<PathBuf> =
+        rx.try_iter().filter_map(|f| plant_at(&f).map(|(p, _, _)| p.to_path_buf())).collect();
+    got.sort();
+    assert_eq!(got, vec![root.join("moved/.git"), root.join("moved/b/.git")]);
+    // The watches below it know their new paths.
+    fs::create_dir(root.join("moved/b/c/.git")).unwrap();
+    t.pump().unwrap();
+    let got: Vec<Found> = rx.try_iter().collect();
+    assert!(
+        matches!(&got[..], [Found::Plant { path, outcome: Outcome::Moved(_), .. }] if *path == root.join("moved/b/c/.git")),
+        "{got:?}"
+    );
+}
+
+/// A registry's matcher plugs in beside git's: what it reports stays, and is reported.
+#[test]
+fn a_matcher_that_only_reports_leaves_the_entry_and_says_so() {
+    struct Direnv;
+    impl Matcher for Direnv {
+        fn judge(&self, e: &Entry<'_>) -> Option<Match> {
+            (e.name == ".envrc").then(|| Match {
+                plant: Plant::Tool { what: "direnv".into() },
+                subject: e.name.into(),
+                why: "direnv runs it on entering the directory".into(),
+                action: Action::Report,
+            })
+        }
+    }
+    let (_t, root) = tree();
+    let (tx, rx) = sink();
+    let both: Vec<Box<dyn Matcher>> = vec![Box::new(Git), Box::new(Direnv)];
+    let mut t = Tree::new(vec![root.clone()], vec![], Box::new(both), tx).unwrap();
+    fs::write(root.join("src/.envrc"), "echo hi\n").unwrap();
+    fs::create_dir(root.join("src/.git")).unwrap();
+    t.pump().unwrap();
+    let got: Vec<Found> = rx.try_iter().collect();
+    assert!(root.join("src/.envrc").exists() && !root.join("src/.git").exists());
+    assert!(
+        got.iter().any(
+            |f| matches!(f, Found::Plant { path, outcome: Outcome::Reported, plant: Plant::Tool { .. }, .. }
+            if *path == root.join("src/.envrc"))
+        ),
+        "{got:?}"
+    );
+    assert_eq!(got.len(), 2, "{got:?}");
+}

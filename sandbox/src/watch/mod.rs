@@ -196,6 +196,8 @@ struct Tree {
     full: bool,
     /// Readable (hung up) once the [`Watch`] is dropped.
     wake: Option<OwnedFd>,
+    /// [`MAX_DIRS`] (tests take less).
+    max_dirs: usize,
 }
 
 impl Tree {
@@ -237,6 +239,7 @@ impl Tree {
             ours: HashSet::new(),
             full: false,
             wake: None,
+            max_dirs: MAX_DIRS,
         };
         tree.walk_all(Walk::Start);
         Ok(tree)
@@ -404,9 +407,8 @@ impl Tree {
                     continue;
                 }
             };
-            if !self.add(fd.as_fd(), root, &rel, did) {
-                continue;
-            }
+            // Unwatched (reported), it is still looked at once, as it is now.
+            self.add(fd.as_fd(), root, &rel, did);
             let names = match names(&fd) {
                 Ok(names) => names,
                 Err(e) => {
@@ -422,21 +424,21 @@ impl Tree {
         }
     }
 
-    /// Puts a watch on the directory `fd`; says whether it is watched.
-    fn add(&mut self, fd: BorrowedFd<'_>, root: usize, rel: &Path, did: Id) -> bool {
+    /// Puts a watch on the directory `fd`, or says why it cannot.
+    fn add(&mut self, fd: BorrowedFd<'_>, root: usize, rel: &Path, did: Id) {
         // Through the descriptor: the directory opened, not whatever its path names now.
         let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
         let added = aside::owner_may(fd, || self.inotify.add_watch(proc.as_str(), MASK));
         let (why, limit) = match added {
-            Ok(wd) if self.dirs.len() < MAX_DIRS || self.dirs.contains_key(&wd.as_raw()) => {
+            Ok(wd) if self.dirs.len() < self.max_dirs || self.dirs.contains_key(&wd.as_raw()) => {
                 self.full = false;
                 let w = Watched { root, rel: rel.to_path_buf(), id: did };
                 self.dirs.insert(wd.as_raw(), (wd, w));
-                return true;
+                return;
             }
             Ok(wd) => {
                 let _ = self.inotify.rm_watch(wd);
-                (format!("the watch holds {MAX_DIRS} directories, its most"), true)
+                (format!("the watch holds {} directories, its most", self.max_dirs), true)
             }
             Err(Errno::ENOSPC) => (
                 "the user's inotify watch limit is reached: raise `fs.inotify.max_user_watches` (sysctl)"
@@ -450,7 +452,6 @@ impl Tree {
             self.full |= limit;
             self.blind(self.path(root, rel), why);
         }
-        false
     }
 
     /// Judges the entry `name` of the directory `dir` (`did`, at `rel` below root `root`) as

@@ -294,3 +294,22 @@ fn a_matcher_that_only_reports_leaves_the_entry_and_says_so() {
     );
     assert_eq!(got.len(), 2, "{got:?}");
 }
+
+/// Past its limit the watch says which directory it no longer sees (once, not for every
+/// directory after it), and still moves what it finds there when it looks.
+#[test]
+fn past_the_limit_the_watch_says_so_and_still_looks_once() {
+    let (_t, root) = tree();
+    let (tx, rx) = sink();
+    let mut t = Tree::new(vec![root.clone()], vec![], Box::new(Git), tx).unwrap();
+    t.max_dirs = t.dirs.len();
+    fs::create_dir_all(root.join("new/deeper/.git")).unwrap();
+    t.pump().unwrap();
+    let got: Vec<Found> = rx.try_iter().collect();
+    let blind: Vec<&Found> = got.iter().filter(|f| matches!(f, Found::Blind { .. })).collect();
+    assert!(
+        matches!(&blind[..], [Found::Blind { dir, why }] if *dir == root.join("new") && why.contains("its most")),
+        "{got:?}"
+    );
+    assert!(!root.join("new/deeper/.git").exists(), "{got:?}");
+}

@@ -32,6 +32,8 @@ use serde::{Deserialize, Serialize};
 use super::checkouts::{self, HostLookup};
 use super::error::{Error, Result};
 use super::spec::SandboxSpec;
+use super::watch::Layout;
+use super::watch::aside::move_aside;
 use super::{configmemo, indexes};
 
 /// Numbers this process's markers and changes of the records.
@@ -102,33 +104,6 @@ struct Walked {
     ocsb_dirs: Vec<PathBuf>,
     links: Vec<PathBuf>,
     unreadable: Vec<PathBuf>,
-}
-
-/// The names of a directory that make it a git directory to git (`is_git_directory`): a `HEAD`,
-/// and `objects` and `refs` or a `commondir` that names them elsewhere. Of any type: git takes
-/// a `HEAD` that is a link to a ref, and follows links to `objects` and `refs`.
-#[derive(Default)]
-struct Layout {
-    head: bool,
-    objects: bool,
-    refs: bool,
-    commondir: bool,
-}
-
-impl Layout {
-    fn see(&mut self, name: &std::ffi::OsStr) {
-        match name.to_str() {
-            Some("HEAD") => self.head = true,
-            Some("objects") => self.objects = true,
-            Some("refs") => self.refs = true,
-            Some("commondir") => self.commondir = true,
-            _ => {}
-        }
-    }
-
-    fn is_git_dir(&self) -> bool {
-        self.head && ((self.objects && self.refs) || self.commondir)
-    }
 }
 
 /// Walk `root` without following links or entering a `.git`.
@@ -594,44 +569,6 @@ fn defuse(f: &mut Finding) -> Option<(PathBuf, PathBuf)> {
             );
             None
         }
-    }
-}
-
-/// Renames `from` to `<name>.ocsb-planted-<time>[-n]`, a name nothing holds yet. *Why the
-/// care*: the agent could take the name first (a file, a directory that is not empty) or make
-/// the directory it is in read-only, both its own to change; a plant left in place silently
-/// would be run by the user's next git.
-fn move_aside(from: &Path) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let secs =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let name = from.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    let free = (0..100).map(|n| {
-        let mut aside = name.clone();
-        aside.push(if n == 0 {
-            format!(".ocsb-planted-{secs}")
-        } else {
-            format!(".ocsb-planted-{secs}-{n}")
-        });
-        from.with_file_name(aside)
-    });
-    let to = free
-        .into_iter()
-        .find(|p| p.symlink_metadata().is_err())
-        .ok_or_else(|| std::io::Error::other("every name to move it to is taken"))?;
-    match std::fs::rename(from, &to) {
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            // A directory of the user's own that was made read-only: writable for the owner
-            // again (it was made during the run, or it would hold no plant), then once more.
-            let dir = from.parent().unwrap_or(Path::new("/"));
-            let m = dir.symlink_metadata()?;
-            if !m.is_dir() || m.uid() != nix::unistd::getuid().as_raw() {
-                return Err(e);
-            }
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode((m.mode() & 0o7777) | 0o700))?;
-            std::fs::rename(from, &to).map(|()| to)
-        }
-        r => r.map(|()| to),
     }
 }
 

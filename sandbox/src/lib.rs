@@ -50,6 +50,7 @@ pub mod strays;
 pub mod sys;
 pub mod termfilter;
 pub mod tmpclean;
+pub mod watch;
 
 pub use error::{Error, Result};
 pub use launch::{Ahead, Early, Serve, run, run_served};

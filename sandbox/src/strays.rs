@@ -44,6 +44,8 @@ use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat, mkdirat};
 use ocsb_policy::guard::Finding;
 use ocsb_policy::strays::{Facts, Stray, judge};
 
+use super::watch::aside::{move_aside_at, owner_may};
+
 /// How much one sweep looks at, over all its roots.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -63,7 +65,7 @@ const MAX_DEPTH: usize = 128;
 pub const CLOCK_SLACK: i64 = 10;
 
 /// The prefix of the directory, at the top of a root, things are moved into.
-pub const ASIDE: &str = ".ocsb-planted-";
+pub const ASIDE: &str = super::watch::aside::MARK;
 
 const DIR_FLAGS: OFlag =
     OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
@@ -206,7 +208,7 @@ impl Sweeper {
                         self.out.found.push(Found { stray, moved: true, finding });
                         continue; // out of reach, with all it holds
                     }
-                    Err(e) if is_dir => match rename_in_place(d.as_fd(), &name, self.stamp) {
+                    Err(e) if is_dir => match move_aside_at(d.as_fd(), &name, self.stamp) {
                         Ok(new) => {
                             let to = path.join(OsStr::from_bytes(new.to_bytes()));
                             let finding = Finding {
@@ -344,21 +346,9 @@ impl Aside {
             }
             at = openat(&at, c, DIR_FLAGS, Mode::empty())?;
         }
-        let rename = || renameat2(parent, name, &at, name, RenameFlags::RENAME_NOREPLACE);
-        match rename() {
-            // A directory of the user's that is not writable (a container's `chmod 555`): it
-            // was changed during the session, or it would hold no stray; writable for its owner
-            // again, then once more.
-            Err(Errno::EACCES) => {
-                let st = fstat(parent)?;
-                if st.st_uid != nix::unistd::geteuid().as_raw() {
-                    return Err(Errno::EACCES.into());
-                }
-                fchmod(parent, Mode::from_bits_truncate((st.st_mode & 0o7777) | 0o700))?;
-                rename()?;
-            }
-            r => r?,
-        }
+        // A directory of the user's that is not writable (a container's `chmod 555`) was changed
+        // during the session, or it would hold no stray: writable for its owner again.
+        owner_may(parent, || renameat2(parent, name, &at, name, RenameFlags::RENAME_NOREPLACE))?;
         Ok(self.root.join(top_name).join(rel))
     }
 }
@@ -376,25 +366,6 @@ fn make_private(top: &OwnedFd, stamp: u64) -> std::io::Result<(String, OwnedFd)>
         let fd = openat(top, name.as_str(), DIR_FLAGS, Mode::empty())?;
         fchmod(&fd, Mode::from_bits_truncate(0o700))?;
         return Ok((name, fd));
-    }
-    Err(std::io::Error::other("every name to move it to is taken"))
-}
-
-/// Renames the entry `name` of `dir` to `<name>.ocsb-planted-<stamp>[-n]` in the same
-/// directory; returns the new name.
-fn rename_in_place(dir: BorrowedFd<'_>, name: &CStr, stamp: u64) -> std::io::Result<CString> {
-    for n in 0..100 {
-        let mut new = name.to_bytes().to_vec();
-        new.extend_from_slice(
-            if n == 0 { format!(".ocsb-planted-{stamp}") } else { format!(".ocsb-planted-{stamp}-{n}") }
-                .as_bytes(),
-        );
-        let new = CString::new(new).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-        match renameat2(dir, name, dir, new.as_c_str(), RenameFlags::RENAME_NOREPLACE) {
-            Ok(()) => return Ok(new),
-            Err(Errno::EEXIST) => continue,
-            Err(e) => return Err(e.into()),
-        }
     }
     Err(std::io::Error::other("every name to move it to is taken"))
 }

@@ -69,6 +69,9 @@ pub struct Made {
 /// it would cover its target, some other place).
 pub fn make_all(store: &Path, session: &str, checkouts: &[Checkout]) -> Result<Made> {
     private_dir(store)?;
+    // Canonical: the plan binds from it and refuses a source that goes through a link
+    // (`~ -> /data/home`).
+    let store = &store.canonicalize().map_err(|e| Error::io("resolve", store, e))?;
     let mut made = Made { repos: Vec::new(), read_only: Vec::new() };
     for c in checkouts {
         let Some(g) = &c.git else { continue };

@@ -15,6 +15,11 @@ use crate::spec::SandboxSpec;
 /// The gates of a running session.
 pub struct SessionGit {
     running: Option<crate::gatewatch::Running>,
+    /// The live watch of the writable trees ([`crate::watch`]), started on a thread of its own
+    /// (its first walk takes a while on a large tree, and the sandbox need not wait for it).
+    trees: Option<std::thread::JoinHandle<Option<crate::watch::Watch>>>,
+    /// What the watch moved aside, recorded for `ocsb audit` when the session ends.
+    planted: std::sync::Arc<std::sync::Mutex<Vec<ocsb_policy::guard::Finding>>>,
     staging: PathBuf,
     state_dir: PathBuf,
     /// Held while the session lives (see [`crate::agentgit`]).
@@ -59,7 +64,61 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
     let state_dir = spec.state_dir.clone();
     let said = state_dir.clone();
     let running = crate::gatewatch::start(gates, Box::new(move |root, done| report(&said, root, done)))?;
-    Ok(SessionGit { running: Some(running), staging, state_dir, _lock: Some(lock) })
+    let planted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let trees = watch_trees(spec, checkouts, planted.clone());
+    Ok(SessionGit { running: Some(running), trees: Some(trees), planted, staging, state_dir, _lock: Some(lock) })
+}
+
+/// Start watching the writable trees for planted `.git` entries and git directory layouts
+/// (moved aside at once, said on the terminal). Not watched: each checkout's own `.git` (the
+/// mount point of the agent's), and the state directory.
+fn watch_trees(
+    spec: &SandboxSpec,
+    checkouts: &[Checkout],
+    planted: std::sync::Arc<std::sync::Mutex<Vec<ocsb_policy::guard::Finding>>>,
+) -> std::thread::JoinHandle<Option<crate::watch::Watch>> {
+    let roots: Vec<PathBuf> = std::iter::once(&spec.project_dir)
+        .chain(&spec.worktrees_dir)
+        .chain(&spec.rw)
+        .filter_map(|p| p.canonicalize().ok())
+        .filter(|p| p.is_dir())
+        .collect();
+    let mut skip: Vec<PathBuf> = checkouts.iter().map(|c| c.root.join(".git")).collect();
+    skip.extend(spec.state_dir.canonicalize().ok());
+    std::thread::spawn(move || {
+        let sink = Box::new(move |found: crate::watch::Found| match found {
+            crate::watch::Found::Plant { path, why, outcome, .. } => {
+                let said = match &outcome {
+                    crate::watch::Outcome::Moved(to) => format!("moved aside to {}", to.display()),
+                    crate::watch::Outcome::Reported => "left in place".to_string(),
+                    crate::watch::Outcome::NotMoved(e) => {
+                        format!("NOT moved aside ({e}): do not run git there until it is gone")
+                    }
+                };
+                eprintln!("ocsb: {} appeared while the sandbox ran ({why}): {said}", path.display());
+                let at = match outcome {
+                    crate::watch::Outcome::Moved(to) => to,
+                    _ => path,
+                };
+                if let Ok(mut v) = planted.lock() {
+                    v.push(ocsb_policy::guard::Finding { path: at, why: format!("{why} (appeared while the sandbox ran)") });
+                }
+            }
+            crate::watch::Found::Blind { dir, why } => {
+                eprintln!(
+                    "ocsb: warning: {} is not watched ({why}): a .git made there is found only when the session ends",
+                    dir.display()
+                );
+            }
+        });
+        match crate::watch::Watch::start(roots, skip, Box::new(crate::watch::Git), sink) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                eprintln!("ocsb: warning: the project is not watched for planted repositories ({e}); they are found when the session ends");
+                None
+            }
+        }
+    })
 }
 
 fn lock(store: &Path, session: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
@@ -77,6 +136,14 @@ fn lock(store: &Path, session: &str) -> Result<nix::fcntl::Flock<std::fs::File>>
 impl SessionGit {
     /// After the sandbox exited: the last import, then the agent's directories removed.
     pub fn end(mut self) {
+        if let Some(t) = self.trees.take() {
+            drop(t.join());
+        }
+        if let Ok(found) = self.planted.lock()
+            && let Err(e) = crate::audit::record(&self.state_dir, &found)
+        {
+            eprintln!("ocsb: could not record what was moved aside: {e}");
+        }
         let gates = self.running.take().map(crate::gatewatch::Running::finish).unwrap_or_default();
         for mut g in gates {
             let done = g.import();

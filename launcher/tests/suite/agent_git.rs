@@ -153,3 +153,32 @@ fn a_staged_hook_or_gitlink_is_held_and_never_reaches_the_users_tree() {
     }
     no_markers(&w, &out, &err);
 }
+
+/// A repository the agent makes three directories down while the session runs is moved aside
+/// within a second (measured), so a shell prompt's `git status` there on the host runs nothing
+/// of it; the terminal says where it went and the next start refuses until `ocsb audit`.
+#[test]
+fn a_repository_planted_inside_is_moved_aside_within_a_second() {
+    let w = World::new();
+    let (out, err) = scenario(
+        &w,
+        r##"mkdir -p a/b/c; chown -R 1990 a
+        X 'date +%s%N > .t0; cd a/b/c && git init -q . 2>/dev/null; git config core.fsmonitor "touch $HOME/PWNED_plant; false" 2>/dev/null
+             echo "[core]" > ../../../x.cfg; sleep 2' 2>exec.err &
+        pid=$!
+        for i in $(seq 1 1000); do test -f .t0 && break; sleep 0.01; done
+        for i in $(seq 1 1000); do ls -A a/b/c | grep -q ocsb-planted && { date +%s%N > .t1; break; }; sleep 0.002; done
+        U git -C a/b/c status >/dev/null 2>&1
+        python3 -c "d=(int(open('.t1').read())-int(open('.t0').read()))/1e9; print('moved-ms', round(d*1000)); print('within-1s', d < 1.0)"
+        wait $pid; echo "exec $?"; cat exec.err >&2
+        grep -q 'appeared while the sandbox ran' exec.err && echo said
+        test -e a/b/c/.git && echo still-there || echo gone
+        U git -C a/b/c status >/dev/null 2>&1
+        X true 2>next.err; echo "next $?"; grep -q ocsb-planted next.err && echo next-names-it"##,
+    );
+    eprintln!("{out}");
+    for l in ["within-1s True", "exec 0", "said", "gone", "next 1", "next-names-it"] {
+        has(&out, l, &err);
+    }
+    no_markers(&w, &out, &err);
+}

@@ -333,13 +333,20 @@ for c in (1, 2):
     );
     let (out, err) = sandbox_support::scenario(&w, &body);
     let lat = median_ms(&out, "import");
-    let max = out.lines().filter_map(|l| l.strip_prefix("import")?.trim().parse::<u64>().ok()).max().unwrap_or(0);
-    println!("import latency (commit inside -> on the host's branch): median {lat:.1} ms, max {:.1} ms (n={n}, target < 1000 ms)", max as f64 / 1e6);
+    let max =
+        out.lines().filter_map(|l| l.strip_prefix("import")?.trim().parse::<u64>().ok()).max().unwrap_or(0);
+    println!(
+        "import latency (commit inside -> on the host's branch): median {lat:.1} ms, max {:.1} ms (n={n}, target < 1000 ms)",
+        max as f64 / 1e6
+    );
     let (small, big) = (median_ms(&out, "small"), median_ms(&out, "big"));
     let objects = out.lines().find_map(|l| l.strip_prefix("objects ")).unwrap_or("?");
     let copied = out.lines().find_map(|l| l.strip_prefix("copied ")).unwrap_or("?");
     println!("ocsb exec -- true, 1-commit repository    median {small:>8.2} ms");
-    println!("ocsb exec -- true, {objects}-object repository median {big:>8.2} ms: {:.2}x; object files in the agent's repository: {copied}", big / small);
+    println!(
+        "ocsb exec -- true, {objects}-object repository median {big:>8.2} ms: {:.2}x; object files in the agent's repository: {copied}",
+        big / small
+    );
     if lat.is_nan() || small.is_nan() || big.is_nan() {
         eprintln!("{err}");
     }

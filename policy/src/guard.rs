@@ -94,10 +94,10 @@ const fn name(name: &'static str, missing: Missing, why: &'static str) -> Name {
 
 /// In the common git directory (the main checkout's `.git`).
 const COMMON: &[Name] = &[
-    name("config", Missing::Placeholder,
-        "repository config: core.fsmonitor, aliases, filters, editors",
-    ),
-    name("config.worktree", Missing::Placeholder,
+    name("config", Missing::Placeholder, "repository config: core.fsmonitor, aliases, filters, editors"),
+    name(
+        "config.worktree",
+        Missing::Placeholder,
         "worktree config, read once extensions.worktreeConfig is on",
     ),
     name("hooks", Missing::Placeholder, "hooks git runs on commit, checkout, merge and push"),

@@ -79,7 +79,10 @@ pub fn make_all(store: &Path, session: &str, checkouts: &[Checkout]) -> Result<M
         let kind = dot.symlink_metadata().map_err(|e| Error::io("look at", &dot, e))?.file_type();
         if kind.is_symlink() {
             return Err(Error::refused(
-                format!("{} is a symbolic link: the sandbox shows the agent its own .git in its place", dot.display()),
+                format!(
+                    "{} is a symbolic link: the sandbox shows the agent its own .git in its place",
+                    dot.display()
+                ),
                 format!("replace the link with the directory it names (`ls -l {}`)", dot.display()),
             ));
         }
@@ -96,7 +99,10 @@ pub fn make_all(store: &Path, session: &str, checkouts: &[Checkout]) -> Result<M
 fn private_dir(p: &Path) -> Result<()> {
     match std::fs::DirBuilder::new().mode(0o700).create(p) {
         Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && p.symlink_metadata().is_ok_and(|m| m.is_dir()) => {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::AlreadyExists
+                && p.symlink_metadata().is_ok_and(|m| m.is_dir()) =>
+        {
             Ok(())
         }
         Err(e) => Err(Error::io("create", p, e)),
@@ -207,7 +213,10 @@ fn make(
     };
     let fd = nix::fcntl::open(
         &dir,
-        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::fcntl::OFlag::O_PATH
+            | nix::fcntl::OFlag::O_DIRECTORY
+            | nix::fcntl::OFlag::O_NOFOLLOW
+            | nix::fcntl::OFlag::O_CLOEXEC,
         nix::sys::stat::Mode::empty(),
     )
     .map_err(|e| Error::io("open", &dir, e.into()))?;

@@ -26,7 +26,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use ocsb_policy::gitimport::{self, Change, CommitChanges, ObjectFormat, Oid, RefName, RefUpdate, RefValue, Session, Verdict};
+use ocsb_policy::gitimport::{
+    self, Change, CommitChanges, ObjectFormat, Oid, RefName, RefUpdate, RefValue, Session, Verdict,
+};
 
 use crate::agentgit::Repo;
 use crate::error::{Error, Result};
@@ -34,7 +36,8 @@ use crate::sys;
 
 /// How the gate opens what the agent wrote: beneath the directory, through no link of any
 /// kind, on no other filesystem.
-const BENEATH: u64 = sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS | sys::RESOLVE_NO_XDEV;
+const BENEATH: u64 =
+    sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS | sys::RESOLVE_NO_XDEV;
 
 /// A ref file or `HEAD` is a line; `packed-refs` one line a ref.
 const REF_FILE_MAX: usize = 4096;
@@ -75,7 +78,13 @@ fn output(mut cmd: Command, what: &str) -> Result<Vec<u8>> {
 /// What the agent's repository starts from: the user's refs, config and object format.
 pub fn user_facts(root: &Path) -> Result<UserFacts> {
     let mut cmd = user_git(root);
-    cmd.args(["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags", "refs/remotes"]);
+    cmd.args([
+        "for-each-ref",
+        "--format=%(objectname) %(refname)",
+        "refs/heads",
+        "refs/tags",
+        "refs/remotes",
+    ]);
     let refs = String::from_utf8_lossy(&output(cmd, "for-each-ref")?)
         .lines()
         .filter_map(|l| l.split_once(' ').map(|(o, n)| (o.to_string(), n.to_string())))
@@ -148,7 +157,9 @@ fn agent_refs(dir: BorrowedFd<'_>, format: ObjectFormat) -> std::result::Result<
     let mut refs = BTreeMap::new();
     match read_beneath(dir, Path::new("packed-refs"), PACKED_MAX) {
         Ok(b) => {
-            for (name, oid) in gitimport::parse_packed_refs("packed-refs", &b, format, PACKED_MAX).map_err(|e| e.to_string())? {
+            for (name, oid) in gitimport::parse_packed_refs("packed-refs", &b, format, PACKED_MAX)
+                .map_err(|e| e.to_string())?
+            {
                 refs.insert(name.as_str().to_string(), oid);
             }
         }
@@ -179,7 +190,9 @@ fn agent_refs(dir: BorrowedFd<'_>, format: ObjectFormat) -> std::result::Result<
             };
             let refname = p.to_str().ok_or_else(|| format!("{}: not UTF-8", p.display()))?;
             let name = RefName::parse(refname.as_bytes()).map_err(|e| format!("{refname}: {e}"))?;
-            match gitimport::parse_ref_file(refname, &bytes, format, REF_FILE_MAX).map_err(|e| e.to_string())? {
+            match gitimport::parse_ref_file(refname, &bytes, format, REF_FILE_MAX)
+                .map_err(|e| e.to_string())?
+            {
                 RefValue::Oid(oid) => {
                     refs.insert(name.as_str().to_string(), oid);
                 }
@@ -212,7 +225,8 @@ impl Staging {
         };
         let config = format!("{format}[uploadpack]\n\tallowAnySHA1InWant = true\n");
         std::fs::write(dir.join("config"), config).map_err(|e| Error::io("write", dir.join("config"), e))?;
-        std::fs::write(dir.join("HEAD"), "ref: refs/heads/main\n").map_err(|e| Error::io("write", dir.join("HEAD"), e))?;
+        std::fs::write(dir.join("HEAD"), "ref: refs/heads/main\n")
+            .map_err(|e| Error::io("write", dir.join("HEAD"), e))?;
         let alternates: String =
             repo.spec.objects.iter().map(|(host, _)| format!("{}\n", host.display())).collect();
         std::fs::write(dir.join("objects/info/alternates"), alternates)
@@ -247,7 +261,9 @@ impl Staging {
             let rel = pack.join(&name);
             if self.copy_one(agent, &rel, &mut budget)? {
                 let mut cmd = Command::new("git");
-                cmd.env("GIT_DIR", &self.dir).env("GIT_CONFIG_NOSYSTEM", "1").env("GIT_CONFIG_GLOBAL", "/dev/null");
+                cmd.env("GIT_DIR", &self.dir)
+                    .env("GIT_CONFIG_NOSYSTEM", "1")
+                    .env("GIT_CONFIG_GLOBAL", "/dev/null");
                 cmd.args(["index-pack", "--strict"]).arg(self.dir.join(&rel)).stdin(Stdio::null());
                 output(cmd, "index-pack").map_err(|e| e.to_string())?;
             }
@@ -257,7 +273,12 @@ impl Staging {
 
     /// Copy one file beneath the agent's directory into the same place here; `true` when it
     /// was new.
-    fn copy_one(&mut self, agent: BorrowedFd<'_>, rel: &Path, budget: &mut u64) -> std::result::Result<bool, String> {
+    fn copy_one(
+        &mut self,
+        agent: BorrowedFd<'_>,
+        rel: &Path,
+        budget: &mut u64,
+    ) -> std::result::Result<bool, String> {
         let fd = match sys::openat2(Some(agent), rel, libc::O_RDONLY | libc::O_NONBLOCK, 0, BENEATH) {
             Ok(fd) => fd,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
@@ -282,7 +303,8 @@ impl Staging {
         }
         let tmp = to.with_extension("ocsb-tmp");
         let mut out = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        std::io::copy(&mut (&mut f).take(meta.len()), &mut out).map_err(|e| format!("{}: {e}", rel.display()))?;
+        std::io::copy(&mut (&mut f).take(meta.len()), &mut out)
+            .map_err(|e| format!("{}: {e}", rel.display()))?;
         std::fs::rename(&tmp, &to).map_err(|e| format!("{}: {e}", to.display()))?;
         self.copied.insert(key);
         Ok(true)
@@ -324,7 +346,6 @@ impl Imported {
     }
 }
 
-
 impl Gate {
     /// The gate of `repo`, staging in `staging_dir` (launcher-private).
     pub fn new(repo: Repo, staging_dir: PathBuf, session: Session, held_extra: Vec<PathBuf>) -> Result<Gate> {
@@ -363,12 +384,8 @@ impl Gate {
 
     fn import_into(&mut self, done: &mut Imported) -> std::result::Result<(), String> {
         let agent = agent_refs(self.repo.dir.as_fd(), self.repo.format)?;
-        let changed: Vec<String> = agent
-            .refs
-            .iter()
-            .filter(|(n, o)| self.last.get(*n) != Some(o))
-            .map(|(n, _)| n.clone())
-            .collect();
+        let changed: Vec<String> =
+            agent.refs.iter().filter(|(n, o)| self.last.get(*n) != Some(o)).map(|(n, _)| n.clone()).collect();
         if changed.is_empty() && self.last_head.as_ref() == Some(&agent.head) {
             return Ok(());
         }
@@ -383,7 +400,8 @@ impl Gate {
             let Ok(refname) = RefName::parse(name.as_bytes()) else { continue };
             let new = agent.refs.get(name).cloned();
             let start = self.expected.get(name).cloned();
-            let update = RefUpdate { name: refname.clone(), start, agent: new.clone(), user: user.get(name).cloned() };
+            let update =
+                RefUpdate { name: refname.clone(), start, agent: new.clone(), user: user.get(name).cloned() };
             let commits = match &new {
                 Some(oid) => self.changes(oid)?,
                 None => Vec::new(),
@@ -393,13 +411,21 @@ impl Gate {
                 Verdict::Skip(_) => {}
                 Verdict::Import => {
                     let Some(oid) = &new else { continue };
-                    let old = user.get(name).map(|o| o.as_str().to_string()).unwrap_or_else(|| zero(self.repo.format));
+                    let old = user
+                        .get(name)
+                        .map(|o| o.as_str().to_string())
+                        .unwrap_or_else(|| zero(self.repo.format));
                     match self.update_ref(name, oid.as_str(), &old) {
                         Ok(()) => {
                             self.expected.insert(name.clone(), oid.clone());
                             done.updated.push(name.clone())
                         }
-                        Err(e) => self.hold(done, &refname, oid, &format!("the user's branch moved as it was imported ({e})"))?,
+                        Err(e) => self.hold(
+                            done,
+                            &refname,
+                            oid,
+                            &format!("the user's branch moved as it was imported ({e})"),
+                        )?,
                     }
                 }
                 Verdict::Hold(reasons) => {
@@ -517,7 +543,13 @@ impl Gate {
         output(cmd, "update-ref").map(|_| ()).map_err(|e| e.to_string())
     }
 
-    fn hold(&self, done: &mut Imported, name: &RefName, oid: &Oid, why: &str) -> std::result::Result<(), String> {
+    fn hold(
+        &self,
+        done: &mut Imported,
+        name: &RefName,
+        oid: &Oid,
+        why: &str,
+    ) -> std::result::Result<(), String> {
         let held = gitimport::held_ref(&self.session, name);
         let mut cmd = user_git(&self.repo.root);
         cmd.args(["update-ref", "-m", "ocsb: held back from the sandbox", &held, oid.as_str()]);
@@ -532,7 +564,12 @@ impl Gate {
     /// middle of a rebase) is not followed; the end of the rebase is. The index is replaced
     /// only when it held what the user's HEAD held before (`before`): changes the user staged
     /// meanwhile are left as they are.
-    fn follow_head(&mut self, agent: &AgentRefs, before: Option<&str>, done: &mut Imported) -> std::result::Result<(), String> {
+    fn follow_head(
+        &mut self,
+        agent: &AgentRefs,
+        before: Option<&str>,
+        done: &mut Imported,
+    ) -> std::result::Result<(), String> {
         let RefValue::Symbolic(branch) = &agent.head else { return Ok(()) };
         let name = branch.as_str();
         let Some(want) = agent.refs.get(name) else { return Ok(()) };
@@ -584,13 +621,16 @@ fn parse_diff_tree(out: &[u8], format: ObjectFormat) -> std::result::Result<Vec<
             let path = fields.next().ok_or("diff-tree: an entry without a path")?.to_vec();
             let meta = std::str::from_utf8(meta).map_err(|_| "diff-tree: not text")?;
             let mut parts = meta.split(' ');
-            let old_mode = u32::from_str_radix(parts.next().unwrap_or(""), 8).map_err(|_| "diff-tree: a mode")?;
-            let new_mode = u32::from_str_radix(parts.next().unwrap_or(""), 8).map_err(|_| "diff-tree: a mode")?;
+            let old_mode =
+                u32::from_str_radix(parts.next().unwrap_or(""), 8).map_err(|_| "diff-tree: a mode")?;
+            let new_mode =
+                u32::from_str_radix(parts.next().unwrap_or(""), 8).map_err(|_| "diff-tree: a mode")?;
             let c = commits.last_mut().ok_or("diff-tree: an entry before its commit")?;
             c.changes.push(Change { path, old_mode, new_mode });
         } else {
             let id = std::str::from_utf8(f).map_err(|_| "diff-tree: not text")?.trim();
-            let oid = Oid::parse(format, id.as_bytes()).ok_or_else(|| format!("diff-tree: {id} is no object id"))?;
+            let oid = Oid::parse(format, id.as_bytes())
+                .ok_or_else(|| format!("diff-tree: {id} is no object id"))?;
             if commits.last().is_none_or(|c| c.commit != oid) {
                 commits.push(CommitChanges { commit: oid, changes: Vec::new() });
             }

@@ -91,10 +91,14 @@ pub fn start(gates: Vec<Gate>, mut report: Report) -> Result<Running> {
                     Some(f) => {
                         let due = (last + QUIET).min(f + LATEST);
                         let left = due.saturating_duration_since(Instant::now());
-                        PollTimeout::try_from(left.as_millis().min(60_000) as u16).unwrap_or(PollTimeout::ZERO)
+                        PollTimeout::try_from(left.as_millis().min(60_000) as u16)
+                            .unwrap_or(PollTimeout::ZERO)
                     }
                 };
-                let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN), PollFd::new(stop_r.as_fd(), PollFlags::POLLIN)];
+                let mut fds = [
+                    PollFd::new(ino.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(stop_r.as_fd(), PollFlags::POLLIN),
+                ];
                 match poll(&mut fds, timeout) {
                     Err(nix::errno::Errno::EINTR) => continue,
                     Err(_) => break,
@@ -116,7 +120,8 @@ pub fn start(gates: Vec<Gate>, mut report: Report) -> Result<Running> {
                             continue;
                         }
                         if ev.mask.contains(AddWatchFlags::IN_ISDIR)
-                            && (ev.mask.contains(AddWatchFlags::IN_CREATE) || ev.mask.contains(AddWatchFlags::IN_MOVED_TO))
+                            && (ev.mask.contains(AddWatchFlags::IN_CREATE)
+                                || ev.mask.contains(AddWatchFlags::IN_MOVED_TO))
                         {
                             watched.add(&ino, gate, dir.join(&name), false);
                         }

@@ -911,7 +911,11 @@ impl Builder<'_> {
         let inside = Path::new(super::spec::AGENT_GIT_INSIDE);
         if !a.inside.starts_with(inside) || a.objects.iter().any(|(_, i)| !i.starts_with(inside)) {
             return Err(Error::refused(
-                format!("agent git directory {} is not placed under {}", a.inside.display(), inside.display()),
+                format!(
+                    "agent git directory {} is not placed under {}",
+                    a.inside.display(),
+                    inside.display()
+                ),
                 "report this: the launcher made an inconsistent entry",
             ));
         }
@@ -921,7 +925,12 @@ impl Builder<'_> {
                 self.plan.ops.push(op);
             }
         }
-        self.plan.ops.push(Op::Bind { src: a.gitdir.clone(), dst: a.inside.clone(), access: Access::Rw, dir: true });
+        self.plan.ops.push(Op::Bind {
+            src: a.gitdir.clone(),
+            dst: a.inside.clone(),
+            access: Access::Rw,
+            dir: true,
+        });
         self.plan.writable.push(a.inside.clone());
         match (&a.pointer, self.fs.kind(&a.dot_git)) {
             (None, Kind::Dir) => {

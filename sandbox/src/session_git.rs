@@ -40,7 +40,8 @@ fn report(state_dir: &Path, root: &Path, done: &Imported) {
 
 /// The session's name: when it started and which launcher, unique on this machine.
 fn session_name() -> Result<Session> {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     Session::parse(&format!("{secs}-{}", std::process::id()))
         .map_err(|e| Error::refused(format!("session name: {e}"), "report this"))
 }
@@ -66,7 +67,14 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
     let running = crate::gatewatch::start(gates, Box::new(move |root, done| report(&said, root, done)))?;
     let planted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let trees = watch_trees(spec, checkouts, planted.clone());
-    Ok(SessionGit { running: Some(running), trees: Some(trees), planted, staging, state_dir, _lock: Some(lock) })
+    Ok(SessionGit {
+        running: Some(running),
+        trees: Some(trees),
+        planted,
+        staging,
+        state_dir,
+        _lock: Some(lock),
+    })
 }
 
 /// Start watching the writable trees for planted `.git` entries and git directory layouts
@@ -101,7 +109,10 @@ fn watch_trees(
                     _ => path,
                 };
                 if let Ok(mut v) = planted.lock() {
-                    v.push(ocsb_policy::guard::Finding { path: at, why: format!("{why} (appeared while the sandbox ran)") });
+                    v.push(ocsb_policy::guard::Finding {
+                        path: at,
+                        why: format!("{why} (appeared while the sandbox ran)"),
+                    });
                 }
             }
             crate::watch::Found::Blind { dir, why } => {
@@ -114,7 +125,9 @@ fn watch_trees(
         match crate::watch::Watch::start(roots, skip, Box::new(crate::watch::Git), sink) {
             Ok(w) => Some(w),
             Err(e) => {
-                eprintln!("ocsb: warning: the project is not watched for planted repositories ({e}); they are found when the session ends");
+                eprintln!(
+                    "ocsb: warning: the project is not watched for planted repositories ({e}); they are found when the session ends"
+                );
                 None
             }
         }
@@ -257,7 +270,9 @@ pub fn accept(spec: &SandboxSpec) -> Result<Vec<String>> {
         let user_oid = user.as_deref().and_then(|u| gi::Oid::parse(format, u.as_bytes()));
         let (target, old) = match gi::accept(&session, &name, &held_oid, user_oid.as_ref(), descends) {
             Accept::Create => (name.as_str().to_string(), zero_of(&h.oid)),
-            Accept::FastForward => (name.as_str().to_string(), user.clone().unwrap_or_else(|| zero_of(&h.oid))),
+            Accept::FastForward => {
+                (name.as_str().to_string(), user.clone().unwrap_or_else(|| zero_of(&h.oid)))
+            }
             Accept::Aside(aside) => (aside.as_str().to_string(), zero_of(&h.oid)),
             Accept::Already => {
                 let _ = git(&["update-ref", "-d", &h.name]);

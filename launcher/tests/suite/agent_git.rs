@@ -10,16 +10,25 @@
 //! `git status`, `add`, `commit`, `stash`, `checkout`, `log` during and after the session, and a
 //! marker in the host home says whether it ran anything of the agent's.
 
-use crate::support::sandbox::{World, has, no_markers, scenario};
+use crate::support::sandbox::{NETLOCK_MODE, World, has, no_markers, scenario};
+
+/// Run `body` in the default network mode (isolated) and then with the netlock, each in a
+/// world of its own, and check each run's output with `check`.
+fn both_modes(body: &str, check: impl Fn(&World, &str, &str)) {
+    for mode in ["", NETLOCK_MODE] {
+        let w = World::new();
+        let (out, err) = scenario(&w, &format!("{mode}{body}"));
+        eprintln!("{}\n{out}", if mode.is_empty() { "isolated" } else { "netlock" });
+        check(&w, &out, &err);
+    }
+}
 
 /// Positive: a commit inside is on the user's branch (`git log` on the host) within one
 /// second, measured; the host's `git status` is clean after it; a branch made and switched to
 /// inside is followed by the host's HEAD; at the end nothing is held.
 #[test]
 fn a_commit_inside_reaches_the_users_branch_within_a_second() {
-    let w = World::new();
-    let (out, err) = scenario(
-        &w,
+    both_modes(
         r##"X 'echo one > a.txt && git add a.txt && git commit -q -m inside-one && date +%s.%N > .t0 && sleep 3
              git switch -q -c feat && echo two > b.txt && git add b.txt && git commit -q -m inside-two && sleep 2' 2>exec.err &
         pid=$!
@@ -33,21 +42,22 @@ fn a_commit_inside_reaches_the_users_branch_within_a_second() {
         echo "head $(U git symbolic-ref HEAD)"; echo "feat $(U git log -1 --format=%s feat)"
         echo "status-after [$(U git status --porcelain --untracked-files=no)]"
         echo "held $(U git for-each-ref refs/ocsb/held | wc -l)""##,
+        |w, out, err| {
+            for l in [
+                "seen inside-one",
+                "within-1s True",
+                "status-during []",
+                "exec 0",
+                "head refs/heads/feat",
+                "feat inside-two",
+                "status-after []",
+                "held 0",
+            ] {
+                has(out, l, err);
+            }
+            no_markers(w, out, err);
+        },
     );
-    eprintln!("{out}");
-    for l in [
-        "seen inside-one",
-        "within-1s True",
-        "status-during []",
-        "exec 0",
-        "head refs/heads/feat",
-        "feat inside-two",
-        "status-after []",
-        "held 0",
-    ] {
-        has(&out, l, &err);
-    }
-    no_markers(&w, &out, &err);
 }
 
 /// The user's own git directory is not writable inside, however it is named, and the agent's
@@ -55,9 +65,7 @@ fn a_commit_inside_reaches_the_users_branch_within_a_second() {
 /// every host git command of the positive list runs nothing of the agent's.
 #[test]
 fn the_agents_config_and_hooks_are_its_own_and_host_git_runs_none_of_them() {
-    let w = World::new();
-    let (out, err) = scenario(
-        &w,
+    both_modes(
         r##"X 'git config core.fsmonitor "touch $HOME/PWNED_fsmonitor; false" && echo config=ok
              printf "#!/bin/sh\ntouch $HOME/PWNED_hook /tmp/hook-ran 2>/dev/null; exit 0\n" > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && echo hook=ok
              git config alias.st "!touch $HOME/PWNED_alias" && echo alias=ok
@@ -70,13 +78,23 @@ fn the_agents_config_and_hooks_are_its_own_and_host_git_runs_none_of_them() {
         U git branch -q side; U git switch -q side; U git switch -q main; U git status >/dev/null
         echo "log $(U git log --format=%s | tr '\n' ' ')"
         grep -c fsmonitor .git/config | sed 's/^/user-config-fsmonitor /'"##,
+        |w, out, err| {
+            for l in [
+                "config=ok",
+                "hook=ok",
+                "alias=ok",
+                "commit=ok",
+                "hook-ran-inside",
+                "exec 0",
+                "user-objects ERR EROFS",
+            ] {
+                has(out, l, err);
+            }
+            has(out, "log host agent ocsb init", err);
+            has(out, "user-config-fsmonitor 0", err);
+            no_markers(w, out, err);
+        },
     );
-    for l in ["config=ok", "hook=ok", "alias=ok", "commit=ok", "hook-ran-inside", "exec 0", "user-objects ERR EROFS"] {
-        has(&out, l, &err);
-    }
-    has(&out, "log host agent ocsb init", &err);
-    has(&out, "user-config-fsmonitor 0", &err);
-    no_markers(&w, &out, &err);
 }
 
 /// A branch the user moved while the session ran is never forced: the agent's commit is held
@@ -84,9 +102,7 @@ fn the_agents_config_and_hooks_are_its_own_and_host_git_runs_none_of_them() {
 /// `ocsb audit --accept` puts it beside the user's branch for a merge.
 #[test]
 fn a_branch_the_user_moved_meanwhile_is_held_not_forced() {
-    let w = World::new();
-    let (out, err) = scenario(
-        &w,
+    both_modes(
         r##"X 'for i in $(seq 1 200); do test -f .go && break; sleep 0.02; done
              echo a > a.txt && git add a.txt && git commit -q -m agent-late && sleep 1' 2>exec.err &
         pid=$!; sleep 1
@@ -101,22 +117,24 @@ fn a_branch_the_user_moved_meanwhile_is_held_not_forced() {
         echo "main-after $(U git log -1 --format=%s main)"
         echo "aside $(U git for-each-ref --format='%(subject)' 'refs/heads/ocsb/')"
         echo "held-after $(U git for-each-ref refs/ocsb/held | wc -l)""##,
+        |w, out, err| {
+            for l in [
+                "exec 0",
+                "said-held",
+                "main user-meanwhile",
+                "held-under-session",
+                "held agent-late",
+                "audit-lists",
+                "accept 0",
+                "main-after user-meanwhile",
+                "aside agent-late",
+                "held-after 0",
+            ] {
+                has(out, l, err);
+            }
+            no_markers(w, out, err);
+        },
     );
-    for l in [
-        "exec 0",
-        "said-held",
-        "main user-meanwhile",
-        "held-under-session",
-        "held agent-late",
-        "audit-lists",
-        "accept 0",
-        "main-after user-meanwhile",
-        "aside agent-late",
-        "held-after 0",
-    ] {
-        has(&out, l, &err);
-    }
-    no_markers(&w, &out, &err);
 }
 
 /// A commit that carries what the sandbox holds read-only in the tree is held: a hook under
@@ -126,9 +144,7 @@ fn a_branch_the_user_moved_meanwhile_is_held_not_forced() {
 /// pop`/`checkout .` after it, run nothing; the hook never reaches the user's tree.
 #[test]
 fn a_staged_hook_or_gitlink_is_held_and_never_reaches_the_users_tree() {
-    let w = World::new();
-    let (out, err) = scenario(
-        &w,
+    both_modes(
         r##"U git config core.hooksPath .husky/_
         X 'blob=$(printf "#!/bin/sh\ntouch $HOME/PWNED_husky\n" | git hash-object -w --stdin)
              git update-index --add --cacheinfo 100755,$blob,.husky/pre-commit && git commit -q -m hook && echo hook-committed
@@ -146,12 +162,23 @@ fn a_staged_hook_or_gitlink_is_held_and_never_reaches_the_users_tree() {
         U git stash -q; U git stash pop -q; U git checkout -q .; U git status >/dev/null 2>&1
         test -e .husky/pre-commit && echo husky-in-tree || echo husky-absent
         echo "held $(U git for-each-ref refs/ocsb/held | wc -l)""##,
+        |w, out, err| {
+            for l in [
+                "hook-committed",
+                "gitlink-committed",
+                "exec 0",
+                "said-hook",
+                "said-gitlink",
+                "main ocsb",
+                "during ocsb",
+                "husky-absent",
+                "held 1",
+            ] {
+                has(out, l, err);
+            }
+            no_markers(w, out, err);
+        },
     );
-    for l in ["hook-committed", "gitlink-committed", "exec 0", "said-hook", "said-gitlink", "main ocsb", "during ocsb", "husky-absent", "held 1"]
-    {
-        has(&out, l, &err);
-    }
-    no_markers(&w, &out, &err);
 }
 
 /// A repository the agent makes three directories down while the session runs is moved aside
@@ -159,9 +186,7 @@ fn a_staged_hook_or_gitlink_is_held_and_never_reaches_the_users_tree() {
 /// of it; the terminal says where it went and the next start refuses until `ocsb audit`.
 #[test]
 fn a_repository_planted_inside_is_moved_aside_within_a_second() {
-    let w = World::new();
-    let (out, err) = scenario(
-        &w,
+    both_modes(
         r##"mkdir -p a/b/c; chown -R 1990 a
         X 'date +%s%N > .t0; cd a/b/c && git init -q . 2>/dev/null; git config core.fsmonitor "touch $HOME/PWNED_plant; false" 2>/dev/null
              echo "[core]" > ../../../x.cfg; sleep 2' 2>exec.err &
@@ -175,10 +200,11 @@ fn a_repository_planted_inside_is_moved_aside_within_a_second() {
         test -e a/b/c/.git && echo still-there || echo gone
         U git -C a/b/c status >/dev/null 2>&1
         X true 2>next.err; echo "next $?"; grep -q ocsb-planted next.err && echo next-names-it"##,
+        |w, out, err| {
+            for l in ["within-1s True", "exec 0", "said", "gone", "next 1", "next-names-it"] {
+                has(out, l, err);
+            }
+            no_markers(w, out, err);
+        },
     );
-    eprintln!("{out}");
-    for l in ["within-1s True", "exec 0", "said", "gone", "next 1", "next-names-it"] {
-        has(&out, l, &err);
-    }
-    no_markers(&w, &out, &err);
 }

@@ -375,9 +375,7 @@ fn e16_e19_the_way_to_protected_and_hidden_paths_cannot_be_renamed(w: World) {
     spec["hide"] = serde_json::json!([p("secrets/deploy/key"), p(".vscode/token")]);
     assert_eq!(w.probe_outside(&["rename", &s(&p("tools")), &s(&p("t0"))]), "OK", "control");
     std::fs::rename(p("t0"), p("tools")).unwrap();
-    for (from, to) in
-        [("tools", "t2"), ("secrets", "s2"), ("secrets/deploy", "secrets/d2")]
-    {
+    for (from, to) in [("tools", "t2"), ("secrets", "s2"), ("secrets/deploy", "secrets/d2")] {
         assert_eq!(w.probe_with(&spec, &["rename", &s(&p(from)), &s(&p(to))]), "ERR EBUSY", "mv {from} {to}");
         assert!(p(from).is_dir() && !p(to).exists(), "host: {from} stayed where it was");
     }

@@ -92,12 +92,11 @@ pub fn user_facts(root: &Path) -> Result<UserFacts> {
     let mut cmd = user_git(root);
     cmd.args(["config", "--list", "--show-scope", "--null"]);
     let config = output(cmd, "config --list").unwrap_or_default();
-    let mut cmd = user_git(root);
-    cmd.args(["rev-parse", "--show-object-format"]);
-    let format = match String::from_utf8_lossy(&output(cmd, "rev-parse")?).trim() {
-        "sha256" => ObjectFormat::Sha256,
-        _ => ObjectFormat::Sha1,
-    };
+    // The format from the listing (one git run fewer at every start): git writes
+    // `extensions.objectformat` for every repository that is not SHA-1.
+    let sha256 =
+        config.split(|b| *b == 0).any(|e| e.eq_ignore_ascii_case(b"extensions.objectformat\nsha256"));
+    let format = if sha256 { ObjectFormat::Sha256 } else { ObjectFormat::Sha1 };
     Ok(UserFacts { refs, config, format })
 }
 
@@ -637,4 +636,109 @@ fn parse_diff_tree(out: &[u8], format: ObjectFormat) -> std::result::Result<Vec<
         }
     }
     Ok(commits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let o = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@e", "-c", "init.defaultBranch=main"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+
+    #[test]
+    fn the_object_format_is_read_from_the_config_listing() {
+        let t = tempfile::tempdir().unwrap();
+        for (fmt, want) in [("sha1", ObjectFormat::Sha1), ("sha256", ObjectFormat::Sha256)] {
+            let d = t.path().join(fmt);
+            std::fs::create_dir(&d).unwrap();
+            git(&d, &["init", "-q", &format!("--object-format={fmt}")]);
+            git(&d, &["commit", "-q", "--allow-empty", "-m", "x"]);
+            let facts = user_facts(&d).unwrap();
+            assert_eq!(facts.format, want);
+            assert!(facts.refs.iter().any(|(o, n)| n == "refs/heads/main" && o.len() == want.hex_len()));
+        }
+    }
+
+    /// The agent's refs are read beneath its directory and through no link: a `refs/heads`
+    /// swapped for a link to another repository's refs, or a branch that is a link, is an error
+    /// (nothing is imported), never a read of the other place.
+    #[test]
+    fn the_agents_refs_are_read_through_no_link() {
+        let t = tempfile::tempdir().unwrap();
+        let agent = t.path().join("agent");
+        let other = t.path().join("other");
+        std::fs::create_dir_all(agent.join("refs/heads")).unwrap();
+        std::fs::create_dir_all(other.join("refs/heads")).unwrap();
+        std::fs::write(agent.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let oid = "a".repeat(40);
+        std::fs::write(other.join("refs/heads/secret"), format!("{oid}\n")).unwrap();
+        std::fs::write(agent.join("refs/heads/main"), format!("{oid}\n")).unwrap();
+        let open = |p: &Path| {
+            nix::fcntl::open(
+                p,
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY,
+                nix::sys::stat::Mode::empty(),
+            )
+            .unwrap()
+        };
+        let fd = open(&agent);
+        let refs = agent_refs(fd.as_fd(), ObjectFormat::Sha1).unwrap();
+        assert_eq!(refs.refs.keys().collect::<Vec<_>>(), ["refs/heads/main"]);
+        std::os::unix::fs::symlink(other.join("refs/heads/secret"), agent.join("refs/heads/link")).unwrap();
+        assert!(agent_refs(fd.as_fd(), ObjectFormat::Sha1).is_err(), "a branch that is a link");
+        std::fs::remove_file(agent.join("refs/heads/link")).unwrap();
+        std::fs::rename(agent.join("refs/heads"), agent.join("refs/h2")).unwrap();
+        std::os::unix::fs::symlink(other.join("refs/heads"), agent.join("refs/heads")).unwrap();
+        assert!(agent_refs(fd.as_fd(), ObjectFormat::Sha1).is_err(), "refs/heads that is a link");
+    }
+
+    /// Object files are copied only when they are regular files beneath the agent's directory:
+    /// a pack that is a link to another repository's pack is refused, not copied.
+    #[test]
+    fn a_linked_pack_is_not_staged() {
+        let t = tempfile::tempdir().unwrap();
+        let agent = t.path().join("agent");
+        std::fs::create_dir_all(agent.join("objects/pack")).unwrap();
+        std::fs::create_dir_all(agent.join("objects/ab")).unwrap();
+        std::fs::write(agent.join("objects/ab/cdef"), b"loose").unwrap();
+        std::fs::write(t.path().join("secret.pack"), b"PACK").unwrap();
+        std::os::unix::fs::symlink(t.path().join("secret.pack"), agent.join("objects/pack/pack-1.pack"))
+            .unwrap();
+        let fd = nix::fcntl::open(
+            &agent,
+            nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .unwrap();
+        let mut st = Staging { dir: t.path().join("staging"), copied: BTreeSet::new() };
+        let e = st.copy_new(fd.as_fd()).unwrap_err();
+        assert!(e.contains("pack-1.pack"), "{e}");
+        assert_eq!(std::fs::read(t.path().join("staging/objects/ab/cdef")).unwrap(), b"loose");
+        assert!(!t.path().join("staging/objects/pack/pack-1.pack").exists());
+    }
+
+    #[test]
+    fn diff_tree_output_is_read_per_commit() {
+        let a = "a".repeat(40);
+        let b = "b".repeat(40);
+        let z = "0".repeat(40);
+        let out = format!(
+            "{a}\0:000000 100755 {z} {b} A\0.husky/pre-commit\0:000000 160000 {z} {b} A\0sub\0{b}\0:100644 100644 {a} {b} M\0x\0"
+        );
+        let c = parse_diff_tree(out.as_bytes(), ObjectFormat::Sha1).unwrap();
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].changes[0].path, b".husky/pre-commit");
+        assert_eq!(c[0].changes[1].new_mode, 0o160000);
+        assert_eq!(c[1].changes[0].path, b"x");
+        assert!(parse_diff_tree(b":100644 100644 x", ObjectFormat::Sha1).is_err());
+    }
 }

@@ -91,8 +91,7 @@ pub fn start(gates: Vec<Gate>, mut report: Report) -> Result<Running> {
                     Some(f) => {
                         let due = (last + QUIET).min(f + LATEST);
                         let left = due.saturating_duration_since(Instant::now());
-                        PollTimeout::try_from(left.as_millis().min(60_000) as u16)
-                            .unwrap_or(PollTimeout::ZERO)
+                        PollTimeout::from(left.as_millis().min(60_000) as u16)
                     }
                 };
                 let mut fds = [

@@ -1,7 +1,7 @@
 //! The import gate: how the agent's commits reach the user's repository.
 //!
 //! The agent commits in a git directory of its own ([`crate::agentgit`]). Within a second of
-//! each change of its refs (watched: [`Watch`]) and when the session ends, the launcher brings
+//! each change of its refs (watched: [`crate::gatewatch`]) and when the session ends, the launcher brings
 //! its branches and tags into the user's repository, and the user's HEAD and index follow the
 //! agent's checked-out branch, so `git log`, `git status` and editors on the host see the
 //! agent's commits as they are made.

@@ -1,6 +1,6 @@
 //! The gates at work while a session runs: the agent's refs are watched with inotify (not
 //! polled), and a change is imported once the agent's git has been quiet for a moment (a
-//! commit is several renames: ref, then `HEAD`'s log), at most [`LATEST`] after it began.
+//! commit is several renames: ref, then `HEAD`'s log), at most 300 ms after it began.
 //!
 //! Only the names that carry refs are watched for: `HEAD` and `packed-refs` at the top of the
 //! agent's git directory, and everything under `refs/heads` and `refs/tags` (new directories

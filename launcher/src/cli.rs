@@ -114,11 +114,13 @@ pub enum Command {
     #[command(after_help = EXIT_CODES)]
     Spend(JsonArg),
 
-    /// Check the project's checkouts for what a sandbox planted that host git or host tools
-    /// would run: a `commondir` in `.git`, a nested repository, a new `.envrc`, …
+    /// List what a sandbox planted that host git or host tools would run (a nested repository,
+    /// a new `.envrc`, …), and the agent's commits the import gate held back
+    /// (`refs/ocsb/held/…`, each with why).
     ///
-    /// Every sandbox start does this check and refuses while something stands; this command
-    /// shows the same list. Exit status 0 when nothing stands, 1 otherwise.
+    /// Every sandbox start refuses while something planted stands; this command shows the same
+    /// list. Held commits do not stop a start. Exit status 0 when nothing planted stands, 1
+    /// otherwise.
     #[command(after_help = EXIT_CODES)]
     Audit(AuditArgs),
 
@@ -213,9 +215,10 @@ pub enum DockerCommand {
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
-    /// You made what is listed yourself: keep it and let sandboxes start again. (A `commondir`
-    /// in a main `.git` or worktree pointers that disagree cannot be accepted: git never makes
-    /// those.)
+    /// You made what is listed yourself: keep it and let sandboxes start again. Held commits are
+    /// taken: a branch you do not have is made, one they descend from is fast-forwarded, and
+    /// otherwise they go on a branch beside yours (`ocsb/<session>/<branch>`) for you to merge;
+    /// nothing of yours is ever forced.
     #[arg(long)]
     pub accept: bool,
 }

@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -204,6 +205,9 @@ fn make(
     for f in ["info/exclude", "info/sparse-checkout", "shallow"] {
         copy_if_file(&common.join(f), &dir.join(f))?;
     }
+    // Where it belongs, for the next start when this session's launcher dies (beside the
+    // directory, out of the sandbox's reach).
+    write_new(&store.join(format!("{name}.root")), root.as_os_str().as_encoded_bytes())?;
     let pointer = if file {
         let p = store.join(format!("{name}.gitfile"));
         write_new(&p, format!("gitdir: {}\n", inside.display()).as_bytes())?;
@@ -231,6 +235,66 @@ fn make(
     })
 }
 
+/// The agent git directories of sessions whose launcher died (their lock is free): each with
+/// the session it belonged to, ready for a last import that holds everything.
+pub fn leftovers(store: &Path) -> Vec<(String, Repo)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(store) else { return out };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(session) = name.strip_suffix(".lock") else { continue };
+        let lock = std::fs::OpenOptions::new().write(true).open(e.path());
+        let Ok(held) = lock.map(|f| nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock))
+        else {
+            continue;
+        };
+        let Ok(_held) = held else { continue };
+        for n in 0.. {
+            let dir = store.join(format!("{session}-{n}"));
+            if !dir.is_dir() {
+                break;
+            }
+            let Some(root) = std::fs::read(store.join(format!("{session}-{n}.root")))
+                .ok()
+                .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)))
+            else {
+                continue;
+            };
+            let Some(g) = crate::checkouts::git_dirs(&root) else { continue };
+            let Ok(facts) = crate::gate::user_facts(&root) else { continue };
+            let Ok(fd) = nix::fcntl::open(
+                &dir,
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW,
+                nix::sys::stat::Mode::empty(),
+            ) else {
+                continue;
+            };
+            let objects = object_dirs(&g.common).into_iter().map(|d| (d.clone(), d)).collect();
+            let spec = AgentGit {
+                dot_git: root.join(".git"),
+                gitdir: dir.clone(),
+                inside: dir.clone(),
+                pointer: Some(store.join(format!("{session}-{n}.gitfile"))),
+                objects,
+            };
+            out.push((
+                session.to_string(),
+                Repo {
+                    spec,
+                    root,
+                    user_gitdir: g.gitdir,
+                    user_common: g.common,
+                    dir: fd,
+                    start: BTreeMap::new(),
+                    format: facts.format,
+                },
+            ));
+        }
+        let _ = std::fs::remove_file(e.path());
+    }
+    out
+}
+
 impl Repo {
     /// Remove the agent's git directory once its work was imported. Never follows a link the
     /// agent left in it (`remove_dir_all` removes links as entries).
@@ -239,5 +303,6 @@ impl Repo {
         if let Some(p) = &self.spec.pointer {
             let _ = std::fs::remove_file(p);
         }
+        let _ = std::fs::remove_file(self.spec.gitdir.with_extension("root"));
     }
 }

@@ -310,6 +310,9 @@ impl Staging {
     }
 }
 
+/// Why everything of a dead session's repository is held.
+const LEFTOVER: &str = "its session ended without ocsb (the launcher was killed), so where it started is not known: nothing of it is put on your branches";
+
 /// One checkout's gate: its agent repository, staging and what it imported so far.
 pub struct Gate {
     repo: Repo,
@@ -324,6 +327,9 @@ pub struct Gate {
     /// Paths of the tree the sandbox holds read-only besides the fixed ones (the hooks path,
     /// files the user's config names): a commit that changes one is held.
     held_extra: Vec<PathBuf>,
+    /// Everything is held: the repository of a session whose launcher died, whose starting
+    /// values (the compare-and-swap's) are not known.
+    hold_all: bool,
 }
 
 /// What one import did, for the session's messages and `ocsb audit`.
@@ -355,7 +361,7 @@ impl Gate {
             .filter_map(|(n, o)| Oid::parse(repo.format, o.as_bytes()).map(|o| (n.clone(), o)))
             .collect();
         let expected = last.clone();
-        Ok(Gate { repo, staging, session, last, expected, last_head: None, held_extra })
+        Ok(Gate { repo, staging, session, last, expected, last_head: None, held_extra, hold_all: false })
     }
 
     pub fn repo(&self) -> &Repo {
@@ -365,6 +371,16 @@ impl Gate {
     /// Remove the agent's git directory (after the last import).
     pub fn remove(self) {
         self.repo.remove();
+    }
+
+    /// The gate of a dead session's repository: everything it brings is held, nothing is
+    /// followed ([`Gate::hold_all`]).
+    pub fn for_leftover(repo: Repo, staging_dir: PathBuf, session: Session) -> Result<Gate> {
+        let mut g = Gate::new(repo, staging_dir, session, Vec::new())?;
+        g.hold_all = true;
+        g.last.clear();
+        g.expected.clear();
+        Ok(g)
     }
 
     /// The agent's git directory (watched for changes of its refs).
@@ -408,6 +424,10 @@ impl Gate {
             let held_paths = |p: &[u8]| self.held_path(p);
             match gitimport::judge(&update, &commits, &held_paths) {
                 Verdict::Skip(_) => {}
+                Verdict::Import if self.hold_all => {
+                    let Some(oid) = &new else { continue };
+                    self.hold(done, &refname, oid, LEFTOVER)?;
+                }
                 Verdict::Import => {
                     let Some(oid) = &new else { continue };
                     let old = user
@@ -429,7 +449,17 @@ impl Gate {
                 }
                 Verdict::Hold(reasons) => {
                     let Some(oid) = &new else { continue };
-                    let why = reasons.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+                    let mut why: Vec<String> = Vec::new();
+                    if self.hold_all {
+                        why.push(LEFTOVER.to_string());
+                    }
+                    why.extend(
+                        reasons
+                            .iter()
+                            .filter(|r| !(self.hold_all && matches!(r, gitimport::Reason::UserMoved { .. })))
+                            .map(ToString::to_string),
+                    );
+                    let why = why.join("; ");
                     self.hold(done, &refname, oid, &why)?;
                 }
             }
@@ -437,7 +467,9 @@ impl Gate {
                 self.last.insert(name.clone(), o);
             }
         }
-        self.follow_head(&agent, before.as_deref(), done)?;
+        if !self.hold_all {
+            self.follow_head(&agent, before.as_deref(), done)?;
+        }
         self.last_head = Some(agent.head);
         Ok(())
     }

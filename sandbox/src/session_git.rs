@@ -50,6 +50,7 @@ fn session_name() -> Result<Session> {
 pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGit> {
     let session = session_name()?;
     let store = crate::agentgit::store_of(&spec.state_dir);
+    import_leftovers(&spec.state_dir, &store);
     let made = crate::agentgit::make_all(&store, session.as_str(), checkouts)?;
     let repos = made.repos;
     let lock = lock(&store, session.as_str())?;
@@ -75,6 +76,28 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
         state_dir,
         _lock: Some(lock),
     })
+}
+
+/// The repositories of sessions whose launcher died before their last import: imported now,
+/// everything held (their starting values are not known, so no branch of the user's moves),
+/// then removed.
+fn import_leftovers(state_dir: &Path, store: &Path) {
+    for (session, repo) in crate::agentgit::leftovers(store) {
+        let Ok(s) = Session::parse(&session) else { continue };
+        let staging = crate::audit::dir_of(state_dir).join("gate").join(format!("{session}-leftover"));
+        match Gate::for_leftover(repo, staging.clone(), s) {
+            Ok(mut g) => {
+                let done = g.import();
+                report(state_dir, &g.repo().root.clone(), &done);
+                // Kept for the next start when it could not be imported: nothing is lost.
+                if done.failed.is_none() {
+                    g.remove();
+                }
+            }
+            Err(e) => eprintln!("ocsb: the repository of an earlier session could not be imported: {e}"),
+        }
+        let _ = std::fs::remove_dir_all(&staging);
+    }
 }
 
 /// Start watching the writable trees for planted `.git` entries and git directory layouts

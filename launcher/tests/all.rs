@@ -22,6 +22,9 @@ mod suite {
     // host: the agent's own repository and the import gate: commits imported within a second, held when they must be.
     #[cfg(feature = "host-tests")]
     mod agent_git;
+    // host: attacks on the agent's repository, the import gate and the live watch, each checked on the host.
+    #[cfg(feature = "host-tests")]
+    mod agent_git_attacks;
     // host: the Docker gateway against the real daemon: each way out refused, the project's own used.
     #[cfg(feature = "host-tests")]
     mod docker_gateway;

@@ -310,6 +310,11 @@ impl Staging {
     }
 }
 
+/// At most this many changed refs are judged one by one in an import; the rest is held in one
+/// transaction. *Why*: each judged ref is a few git runs, and an agent can make thousands of
+/// refs in a second to keep the session from ending.
+const REFS_PER_IMPORT: usize = 200;
+
 /// Why everything of a dead session's repository is held.
 const LEFTOVER: &str = "its session ended without ocsb (the launcher was killed), so where it started is not known: nothing of it is put on your branches";
 
@@ -411,7 +416,33 @@ impl Gate {
             self.staging.copy_new(self.repo.dir.as_fd())?;
             self.fetch(&wanted)?;
         }
-        for name in &changed {
+        let kinds = self.peeled_kinds(&wanted)?;
+        let mut holds: Vec<(RefName, Oid, String)> = Vec::new();
+        for (i, name) in changed.iter().enumerate() {
+            // Each ref judged costs git runs; past the bound the rest is held in one go.
+            if i >= REFS_PER_IMPORT {
+                if let (Ok(refname), Some(oid)) = (RefName::parse(name.as_bytes()), agent.refs.get(name)) {
+                    holds.push((
+                        refname,
+                        oid.clone(),
+                        format!("more than {REFS_PER_IMPORT} refs changed at once"),
+                    ));
+                    self.last.insert(name.clone(), oid.clone());
+                }
+                continue;
+            }
+            if let Some(oid) = agent.refs.get(name)
+                && let Some(kind) = kinds.get(oid.as_str()).filter(|k| k.as_str() != "commit")
+                && let Ok(refname) = RefName::parse(name.as_bytes())
+            {
+                holds.push((
+                    refname,
+                    oid.clone(),
+                    format!("it points at a {kind}, not a commit: only commits are judged"),
+                ));
+                self.last.insert(name.clone(), oid.clone());
+                continue;
+            }
             let Ok(refname) = RefName::parse(name.as_bytes()) else { continue };
             let new = agent.refs.get(name).cloned();
             let start = self.expected.get(name).cloned();
@@ -426,7 +457,7 @@ impl Gate {
                 Verdict::Skip(_) => {}
                 Verdict::Import if self.hold_all => {
                     let Some(oid) = &new else { continue };
-                    self.hold(done, &refname, oid, LEFTOVER)?;
+                    holds.push((refname.clone(), oid.clone(), LEFTOVER.to_string()));
                 }
                 Verdict::Import => {
                     let Some(oid) = &new else { continue };
@@ -439,12 +470,11 @@ impl Gate {
                             self.expected.insert(name.clone(), oid.clone());
                             done.updated.push(name.clone())
                         }
-                        Err(e) => self.hold(
-                            done,
-                            &refname,
-                            oid,
-                            &format!("the user's branch moved as it was imported ({e})"),
-                        )?,
+                        Err(e) => holds.push((
+                            refname.clone(),
+                            oid.clone(),
+                            format!("the user's branch moved as it was imported ({e})"),
+                        )),
                     }
                 }
                 Verdict::Hold(reasons) => {
@@ -459,14 +489,14 @@ impl Gate {
                             .filter(|r| !(self.hold_all && matches!(r, gitimport::Reason::UserMoved { .. })))
                             .map(ToString::to_string),
                     );
-                    let why = why.join("; ");
-                    self.hold(done, &refname, oid, &why)?;
+                    holds.push((refname.clone(), oid.clone(), why.join("; ")));
                 }
             }
             if let Some(o) = new {
                 self.last.insert(name.clone(), o);
             }
         }
+        self.hold(done, &holds)?;
         if !self.hold_all {
             self.follow_head(&agent, before.as_deref(), done)?;
         }
@@ -536,16 +566,8 @@ impl Gate {
         }
         let mut cmd = user_git(&self.repo.root);
         cmd.args(["diff-tree", "--stdin", "-r", "-m", "--root", "--no-renames", "--raw", "-z"]);
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| format!("diff-tree: {e}"))?;
-        let mut stdin = child.stdin.take().ok_or("diff-tree: no stdin")?;
-        let feeder = std::thread::spawn(move || stdin.write_all(&list));
-        let out = child.wait_with_output().map_err(|e| format!("diff-tree: {e}"))?;
-        let _ = feeder.join();
-        if !out.status.success() {
-            return Err(format!("diff-tree: {}", String::from_utf8_lossy(&out.stderr).trim()));
-        }
-        parse_diff_tree(&out.stdout, self.repo.format)
+        let out = run_with_input(cmd, &list, "diff-tree")?;
+        parse_diff_tree(&out, self.repo.format)
     }
 
     /// A path the sandbox holds read-only in this checkout's tree: a commit that changes it
@@ -555,9 +577,11 @@ impl Gate {
         if gitimport::always_held(path) {
             return true;
         }
-        let Ok(p) = std::str::from_utf8(path) else { return false };
-        let full = self.repo.root.join(p);
-        self.held_in_tree().iter().any(|h| full.starts_with(h))
+        let full = self.repo.root.join(std::ffi::OsStr::from_bytes(path));
+        // Under a held path, or on the way to one: a link or a file that takes the place of a
+        // directory on the way (`tools -> x` with the hooks in `tools/hooks`) moves the held path
+        // somewhere else the commit writes freely.
+        self.held_in_tree().iter().any(|h| full.starts_with(h) || h.starts_with(&full))
     }
 
     fn held_in_tree(&self) -> Vec<PathBuf> {
@@ -574,19 +598,42 @@ impl Gate {
         output(cmd, "update-ref").map(|_| ()).map_err(|e| e.to_string())
     }
 
-    fn hold(
-        &self,
-        done: &mut Imported,
-        name: &RefName,
-        oid: &Oid,
-        why: &str,
-    ) -> std::result::Result<(), String> {
-        let held = gitimport::held_ref(&self.session, name);
+    /// Keep each of `holds` under `refs/ocsb/held/<session>/…` in the user's repository, all in
+    /// one transaction (one git run however many).
+    fn hold(&self, done: &mut Imported, holds: &[(RefName, Oid, String)]) -> std::result::Result<(), String> {
+        if holds.is_empty() {
+            return Ok(());
+        }
+        let mut input = Vec::new();
+        for (name, oid, _) in holds {
+            input.extend_from_slice(
+                format!("update {} {}\n", gitimport::held_ref(&self.session, name), oid.as_str()).as_bytes(),
+            );
+        }
         let mut cmd = user_git(&self.repo.root);
-        cmd.args(["update-ref", "-m", "ocsb: held back from the sandbox", &held, oid.as_str()]);
-        output(cmd, "update-ref").map_err(|e| e.to_string())?;
-        done.held.push((held, why.to_string()));
+        cmd.args(["update-ref", "-m", "ocsb: held back from the sandbox", "--stdin"]);
+        run_with_input(cmd, &input, "update-ref")?;
+        for (name, _, why) in holds {
+            done.held.push((gitimport::held_ref(&self.session, name), why.clone()));
+        }
         Ok(())
+    }
+
+    /// The type of each object `wanted` names once tags are peeled (`commit`, `tree`, `blob`),
+    /// by object id as given: one git run.
+    fn peeled_kinds(&self, wanted: &[&Oid]) -> std::result::Result<BTreeMap<String, String>, String> {
+        if wanted.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let input: String = wanted.iter().map(|o| format!("{}^{{}}\n", o.as_str())).collect();
+        let mut cmd = user_git(&self.repo.root);
+        cmd.args(["cat-file", "--batch-check=%(objecttype)"]);
+        let out = run_with_input(cmd, input.as_bytes(), "cat-file")?;
+        Ok(wanted
+            .iter()
+            .zip(String::from_utf8_lossy(&out).lines())
+            .map(|(o, t)| (o.as_str().to_string(), t.trim().to_string()))
+            .collect())
     }
 
     /// The user's HEAD and index follow the agent's checked-out branch once that branch is
@@ -603,6 +650,10 @@ impl Gate {
     ) -> std::result::Result<(), String> {
         let RefValue::Symbolic(branch) = &agent.head else { return Ok(()) };
         let name = branch.as_str();
+        // Only onto a branch: a HEAD on a tag would make the user's next commit move the tag.
+        if branch.kind() != gitimport::RefKind::Branch {
+            return Ok(());
+        }
         let Some(want) = agent.refs.get(name) else { return Ok(()) };
         let user = self.user_refs()?;
         if user.get(name) != Some(want) {
@@ -633,6 +684,21 @@ impl Gate {
         output(cmd, "reset").map_err(|e| e.to_string())?;
         Ok(())
     }
+}
+
+/// Run `cmd` with `input` on its stdin (fed from a thread: git may answer before it read all).
+fn run_with_input(mut cmd: Command, input: &[u8], what: &str) -> std::result::Result<Vec<u8>, String> {
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| format!("{what}: {e}"))?;
+    let mut stdin = child.stdin.take().ok_or_else(|| format!("{what}: no stdin"))?;
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().map_err(|e| format!("{what}: {e}"))?;
+    let _ = feeder.join();
+    if !out.status.success() {
+        return Err(format!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(out.stdout)
 }
 
 fn zero(format: ObjectFormat) -> String {

@@ -277,6 +277,7 @@ fn read_early() -> Result<Early> {
 /// user and group to themselves.
 fn enter_user_namespace(net: bool) -> Result<()> {
     let (uid, gid) = (geteuid().as_raw(), getegid().as_raw());
+    let inotify = INOTIFY_LIMITS.map(|f| (f, read_limit(f)));
     let first = if net { CloneFlags::CLONE_NEWNET } else { CloneFlags::empty() };
     nix::sched::unshare(CloneFlags::CLONE_NEWUSER | first)
         .map_err(|e| Error::kernel("unshare(user, network namespaces)", e.into(), USERNS_FIX))?;
@@ -295,7 +296,27 @@ fn enter_user_namespace(net: bool) -> Result<()> {
     // setgroups must be denied before an unprivileged gid_map (CVE-2014-8989).
     write("/proc/self/setgroups", "deny".into())?;
     write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))?;
-    write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))
+    write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))?;
+    // Half of the user's inotify watches and instances at most for the whole sandbox: the
+    // count is the user's, shared by every namespace of theirs, and the launcher's watch of the
+    // writable trees (and the user's editors) must not be starved by an agent that takes them
+    // all. The kernel checks the limit of each user namespace on the way up, and the sandbox
+    // cannot raise its own once its capabilities are gone.
+    for (file, limit) in inotify {
+        if let Some(limit) = limit {
+            write(file, format!("{}\n", (limit / 2).max(1)))?;
+        }
+    }
+    Ok(())
+}
+
+/// The per-user inotify limits, limited in each sandbox's user namespace.
+const INOTIFY_LIMITS: [&str; 2] =
+    ["/proc/sys/user/max_inotify_watches", "/proc/sys/user/max_inotify_instances"];
+
+/// A limit as the user's namespace has it; `None` where the kernel has no such file.
+fn read_limit(file: &str) -> Option<u64> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
 
 /// The namespaces of the sandbox. With `net`, the user and network namespaces come first:

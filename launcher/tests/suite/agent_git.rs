@@ -14,7 +14,7 @@ use crate::support::sandbox::{NETLOCK_MODE, World, has, no_markers, scenario};
 
 /// Run `body` in the default network mode (isolated) and then with the netlock, each in a
 /// world of its own, and check each run's output with `check`.
-fn both_modes(body: &str, check: impl Fn(&World, &str, &str)) {
+pub(crate) fn both_modes(body: &str, check: impl Fn(&World, &str, &str)) {
     for mode in ["", NETLOCK_MODE] {
         let w = World::new();
         let (out, err) = scenario(&w, &format!("{mode}{body}"));

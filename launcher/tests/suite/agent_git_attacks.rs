@@ -6,18 +6,9 @@
 //! As the ordinary user `ocsb-test`, in a network namespace the test creates, with real git on
 //! both sides (the harness of `agent_git`).
 
-use crate::support::sandbox::{NETLOCK_MODE, World, has, no_markers, scenario};
+use super::agent_git::both_modes;
+use crate::support::sandbox::{World, has, no_markers, scenario};
 
-/// Run `body` in the default network mode (isolated) and then with the netlock, each in a
-/// world of its own, and check each run's output with `check`.
-fn both_modes(body: &str, check: impl Fn(&World, &str, &str)) {
-    for mode in ["", NETLOCK_MODE] {
-        let w = World::new();
-        let (out, err) = scenario(&w, &format!("{mode}{body}"));
-        eprintln!("{}\n{out}", if mode.is_empty() { "isolated" } else { "netlock" });
-        check(&w, &out, &err);
-    }
-}
 
 /// The user's `core.hooksPath` is `tools/hooks` (in the tree, not yet made). The agent commits
 /// `tools` as a symbolic link to `x` and the hook as `x/hooks/pre-commit`: no path of the

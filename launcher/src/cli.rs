@@ -115,7 +115,8 @@ pub enum Command {
     Spend(JsonArg),
 
     /// Check the project's checkouts for what a sandbox planted that host git or host tools
-    /// would run: a `commondir` in `.git`, a nested repository, a new `.envrc`, …
+    /// would run: a nested repository, a directory laid out as a git directory, a new
+    /// `.envrc`, …
     ///
     /// Every sandbox start does this check and refuses while something stands; this command
     /// shows the same list. Exit status 0 when nothing stands, 1 otherwise.
@@ -213,9 +214,9 @@ pub enum DockerCommand {
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
-    /// You made what is listed yourself: keep it and let sandboxes start again. (A `commondir`
-    /// in a main `.git` or worktree pointers that disagree cannot be accepted: git never makes
-    /// those.)
+    /// You made what is listed yourself: keep it and let sandboxes start again. (A checkout's
+    /// `.git` that is a link, or that git takes for no repository, cannot be accepted: it is
+    /// found again while it holds.)
     #[arg(long)]
     pub accept: bool,
 }

@@ -355,7 +355,14 @@ pub fn planted_now(
         if g.gitdir == dot {
             continue;
         }
-        let of_checkout = |d: &Path| checkouts.iter().any(|o| d.starts_with(o.root.join(".git")));
+        // The project's own git data is the user's: the session in a linked worktree started
+        // from it (its pointers checked then), and no sandbox can write it.
+        let of_checkout = |d: &Path| {
+            checkouts.iter().any(|o| {
+                d.starts_with(o.root.join(".git"))
+                    || (o.project && o.git.as_ref().is_some_and(|og| d.starts_with(&og.common)))
+            })
+        };
         if let Some(d) = [&g.gitdir, &g.common].into_iter().find(|d| !of_checkout(d) && may_write(d)) {
             out.push(Finding {
                 path: dot,
@@ -574,9 +581,16 @@ mod tests {
             Some(GitDirs { gitdir: "/s/tmp/x/.git/worktrees/y".into(), common: "/s/tmp/x/.git".into() });
         let f = planted_now(&[main_checkout(), evil.clone()], &repo(), &under(&["/p", "/w", "/s"]));
         assert_eq!(f.len(), 1, "{f:?}");
-        // A session started in a linked worktree: the main checkout is no root of the sandbox,
-        // and its `.git` is out of the sandbox's reach.
-        assert!(planted_now(&[worktree()], &repo(), &under(&["/w"])).is_empty());
+        // A session started in a linked worktree: the main checkout is no root of the sandbox;
+        // its `.git`, where the project's and its sibling worktrees' git data is, is the user's.
+        let project = Checkout { project: true, ..worktree() };
+        let sibling = Checkout {
+            root: "/w/other".into(),
+            git: Some(GitDirs { gitdir: "/p/.git/worktrees/other".into(), common: "/p/.git".into() }),
+            ..worktree()
+        };
+        assert!(planted_now(&[project, sibling.clone()], &repo(), &under(&["/w", "/p"])).is_empty());
+        assert_eq!(planted_now(&[sibling], &repo(), &under(&["/w", "/p"])).len(), 1, "not the project's");
         // The same outside everything the sandbox can write: the user's own (a bare repository).
         assert!(planted_now(&[main_checkout(), evil], &repo(), &under(&["/p", "/w"])).is_empty());
     }

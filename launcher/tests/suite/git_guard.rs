@@ -209,9 +209,9 @@ fn the_agent_commits_in_the_main_checkout_and_in_a_worktree_session() {
         echo "status [$(U git status --porcelain --untracked-files=no)]"
         WT=$(U "$OCSB" wt add feat-b 2>/dev/null); echo "wt $?"
         cd "$WT"
-        U "$OCSB" exec -- sh -c 'set -e; git config alias.ci commit; printf "#!/bin/sh\nexit 0\n" > .git/hooks/pre-commit;
-             chmod +x .git/hooks/pre-commit; echo w > w; git add w; git ci -q -m in-worktree; git switch -q -c feat-c;
-             git switch -q feat-b; echo wt-ok' </dev/null 2>x2.err; tail -3 x2.err >&2
+        U "$OCSB" exec -- sh -c 'set -e; git config alias.ci commit; h=$(git rev-parse --git-path hooks); mkdir -p "$h";
+             printf "#!/bin/sh\necho wt-hook-ran-inside >&2\n" > "$h/pre-commit"; chmod +x "$h/pre-commit"; echo w > w; git add w; git ci -q -m in-worktree; git switch -q -c feat-c;
+             git switch -q feat-b; echo wt-ok' </dev/null 2>x2.err; grep -c wt-hook-ran-inside x2.err | sed 's/^/wt-hook-runs /'; tail -3 x2.err >&2
         for f in "$WT/.opencode-sandbox/sandbox.conf" "$WT/.git" "$P/.git/hooks/post-checkout" "$P/README-main" \
                  "$P/.git/worktrees/feat-b/gitdir" "$P/.git/worktrees/feat-b/commondir" "$P/.git/commondir" "$P/.git/config"; do
           echo "probe $(U "$OCSB" exec -- python3 "$PROBE" write "$f" </dev/null 2>/dev/null | tail -1)"; done
@@ -235,6 +235,7 @@ fn the_agent_commits_in_the_main_checkout_and_in_a_worktree_session() {
     has(&out, "status []", &err);
     has(&out, "wt 0", &err);
     has(&out, "wt-ok", &err);
+    has(&out, "wt-hook-runs 1", &err);
     let probes: Vec<&str> = out.lines().filter(|l| l.starts_with("probe ")).collect();
     assert_eq!(probes.len(), 8, "{out}\n{err}");
     assert!(

@@ -748,7 +748,7 @@ fn sandbox_writes(spec: &SandboxSpec) -> impl Fn(&Path) -> bool + '_ {
 
 /// `ocsb audit`: what stands now (as a start would see it). `accept` clears what the user
 /// vouches for; what is planted by definition ([`guard::planted_now`]) and a repository git
-/// cannot read ([`config_unread`]) cannot be accepted: they are found again while they hold.
+/// cannot read (its config unread) cannot be accepted: they are found again while they hold.
 pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
     let mut findings = check(spec)?.findings;
     if accept {

@@ -129,7 +129,9 @@ fn e18_symlinked_protected_path_is_refused_before_start(w: World) {
     assert!(through.starts_with("ERR"), "{through}");
     assert!(!w.home.join(".ssh/planted").exists(), "written through the link");
     // A path the checkout rule holds in the tree, made a link: the start is refused (the plan
-    // would protect the place it leads to instead), naming it.
+    // would protect the place it leads to instead), naming it. (The start above made it as an
+    // empty placeholder.)
+    let _ = std::fs::remove_dir_all(w.proj.join(".opencode-sandbox"));
     std::os::unix::fs::symlink(w.home.join(".ssh"), w.proj.join(".opencode-sandbox")).unwrap();
     let o = w.run(&w.spec(), &["true"]);
     assert_eq!(o.status.code(), Some(125), "{o:?}");

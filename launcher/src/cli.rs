@@ -218,7 +218,8 @@ pub struct AuditArgs {
     /// You made what is listed yourself: keep it and let sandboxes start again. Held commits are
     /// taken: a branch you do not have is made, one they descend from is fast-forwarded, and
     /// otherwise they go on a branch beside yours (`ocsb/<session>/<branch>`) for you to merge;
-    /// nothing of yours is ever forced.
+    /// nothing of yours is ever forced. (A checkout's `.git` that is a link cannot be accepted:
+    /// it is found again while it holds.)
     #[arg(long)]
     pub accept: bool,
 }

@@ -3,23 +3,16 @@
 //!
 //! The agent may write the project (that is the point), and the user runs the project's own
 //! code knowingly (`make`, `npm test`). What the user does *not* choose to run is what git and
-//! other host tools pick up on their own: `git status` runs `core.fsmonitor` from the repository
-//! config, `git commit` runs hooks, `cd` runs `.envrc` under direnv, an IDE runs a project's
-//! tasks and dev-container commands. Every one of those is named here, per checkout, as one
-//! list of [`Protection`]s, so the sandbox can mount them read-only and the launcher can check
-//! what no mount can express (a name that must never be created in a writable directory).
+//! other host tools pick up on their own from the work tree: `git commit` runs the hooks of a
+//! `core.hooksPath` that lies in the tree (husky), git reads an `include.path` target or runs a
+//! program a config value names by a path in the tree, `cd` runs `.envrc` under direnv, an IDE
+//! runs a project's tasks and dev-container commands. Every one of those is named here, per
+//! checkout, as one list of [`Protection`]s, so the sandbox can mount them read-only.
 //!
-//! Git reads configuration from more places than `.git/config`:
-//! * a main `.git` directory may contain `commondir`, which moves the whole "common" part of the
-//!   repository (config, hooks, refs) to another directory: git never writes one there, so one
-//!   that exists was planted ([`NEVER_IN_MAIN`]);
-//! * each linked worktree has a `.git` *file* pointing at `<common>/worktrees/<name>`, whose own
-//!   `commondir`, `gitdir` and `config.worktree` git follows;
-//! * `<common>/modules/**` holds full git directories of submodules;
-//! * `core.hooksPath` may point into the work tree (husky), and `include.path` /
-//!   `includeIf.*.path` may include a file from it;
-//! * a nested `.git` (a repository, or a gitlink in the index that makes git enter one) carries
-//!   its own config and hooks: the launcher finds those by walking the tree.
+//! The user's git directories are not in this rule: inside the sandbox each checkout's `.git`
+//! is the agent's own repository, and the user's are never writable (what the agent commits
+//! reaches them only through the launcher's import gate). So nothing the agent writes under a
+//! `.git` is read by the user's git.
 //!
 //! This module is pure: the launcher discovers the facts ([`Checkout`]) and enforces the result.
 
@@ -50,8 +43,8 @@ pub trait Lookup {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Access {
     ReadOnly,
-    /// A git directory outside the writable set that the session commits to (the main
-    /// checkout's `.git` when the session runs in a linked worktree).
+    /// Bound onto itself, writable as it was: a mount point cannot be renamed (see
+    /// [`Rule::protections`]).
     Writable,
 }
 
@@ -62,68 +55,18 @@ pub struct Protection {
     pub access: Access,
     pub dir: bool,
     /// Create it (empty) on the host when it is missing, so that it can be mounted and the agent
-    /// cannot create it. Only for names whose empty form means "nothing" to git and the tools.
+    /// cannot create it: ocsb's own directories, a `core.hooksPath` directory and an include
+    /// target in the tree, whose empty form means "nothing" to git and ocsb.
     pub placeholder: bool,
-    /// What a file placeholder contains (empty for all but `commondir`).
-    #[serde(default)]
-    pub fill: String,
     /// Symbolic links from here down to `path` are refused (binding through one would protect
     /// some other place and leave this one open).
     pub anchor: PathBuf,
     pub why: String,
 }
 
-/// How a name in a git directory is protected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Missing {
-    /// Created empty when missing (an empty file or directory means "nothing" to git).
-    Placeholder,
-    /// Protected when present; its creation is caught by the launcher's check.
-    Watch,
-}
-
-struct Name {
-    name: &'static str,
-    missing: Missing,
-    why: &'static str,
-}
-
-const fn name(name: &'static str, missing: Missing, why: &'static str) -> Name {
-    Name { name, missing, why }
-}
-
-/// In the common git directory (the main checkout's `.git`).
-const COMMON: &[Name] = &[
-    name("config", Missing::Placeholder, "repository config: core.fsmonitor, aliases, filters, editors"),
-    name(
-        "config.worktree",
-        Missing::Placeholder,
-        "worktree config, read once extensions.worktreeConfig is on",
-    ),
-    name("hooks", Missing::Placeholder, "hooks git runs on commit, checkout, merge and push"),
-    name("info", Missing::Placeholder, "attributes, excludes and grafts git honours"),
-    name("modules", Missing::Placeholder, "submodules' git directories, each with config and hooks"),
-    name("worktrees", Missing::Placeholder, "linked worktrees' git directories"),
-    name("remotes", Missing::Watch, "legacy remote definitions git reads for fetch and push"),
-    name("branches", Missing::Watch, "legacy remote definitions git reads for fetch and push"),
-    name("refs/replace", Missing::Watch, "replacement objects: what git shows is not what it pushes"),
-    name("rr-cache", Missing::Watch, "recorded conflict resolutions git reapplies silently"),
-];
-
-/// Names git honours in a main `.git` directory but never writes there: one that exists was
-/// planted. `commondir` makes git take config and hooks from the directory it names.
-pub const NEVER_IN_MAIN: &[(&str, &str)] =
-    &[("commondir", "makes git take the config and hooks of the directory it names")];
-
-/// The `commondir` placeholder in a main `.git`: `.` names the directory itself, so git's
-/// answer does not change, and the name exists to be mounted read-only. An empty file (or a
-/// directory) would make git fail. Git ignores `core.bare` and `core.worktree` from the config
-/// of a git directory that has a `commondir`, so a repository that sets either gets no
-/// placeholder and relies on the launcher's check ([`planted_now`] tells this one apart).
-pub const COMMONDIR_SELF: &str = ".\n";
-
 /// Files at the root of a checkout that host tools act on without being asked. Read-only for
-/// the agent unless `OCSB_RW_TOOL_FILES` names them.
+/// the agent unless `OCSB_RW_TOOL_FILES` names them; one that appears while a sandbox runs is
+/// found by the launcher's look after it ([`Rule::watched`]).
 pub const TOOL_FILES: &[(&str, &str)] = &[
     (".envrc", "direnv runs it when you cd into the directory"),
     (".vscode", "VS Code tasks, launch configurations and interpreter settings"),
@@ -162,9 +105,8 @@ pub struct Checkout {
     pub root: PathBuf,
     /// `None` when the directory is not (yet) a repository.
     pub git: Option<GitDirs>,
-    /// The session commits here: its common directory is made writable (with the rule inside)
-    /// even when it lies outside the writable set.
-    pub commits: bool,
+    /// The project itself: already a mount of its own, so it needs no bind onto itself.
+    pub project: bool,
     /// `core.hooksPath`, absolute: every value the config gives, not only the one git obeys
     /// now, and the value of each conditional include whose condition does not hold now (a
     /// branch the agent can switch to makes it hold, or stop holding).
@@ -174,8 +116,6 @@ pub struct Checkout {
     /// (`core.fsmonitor = tools/fsmonitor`, a `filter.*.clean` script), absolute (any may be
     /// missing).
     pub config_files: Vec<PathBuf>,
-    /// The repository config sets `core.bare` or `core.worktree` (see [`COMMONDIR_SELF`]).
-    pub sets_worktree: bool,
     /// Where the hooks that are symbolic links point (`.git/hooks/pre-commit ->
     /// ../../scripts/pre-commit`), resolved: a target in a writable tree is a hook the agent
     /// could rewrite.
@@ -191,8 +131,8 @@ pub struct Rule<'a> {
 }
 
 impl Rule<'_> {
-    fn inside(&self, p: &Path, granted: &[PathBuf]) -> bool {
-        self.writable.iter().chain(granted).any(|w| p.starts_with(w))
+    fn inside(&self, p: &Path) -> bool {
+        self.writable.iter().any(|w| p.starts_with(w))
     }
 
     /// The protections for `checkouts`, shallowest first (a deeper mount must come after the
@@ -202,7 +142,6 @@ impl Rule<'_> {
         // No git directory of the user's is ever writable: each checkout's `.git` is the
         // agent's own inside (the sandbox's `agent_git`), so what git reads there needs no
         // protection of its own. What stays is what the user's git reads from the work tree.
-        let granted: Vec<PathBuf> = Vec::new();
         let ro = |out: &mut Vec<Protection>,
                   path: PathBuf,
                   anchor: &Path,
@@ -214,13 +153,12 @@ impl Rule<'_> {
                 access: Access::ReadOnly,
                 dir,
                 placeholder,
-                fill: String::new(),
                 anchor: anchor.to_path_buf(),
                 why: why.to_string(),
             });
         };
         for c in checkouts {
-            if !self.inside(&c.root, &granted) {
+            if !self.inside(&c.root) {
                 continue;
             }
             for (n, why) in OCSB_DIRS {
@@ -236,26 +174,24 @@ impl Rule<'_> {
             // Every checkout but the project (already a mount of its own) is bound onto itself:
             // a mount point cannot be renamed, so the agent cannot move a worktree aside and put
             // a repository of its own in its place.
-            if !c.commits && fs.entry(&c.root) == Entry::Dir {
+            if !c.project && fs.entry(&c.root) == Entry::Dir {
                 out.push(Protection {
                     path: c.root.clone(),
                     access: Access::Writable,
                     dir: true,
                     placeholder: false,
-                    fill: String::new(),
                     anchor: c.root.clone(),
                     why: "a mount point, so the checkout cannot be renamed away and replaced".into(),
                 });
             }
             let Some(g) = &c.git else { continue };
-            for h in c.hooks_paths.iter().filter(|h| self.inside(h, &granted)) {
+            for h in c.hooks_paths.iter().filter(|h| self.inside(h)) {
                 let anchor = anchor_for(h, &c.root, &g.common);
                 out.push(Protection {
                     path: h.clone(),
                     access: Access::ReadOnly,
                     dir: true,
                     placeholder: true,
-                    fill: String::new(),
                     anchor: anchor.clone(),
                     why: "core.hooksPath: the hooks git runs".into(),
                 });
@@ -269,20 +205,18 @@ impl Rule<'_> {
                         access: Access::ReadOnly,
                         dir: true,
                         placeholder: true,
-                        fill: String::new(),
                         anchor,
                         why: "the hook scripts the core.hooksPath dispatcher (husky) runs".into(),
                     });
                 }
             }
             for t in &c.hook_targets {
-                if self.inside(t, &granted) && fs.entry(t) == Entry::File {
+                if self.inside(t) && fs.entry(t) == Entry::File {
                     out.push(Protection {
                         path: t.clone(),
                         access: Access::ReadOnly,
                         dir: false,
                         placeholder: false,
-                        fill: String::new(),
                         anchor: anchor_for(t, &c.root, &g.common),
                         why: "a git hook (the hooks directory links to it)".into(),
                     });
@@ -291,21 +225,20 @@ impl Rule<'_> {
             // A missing target is held by a placeholder, and so are the directories on the way
             // to it: the agent could otherwise make `cfg/` and then `cfg/extra`.
             for f in &c.config_files {
-                if self.inside(f, &granted) {
+                if self.inside(f) {
                     out.push(Protection {
                         path: f.clone(),
                         access: Access::ReadOnly,
                         dir: false,
                         placeholder: fs.entry(f) == Entry::Missing,
-                        fill: String::new(),
-                        anchor: anchor_for(f, &c.root, &g.common),
+                            anchor: anchor_for(f, &c.root, &g.common),
                         why: "a file git reads as config (include.path / includeIf) or runs (a program a config value names)"
                             .into(),
                     });
                 }
             }
         }
-        let pins = self.pins(&out, &granted, fs);
+        let pins = self.pins(&out, fs);
         out.extend(pins);
         let mut seen = BTreeSet::new();
         out.retain(|p| seen.insert((p.path.clone(), p.access)));
@@ -317,12 +250,12 @@ impl Rule<'_> {
     /// Every directory on the way from the writable root that holds a read-only protection
     /// down to it, bound onto itself (writable, as it was). *Why*: a mount point cannot be
     /// renamed. Without it the agent could move an ancestor aside (`mv tools t` when
-    /// `core.hooksPath` is `tools/hooks`, `mv .git/refs r` around `refs/replace`) and create a
+    /// `core.hooksPath` is `tools/hooks`) and create a
     /// new one in its place: the mount moves with the old directory, and host git, reading by
     /// path, would run what the agent wrote. Containers the Docker gateway starts bind the same
     /// paths by name, so they rely on the same stability. A directory inside something
     /// read-only is never made writable by this.
-    fn pins(&self, out: &[Protection], granted: &[PathBuf], fs: &dyn Lookup) -> Vec<Protection> {
+    fn pins(&self, out: &[Protection], fs: &dyn Lookup) -> Vec<Protection> {
         let read_only: Vec<&Path> =
             out.iter().filter(|p| p.access == Access::ReadOnly).map(|p| p.path.as_path()).collect();
         let mut pins: Vec<Protection> = Vec::new();
@@ -330,7 +263,6 @@ impl Rule<'_> {
             let roots = self
                 .writable
                 .iter()
-                .chain(granted)
                 .chain(out.iter().filter(|o| o.access == Access::Writable).map(|o| &o.path));
             let Some(root) = roots.filter(|w| p.path.starts_with(w)).max_by_key(|w| w.components().count())
             else {
@@ -350,7 +282,6 @@ impl Rule<'_> {
                         access: Access::Writable,
                         dir: true,
                         placeholder: false,
-                        fill: String::new(),
                         anchor: root.clone(),
                         why: format!(
                             "a mount point, so the way to {} cannot be renamed and replaced",
@@ -364,9 +295,8 @@ impl Rule<'_> {
     }
 
     /// Paths whose *appearance* during a sandbox's life means something was planted where no
-    /// mount could stop it: names that may not be created ahead (see `Missing::Watch`), the
-    /// tool files, and `commondir` in a main git directory. The launcher adds the nested `.git`
-    /// entries it finds by walking the tree.
+    /// mount could stop it: the tool files. The launcher adds the nested `.git` entries and git
+    /// directory layouts it finds by walking the tree.
     pub fn watched(&self, checkouts: &[Checkout]) -> Vec<(PathBuf, String)> {
         let mut out = Vec::new();
         for c in checkouts {
@@ -374,13 +304,6 @@ impl Rule<'_> {
                 if !self.rw_tool_files.iter().any(|r| r == n) {
                     out.push((c.root.join(n), why.to_string()));
                 }
-            }
-            let Some(g) = &c.git else { continue };
-            for n in COMMON.iter().filter(|n| n.missing == Missing::Watch) {
-                out.push((g.common.join(n.name), n.why.to_string()));
-            }
-            for (n, why) in NEVER_IN_MAIN {
-                out.push((g.common.join(n), why.to_string()));
             }
         }
         out
@@ -399,22 +322,23 @@ pub struct Finding {
     pub why: String,
 }
 
-/// What is planted now, whatever happened before: a `commondir` in a main git directory, and a
-/// linked worktree whose pointers do not agree (its `.git` file and the `gitdir` file of the
-/// git directory it names must point at each other, and that directory must lie in the
-/// common directory's `worktrees/`), or whose common directory the sandbox may have made
-/// (`may_write`) and is no checkout's `.git`.
+/// A checkout's `.git` that is planted now, whatever happened before:
+/// * a symbolic link (git follows it to whatever it names), or an entry discovery could not
+///   read as git does (a `gitdir:` file of bytes git takes and this check cannot): either would
+///   have the user's git obey a repository the checkout rule never saw;
+/// * a `.git` file naming git data the sandbox may have written (`may_write`) that is no
+///   checkout's own `.git`: a worktree laid out by the agent in the worktrees directory (git
+///   data without a `HEAD`, so no repository to the walk) or in the sandbox's own `/tmp`. Git
+///   run in that directory obeys its config and hooks. A checkout's own `.git` is the user's
+///   (the agent's is another directory, mounted over it inside) or one the walk reports.
 pub fn planted_now(
     checkouts: &[Checkout],
     fs: &dyn Lookup,
-    read: &dyn Fn(&Path) -> Option<String>,
     may_write: &dyn Fn(&Path) -> bool,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     for c in checkouts {
         let dot = c.root.join(".git");
-        // Git follows a link (to a git directory, or to a `gitdir:` file), and reads a pointer
-        // this check could not: either would have git obey what the rule never saw.
         let why = match (fs.entry(&dot), &c.git) {
             (Entry::Symlink, _) => {
                 Some("a .git that is a symbolic link: git follows it to whatever it names")
@@ -428,55 +352,24 @@ pub fn planted_now(
             continue;
         }
         let Some(g) = &c.git else { continue };
-        if g.common.file_name().is_some_and(|n| n == ".git") {
-            for (n, why) in NEVER_IN_MAIN {
-                let p = g.common.join(n);
-                let ours = *n == "commondir" && read(&p).is_some_and(|t| t == COMMONDIR_SELF);
-                if fs.entry(&p) != Entry::Missing && !ours && !out.iter().any(|f: &Finding| f.path == p) {
-                    out.push(Finding {
-                        path: p,
-                        why: format!("{why}; git never writes it into a main .git"),
-                    });
-                }
-            }
-        }
-        let main_git = c.root.join(".git");
-        if g.gitdir == main_git {
+        if g.gitdir == dot {
             continue;
         }
-        let consistent = g.gitdir.parent() == Some(&g.common.join("worktrees"))
-            && read(&g.gitdir.join("gitdir"))
-                .is_some_and(|t| Path::new(t.trim_end_matches('\n')) == main_git);
-        if !consistent {
+        // The project's own git data is the user's: the session in a linked worktree started
+        // from it (its pointers checked then), and no sandbox can write it.
+        let of_checkout = |d: &Path| {
+            checkouts.iter().any(|o| {
+                d.starts_with(o.root.join(".git"))
+                    || (o.project && o.git.as_ref().is_some_and(|og| d.starts_with(&og.common)))
+            })
+        };
+        if let Some(d) = [&g.gitdir, &g.common].into_iter().find(|d| !of_checkout(d) && may_write(d)) {
             out.push(Finding {
-                path: main_git,
-                why: format!(
-                    "this worktree's .git names {}, which does not name it back as a worktree of {}",
-                    g.gitdir.display(),
-                    g.common.display()
-                ),
-            });
-            continue;
-        }
-        // Git takes this worktree's config and hooks from its common directory. One the sandbox
-        // may have made is trusted only as a checkout's own `.git` (whose appearance the
-        // launcher's look reports) or the common directory of the checkout the session commits
-        // in (checked when it started); the rule holds the names in both. Laid out anywhere
-        // else — without the `HEAD` that would show it as a repository, or in the sandbox's own
-        // `/tmp` — the user's git in this worktree would obey it.
-        let of_checkout = checkouts.iter().any(|o| {
-            let own_git = g.common.file_name().is_some_and(|n| n == ".git")
-                && Some(o.root.as_path()) == g.common.parent();
-            let committed_in = o.commits && o.git.as_ref().is_some_and(|og| og.common == g.common);
-            own_git || committed_in
-        });
-        if !of_checkout && may_write(&g.common) {
-            out.push(Finding {
-                path: main_git,
+                path: dot,
                 why: format!(
                     "this worktree's git data is in {}, which the sandbox can write and which is no \
                      checkout's .git: git here would obey its config and hooks",
-                    g.common.display()
+                    d.display()
                 ),
             });
         }
@@ -537,22 +430,20 @@ mod tests {
         Checkout {
             root: "/p".into(),
             git: Some(GitDirs { gitdir: "/p/.git".into(), common: "/p/.git".into() }),
-            commits: true,
+            project: true,
             hooks_paths: vec![],
             config_files: vec![],
-            sets_worktree: false,
             hook_targets: vec![],
         }
     }
 
-    fn worktree(commits: bool) -> Checkout {
+    fn worktree() -> Checkout {
         Checkout {
             root: "/w/feat".into(),
             git: Some(GitDirs { gitdir: "/p/.git/worktrees/feat".into(), common: "/p/.git".into() }),
-            commits,
+            project: false,
             hooks_paths: vec![],
             config_files: vec![],
-            sets_worktree: false,
             hook_targets: vec![],
         }
     }
@@ -562,56 +453,21 @@ mod tests {
     }
 
     #[test]
-    fn every_config_name_of_a_main_git_dir_is_read_only_and_missing_ones_get_placeholders() {
+    fn ocsb_dirs_and_tool_files_are_read_only_and_no_git_directory_is_in_the_rule() {
         let writable = vec![PathBuf::from("/p")];
         let rule = Rule { writable: &writable, rw_tool_files: &[] };
         let v = rule.protections(&[main_checkout()], &repo());
-        for (p, placeholder) in [
-            ("/p/.git/config", false),
-            ("/p/.git/hooks", false),
-            ("/p/.git/config.worktree", true),
-            ("/p/.git/commondir", true),
-            ("/p/.git/info", true),
-            ("/p/.git/modules", true),
-            ("/p/.git/worktrees", false),
-            ("/p/.opencode-sandbox", true),
-            ("/p/.cc-safety-net", true),
-            ("/p/.vscode", false),
-        ] {
+        for (p, placeholder) in
+            [("/p/.opencode-sandbox", true), ("/p/.cc-safety-net", true), ("/p/.vscode", false)]
+        {
             let x = find(&v, p);
             assert_eq!(x.access, Access::ReadOnly, "{p}");
             assert_eq!(x.placeholder, placeholder, "{p}");
         }
-        // remotes/branches: watched, not created ahead
-        assert!(!v.iter().any(|x| x.path == Path::new("/p/.git/remotes")));
+        assert!(!v.iter().any(|x| x.path.starts_with("/p/.git")), "the agent's own .git inside: {v:#?}");
         let w = rule.watched(&[main_checkout()]);
-        assert!(w.iter().any(|(p, _)| p == Path::new("/p/.git/remotes")));
-        assert!(w.iter().any(|(p, _)| p == Path::new("/p/.git/commondir")));
         assert!(w.iter().any(|(p, _)| p == Path::new("/p/.envrc")));
-        // a linked worktree's admin dir is writable, its pointers are not
-        assert_eq!(find(&v, "/p/.git/worktrees/feat").access, Access::Writable);
-        assert_eq!(find(&v, "/p/.git/worktrees/feat/commondir").access, Access::ReadOnly);
-        assert_eq!(find(&v, "/p/.git/worktrees/feat/gitdir").access, Access::ReadOnly);
-        assert!(find(&v, "/p/.git/worktrees/feat/config.worktree").placeholder);
-        // order: the worktrees dir before the admin dir before its files
-        let at = |p: &str| v.iter().position(|x| x.path == Path::new(p)).unwrap();
-        assert!(at("/p/.git/worktrees") < at("/p/.git/worktrees/feat"));
-        assert!(at("/p/.git/worktrees/feat") < at("/p/.git/worktrees/feat/gitdir"));
-    }
-
-    #[test]
-    fn a_session_in_a_worktree_gets_the_common_dir_writable_with_the_rule_inside() {
-        let writable = vec![PathBuf::from("/w")];
-        let rule = Rule { writable: &writable, rw_tool_files: &[] };
-        let v = rule.protections(&[worktree(true)], &repo());
-        assert_eq!(find(&v, "/p/.git").access, Access::Writable);
-        assert_eq!(find(&v, "/p/.git/config").access, Access::ReadOnly);
-        assert_eq!(find(&v, "/p/.git/hooks").access, Access::ReadOnly);
-        assert_eq!(find(&v, "/w/feat/.git").access, Access::ReadOnly, "the pointer file");
-        assert!(find(&v, "/w/feat/.opencode-sandbox").placeholder);
-        assert_eq!(v[0].path, Path::new("/p/.git"), "the grant comes first");
-        // The main checkout's work tree stays out of the writable set.
-        assert!(!v.iter().any(|x| x.path == Path::new("/p/.vscode")));
+        assert!(!w.iter().any(|(p, _)| p.starts_with("/p/.git")), "{w:?}");
     }
 
     #[test]
@@ -621,18 +477,15 @@ mod tests {
         let fs = repo()
             .with("/p/tools", Entry::Dir)
             .with("/p/tools/git", Entry::Dir)
-            .with("/p/tools/git/hooks", Entry::Dir)
-            .with("/p/.git/refs", Entry::Dir)
-            .with("/p/.git/refs/replace", Entry::Dir);
+            .with("/p/tools/git/hooks", Entry::Dir);
         let c = Checkout { hooks_paths: vec!["/p/tools/git/hooks".into()], ..main_checkout() };
         let v = rule.protections(&[c], &fs);
-        for p in ["/p/tools", "/p/tools/git", "/p/.git/refs"] {
+        for p in ["/p/tools", "/p/tools/git"] {
             let x = find(&v, p);
             assert_eq!(x.access, Access::Writable, "{p}: bound onto itself");
             assert!(x.why.contains("cannot be renamed"), "{p}: {}", x.why);
         }
         assert_eq!(find(&v, "/p/tools/git/hooks").access, Access::ReadOnly);
-        assert_eq!(find(&v, "/p/.git/refs/replace").access, Access::ReadOnly);
         // A pin comes before what it holds (the sandbox mounts in this order).
         let at = |p: &str| v.iter().position(|x| x.path == Path::new(p)).unwrap();
         assert!(at("/p/tools") < at("/p/tools/git") && at("/p/tools/git") < at("/p/tools/git/hooks"));
@@ -641,7 +494,7 @@ mod tests {
             let under =
                 v.iter().filter(|r| r.access == Access::ReadOnly).find(|r| w.path.starts_with(&r.path));
             assert!(
-                under.is_none() || w.path == Path::new("/p/.git/worktrees/feat"),
+                under.is_none(),
                 "{} is writable inside read-only {:?}",
                 w.path.display(),
                 under.map(|r| &r.path)
@@ -650,13 +503,13 @@ mod tests {
     }
 
     #[test]
-    fn a_repository_that_does_not_commit_gets_no_grant() {
+    fn a_checkout_other_than_the_project_is_bound_onto_itself() {
         let writable = vec![PathBuf::from("/w")];
         let rule = Rule { writable: &writable, rw_tool_files: &[] };
-        let v = rule.protections(&[worktree(false)], &repo());
-        assert!(!v.iter().any(|x| x.path.starts_with("/p/.git")), "no grant of the main .git: {v:#?}");
+        let v = rule.protections(&[worktree()], &repo());
+        assert!(!v.iter().any(|x| x.path.starts_with("/p")), "the main checkout is no root: {v:#?}");
         assert_eq!(find(&v, "/w/feat").access, Access::Writable, "bound onto itself: cannot be renamed");
-        assert_eq!(find(&v, "/w/feat/.git").access, Access::ReadOnly);
+        assert!(find(&v, "/w/feat/.opencode-sandbox").placeholder);
     }
 
     #[test]
@@ -666,8 +519,7 @@ mod tests {
         let mut c = main_checkout();
         c.hooks_paths = vec!["/p/.husky/_".into()];
         c.hook_targets = vec!["/p/scripts/pre-commit".into()];
-        c.config_files =
-            vec!["/p/.git/config".into(), "/p/tools/git.inc".into(), "/home/u/.gitconfig".into()];
+        c.config_files = vec!["/p/tools/git.inc".into(), "/home/u/.gitconfig".into()];
         let fs = repo().with("/p/tools", Entry::Dir).with("/p/scripts/pre-commit", Entry::File);
         let v = rule.protections(&[c], &fs);
         assert_eq!(find(&v, "/p/scripts/pre-commit").access, Access::ReadOnly, "a linked hook's target");
@@ -689,95 +541,58 @@ mod tests {
     }
 
     #[test]
-    fn commondir_in_a_main_git_dir_and_inconsistent_worktree_pointers_are_planted() {
-        let fs = repo().with("/p/.git/commondir", Entry::File);
-        let none = |_: &Path| None;
-        let no_write = |_: &Path| false;
-        let f = planted_now(&[main_checkout()], &fs, &none, &no_write);
-        assert_eq!(f.len(), 1);
-        assert_eq!(f[0].path, Path::new("/p/.git/commondir"));
-        let ours = |p: &Path| (p == Path::new("/p/.git/commondir")).then(|| COMMONDIR_SELF.to_string());
-        assert!(
-            planted_now(&[main_checkout()], &fs, &ours, &no_write).is_empty(),
-            "the placeholder is not a plant"
-        );
-        assert!(planted_now(&[main_checkout()], &repo(), &none, &no_write).is_empty());
-
-        let back = |p: &Path| {
-            (p == Path::new("/p/.git/worktrees/feat/gitdir")).then(|| "/w/feat/.git\n".to_string())
-        };
-        assert!(planted_now(&[worktree(true)], &repo(), &back, &no_write).is_empty());
-        let f = planted_now(&[worktree(true)], &repo(), &none, &no_write);
-        assert_eq!(f[0].path, Path::new("/w/feat/.git"), "no back-pointer");
-        let mut evil = worktree(true);
-        evil.git = Some(GitDirs { gitdir: "/w/feat/.evil".into(), common: "/w/feat/.evil".into() });
-        assert_eq!(planted_now(&[evil], &repo(), &back, &no_write).len(), 1, "points outside worktrees/");
-    }
-
-    #[test]
     fn a_linked_or_unreadable_dot_git_at_a_checkout_is_planted() {
-        let none = |_: &Path| None;
         let no_write = |_: &Path| false;
-        let mut c = worktree(false);
+        let mut c = worktree();
         c.root = "/w/r".into();
         // `.git` a link (to a gitfile, as git follows it): whatever discovery made of it.
         let fs = repo().with("/w/r", Entry::Dir).with("/w/r/.git", Entry::Symlink);
-        let f = planted_now(&[c.clone()], &fs, &none, &no_write);
+        let f = planted_now(&[c.clone()], &fs, &no_write);
         assert_eq!(f.len(), 1, "{f:?}");
         assert!(f[0].path == Path::new("/w/r/.git") && f[0].why.contains("symbolic link"));
         // A `.git` file discovery could not read (git reads it as bytes).
         c.git = None;
         let fs = repo().with("/w/r", Entry::Dir).with("/w/r/.git", Entry::File);
-        let f = planted_now(&[c.clone()], &fs, &none, &no_write);
+        let f = planted_now(&[c.clone()], &fs, &no_write);
         assert!(f.len() == 1 && f[0].why.contains("cannot read as git does"), "{f:?}");
-        // No `.git` at all: not a repository, nothing planted.
+        // No `.git` at all: not a repository, nothing planted; a plain repository neither.
         let fs = repo().with("/w/r", Entry::Dir);
-        assert!(planted_now(&[c], &fs, &none, &no_write).is_empty());
+        assert!(planted_now(&[c], &fs, &no_write).is_empty());
+        assert!(planted_now(&[main_checkout(), worktree()], &repo(), &no_write).is_empty());
     }
 
     #[test]
-    fn a_worktrees_common_directory_the_sandbox_may_have_made_is_a_checkouts_git_or_planted() {
-        let back = |p: &Path| {
-            let back = [
-                ("/p/.git/worktrees/feat/gitdir", "/w/feat/.git\n"),
-                ("/w/ag/worktrees/y/gitdir", "/w/evil/.git\n"),
-            ];
-            back.iter().find(|(f, _)| p == Path::new(f)).map(|(_, t)| t.to_string())
-        };
+    fn a_worktrees_git_data_the_sandbox_may_have_made_is_a_checkouts_git_or_planted() {
         let under = |roots: &'static [&'static str]| move |p: &Path| roots.iter().any(|r| p.starts_with(r));
-        // The main checkout's `.git`, writable or not: the rule's own.
-        let both = [main_checkout(), worktree(true)];
-        assert!(planted_now(&both, &repo(), &back, &under(&["/p", "/w"])).is_empty());
-        // Git data the agent laid out in the worktrees directory (no `HEAD`, so no repository to
-        // the walk), with pointers that agree.
-        let mut evil = worktree(false);
+        // In the main checkout's `.git` (the user's; the agent's is mounted over it inside).
+        let both = [main_checkout(), worktree()];
+        assert!(planted_now(&both, &repo(), &under(&["/p", "/w"])).is_empty());
+        // Git data the agent laid out in the worktrees directory (no `HEAD`, so no repository
+        // to the walk).
+        let mut evil = worktree();
         evil.root = "/w/evil".into();
         evil.git = Some(GitDirs { gitdir: "/w/ag/worktrees/y".into(), common: "/w/ag".into() });
-        let f = planted_now(&[main_checkout(), evil.clone()], &repo(), &back, &under(&["/p", "/w"]));
+        let f = planted_now(&[main_checkout(), evil.clone()], &repo(), &under(&["/p", "/w"]));
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].path, Path::new("/w/evil/.git"));
         assert!(f[0].why.contains("/w/ag") && f[0].why.contains("no checkout's .git"), "{}", f[0].why);
         // Named `.git` but in the sandbox's `/tmp`, where no checkout is.
         evil.git =
             Some(GitDirs { gitdir: "/s/tmp/x/.git/worktrees/y".into(), common: "/s/tmp/x/.git".into() });
-        let back_tmp = |p: &Path| {
-            (p == Path::new("/s/tmp/x/.git/worktrees/y/gitdir")).then(|| "/w/evil/.git\n".to_string())
-        };
-        let f =
-            planted_now(&[main_checkout(), evil.clone()], &repo(), &back_tmp, &under(&["/p", "/w", "/s"]));
+        let f = planted_now(&[main_checkout(), evil.clone()], &repo(), &under(&["/p", "/w", "/s"]));
         assert_eq!(f.len(), 1, "{f:?}");
-        // The common directory of the checkout the session commits in (a session started in a
-        // linked worktree, whose main checkout is no root of the sandbox).
-        let mut session = worktree(true);
-        session.root = "/w/feat".into();
-        let sibling = Checkout { root: "/w/other".into(), commits: false, ..worktree(false) };
-        let back_both = |p: &Path| {
-            (p == Path::new("/p/.git/worktrees/feat/gitdir")).then(|| "/w/feat/.git\n".to_string())
+        // A session started in a linked worktree: the main checkout is no root of the sandbox;
+        // its `.git`, where the project's and its sibling worktrees' git data is, is the user's.
+        let project = Checkout { project: true, ..worktree() };
+        let sibling = Checkout {
+            root: "/w/other".into(),
+            git: Some(GitDirs { gitdir: "/p/.git/worktrees/other".into(), common: "/p/.git".into() }),
+            ..worktree()
         };
-        let f = planted_now(&[session, sibling], &repo(), &back_both, &under(&["/p/.git", "/w"]));
-        assert!(f.iter().all(|f| !f.why.contains("no checkout's .git")), "{f:?}");
+        assert!(planted_now(&[project, sibling.clone()], &repo(), &under(&["/w", "/p"])).is_empty());
+        assert_eq!(planted_now(&[sibling], &repo(), &under(&["/w", "/p"])).len(), 1, "not the project's");
         // The same outside everything the sandbox can write: the user's own (a bare repository).
-        assert!(planted_now(&[main_checkout(), evil], &repo(), &back_tmp, &under(&["/p", "/w"])).is_empty());
+        assert!(planted_now(&[main_checkout(), evil], &repo(), &under(&["/p", "/w"])).is_empty());
     }
 
     #[test]

@@ -1,26 +1,27 @@
 //! The launcher's net under the checkout rule: what no mount can express.
 //!
-//! A mount protects a name that exists. It cannot stop the agent from *creating* a new name in
-//! a writable directory: a `commondir` in the main `.git`, a `.git` directory (a nested
-//! repository, whose config and hooks git obeys when you run it in that directory, and which
-//! the superproject's `git status` enters through a gitlink in the index), a tool file such as
-//! `.envrc`. So before a sandbox starts and after it exits, the launcher looks:
+//! Inside the sandbox each checkout's `.git` is the agent's own repository, and the user's git
+//! directories are never writable, so nothing here looks into them. What a mount cannot stop
+//! is the *creation* of a new name in a writable tree: a `.git` entry or a directory laid out
+//! as a git directory below a checkout's top (a nested repository, whose config and hooks the
+//! user's git obeys when run in that directory, and which the superproject's `git status`
+//! enters through a gitlink), ocsb's own settings below a checkout's top, a tool file such as
+//! `.envrc`. The live watch (`watch`) moves such a layout aside within a second while the
+//! session runs; this look is the net before a sandbox starts and after it exits:
 //!
-//! * **before**: it refuses to start while anything planted is there — found by the last
-//!   check and not yet removed, found now (a `commondir` in a main `.git`, worktree pointers
-//!   that do not agree), or appeared during a sandbox whose launcher died before its own check;
+//! * **before**: it refuses to start while anything planted is there: found by the last
+//!   check and not yet removed, found now (a checkout's `.git` that is a link, that it cannot
+//!   read as git does, or that names git data the sandbox can write and no checkout owns), or
+//!   appeared during a sandbox whose launcher died before its own check;
 //! * **after**: everything watched that appeared while the sandbox ran is reported and kept as
 //!   a finding, so the next start refuses until the user removes it or vouches for it
 //!   (`ocsb audit --accept`).
 //!
 //! Nothing is ever deleted: the user decides. What host git would *execute* on its next run in
-//! the project — a nested `.git`, a planted `commondir` — is moved aside at once
-//! (`<path>.ocsb-planted-<time>`), so that a plain `git status` after the session is safe; the
-//! message says how to move it back. Findings and the "sandbox running" markers live beside
-//! the state directory (`<state>.audit/`), where no sandbox can write.
-//!
-//! The remaining window: host git run by the user *while* the agent works sees a plant before
-//! the check does. docs/git.md says so.
+//! the project, a nested `.git`, is moved aside at once (`<path>.ocsb-planted-<time>`), so that
+//! a plain `git status` after the session is safe; the message says how to move it back.
+//! Findings and the "sandbox running" markers live beside the state directory
+//! (`<state>.audit/`), where no sandbox can write.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -30,11 +31,11 @@ use ocsb_policy::guard::{self, Checkout, Finding, Lookup, Rule};
 use serde::{Deserialize, Serialize};
 
 use super::checkouts::{self, HostLookup};
+use super::configmemo;
 use super::error::{Error, Result};
 use super::spec::SandboxSpec;
 use super::watch::Layout;
 use super::watch::aside::move_aside;
-use super::{configmemo, indexes};
 
 /// Numbers this process's markers and changes of the records.
 static SEQ: AtomicUsize = AtomicUsize::new(0);
@@ -145,16 +146,14 @@ fn walk(root: &Path, out: &mut Walked) {
     }
 }
 
-/// What one look at the project sees: the checkouts (git's config), the findings their
-/// repositories' indexes give ([`indexes`]) and the walk of the roots.
+/// What one look at the project sees: the checkouts (git's config) and the walk of the roots.
 struct Seen {
     checkouts: Vec<Checkout>,
-    index: Vec<Finding>,
     walked: Walked,
 }
 
-/// Look at `spec`'s project: `git config` (in discovery) on one side, the indexes and the walk
-/// of the roots on the other, in parallel, since none needs another's answer.
+/// Look at `spec`'s project: `git config` (in discovery) on one side, the walk of the roots on
+/// the other, in parallel, since neither needs the other's answer.
 fn look(spec: &SandboxSpec) -> Seen {
     let _budget = checkouts::begin_look();
     configmemo::load(&dir_of(&spec.state_dir).join(CONFIG_MEMO));
@@ -170,10 +169,10 @@ const CONFIG_MEMO: &str = "git-config.json";
 fn look_now(spec: &SandboxSpec) -> Seen {
     let roots = checkouts::roots_of_spec(spec);
     std::thread::scope(|s| {
-        let other = s.spawn(|| (indexes::findings(&roots), walk_all(spec)));
+        let other = s.spawn(|| walk_all(spec));
         let checkouts = checkouts::of_roots(&roots, &spec.home);
         match other.join() {
-            Ok((index, walked)) => Seen { checkouts, index, walked },
+            Ok(walked) => Seen { checkouts, walked },
             // Never "nothing found" for a look that did not finish.
             Err(panic) => std::panic::resume_unwind(panic),
         }
@@ -193,87 +192,6 @@ fn walk_all(spec: &SandboxSpec) -> Walked {
     found
 }
 
-/// Symbolic links planted in git's own directories now, whatever happened before: git makes
-/// none there, and writes `COMMIT_EDITMSG`, `FETCH_HEAD`, logs and refs through them, anywhere
-/// the user can write.
-fn links_in_git(checkouts: &[Checkout]) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let mut dirs = BTreeSet::new();
-    for c in checkouts {
-        let Some(g) = &c.git else { continue };
-        dirs.insert(g.gitdir.clone());
-        dirs.insert(g.common.clone());
-        for x in HostLookup.names(&g.common.join("worktrees")) {
-            dirs.insert(g.common.join("worktrees").join(x));
-        }
-    }
-    for d in dirs {
-        if HostLookup.entry(&d) != ocsb_policy::guard::Entry::Dir {
-            continue;
-        }
-        let mut stack = vec![d.clone()];
-        while let Some(dir) = stack.pop() {
-            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
-            for e in rd.flatten() {
-                let Ok(ft) = e.file_type() else { continue };
-                let p = e.path();
-                if ft.is_symlink() {
-                    out.push(Finding {
-                        path: p,
-                        why: "a symbolic link in git's directory: git on the host would write through it"
-                            .into(),
-                    });
-                } else if ft.is_dir()
-                    && dir == d
-                    && ["objects", "worktrees", "hooks", "info", "modules"]
-                        .iter()
-                        .any(|n| e.file_name() == *n)
-                {
-                    // Objects are written to fresh names; worktrees are listed on their own; the
-                    // others are read-only in every sandbox (a link there is the user's own).
-                } else if ft.is_dir() {
-                    stack.push(p);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// An unfinished rebase, cherry-pick or revert a sandbox left, in any git directory of the
-/// checkouts' repositories: `--continue` on the host runs what its files say, and git reads
-/// more there than a check could parse as it does (`exec` lines with a tab or a carriage
-/// return, a merge strategy that names a program by path, todo lists of any size or
-/// encoding). So the state itself is the finding, whatever it holds: inspect it, or abort.
-fn unfinished_sequences(checkouts: &[Checkout]) -> Vec<Finding> {
-    let mut dirs = BTreeSet::new();
-    for g in checkouts.iter().filter_map(|c| c.git.as_ref()) {
-        dirs.insert(g.gitdir.clone());
-        dirs.insert(g.common.clone());
-        let worktrees = g.common.join("worktrees");
-        dirs.extend(HostLookup.names(&worktrees).into_iter().take(MAX_ADMIN_DIRS).map(|n| worktrees.join(n)));
-    }
-    let mut out = Vec::new();
-    for dir in dirs {
-        for state in ["rebase-merge", "rebase-apply", "sequencer"] {
-            let p = dir.join(state);
-            if p.symlink_metadata().is_ok() {
-                out.push(Finding {
-                    path: p,
-                    why: "an unfinished rebase, cherry-pick or revert left while the sandbox ran: \
-                          `--continue` runs what its files say (`exec` lines, a merge strategy); \
-                          inspect them, or abort it (`git rebase --abort`)"
-                        .into(),
-                });
-            }
-        }
-    }
-    out
-}
-
-/// The most worktree git directories of a repository [`unfinished_sequences`] looks in.
-const MAX_ADMIN_DIRS: usize = 256;
-
 /// `nested`: the repositories nested in the checkouts that the sandbox protected as checkouts
 /// of its own. Its plan puts read-only placeholders for ocsb's own settings at their top: an
 /// empty directory there is the launcher's, not settings planted below a checkout's top (one
@@ -282,10 +200,7 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], found: &Walked, nested: 
     let rule = Rule { writable: &[], rw_tool_files: &spec.rw_tool_files };
     let mut present = BTreeMap::new();
     for (p, why) in rule.watched(checkouts) {
-        // The `commondir` placeholder is the launcher's own (see `guard::COMMONDIR_SELF`).
-        let ours =
-            p.ends_with("commondir") && checkouts::read_small(&p).is_some_and(|t| t == guard::COMMONDIR_SELF);
-        if p.symlink_metadata().is_ok() && !ours {
+        if p.symlink_metadata().is_ok() {
             present.insert(p, why);
         }
     }
@@ -422,15 +337,9 @@ fn pid_alive(pid: u32) -> bool {
 
 /// Findings still standing: kept ones whose path exists, appeared-while-dead-runs, and what is
 /// planted now. Dead markers are consumed once what they say is recorded.
-fn standing(
-    spec: &SandboxSpec,
-    checkouts: &[Checkout],
-    index: Vec<Finding>,
-    now: &Snapshot,
-) -> Result<Vec<Finding>> {
+fn standing(spec: &SandboxSpec, checkouts: &[Checkout], now: &Snapshot) -> Result<Vec<Finding>> {
     let dir = dir_of(&spec.state_dir);
-    let mut planted = planted(spec, checkouts);
-    planted.extend(index);
+    let planted = guard::planted_now(checkouts, &HostLookup, &sandbox_writes(spec));
     let _lock = lock(&dir)?;
     let kept = read_findings(&dir)?;
     let mut findings = kept.clone();
@@ -529,9 +438,9 @@ fn ensure_dir(dir: &Path) -> Result<()> {
     }
 }
 
-/// Move aside what host git would act on (a nested `.git`, a `commondir`, an index, a link, an
-/// unfinished rebase's state, a directory the check could not read, the `HEAD` of a directory
-/// laid out as a git directory), so the next plain `git` on the host does not; the finding then
+/// Move aside what host git would act on (a nested `.git`, a link, a directory the check could
+/// not read, the `HEAD` of a directory laid out as a git directory), so the next plain `git`
+/// on the host does not; the finding then
 /// names the new place, or says that it could not be moved. Returns the move (from, to) when
 /// it made one.
 fn defuse(f: &mut Finding) -> Option<(PathBuf, PathBuf)> {
@@ -540,9 +449,8 @@ fn defuse(f: &mut Finding) -> Option<(PathBuf, PathBuf)> {
     let link = meta.as_ref().is_ok_and(|m| m.file_type().is_symlink());
     // A directory laid out as a git directory stops being one without its `HEAD`; the
     // directory itself (it may be a source directory of the user's) stays where it is.
-    let state = name == "rebase-merge" || name == "rebase-apply" || name == "sequencer";
     let hidden = f.why.starts_with(UNREADABLE_WHY);
-    let from = if name == ".git" || name == "commondir" || name == "index" || state || hidden || link {
+    let from = if name == ".git" || hidden || link {
         f.path.clone()
     } else if meta.is_ok_and(|m| m.is_dir()) && f.path.join("HEAD").symlink_metadata().is_ok() {
         f.path.join("HEAD")
@@ -648,9 +556,9 @@ pub fn check(spec: &SandboxSpec) -> Result<Checked> {
     ensure_dir(&dir)?;
     let made = std::time::Instant::now();
     let changed = std::fs::read(dir.join(CHANGED)).ok();
-    let Seen { checkouts, index, walked } = look(spec);
+    let Seen { checkouts, walked } = look(spec);
     let now = snapshot(spec, &checkouts, &walked, &spec.nested_repos);
-    let findings = standing(spec, &checkouts, index, &now)?;
+    let findings = standing(spec, &checkouts, &now)?;
     let looked_at = Looked::of(spec);
     Ok(Checked { findings, present: now.present, nested: now.nested, checkouts, looked_at, changed, made })
 }
@@ -701,7 +609,7 @@ impl Checked {
 impl Audit {
     /// After the sandbox exited: report and keep what appeared. Returns the new findings.
     pub fn end(self) -> Vec<Finding> {
-        let Seen { checkouts, index, walked } = look(&self.spec);
+        let Seen { checkouts, walked } = look(&self.spec);
         let now = snapshot(&self.spec, &checkouts, &walked, &self.nested);
         let mut new: Vec<Finding> = now
             .present
@@ -712,9 +620,7 @@ impl Audit {
                 why: format!("{why} (appeared while the sandbox ran)"),
             })
             .collect();
-        new.extend(planted(&self.spec, &checkouts));
-        new.extend(index);
-        new.extend(unfinished_sequences(&checkouts));
+        new.extend(guard::planted_now(&checkouts, &HostLookup, &sandbox_writes(&self.spec)));
         let mut moved: Vec<(PathBuf, PathBuf)> = Vec::new();
         for f in &mut new {
             // Inside what an earlier finding moved aside: named where it is now.
@@ -762,15 +668,6 @@ impl Audit {
         }
         new
     }
-}
-
-/// What is planted by definition, whenever it appeared ([`guard::planted_now`], links in git
-/// directories).
-fn planted(spec: &SandboxSpec, checkouts: &[Checkout]) -> Vec<Finding> {
-    let may_write = sandbox_writes(spec);
-    let mut out = guard::planted_now(checkouts, &HostLookup, &|p| checkouts::read_small(p), &may_write);
-    out.extend(links_in_git(checkouts));
-    out
 }
 
 /// A repository whose own config git did not read: git takes the directory for no repository
@@ -833,8 +730,9 @@ fn sets_nothing(text: &str) -> bool {
 }
 
 /// Whether a sandbox of `spec` can write `p` (it lies under one of its writable binds). The
-/// binds are worked out on the first question only: it is asked of a linked worktree whose
-/// git data is no checkout's `.git`, which a user's repositories seldom have. When they cannot
+/// binds are worked out on the first question only: it is asked of a link that leads out of
+/// the walked trees and of a linked worktree whose git data is no checkout's `.git`, which a
+/// user's trees seldom have. When they cannot
 /// be worked out, every path counts as writable: the check must not pass for want of an answer.
 fn sandbox_writes(spec: &SandboxSpec) -> impl Fn(&Path) -> bool + '_ {
     let writable: std::cell::OnceCell<Option<Vec<PathBuf>>> = std::cell::OnceCell::new();
@@ -849,13 +747,13 @@ fn sandbox_writes(spec: &SandboxSpec) -> impl Fn(&Path) -> bool + '_ {
 }
 
 /// `ocsb audit`: what stands now (as a start would see it). `accept` clears what the user
-/// vouches for; what is planted by definition (see `guard::planted_now`) cannot be accepted.
+/// vouches for; what is planted by definition ([`guard::planted_now`]) and a repository git
+/// cannot read (its config unread) cannot be accepted: they are found again while they hold.
 pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
     let mut findings = check(spec)?.findings;
     if accept {
-        let Seen { checkouts, index, .. } = look(spec);
-        let mut never = planted(spec, &checkouts);
-        never.extend(index);
+        let Seen { checkouts, .. } = look(spec);
+        let mut never = guard::planted_now(&checkouts, &HostLookup, &sandbox_writes(spec));
         never.extend(checkouts.iter().filter_map(config_unread));
         let (keep, accepted): (Vec<Finding>, Vec<Finding>) =
             findings.into_iter().partition(|f| never.iter().any(|n| n.path == f.path));
@@ -963,70 +861,6 @@ mod tests {
         assert_eq!(out.git, vec![p.join(".git"), p.join("src/inner/.git"), p.join("vendor/x/.git")]);
         assert_eq!(out.bare, vec![p.join("lib/fake")]);
         assert_eq!(out.ocsb_dirs, vec![p.join("deep/.opencode-sandbox")]);
-    }
-
-    /// An index entry into `.git` is found whether the index is read here (versions 2 to 4) or
-    /// by `git ls-files` (a split index), and an index without one gives nothing.
-    #[test]
-    fn an_index_path_into_git_is_found_read_here_or_by_git() {
-        let t = tempfile::tempdir().unwrap();
-        let p = t.path().join("p");
-        std::fs::create_dir_all(&p).unwrap();
-        let git = |args: &[&str]| {
-            let o = checkouts::git(&p).args(args).output().unwrap();
-            assert!(o.status.success(), "git {args:?}");
-            String::from_utf8(o.stdout).unwrap()
-        };
-        git(&["init", "-q"]);
-        std::fs::write(p.join("f"), "x").unwrap();
-        git(&["add", "f"]);
-        assert_eq!(indexes::findings(&[(p.clone(), true)]).pop(), None);
-        let blob = git(&["hash-object", "-w", "f"]);
-        let index = p.join(".git/index");
-        // Git refuses such a path from the command line; an agent writes the index itself.
-        let plant = |spelled: &str, planted: &str| {
-            let data = std::fs::read(&index).unwrap();
-            let body = &data[..data.len() - 20];
-            let at = body.windows(spelled.len()).position(|w| w == spelled.as_bytes()).unwrap();
-            let mut body = body.to_vec();
-            body[at..at + planted.len()].copy_from_slice(planted.as_bytes());
-            // The trailing hash is left as it was: git does not check it.
-            body.extend_from_slice(&data[data.len() - 20..]);
-            std::fs::write(&index, body).unwrap();
-        };
-        for (spelled, planted) in [
-            (".gia/hooks/pre-commit", ".git/hooks/pre-commit"),
-            ("sub/.GIU/c", "sub/.GIT/c"),
-            ("zz/x", "../x"),
-        ] {
-            for v in ["2", "3", "4"] {
-                git(&["update-index", "--add", "--cacheinfo", &format!("100755,{},{spelled}", blob.trim())]);
-                git(&["update-index", "--index-version", v]);
-                plant(spelled, planted);
-                let config = p.join(".git/config");
-                assert!(matches!(
-                    crate::gitindex::scan(&index, &config, &|_| false),
-                    crate::gitindex::Scan::Read(_)
-                ));
-                assert!(indexes::findings(&[(p.clone(), true)]).pop().is_some(), "{planted} in version {v}");
-                git(&["update-index", "--split-index"]);
-                assert_eq!(
-                    crate::gitindex::scan(&index, &p.join(".git/config"), &|_| false),
-                    crate::gitindex::Scan::AskGit
-                );
-                assert!(
-                    indexes::findings(&[(p.clone(), true)]).pop().is_some(),
-                    "{planted} in a split index"
-                );
-                std::fs::remove_file(&index).unwrap();
-                git(&["add", "f"]);
-                assert_eq!(
-                    indexes::findings(&[(p.clone(), true)]).pop(),
-                    None,
-                    "{planted} gone with the index"
-                );
-            }
-        }
     }
 
     /// A project without git at `root/p`, its state at `root/state/p`.

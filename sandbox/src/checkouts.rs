@@ -1,11 +1,10 @@
 //! The facts the checkout rule (`ocsb_policy::guard`) is applied to: which writable trees are
 //! checkouts, where their git directories are, and which files git reads as config for them.
 //!
-//! Discovery reads pointer files itself, as git reads them, and never follows a main
-//! `.git/commondir` (one there is planted, see `guard::planted_now`). The git it runs
-//! (`git config --list` here, `rev-parse` and `ls-files` in [`super::indexes`]) may be in a
-//! repository the agent made, so it is [`git`]: it reads config and the index and can run
-//! nothing of the repository's, and is killed when it hangs.
+//! Discovery reads pointer files itself, as git reads them. The git it runs (`git config
+//! --list`) may be in a repository the agent made (a nested one, found by the walk before it
+//! is moved aside), so it is [`git`]: it reads config and can run nothing of the repository's,
+//! and is killed when it hangs.
 
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -130,10 +129,12 @@ pub fn git_dirs(root: &Path) -> Option<GitDirs> {
     }
 }
 
-/// The main checkout of the linked worktree at `root`, checked from data the agent cannot
-/// write: the worktree's `.git` file and the `gitdir` file it points at must name each other,
-/// the git directory must sit in `<main>/.git/worktrees/`, and the main `.git` must be a real
-/// directory without a planted `commondir`. `None` when `root` is not a linked worktree.
+/// The main checkout of the linked worktree at `root` (`ocsb wt`, a session started in a
+/// worktree), from the worktree's `.git` file and the `gitdir` file it points at, which must
+/// name each other, in `<main>/.git/worktrees/` of a real `.git` directory. Neither is writable
+/// from inside a sandbox (the `.git` file is replaced by the agent's own pointer there, the
+/// user's git directories are read-only); the agreement guards against a pointer the user's
+/// own tools left broken. `None` when `root` is not a linked worktree.
 pub fn linked_main(root: &Path) -> Result<Option<PathBuf>, String> {
     let dot = root.join(".git");
     if HostLookup.entry(&dot) != Entry::File {
@@ -164,11 +165,6 @@ pub fn linked_main(root: &Path) -> Result<Option<PathBuf>, String> {
     }
     if common.file_name().is_none_or(|n| n != ".git") || HostLookup.entry(&common) != Entry::Dir {
         return Err(format!("{} is not the .git directory of a main checkout", common.display()));
-    }
-    let commondir = common.join("commondir");
-    let ours = read_small(&commondir).is_some_and(|t| t == ocsb_policy::guard::COMMONDIR_SELF);
-    if HostLookup.entry(&commondir) != Entry::Missing && !ours {
-        return Err(format!("{} holds a planted `commondir`", common.display()));
     }
     Ok(common.parent().map(Path::to_path_buf))
 }
@@ -296,8 +292,6 @@ pub struct ConfigFacts {
     pub hooks_paths: Vec<PathBuf>,
     /// Every config file read, and every include target.
     pub files: Vec<PathBuf>,
-    /// `core.bare=true` or `core.worktree` is set.
-    pub sets_worktree: bool,
     /// The targets of `includeIf.*.path` whose condition does not hold now: no file of the
     /// listing came from them.
     pub unread_conditional: Vec<PathBuf>,
@@ -344,7 +338,6 @@ pub fn config_facts(root: &Path, home: &Path) -> ConfigFacts {
                 facts.files.push(f);
             }
         }
-        facts.sets_worktree |= more.sets_worktree;
         facts.unread_conditional.extend(more.unread_conditional);
     }
     facts
@@ -513,7 +506,6 @@ pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
     let text = String::from_utf8_lossy(out);
     let mut fields = text.split('\0');
     let mut hooks: Vec<PathBuf> = Vec::new();
-    let mut sets_worktree = false;
     let mut files: Vec<PathBuf> = Vec::new();
     let (mut origins, mut conditional) = (Vec::new(), Vec::new());
     while let (Some(origin), Some(kv)) = (fields.next(), fields.next()) {
@@ -528,9 +520,6 @@ pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
         }
         let (key, value) = kv.split_once('\n').unwrap_or((kv, ""));
         let key = key.to_ascii_lowercase();
-        if key == "core.worktree" || (key == "core.bare" && value.eq_ignore_ascii_case("true")) {
-            sets_worktree = true;
-        }
         // Every value, not the last only: a later one from a conditional include hides an
         // earlier one only while its condition holds, and the agent can make it stop holding.
         let (lead, include) = if key == "core.hookspath" {
@@ -570,11 +559,11 @@ pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
         }
     }
     let unread_conditional = conditional.into_iter().filter(|t| !origins.contains(t)).collect();
-    ConfigFacts { hooks_paths: hooks, files, sets_worktree, unread_conditional }
+    ConfigFacts { hooks_paths: hooks, files, unread_conditional }
 }
 
 /// The checkout at `root`, with everything discovery knows about it.
-pub fn checkout(root: &Path, home: &Path, commits: bool) -> Checkout {
+pub fn checkout(root: &Path, home: &Path, project: bool) -> Checkout {
     let git = git_dirs(root);
     let facts = match &git {
         Some(g) => super::configmemo::facts(root, home, g, || config_facts(root, home)),
@@ -595,23 +584,22 @@ pub fn checkout(root: &Path, home: &Path, commits: bool) -> Checkout {
     Checkout {
         root: root.to_path_buf(),
         git,
-        commits,
+        project,
         hooks_paths: facts.hooks_paths,
         config_files: facts.files,
-        sets_worktree: facts.sets_worktree,
         hook_targets,
     }
 }
 
-/// The writable checkouts of a sandbox: the project (which commits), every checkout directly in
+/// The writable checkouts of a sandbox: the project, every checkout directly in
 /// the worktrees directory, every `OCSB_RW` root that is a repository, and the nested
 /// repositories the launcher's walk found.
 pub fn of_spec(spec: &SandboxSpec) -> Vec<Checkout> {
     of_roots(&roots_of_spec(spec), &spec.home)
 }
 
-/// The roots of [`of_spec`]'s checkouts, canonical and each once, with whether it commits
-/// (the project). Found from the filesystem alone: no git runs.
+/// The roots of [`of_spec`]'s checkouts, canonical and each once, with whether it is the
+/// project. Found from the filesystem alone: no git runs.
 pub fn roots_of_spec(spec: &SandboxSpec) -> Vec<(PathBuf, bool)> {
     let mut roots: Vec<(PathBuf, bool)> = vec![(canonical(&spec.project_dir), true)];
     if let Some(w) = &spec.worktrees_dir {
@@ -641,16 +629,16 @@ pub fn roots_of_spec(spec: &SandboxSpec) -> Vec<(PathBuf, bool)> {
 pub fn of_spec_known(spec: &SandboxSpec, known: &[Checkout]) -> Vec<Checkout> {
     roots_of_spec(spec)
         .iter()
-        .map(|(r, commits)| match known.iter().find(|c| c.root == *r && c.commits == *commits) {
+        .map(|(r, project)| match known.iter().find(|c| c.root == *r && c.project == *project) {
             Some(c) => c.clone(),
-            None => checkout(r, &spec.home, *commits),
+            None => checkout(r, &spec.home, *project),
         })
         .collect()
 }
 
 /// The checkouts at `roots` (from [`roots_of_spec`]).
 pub fn of_roots(roots: &[(PathBuf, bool)], home: &Path) -> Vec<Checkout> {
-    roots.iter().map(|(r, commits)| checkout(r, home, *commits)).collect()
+    roots.iter().map(|(r, project)| checkout(r, home, *project)).collect()
 }
 
 fn canonical(p: &Path) -> PathBuf {
@@ -707,7 +695,6 @@ mod tests {
 file:.git/config\0include.path\n../tools/git.inc\0file:.git/config\0includeif.gitdir:~/w/.path\n~/w.inc\0";
         let facts = parse_config_list(out, Path::new("/p"), Path::new("/home/u"));
         assert_eq!(facts.hooks_paths, [PathBuf::from("/p/.husky/_")]);
-        assert!(!facts.sets_worktree);
         assert_eq!(facts.unread_conditional, [PathBuf::from("/home/u/w.inc")], "no key came from it");
         // Every hooks path, in order; a `..` after a directory the value names holds that
         // directory; `~user/` is that user's home; a user with no entry leads nowhere.
@@ -795,11 +782,6 @@ file:.git/config\0core.askpass\ntools/my pass\0";
         std::fs::write(admin.join("gitdir"), "/elsewhere/.git\n").unwrap();
         assert!(linked_main(&wt).unwrap_err().contains("does not name it back"));
         std::fs::write(admin.join("gitdir"), format!("{}\n", wt.join(".git").display())).unwrap();
-        // The launcher's own placeholder is fine; a planted commondir in the main .git is refused.
-        std::fs::write(main.join(".git/commondir"), ocsb_policy::guard::COMMONDIR_SELF).unwrap();
-        assert_eq!(linked_main(&wt).unwrap(), Some(main.clone()));
-        std::fs::write(main.join(".git/commondir"), "/tmp/evil\n").unwrap();
-        assert!(linked_main(&wt).unwrap_err().contains("planted"));
         // A pointer into an agent directory: refused; into a superproject's modules/: its own project.
         std::fs::write(wt.join(".git"), "gitdir: .evil\n").unwrap();
         assert!(linked_main(&wt).unwrap_err().contains("neither"));

@@ -65,7 +65,6 @@ pub fn prepare(spec: &SandboxSpec, known: &[Checkout]) -> Result<Option<Plan>> {
 /// opened with `RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH`, the entry made with `mkdirat` or an
 /// exclusive `O_NOFOLLOW` create. An entry that exists already is fine.
 fn create_placeholder(p: &plan::Placeholder) -> std::io::Result<()> {
-    use std::io::Write;
     use std::os::fd::AsFd;
     let rel = p.path.strip_prefix(&p.anchor).map_err(|_| std::io::Error::other("not beneath its anchor"))?;
     let name = rel.file_name().ok_or_else(|| std::io::Error::other("no name"))?;
@@ -103,8 +102,8 @@ fn create_placeholder(p: &plan::Placeholder) -> std::io::Result<()> {
                 | nix::fcntl::OFlag::O_CLOEXEC,
             nix::sys::stat::Mode::from_bits_truncate(0o644),
         )
+        .map(drop)
         .map_err(std::io::Error::from)
-        .and_then(|fd| std::fs::File::from(fd).write_all(p.text.as_bytes()))
     };
     match r {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),

@@ -146,9 +146,6 @@ impl Op {
 pub struct Placeholder {
     pub path: PathBuf,
     pub dir: bool,
-    /// What a file placeholder contains (see `ocsb_policy::guard::COMMONDIR_SELF`).
-    #[serde(default)]
-    pub text: String,
     /// The placeholder is created beneath this directory without following any link on the
     /// way (a concurrent sandbox could swap a parent for a link between plan and creation).
     #[serde(default)]
@@ -677,7 +674,6 @@ impl Builder<'_> {
                     Kind::Missing => self.plan.placeholders.push(Placeholder {
                         path: cur.clone(),
                         dir: true,
-                        text: String::new(),
                         anchor: src.clone(),
                         private: true,
                     }),
@@ -854,11 +850,9 @@ impl Builder<'_> {
                         made.push(cur.clone());
                     }
                     let dir = !last || g.dir;
-                    let text = if last { g.fill.clone() } else { String::new() };
                     self.plan.placeholders.push(Placeholder {
                         path: cur.clone(),
                         dir,
-                        text,
                         anchor: g.anchor.clone(),
                         private: false,
                     });
@@ -1301,10 +1295,9 @@ mod tests {
         let checkout = Checkout {
             root,
             git,
-            commits: true,
+            project: true,
             hooks_paths: vec![],
             config_files: vec![],
-            sets_worktree: false,
             hook_targets: vec![],
         };
         let writable = build(&s, fs)?.writable;
@@ -1961,74 +1954,41 @@ mod tests {
     #[test]
     fn protected_paths_are_read_only_and_last() {
         let mut s = spec();
-        s.rw = vec!["/home/u/p/.git".into()]; // even an explicit rw entry does not win
+        s.rw = vec!["/home/u/p/.opencode-sandbox".into()]; // even an explicit rw entry does not win
         let plan = ruled(s, &host()).unwrap();
-        let hooks = pos(&plan, "/home/u/p/.git/hooks");
-        let config = pos(&plan, "/home/u/p/.git/config");
-        let git = pos(&plan, "/home/u/p/.git");
-        assert!(hooks > git && config > git && git > pos(&plan, "/home/u/p"));
+        let settings =
+            plan.ops.iter().rposition(|o| o.dst() == Path::new("/home/u/p/.opencode-sandbox")).unwrap();
+        assert!(settings > pos(&plan, "/home/u/p"));
         assert_eq!(
-            plan.ops[git],
+            plan.ops[settings],
             Op::Bind {
-                src: "/home/u/p/.git".into(),
-                dst: "/home/u/p/.git".into(),
-                access: Access::Rw,
-                dir: true
-            },
-            "a mount point: cannot be renamed away"
-        );
-        assert_eq!(
-            plan.ops[hooks],
-            Op::Bind {
-                src: "/home/u/p/.git/hooks".into(),
-                dst: "/home/u/p/.git/hooks".into(),
+                src: "/home/u/p/.opencode-sandbox".into(),
+                dst: "/home/u/p/.opencode-sandbox".into(),
                 access: Access::Ro,
                 dir: true
             }
         );
-        assert_eq!(
-            plan.ops[config],
-            Op::Bind {
-                src: "/home/u/p/.git/config".into(),
-                dst: "/home/u/p/.git/config".into(),
-                access: Access::Ro,
-                dir: false
-            }
-        );
-        assert!(matches!(
-            plan.ops[pos(&plan, "/home/u/p/.opencode-sandbox")],
-            Op::Bind { access: Access::Ro, .. }
-        ));
+        // No git directory of the user's is in the rule: the agent's own is bound there.
+        assert!(!plan.ops.iter().any(|o| o.dst().starts_with("/home/u/p/.git")), "{:#?}", plan.ops);
     }
 
     #[test]
     fn missing_protected_paths_get_placeholders() {
-        let fs = host().with("/home/u/p/.git/config", Kind::Missing);
-        let mut fs = fs;
+        let mut fs = host();
         fs.kinds.remove(Path::new("/home/u/p/.git/hooks"));
         fs.kinds.remove(Path::new("/home/u/p/.git/config"));
         let plan = ruled(spec(), &fs).unwrap();
         assert!(plan.placeholders.contains(&Placeholder {
             path: "/home/u/p/.cc-safety-net".into(),
             dir: true,
-            text: String::new(),
             anchor: "/home/u/p".into(),
             private: false,
         }));
-        assert!(plan.placeholders.contains(&Placeholder {
-            path: "/home/u/p/.git/hooks".into(),
-            dir: true,
-            text: String::new(),
-            anchor: "/home/u/p/.git".into(),
-            private: false,
-        }));
-        assert!(plan.placeholders.contains(&Placeholder {
-            path: "/home/u/p/.git/config".into(),
-            dir: false,
-            text: String::new(),
-            anchor: "/home/u/p/.git".into(),
-            private: false,
-        }));
+        assert!(
+            !plan.placeholders.iter().any(|p| p.path.starts_with("/home/u/p/.git")),
+            "{:#?}",
+            plan.placeholders
+        );
         assert!(matches!(
             plan.ops[pos(&plan, "/home/u/p/.cc-safety-net")],
             Op::Bind { access: Access::Ro, dir: true, .. }
@@ -2045,11 +2005,9 @@ mod tests {
 
     #[test]
     fn symlinked_protected_path_is_refused() {
-        let fs = host().link("/home/u/p/.git/hooks", "/home/u/.ssh");
+        let fs = host().link("/home/u/p/.opencode-sandbox", "/home/u/.ssh");
         let err = ruled(spec(), &fs).unwrap_err().to_string();
-        assert!(err.contains(".git/hooks is a symbolic link"), "{err}");
-        let fs = host().link("/home/u/p/.git", "/home/u/.ssh");
-        assert!(ruled(spec(), &fs).is_err());
+        assert!(err.contains(".opencode-sandbox is a symbolic link"), "{err}");
     }
 
     #[test]
@@ -2127,7 +2085,6 @@ mod tests {
             access: G::ReadOnly,
             dir: true,
             placeholder: true,
-            fill: String::new(),
             anchor: "/home/u/p".into(),
             why: "core.hooksPath".into(),
         }];
@@ -2161,7 +2118,6 @@ mod tests {
             access: G::ReadOnly,
             dir: false,
             placeholder: true,
-            fill: String::new(),
             anchor: "/home/u/p".into(),
             why: "include.path".into(),
         };
@@ -2181,18 +2137,6 @@ mod tests {
         ] {
             assert!(plan.ops.contains(&op), "{op:?} missing: {:#?}", plan.ops);
         }
-    }
-
-    #[test]
-    fn git_file_pointer_is_protected() {
-        let mut fs = host();
-        fs.kinds.retain(|k, _| !k.starts_with("/home/u/p/.git"));
-        let fs = fs.with("/home/u/p/.git", Kind::File);
-        let plan = ruled(spec(), &fs).unwrap();
-        assert!(matches!(
-            plan.ops[pos(&plan, "/home/u/p/.git")],
-            Op::Bind { access: Access::Ro, dir: false, .. }
-        ));
     }
 
     #[test]

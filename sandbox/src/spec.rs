@@ -71,7 +71,8 @@ pub struct SandboxSpec {
     #[serde(default)]
     pub rw_tool_files: Vec<String>,
     /// Repositories nested in the writable checkouts, found by the launcher's walk
-    /// ([`super::audit`]): their git metadata is protected like the project's.
+    /// ([`super::audit`]): checkouts of their own, each with an agent git directory and the
+    /// checkout rule like the project's.
     #[serde(default)]
     pub nested_repos: Vec<PathBuf>,
     /// Where the network comes from (`OCSB_NETWORK`).

@@ -83,7 +83,7 @@ fn canonical(p: &Path) -> Result<PathBuf> {
 impl Context {
     fn load(explicit: Option<&Path>) -> Result<Context> {
         // `Project::load` resolves a linked worktree to its main checkout from the pointer files
-        // (never from `git worktree list`, whose first line a planted `commondir` decides).
+        // (never from `git worktree list`, whose first line the main `.git`'s `commondir` decides).
         let project = Project::load(explicit)?;
         let here = Git::new(canonical(&project.checkout)?);
         let main_root = canonical(&crate::project::git_toplevel(&project.dir).ok_or_else(|| {

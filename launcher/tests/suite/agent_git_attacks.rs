@@ -9,7 +9,6 @@
 use super::agent_git::both_modes;
 use crate::support::sandbox::{World, has, no_markers, scenario};
 
-
 /// The user's `core.hooksPath` is `tools/hooks` (in the tree, not yet made). The agent commits
 /// `tools` as a symbolic link to `x` and the hook as `x/hooks/pre-commit`: no path of the
 /// commit is under `tools/hooks` as written, yet once checked out git runs

@@ -1,42 +1,50 @@
-//! The checkout rule end to end: an agent inside `ocsb exec` tries every way we know
-//! to make host git (or a host tool) run its code, and the user then runs plain `git status`,
-//! `git commit`, `git log` and `ocsb wt …` on the host. Each attack either fails with the
-//! errno it names, or the launcher refuses with its message; in no case does a marker appear.
-//! The positive controls show the agent still commits, branches, stashes, rebases, merges and
-//! runs `git gc --auto`, in the main checkout and in a session started from a worktree.
+//! The checkout rule end to end: an agent inside `ocsb exec` tries every way we know to make
+//! host git (or a host tool) run its code, and the user then runs plain `git status`, `git
+//! commit`, `git log` and `ocsb wt …` on the host. Inside, each checkout's `.git` is the
+//! agent's own repository: what it writes there (config, hooks, `commondir`, an index entry
+//! into `.git`, a link, a rebase's todo list) succeeds inside and never reaches the user's git
+//! directory, which is checked byte for byte. What the user's git reads from the *tree* (a
+//! `core.hooksPath` or include target there, a program a config value names, tool files,
+//! ocsb's settings) fails with the errno it names, and what no mount can stop (a nested
+//! repository, git data laid out in a writable tree) is moved aside and refused at the next
+//! start. In no case does a marker appear. The positive controls show the agent still commits,
+//! branches, stashes, rebases, merges, tags, changes its own config and hooks and runs `git gc
+//! --auto`, in the main checkout and in a session started from a worktree, and its commits
+//! reach the user's repository.
 //!
 //! As the ordinary user `ocsb-test`, with the netlock table in a network namespace the test
 //! creates (only `lo`), like `sandbox_exec.rs`.
 
 use crate::support::sandbox::{NETLOCK_MODE, ORIGIN_NS, World, has, no_markers, scenario, shell_quote};
 
-/// Every name of the rule that a mount can hold, created or changed from inside: EROFS; then
-/// host git with hooks, fsmonitor and includes in play runs nothing of the agent's.
+/// The names git obeys in a git directory, written inside: they are the agent's own (its
+/// `.git` is its repository), so each write succeeds, and the user's `.git` stays byte for byte
+/// as it was (config, hooks). The names the user's git reads from the tree (a hook a link in
+/// the user's hooks directory leads to, a `core.hooksPath` and an include target in the tree,
+/// ocsb's settings) stay read-only. Then host git with hooks, fsmonitor and includes in play,
+/// and `ocsb wt`, run nothing of the agent's.
 #[test]
-fn git_config_names_cannot_be_created_or_changed_from_inside() {
+fn git_names_are_the_agents_own_inside_and_the_users_stay_unchanged() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
         r#"mkdir -p scripts; printf '#!/bin/sh\n' > scripts/pre-commit; chmod +x scripts/pre-commit; chown -R 1990 scripts
         U ln -s ../../scripts/pre-commit .git/hooks/pre-commit
+        U git config core.hooksPath .husky/_; U git config include.path ../tools/git.inc; mkdir -p tools; chown 1990 tools
+        snap() { sha256sum < .git/config; ls -lA --time-style=+%s .git/hooks | sha256sum; sha256sum < .git/HEAD; }
+        snap > before.snap
         X "python3 $PROBE write $P/scripts/pre-commit" | tail -1 | sed 's/^/linked-hook /'
-        U git config core.hooksPath .husky/_; U git config include.path ../tools/git.inc; mkdir -p tools; chown 1990 tools;
-        for f in .git/commondir .git/config .git/config.worktree .git/hooks/pre-commit .git/info/attributes \
-                 .git/modules/x .git/worktrees/evil .husky/_/pre-commit .husky/pre-commit tools/git.inc \
-                 .opencode-sandbox/local/sandbox.conf .cc-safety-net/policy.json; do
-          echo "$f $(X "python3 $PROBE write $P/$f" | tail -1)"; done
-        U git status --short >/dev/null; U git commit -q --allow-empty -m host; U git log --oneline >/dev/null
-        U "$OCSB" wt add feat-a >/dev/null 2>&1; U "$OCSB" wt list >/dev/null 2>&1; U "$OCSB" wt rm a >/dev/null 2>&1
-        echo "commondir $(cat .git/commondir)""#,
+        X "for f in .husky/_/pre-commit .husky/pre-commit tools/git.inc .opencode-sandbox/local/sandbox.conf .cc-safety-net/policy.json; do
+             echo \"\$f \$(python3 $PROBE write $P/\$f | tail -1)\"; done"
+        X "mkdir -p .git/modules/x .git/worktrees/evil && echo admin-dirs-made
+           for f in .git/config .git/config.worktree .git/hooks/pre-commit .git/hooks/post-checkout .git/info/attributes .git/commondir; do
+             echo \"\$f \$(python3 $PROBE write $P/\$f | tail -1)\"; done"
+        snap > after.snap; cmp -s before.snap after.snap && echo user-git-unchanged
+        for n in commondir config.worktree modules worktrees info/attributes hooks/post-checkout; do test -e .git/$n && echo "user-has $n"; done
+        U git status --short >/dev/null; U git commit -q --allow-empty -m host; echo "host-commit $?"; U git log --oneline >/dev/null
+        U "$OCSB" wt add feat-a >/dev/null 2>&1; echo "wt-add $?"; U "$OCSB" wt list >/dev/null 2>&1; echo "wt-list $?""#,
     );
     for name in [
-        ".git/commondir",
-        ".git/config",
-        ".git/config.worktree",
-        ".git/hooks/pre-commit",
-        ".git/info/attributes",
-        ".git/modules/x",
-        ".git/worktrees/evil",
         ".husky/_/pre-commit",
         ".husky/pre-commit",
         "tools/git.inc",
@@ -45,16 +53,32 @@ fn git_config_names_cannot_be_created_or_changed_from_inside() {
     ] {
         has(&out, &format!("{name} ERR EROFS"), &err);
     }
-    has(&out, "commondir .", &err);
     has(&out, "linked-hook ERR EROFS", &err);
+    has(&out, "admin-dirs-made", &err);
+    for name in [
+        ".git/config",
+        ".git/config.worktree",
+        ".git/hooks/pre-commit",
+        ".git/hooks/post-checkout",
+        ".git/info/attributes",
+        ".git/commondir",
+    ] {
+        has(&out, &format!("{name} OK"), &err);
+    }
+    has(&out, "user-git-unchanged", &err);
+    assert!(!out.contains("user-has "), "a name reached the user's .git:\n{out}\n{err}");
+    for l in ["host-commit 0", "wt-add 0", "wt-list 0"] {
+        has(&out, l, &err);
+    }
     no_markers(&w, &out, &err);
 }
 
-/// What no mount can stop: a nested repository (with a gitlink so the superproject's `git
-/// status` would enter it), legacy remotes, a new `.envrc`. The launcher moves the nested
+/// What no mount can stop: a nested repository (with a gitlink in the agent's index so the
+/// superproject's `git status` would enter it), a new `.envrc`. The launcher moves the nested
 /// `.git` aside when the sandbox exits, so plain `git status` after it runs nothing; the next
 /// `ocsb exec` and `ocsb wt list` refuse, naming each path; `ocsb audit --accept` (for what the
-/// user vouches) lets them start again.
+/// user vouches) lets them start again. Legacy remotes written into `.git` are the agent's
+/// own: they never reach the user's `.git`.
 #[test]
 fn planted_repositories_and_tool_files_are_caught_and_refused() {
     let w = World::new();
@@ -70,11 +94,12 @@ fn planted_repositories_and_tool_files_are_caught_and_refused() {
         X true 2>exec2.err; echo "exec2 $?"; cat exec2.err >&2
         grep -q 'refusing to start a sandbox' exec2.err && echo refused-start
         grep -q "$P/.envrc" exec2.err && echo names-envrc
-        grep -q "$P/.git/remotes" exec2.err && echo names-remotes
+        test -e .git/remotes || echo no-user-remotes
+        U git ls-files -s sub | grep -q . && echo user-index-has-gitlink
         grep -q "sub/.git.ocsb-planted-" exec2.err && echo names-nested
         U "$OCSB" wt list >/dev/null 2>wt.err; echo "wt $?"; grep -q 'refusing to run git here' wt.err && echo refused-wt
         U "$OCSB" audit >/dev/null 2>&1; echo "audit $?"
-        rm -rf sub/.git.ocsb-planted-* .git/remotes; U git rm -q --cached sub
+        rm -rf sub/.git.ocsb-planted-*
         U "$OCSB" audit --accept >/dev/null 2>&1; echo "accept $?"
         X 'echo started' 2>/dev/null"#,
     );
@@ -82,19 +107,24 @@ fn planted_repositories_and_tool_files_are_caught_and_refused() {
     has(&out, "1", &err);
     has(&out, "exec2 1", &err);
     for l in
-        ["refused-start", "names-envrc", "names-remotes", "names-nested", "wt 1", "refused-wt", "audit 1"]
+        ["refused-start", "names-envrc", "no-user-remotes", "names-nested", "wt 1", "refused-wt", "audit 1"]
     {
         has(&out, l, &err);
     }
+    assert!(
+        !out.contains("user-index-has-gitlink"),
+        "the agent's gitlink reached the user's index:\n{out}\n{err}"
+    );
     has(&out, "accept 0", &err);
     has(&out, "started", &err);
     no_markers(&w, &out, &err);
 }
 
 /// A repository the user keeps nested in the project (there before the first start) is no
-/// plant: every start works, its `.git` stays where it is, its metadata is read-only inside
-/// and its files are writable. The launcher's own read-only placeholders at its top (for
-/// ocsb's settings there) are not taken for settings planted below a checkout's top.
+/// plant: every start works, its `.git` stays where it is, inside its `.git` is the agent's own
+/// (config written there never reaches the user's) and its files are writable. The launcher's
+/// own read-only placeholders at its top (for ocsb's settings there) are not taken for settings
+/// planted below a checkout's top.
 #[test]
 fn a_repository_nested_before_the_start_is_protected_not_refused() {
     let w = World::new();
@@ -102,14 +132,24 @@ fn a_repository_nested_before_the_start_is_protected_not_refused() {
         &w,
         r#"mkdir -p vendor/lib; chown -R 1990 vendor
         (cd vendor/lib && U git init -q . && U git commit -q --allow-empty -m v)
+        sha256sum < vendor/lib/.git/config > before.sum
         X 'echo x >> vendor/lib/.git/config; echo config=$?; echo ok > vendor/lib/file; echo file=$?' 2>exec1.err
+        sha256sum < vendor/lib/.git/config | cmp -s - before.sum && echo user-nested-config-unchanged
         echo "exec1 $?"; cat exec1.err >&2
         X 'echo second' 2>exec2.err; echo "exec2 $?"; cat exec2.err >&2
         test -d vendor/lib/.git && echo nested-in-place
         U "$OCSB" audit >/dev/null 2>&1; echo "audit $?""#,
     );
-    assert!(out.contains("config=") && !out.contains("config=0"), "{out}\n{err}");
-    for l in ["file=0", "exec1 0", "second", "exec2 0", "nested-in-place", "audit 0"] {
+    for l in [
+        "config=0",
+        "user-nested-config-unchanged",
+        "file=0",
+        "exec1 0",
+        "second",
+        "exec2 0",
+        "nested-in-place",
+        "audit 0",
+    ] {
         has(&out, l, &err);
     }
     no_markers(&w, &out, &err);
@@ -144,30 +184,38 @@ fn a_launcher_killed_during_a_first_start_leaves_nothing_to_refuse_at_a_nested_r
 
 /// The agent works with git: in the main checkout, and in a session started from a worktree
 /// (whose settings and trust come from the main checkout: its own `.opencode-sandbox/local`
-/// is read-only and ignored).
+/// is read-only and ignored). It commits, branches, stashes, cherry-picks, rebases, merges,
+/// tags, runs `git gc --auto`, and changes its own config and hooks (which run inside); its
+/// branches and tags reach the user's repository (`git log` on the host), and the user's
+/// config and hooks are unchanged. From the worktree session no git directory of the user's
+/// and nothing of the main checkout is writable.
 #[test]
 fn the_agent_commits_in_the_main_checkout_and_in_a_worktree_session() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
-        r#"X 'set -e; echo a > a; git add a; git commit -q -m a; git branch b1; git switch -q -c topic;
+        r##"snap() { sha256sum < "$P/.git/config"; ls -lA --time-style=+%s "$P/.git/hooks" | sha256sum; }
+        snap > "$P/../before.snap"
+        X 'set -e; git config alias.lg "log --oneline"; git config core.fsmonitor false;
+             printf "#!/bin/sh\necho hook-ran-inside >&2\n" > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit;
+             echo a > a; git add a; git commit -q -m a; git lg >/dev/null; git branch b1; git switch -q -c topic;
              echo t > t; git add t; git commit -q -m t; git switch -q main; echo s > s; git add s; git stash -q;
              git stash pop -q; git commit -q -m s; git tag v1; git cherry-pick topic >/dev/null; git switch -q topic;
              git rebase -q main; git switch -q main; git merge -q --no-edit topic; git worktree list >/dev/null;
-             git gc --auto -q; echo main-ok' 2>x1.err; tail -3 x1.err >&2
+             git gc --auto -q; echo main-ok' 2>x1.err; grep -c hook-ran-inside x1.err | sed 's/^/hook-runs /'; tail -3 x1.err >&2
         echo "log $(U git log --format=%s main | tr '\n' ' ')"
         echo "branches $(U git branch --format='%(refname:short)' | tr '\n' ' ')"
+        echo "tags $(U git tag | tr '\n' ' ')"
+        echo "status [$(U git status --porcelain --untracked-files=no)]"
         WT=$(U "$OCSB" wt add feat-b 2>/dev/null); echo "wt $?"
         cd "$WT"
-        U "$OCSB" exec -- sh -c 'set -e; echo w > w; git add w; git commit -q -m in-worktree; git switch -q -c feat-c;
-             git switch -q feat-b; echo wt-ok' </dev/null 2>x2.err; tail -3 x2.err >&2
-        U "$OCSB" exec -- python3 "$PROBE" write "$WT/.opencode-sandbox/sandbox.conf" </dev/null 2>/dev/null
-        U "$OCSB" exec -- python3 "$PROBE" write "$WT/.git" </dev/null 2>/dev/null
-        U "$OCSB" exec -- python3 "$PROBE" write "$P/.git/hooks/post-checkout" </dev/null 2>/dev/null
-        U "$OCSB" exec -- python3 "$PROBE" write "$P/README-main" </dev/null 2>/dev/null
-        U "$OCSB" exec -- python3 "$PROBE" write "$P/.git/worktrees/feat-b/gitdir" </dev/null 2>/dev/null
-        U "$OCSB" exec -- python3 "$PROBE" write "$P/.git/worktrees/feat-b/commondir" </dev/null 2>/dev/null
-        U "$OCSB" exec -- python3 "$PROBE" write "$P/.git/commondir" </dev/null 2>/dev/null
+        U "$OCSB" exec -- sh -c 'set -e; git config alias.ci commit; h=$(git rev-parse --git-path hooks); mkdir -p "$h";
+             printf "#!/bin/sh\necho wt-hook-ran-inside >&2\n" > "$h/pre-commit"; chmod +x "$h/pre-commit"; echo w > w; git add w; git ci -q -m in-worktree; git switch -q -c feat-c;
+             git switch -q feat-b; echo wt-ok' </dev/null 2>x2.err; grep -c wt-hook-ran-inside x2.err | sed 's/^/wt-hook-runs /'; tail -3 x2.err >&2
+        for f in "$WT/.opencode-sandbox/sandbox.conf" "$WT/.git" "$P/.git/hooks/post-checkout" "$P/README-main" \
+                 "$P/.git/worktrees/feat-b/gitdir" "$P/.git/worktrees/feat-b/commondir" "$P/.git/commondir" "$P/.git/config"; do
+          echo "probe $(U "$OCSB" exec -- python3 "$PROBE" write "$f" </dev/null 2>/dev/null | tail -1)"; done
+        snap > "$P/../after.snap"; cmp -s "$P/../before.snap" "$P/../after.snap" && echo user-git-unchanged
         # The worktree's own rules and local settings are not layers: a host-side edit (as if the
         # agent had committed it on the branch) changes nothing.
         echo 'connect 10.1.2.3:22' >> .opencode-sandbox/egress.conf; mkdir -p .opencode-sandbox/local
@@ -175,18 +223,30 @@ fn the_agent_commits_in_the_main_checkout_and_in_a_worktree_session() {
         echo "explain $(U "$OCSB" egress explain --connect 10.1.2.3:22 2>/dev/null | head -1 | cut -d' ' -f1)"
         echo "sandbox $(U "$OCSB" config 2>/dev/null | grep '^OCSB_SANDBOX=')"
         echo "wtlog $(U git log --format=%s -1 feat-b)"
+        echo "wtbranch $(U git rev-parse -q --verify refs/heads/feat-c >/dev/null && echo feat-c)"
         echo "seccomp $(U "$OCSB" exec -- grep -c '^Seccomp:.*2' /proc/self/status </dev/null 2>/dev/null)"
-        U "$OCSB" config 2>/dev/null | grep -q "^OCSB_NAME=proj" && echo name-from-main"#,
+        U "$OCSB" config 2>/dev/null | grep -q "^OCSB_NAME=proj" && echo name-from-main"##,
     );
     has(&out, "main-ok", &err);
+    has(&out, "hook-runs 3", &err);
     has(&out, "log t s a ocsb init", &err);
     has(&out, "branches b1 main topic", &err);
+    has(&out, "tags v1", &err);
+    has(&out, "status []", &err);
     has(&out, "wt 0", &err);
     has(&out, "wt-ok", &err);
-    assert_eq!(out.lines().filter(|l| *l == "ERR EROFS").count(), 7, "{out}\n{err}");
+    has(&out, "wt-hook-runs 1", &err);
+    let probes: Vec<&str> = out.lines().filter(|l| l.starts_with("probe ")).collect();
+    assert_eq!(probes.len(), 8, "{out}\n{err}");
+    assert!(
+        probes.iter().all(|l| *l == "probe ERR EROFS" || *l == "probe ERR ENOENT"),
+        "a probe wrote from the worktree session:\n{out}\n{err}"
+    );
+    has(&out, "user-git-unchanged", &err);
     has(&out, "explain deny", &err);
     has(&out, "sandbox OCSB_SANDBOX=1", &err);
     has(&out, "wtlog in-worktree", &err);
+    has(&out, "wtbranch feat-c", &err);
     has(&out, "seccomp 1", &err);
     has(&out, "name-from-main", &err);
     no_markers(&w, &out, &err);
@@ -230,7 +290,10 @@ fn fetch_and_push_go_through_the_filter() {
 /// a project with the agent's own trusted `local/` layer), a symlink in `.git` that host git
 /// writes through (`COMMIT_EDITMSG -> ~/victim`), an index entry inside `.git` (which `git
 /// checkout -- .` would write into `.git/hooks`), a directory laid out as a bare repository, and
-/// a worktree renamed away to be replaced by the agent's own repository.
+/// a worktree renamed away to be replaced by the agent's own repository. The link and the index
+/// entry are made in the agent's own `.git`: the user's has neither, and the user's `git
+/// checkout -- .` and `git commit` write nothing through them. The others are reported and
+/// refused at the next start, or refused at once.
 #[test]
 fn subdirectory_settings_git_symlinks_index_paths_and_worktree_swaps_are_stopped() {
     let w = World::new();
@@ -246,8 +309,8 @@ fn subdirectory_settings_git_symlinks_index_paths_and_worktree_swaps_are_stopped
 import hashlib; b=open('.git/index','rb').read()[:-20].replace(b'.gia/',b'.git/'); open('.git/index','wb').write(b+hashlib.sha1(b).digest())\";
            mv $WT $WT.moved 2>/dev/null || echo rename-refused" 2>x.err
         cd src/deep; echo "subdir $(U "$OCSB" config 2>/dev/null | grep '^OCSB_SANDBOX=')"; cd "$P"
-        grep -q "COMMIT_EDITMSG" x.err && echo names-symlink
-        grep -q "index" x.err && echo names-index
+        test -L .git/COMMIT_EDITMSG || echo user-editmsg-no-link
+        U git ls-files | grep -q '^.git/' || echo user-index-clean
         grep -q "lib/fake" x.err && echo names-bare
         grep -q "src/.opencode-sandbox" x.err && echo names-subdir-settings
         U git checkout -q -- . 2>/dev/null; U git commit -q --allow-empty -m host 2>/dev/null
@@ -257,8 +320,8 @@ import hashlib; b=open('.git/index','rb').read()[:-20].replace(b'.gia/',b'.git/'
     for l in [
         "rename-refused",
         "subdir OCSB_SANDBOX=1",
-        "names-symlink",
-        "names-index",
+        "user-editmsg-no-link",
+        "user-index-clean",
         "names-bare",
         "names-subdir-settings",
         "victim precious",
@@ -284,8 +347,9 @@ const LAY: &str = r#"lay() {
 /// A linked worktree whose git data the agent laid out itself, with pointers that agree: in
 /// the worktrees directory without a `HEAD` (so no repository to the walk), and as a `.git` in
 /// the sandbox's own `/tmp` (which the look does not walk). The user's `git status` in such a
-/// worktree obeyed that config (`core.fsmonitor`). Each is now reported when the sandbox exits
-/// and its `.git` moved aside, so that `git status` there runs nothing.
+/// worktree obeyed that config (`core.fsmonitor`). Each is reported when the sandbox exits
+/// (a worktree's git data the sandbox can write and no checkout owns) and its `.git` moved
+/// aside, so that `git status` there runs nothing.
 #[test]
 fn a_worktree_of_git_data_the_agent_laid_out_is_planted() {
     let w = World::new();
@@ -320,11 +384,11 @@ PLANT
     no_markers(&w, &out, &err);
 }
 
-/// The launcher's own look runs git on the agent's repositories (to list an index it does not
-/// read itself), and must run nothing of theirs: a sparse index whose trees are missing made
-/// git fetch them from a promisor remote, and a local remote's `uploadpack` is a command. It
-/// ran on the host, from the launcher, before the user ran any git. The look's git has no
-/// transport now; the worktree is reported as the agent's, and nothing ran.
+/// The launcher's own look runs git (`git config --list`) on repositories the agent made, and
+/// must run nothing of theirs: a sparse index whose trees are missing made git fetch them from
+/// a promisor remote, and a local remote's `uploadpack` is a command. It ran on the host, from
+/// the launcher, before the user ran any git. The look's git has no transport; the worktree is
+/// reported as the agent's, and nothing ran.
 #[test]
 fn the_look_runs_nothing_of_a_repository_the_agent_made() {
     let w = World::new();
@@ -358,11 +422,12 @@ PLANT
 /// UTF-8) and the check could not; a worktree whose `.git` is a link to a `gitdir:` file; a
 /// directory with a `HEAD` that is a link and `objects`/`refs`, and one with a `HEAD` and a
 /// `commondir` (both given a work tree by their config); links from the project and the
-/// worktrees directory to a repository in the sandbox's own `/tmp`, and to one inside `.git`,
-/// neither of which the walk covers. Each went unreported and the user's `git status` there
-/// ran the command. Now each is reported when the sandbox exits and moved aside (for a
-/// directory laid out as a git directory, its `HEAD`), the next start refuses, and nothing
-/// runs.
+/// worktrees directory to a repository in the sandbox's own `/tmp`, which the walk does not
+/// cover. Each went unreported and the user's `git status` there ran the command. Now each is
+/// reported when the sandbox exits and moved aside (for a directory laid out as a git
+/// directory, its `HEAD`), the next start refuses, and nothing runs. A repository made inside
+/// `.git` (with a link to it from the tree) is made in the agent's own `.git`: the user's has
+/// none, and the link leads nowhere on the host.
 #[test]
 fn git_data_in_the_shapes_git_reads_and_the_walk_missed_is_planted() {
     let w = World::new();
@@ -390,6 +455,7 @@ PLANT
         chown 1990 plant.sh
         X "sh $P/plant.sh" 2>&1
         for d in "$W/bytes" "$W/linked" "$P/src" "$P/lib" "$P/docs" "$W/feat-e" "$P/notes"; do (cd "$d" 2>/dev/null && U git status >/dev/null 2>&1); done
+        test -e "$P/.git/objects/zz" || echo user-git-untouched
         U "$OCSB" exec -- true >/dev/null 2>&1; echo "next start $?""#,
             tmp = tmp.display()
         ),
@@ -398,8 +464,8 @@ PLANT
     for moved in ["proj-worktrees/bytes/.git.ocsb-planted-", "proj-worktrees/linked/.git.ocsb-planted-"] {
         assert!(out.contains(moved), "{moved}:\n{out}\n{err}");
     }
-    for link in ["proj/docs.ocsb-planted-", "proj-worktrees/feat-e.ocsb-planted-", "proj/notes.ocsb-planted-"]
-    {
+    has(&out, "user-git-untouched", &err);
+    for link in ["proj/docs.ocsb-planted-", "proj-worktrees/feat-e.ocsb-planted-"] {
         assert!(out.contains(link), "{link}:\n{out}\n{err}");
     }
     for head in ["proj/src/HEAD.ocsb-planted-", "proj/lib/HEAD.ocsb-planted-"] {
@@ -410,30 +476,24 @@ PLANT
 }
 
 /// A `HEAD` the agent broke made the look read only the global config: the next session
-/// lost the repository's `core.hooksPath`, planted a hook there and mended `HEAD`. The broken
-/// repository is now a condition every check finds again: the end of the run reports it, no
-/// start is made while it holds, `ocsb audit --accept` cannot clear it, and mending `HEAD` does.
+/// lost the repository's `core.hooksPath`, planted a hook there and mended `HEAD`. The `HEAD`
+/// the agent breaks now is its own repository's: the user's stays as it was, so the look reads
+/// the user's config, the hooks path stays held in the next session, and nothing stands to
+/// refuse or accept.
 #[test]
-fn a_broken_head_does_not_hide_the_hooks_path() {
+fn a_head_the_agent_breaks_is_its_own_and_the_hooks_path_stays_held() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
         r#"U git config core.hooksPath .husky/_; mkdir -p .husky/_; chown -R 1990 .husky
-        X 'echo garbage > .git/HEAD' 2>&1
-        U "$OCSB" audit --accept >/dev/null 2>&1; echo "accept $?"
-        X "mkdir -p .husky/_ && printf '#!/bin/sh\ntouch $HOME/PWNED_husky\n' > .husky/_/pre-commit && chmod +x .husky/_/pre-commit; echo hook=\$?; echo 'ref: refs/heads/main' > .git/HEAD" 2>second.err
-        echo "second $?"; grep -q 'refusing to start' second.err && grep -q "$P/.git/HEAD" second.err && echo refused-named
-        U git commit -q --allow-empty -m host 2>&1 | tail -1
-        U sh -c 'echo "ref: refs/heads/main" > .git/HEAD'
+        X 'echo garbage > .git/HEAD; echo broke=$?' 2>&1
+        echo "user-head $(cat .git/HEAD)"
         U "$OCSB" audit >/dev/null 2>&1; echo "audit $?"
-        X "echo mended-starts; echo x > .husky/_/pre-commit; echo hook=\$?" 2>/dev/null
-        U git commit -q --allow-empty -m host 2>&1 | tail -1"#,
+        X "printf '#!/bin/sh\ntouch $HOME/PWNED_husky\n' > .husky/_/pre-commit && chmod +x .husky/_/pre-commit; echo hook=\$?; echo 'ref: refs/heads/main' > .git/HEAD" 2>second.err
+        echo "second $?"; cat second.err >&2
+        U git commit -q --allow-empty -m host 2>&1 | tail -1; echo "host-log $(U git log -1 --format=%s)""#,
     );
-    assert!(
-        out.contains(".git/HEAD  (git does not take this for a repository now"),
-        "reported:\n{out}\n{err}"
-    );
-    for l in ["accept 1", "second 1", "refused-named", "audit 0", "mended-starts"] {
+    for l in ["broke=0", "user-head ref: refs/heads/main", "audit 0", "second 0", "host-log host"] {
         has(&out, l, &err);
     }
     assert!(!out.contains("hook=0"), "the hooks path was writable:\n{out}\n{err}");
@@ -517,19 +577,24 @@ fn programs_the_config_runs_from_the_tree_are_held() {
     no_markers(&w, &out, &err);
 }
 
-/// A rebase the agent stopped, with an `exec` line git reads and the check did not (a tab after
-/// `x`): the user's `git rebase --continue` ran it. Any unfinished rebase, cherry-pick or revert
-/// left while the sandbox ran is now reported and moved aside, whatever it holds.
+/// A rebase the agent stopped, with an `exec` line git reads and a check would not (a tab after
+/// `x`): the user's `git rebase --continue` ran it. The rebase is now the agent's own
+/// repository's: the user's `.git` has no rebase in progress, the user's branch is not moved
+/// by one in the middle, and `git rebase --continue` on the host has nothing to continue.
 #[test]
-fn an_unfinished_rebase_the_agent_left_is_moved_aside() {
+fn an_unfinished_rebase_the_agent_left_stays_in_its_own_repository() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
         r#"X "GIT_SEQUENCE_EDITOR='sed -i 1ibreak' git rebase -q -i HEAD >/dev/null 2>&1; printf 'x\ttouch $HOME/PWNED_rebase\n' > .git/rebase-merge/git-rebase-todo; echo stopped" 2>&1
+        for d in rebase-merge rebase-apply sequencer; do test -e .git/$d && echo "user-has $d"; done
+        echo "user-head $(cat .git/HEAD)"
         U git rebase --continue >/dev/null 2>&1; echo "continue $?""#,
     );
     has(&out, "stopped", &err);
-    assert!(out.contains(".git/rebase-merge.ocsb-planted-"), "reported and moved aside:\n{out}\n{err}");
+    has(&out, "user-head ref: refs/heads/main", &err);
+    assert!(!out.contains("user-has "), "the rebase reached the user's .git:\n{out}\n{err}");
+    assert!(!out.contains("continue 0"), "the host had a rebase to continue:\n{out}\n{err}");
     no_markers(&w, &out, &err);
 }
 
@@ -556,8 +621,8 @@ fn plants_in_read_only_or_unreadable_directories_are_moved_aside() {
 
 /// The look must end: worktree git directories whose `HEAD` is a FIFO held each of the look's
 /// git runs for its whole limit, one after another (four took two minutes, and the agent can
-/// make any number). A file git reads first that is not a regular file is now a finding
-/// without running git, and all the look's git runs share one budget.
+/// make any number). The look's git runs only `git config` now, all its runs share one
+/// budget, and the repository the agent made in the worktrees directory is moved aside.
 #[test]
 fn git_directories_that_would_hold_git_do_not_hold_the_look() {
     let w = World::new();
@@ -569,7 +634,7 @@ fn git_directories_that_would_hold_git_do_not_hold_the_look() {
         echo "look took $(( $(date +%s) - s ))s""#,
     );
     has(&out, "planted", &err);
-    assert!(out.contains("a file git reads first is not a regular file"), "{out}\n{err}");
+    assert!(out.contains("proj-worktrees/r/.git.ocsb-planted-"), "reported and moved aside:\n{out}\n{err}");
     assert!(!out.contains("NOT moved aside"), "inside the moved-aside .git, named where it is:\n{out}");
     let secs: u64 = out
         .lines()

@@ -120,14 +120,23 @@ fn e16_e17_git_metadata_and_sandbox_config_are_read_only(w: World) {
 }
 
 fn e18_symlinked_protected_path_is_refused_before_start(w: World) {
+    // A link in the user's `.git` is no way out: inside, a git directory is the agent's own or
+    // (as this one, no repository to git) read-only whole, so the start goes on and nothing is
+    // written through the link.
     std::fs::remove_dir_all(w.proj.join(".git/hooks")).unwrap();
     std::os::unix::fs::symlink(w.home.join(".ssh"), w.proj.join(".git/hooks")).unwrap();
+    let through = w.probe(&["write", &s(&w.proj.join(".git/hooks/planted"))]);
+    assert!(through.starts_with("ERR"), "{through}");
+    assert!(!w.home.join(".ssh/planted").exists(), "written through the link");
+    // A path the checkout rule holds in the tree, made a link: the start is refused (the plan
+    // would protect the place it leads to instead), naming it. (The start above made it as an
+    // empty placeholder.)
+    let _ = std::fs::remove_dir_all(w.proj.join(".opencode-sandbox"));
+    std::os::unix::fs::symlink(w.home.join(".ssh"), w.proj.join(".opencode-sandbox")).unwrap();
     let o = w.run(&w.spec(), &["true"]);
     assert_eq!(o.status.code(), Some(125), "{o:?}");
     let err = String::from_utf8_lossy(&o.stderr);
-    // The launcher's check sees the link first (git would write through it); the plan refuses
-    // it too ("… is a symbolic link; it must be a real directory").
-    assert!(err.contains(".git/hooks") && err.contains("symbolic link"), "{err}");
+    assert!(err.contains(".opencode-sandbox") && err.contains("symbolic link"), "{err}");
 }
 
 fn e19_hidden_paths_and_private_keys(w: World) {

@@ -379,7 +379,7 @@ impl Gate {
     }
 
     /// The gate of a dead session's repository: everything it brings is held, nothing is
-    /// followed ([`Gate::hold_all`]).
+    /// followed.
     pub fn for_leftover(repo: Repo, staging_dir: PathBuf, session: Session) -> Result<Gate> {
         let mut g = Gate::new(repo, staging_dir, session, Vec::new())?;
         g.hold_all = true;

@@ -184,7 +184,10 @@ impl SessionGit {
         for mut g in gates {
             let done = g.import();
             report(&self.state_dir, &g.repo().root.clone(), &done);
-            g.remove();
+            // Kept when the last import failed: the next start imports it, all held.
+            if done.failed.is_none() {
+                g.remove();
+            }
         }
         let _ = std::fs::remove_dir_all(&self.staging);
     }

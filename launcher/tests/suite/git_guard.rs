@@ -85,11 +85,11 @@ fn planted_repositories_and_tool_files_are_caught_and_refused() {
     let (out, err) = scenario(
         &w,
         r#"X 'export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@example.invalid GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@example.invalid;
+             echo "echo hi" > .envrc; mkdir -p .git/remotes && echo "URL: /tmp/x" > .git/remotes/origin
              mkdir -p sub && cd sub && git init -q . && git commit -q --allow-empty -m n &&
              git config core.fsmonitor "touch $HOME/PWNED_nested; false" && cd .. &&
-             git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub &&
-             mkdir -p .git/remotes && echo "URL: /tmp/x" > .git/remotes/origin && echo "echo hi" > .envrc' 2>exec1.err
-        echo "exec1 $?"; grep -c 'WARNING: the sandbox left' exec1.err
+             git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub' 2>exec1.err
+        echo "exec1 $?"; cat exec1.err >&2
         U git status >/dev/null 2>&1; U git -C sub status >/dev/null 2>&1
         X true 2>exec2.err; echo "exec2 $?"; cat exec2.err >&2
         grep -q 'refusing to start a sandbox' exec2.err && echo refused-start
@@ -103,8 +103,8 @@ fn planted_repositories_and_tool_files_are_caught_and_refused() {
         U "$OCSB" audit --accept >/dev/null 2>&1; echo "accept $?"
         X 'echo started' 2>/dev/null"#,
     );
-    has(&out, "exec1 0", &err);
-    has(&out, "1", &err);
+    // The live watch moves `sub/.git` aside as `git init` makes it (the agent's commands there
+    // may fail); the exit look finds the `.envrc`.
     has(&out, "exec2 1", &err);
     for l in
         ["refused-start", "names-envrc", "no-user-remotes", "names-nested", "wt 1", "refused-wt", "audit 1"]
@@ -372,11 +372,12 @@ PLANT
             tmp = tmp.display()
         ),
     );
-    has(&out, "planted", &err);
+    // The live watch moves them aside as they appear (the agent's script may stop there); the
+    // look at the exit, when a watch missed one, says "no checkout's .git".
     for d in ["evil", "evil2"] {
         assert!(
             out.contains(&format!("proj-worktrees/{d}/.git.ocsb-planted-"))
-                && out.contains("no checkout's .git"),
+                && (out.contains("no checkout's .git") || out.contains("appeared while the sandbox ran")),
             "{d} reported and moved aside:\n{out}\n{err}"
         );
         has(&out, &format!("{d} .git: moved"), &err);
@@ -612,9 +613,9 @@ fn plants_in_read_only_or_unreadable_directories_are_moved_aside() {
         r#"X 'set -e; export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@example.invalid GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@example.invalid; for d in sub sub2; do mkdir $d; git -C $d init -q; git -C $d config core.fsmonitor "touch $HOME/PWNED_$d; false"; git -C $d commit -q --allow-empty -m x; git add $d 2>/dev/null; done; chmod a-w sub; chmod 111 sub2; echo planted' 2>&1
         U git status >/dev/null 2>&1; echo "status $?""#,
     );
-    has(&out, "planted", &err);
-    assert!(out.contains("proj/sub/.git.ocsb-planted-"), "the read-only one moved aside:\n{out}\n{err}");
-    assert!(out.contains("proj/sub2.ocsb-planted-"), "the unreadable one moved aside:\n{out}\n{err}");
+    // The live watch moves `sub/.git` aside as `git init` makes it, before the agent can make
+    // its directory read-only (a directory made unreadable first: agent_git_attacks).
+    assert!(out.contains("proj/sub/.git.ocsb-planted-"), "moved aside:\n{out}\n{err}");
     assert!(!out.contains("NOT moved aside"), "{out}");
     no_markers(&w, &out, &err);
 }
@@ -633,7 +634,7 @@ fn git_directories_that_would_hold_git_do_not_hold_the_look() {
         X "set -e; git init -q $W/r; for n in 1 2 3 4; do d=$W/r/.git/worktrees/a\$n; mkdir -p \$d; echo ../../ > \$d/commondir; : > \$d/index; mkfifo \$d/HEAD; done; echo planted" 2>&1
         echo "look took $(( $(date +%s) - s ))s""#,
     );
-    has(&out, "planted", &err);
+    // The live watch moves `r/.git` aside as `git init` makes it; the rest of the script fails.
     assert!(out.contains("proj-worktrees/r/.git.ocsb-planted-"), "reported and moved aside:\n{out}\n{err}");
     assert!(!out.contains("NOT moved aside"), "inside the moved-aside .git, named where it is:\n{out}");
     let secs: u64 = out

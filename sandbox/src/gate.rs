@@ -366,7 +366,10 @@ impl Gate {
             .filter_map(|(n, o)| Oid::parse(repo.format, o.as_bytes()).map(|o| (n.clone(), o)))
             .collect();
         let expected = last.clone();
-        Ok(Gate { repo, staging, session, last, expected, last_head: None, held_extra, hold_all: false })
+        // The HEAD the agent's repository was made with: a session that changes nothing costs
+        // its end no git run at all.
+        let last_head = agent_refs(repo.dir.as_fd(), repo.format).ok().map(|a| a.head);
+        Ok(Gate { repo, staging, session, last, expected, last_head, held_extra, hold_all: false })
     }
 
     pub fn repo(&self) -> &Repo {
@@ -385,6 +388,7 @@ impl Gate {
         g.hold_all = true;
         g.last.clear();
         g.expected.clear();
+        g.last_head = None;
         Ok(g)
     }
 

@@ -48,8 +48,17 @@ struct Watched {
     by_wd: BTreeMap<WatchDescriptor, (usize, PathBuf, bool)>,
 }
 
+/// At most this many directories watched for all gates: refs directories are few, and a path
+/// the agent redirected (`refs` swapped for a link after its watch was put) must not make the
+/// launcher watch a whole tree of the host. A ref in a directory past it is still imported
+/// with the next change elsewhere, or at the session's end.
+const MAX_WATCHED: usize = 4096;
+
 impl Watched {
     fn add(&mut self, ino: &Inotify, gate: usize, dir: PathBuf, top: bool) {
+        if self.by_wd.len() >= MAX_WATCHED {
+            return;
+        }
         if let Ok(wd) = ino.add_watch(&dir, DIR_EVENTS) {
             if !top {
                 // What was made before the watch existed (`mkdir -p refs/heads/a/b` then a ref).

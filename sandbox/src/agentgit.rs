@@ -87,7 +87,7 @@ pub fn make_all(store: &Path, session: &str, checkouts: &[Checkout]) -> Result<M
                 format!("replace the link with the directory it names (`ls -l {}`)", dot.display()),
             ));
         }
-        let Ok(facts) = crate::gate::user_facts(&c.root) else {
+        let Ok(facts) = crate::gate::user_facts(&c.root, &g.common) else {
             made.read_only.push(dot);
             continue;
         };
@@ -192,7 +192,8 @@ fn make(
         )
     })?;
     write_new(&dir.join("HEAD"), head.as_bytes())?;
-    let mut packed = String::from("# pack-refs with: peeled fully-peeled sorted \n");
+    // No peeled lines are written, so the header claims none: git peels annotated tags itself.
+    let mut packed = String::from("# pack-refs with: sorted \n");
     let mut start = BTreeMap::new();
     for (oid, name) in &facts.refs {
         packed.push_str(&format!("{oid} {name}\n"));
@@ -261,7 +262,7 @@ pub fn leftovers(store: &Path) -> Vec<(String, Repo)> {
                 continue;
             };
             let Some(g) = crate::checkouts::git_dirs(&root) else { continue };
-            let Ok(facts) = crate::gate::user_facts(&root) else { continue };
+            let Ok(facts) = crate::gate::user_facts(&root, &g.common) else { continue };
             let Ok(fd) = nix::fcntl::open(
                 &dir,
                 nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW,

@@ -76,28 +76,65 @@ fn output(mut cmd: Command, what: &str) -> Result<Vec<u8>> {
 }
 
 /// What the agent's repository starts from: the user's refs, config and object format.
-pub fn user_facts(root: &Path) -> Result<UserFacts> {
-    let mut cmd = user_git(root);
-    cmd.args([
-        "for-each-ref",
-        "--format=%(objectname) %(refname)",
-        "refs/heads",
-        "refs/tags",
-        "refs/remotes",
-    ]);
-    let refs = String::from_utf8_lossy(&output(cmd, "for-each-ref")?)
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(o, n)| (o.to_string(), n.to_string())))
-        .collect();
+/// `common` is the checkout's common git directory (where its refs are).
+pub fn user_facts(root: &Path, common: &Path) -> Result<UserFacts> {
     let mut cmd = user_git(root);
     cmd.args(["config", "--list", "--show-scope", "--null"]);
     let config = output(cmd, "config --list").unwrap_or_default();
+    let has = |entry: &[u8]| config.split(|b| *b == 0).any(|e| e.eq_ignore_ascii_case(entry));
     // The format from the listing (one git run fewer at every start): git writes
     // `extensions.objectformat` for every repository that is not SHA-1.
-    let sha256 =
-        config.split(|b| *b == 0).any(|e| e.eq_ignore_ascii_case(b"extensions.objectformat\nsha256"));
-    let format = if sha256 { ObjectFormat::Sha256 } else { ObjectFormat::Sha1 };
+    let format =
+        if has(b"extensions.objectformat\nsha256") { ObjectFormat::Sha256 } else { ObjectFormat::Sha1 };
+    // Read by the launcher itself where the refs are files (one git run fewer again); git
+    // lists them where they are not (`extensions.refstorage = reftable`), or where the files
+    // hold what the launcher's strict reading does not take.
+    let files =
+        !config.split(|b| *b == 0).any(|e| e.to_ascii_lowercase().starts_with(b"extensions.refstorage\n"));
+    let read = files.then(|| user_refs_from_files(common, format)).and_then(|r| r.ok());
+    let refs = match read {
+        Some(refs) => refs,
+        None => {
+            let mut cmd = user_git(root);
+            cmd.args([
+                "for-each-ref",
+                "--format=%(objectname) %(refname)",
+                "refs/heads",
+                "refs/tags",
+                "refs/remotes",
+            ]);
+            String::from_utf8_lossy(&output(cmd, "for-each-ref")?)
+                .lines()
+                .filter_map(|l| l.split_once(' ').map(|(o, n)| (o.to_string(), n.to_string())))
+                .collect()
+        }
+    };
     Ok(UserFacts { refs, config, format })
+}
+
+/// The user's branches, tags and remote-tracking branches, read from `packed-refs` and the
+/// loose ref files as git would list them: a loose ref over a packed one, a symbolic ref
+/// (`refs/remotes/origin/HEAD`) as the ref it names. Sorted by name, as git sorts them.
+fn user_refs_from_files(
+    common: &Path,
+    format: ObjectFormat,
+) -> std::result::Result<Vec<(String, String)>, String> {
+    let dir =
+        sys::openat2(None, common, libc::O_PATH | libc::O_DIRECTORY, 0, 0).map_err(|e| e.to_string())?;
+    let read = read_refs(dir.as_fd(), format, &["refs/heads", "refs/tags", "refs/remotes"])?;
+    let mut out = Vec::new();
+    for (name, value) in &read {
+        let oid = match value {
+            RefValue::Oid(oid) => oid,
+            RefValue::Symbolic(target) => match read.get(target.as_str()) {
+                Some(RefValue::Oid(oid)) => oid,
+                // A dangling one, or one to another symbolic ref: git lists neither usefully.
+                _ => continue,
+            },
+        };
+        out.push((oid.as_str().to_string(), name.clone()));
+    }
+    Ok(out)
 }
 
 /// The agent repository's config: what of the user's repository config carries neither a
@@ -153,19 +190,40 @@ pub struct AgentRefs {
 fn agent_refs(dir: BorrowedFd<'_>, format: ObjectFormat) -> std::result::Result<AgentRefs, String> {
     let head = read_beneath(dir, Path::new("HEAD"), REF_FILE_MAX).map_err(|e| format!("HEAD: {e}"))?;
     let head = gitimport::parse_ref_file("HEAD", &head, format, REF_FILE_MAX).map_err(|e| e.to_string())?;
+    let refs = read_refs(dir, format, &["refs/heads", "refs/tags"])?
+        .into_iter()
+        .filter_map(|(name, value)| match value {
+            RefValue::Oid(oid) => Some((name, oid)),
+            // A branch that is a symbolic ref is not a commit to import.
+            RefValue::Symbolic(_) => None,
+        })
+        .collect();
+    Ok(AgentRefs { head, refs })
+}
+
+/// The refs below `under` of the git directory `dir`: `packed-refs`, then the loose ref files
+/// over them, read beneath `dir` and through no link, each bounded in size and number.
+fn read_refs(
+    dir: BorrowedFd<'_>,
+    format: ObjectFormat,
+    under: &[&str],
+) -> std::result::Result<BTreeMap<String, RefValue>, String> {
+    let wanted = |name: &str| under.iter().any(|u| name.strip_prefix(u).is_some_and(|r| r.starts_with('/')));
     let mut refs = BTreeMap::new();
     match read_beneath(dir, Path::new("packed-refs"), PACKED_MAX) {
         Ok(b) => {
             for (name, oid) in gitimport::parse_packed_refs("packed-refs", &b, format, PACKED_MAX)
                 .map_err(|e| e.to_string())?
             {
-                refs.insert(name.as_str().to_string(), oid);
+                if wanted(name.as_str()) {
+                    refs.insert(name.as_str().to_string(), RefValue::Oid(oid));
+                }
             }
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
         Err(e) => return Err(format!("packed-refs: {e}")),
     }
-    let mut todo: Vec<PathBuf> = vec!["refs/heads".into(), "refs/tags".into()];
+    let mut todo: Vec<PathBuf> = under.iter().map(PathBuf::from).collect();
     let mut seen = 0usize;
     while let Some(rel) = todo.pop() {
         for (name, is_dir) in names_beneath(dir, &rel).map_err(|e| format!("{}: {e}", rel.display()))? {
@@ -189,18 +247,12 @@ fn agent_refs(dir: BorrowedFd<'_>, format: ObjectFormat) -> std::result::Result<
             };
             let refname = p.to_str().ok_or_else(|| format!("{}: not UTF-8", p.display()))?;
             let name = RefName::parse(refname.as_bytes()).map_err(|e| format!("{refname}: {e}"))?;
-            match gitimport::parse_ref_file(refname, &bytes, format, REF_FILE_MAX)
-                .map_err(|e| e.to_string())?
-            {
-                RefValue::Oid(oid) => {
-                    refs.insert(name.as_str().to_string(), oid);
-                }
-                // A branch that is a symbolic ref is not a commit to import.
-                RefValue::Symbolic(_) => {}
-            }
+            let value = gitimport::parse_ref_file(refname, &bytes, format, REF_FILE_MAX)
+                .map_err(|e| e.to_string())?;
+            refs.insert(name.as_str().to_string(), value);
         }
     }
-    Ok(AgentRefs { head, refs })
+    Ok(refs)
 }
 
 /// A launcher-private bare repository the agent's object files are copied into; its
@@ -764,10 +816,57 @@ mod tests {
             std::fs::create_dir(&d).unwrap();
             git(&d, &["init", "-q", &format!("--object-format={fmt}")]);
             git(&d, &["commit", "-q", "--allow-empty", "-m", "x"]);
-            let facts = user_facts(&d).unwrap();
+            let facts = user_facts(&d, &d.join(".git")).unwrap();
             assert_eq!(facts.format, want);
             assert!(facts.refs.iter().any(|(o, n)| n == "refs/heads/main" && o.len() == want.hex_len()));
         }
+    }
+
+    /// The user's refs as the launcher reads them from the files are what `git for-each-ref`
+    /// lists: packed and loose (a loose one over its packed value), nested names, an annotated
+    /// tag (its own id, not the commit's), a symbolic `origin/HEAD` as the ref it names; and a
+    /// layout the strict reading does not take (a ref that is a link) is listed by git instead.
+    #[test]
+    fn the_users_refs_read_from_the_files_are_what_git_lists() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("r");
+        std::fs::create_dir(&d).unwrap();
+        git(&d, &["init", "-q", "-b", "main"]);
+        git(&d, &["commit", "-q", "--allow-empty", "-m", "one"]);
+        git(&d, &["tag", "-a", "-m", "annotated", "v1"]);
+        git(&d, &["tag", "light"]);
+        git(&d, &["branch", "feature/deep/x"]);
+        git(&d, &["update-ref", "refs/remotes/origin/main", "HEAD"]);
+        git(&d, &["symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/main"]);
+        git(&d, &["pack-refs", "--all"]);
+        git(&d, &["commit", "-q", "--allow-empty", "-m", "two"]);
+        git(&d, &["branch", "loose-only"]);
+        git(&d, &["update-ref", "refs/notes/commits", "HEAD"]);
+        let listed = |d: &Path| -> Vec<(String, String)> {
+            git(
+                d,
+                &[
+                    "for-each-ref",
+                    "--format=%(objectname) %(refname)",
+                    "refs/heads",
+                    "refs/tags",
+                    "refs/remotes",
+                ],
+            )
+            .lines()
+            .filter_map(|l| l.split_once(' ').map(|(o, n)| (o.to_string(), n.to_string())))
+            .collect()
+        };
+        let want = listed(&d);
+        assert_eq!(want.len(), 7, "{want:?}");
+        let read = user_refs_from_files(&d.join(".git"), ObjectFormat::Sha1).unwrap();
+        assert_eq!(read, want);
+        assert_eq!(user_facts(&d, &d.join(".git")).unwrap().refs, want);
+
+        std::fs::rename(d.join(".git/refs/heads/loose-only"), d.join(".git/loose-only")).unwrap();
+        std::os::unix::fs::symlink("../../loose-only", d.join(".git/refs/heads/loose-only")).unwrap();
+        assert!(user_refs_from_files(&d.join(".git"), ObjectFormat::Sha1).is_err());
+        assert_eq!(user_facts(&d, &d.join(".git")).unwrap().refs, listed(&d), "git lists them instead");
     }
 
     /// The agent's refs are read beneath its directory and through no link: a `refs/heads`

@@ -31,7 +31,7 @@ pub type Report = Box<dyn FnMut(&std::path::Path, &Imported) + Send>;
 /// The watching thread; [`Running::finish`] stops it and hands the gates back.
 pub struct Running {
     stop: OwnedFd,
-    thread: std::thread::JoinHandle<Vec<Gate>>,
+    thread: std::thread::JoinHandle<(Vec<Gate>, OwnedFd)>,
 }
 
 const DIR_EVENTS: AddWatchFlags = AddWatchFlags::IN_CREATE
@@ -150,16 +150,20 @@ pub fn start(gates: Vec<Gate>, mut report: Report) -> Result<Running> {
                 }
                 first = None;
             }
-            gates
+            (gates, OwnedFd::from(ino))
         })
         .map_err(|e| Error::io("start", "the gate's thread", e))?;
     Ok(Running { stop: stop_w, thread })
 }
 
 impl Running {
-    /// Stop watching; the gates come back for the session's last import.
-    pub fn finish(self) -> Vec<Gate> {
+    /// Stop watching; the gates come back for the session's last import, with the inotify
+    /// instance to close late ([`crate::watch::Watch::stop`] says why).
+    pub fn finish(self) -> (Vec<Gate>, Option<OwnedFd>) {
         let _ = nix::unistd::write(&self.stop, b"x");
-        self.thread.join().unwrap_or_default()
+        match self.thread.join() {
+            Ok((gates, ino)) => (gates, Some(ino)),
+            Err(_) => (Vec::new(), None),
+        }
     }
 }

@@ -26,14 +26,29 @@ use super::sys;
 /// The largest request accepted (a home with many entries makes a large plan).
 const MAX_REQUEST: u64 = 64 << 20;
 
-/// The launcher's side: stdin for the command first (with one byte, `i`), then the request.
+/// The launcher's side: stdin for the command first (with one byte, `i`), then the request
+/// (its length first: the channel stays open for [`leave`]).
 pub fn send(chan: &mut UnixStream, stdin: BorrowedFd<'_>, request: &[u8]) -> std::io::Result<()> {
     let fds = [stdin.as_raw_fd()];
     let cmsg = [ControlMessage::ScmRights(&fds)];
     sendmsg::<()>(chan.as_raw_fd(), &[IoSlice::new(b"i")], &cmsg, MsgFlags::empty(), None)?;
     chan.write_all(&(request.len() as u64).to_le_bytes())?;
-    chan.write_all(request)?;
-    chan.shutdown(std::net::Shutdown::Write)
+    chan.write_all(request)
+}
+
+/// The launcher's last word, as it lets go: descriptors for stage 2 to close as it exits. Stage
+/// 2 never reads them; they stay queued on its end of the channel, and the kernel closes them
+/// when that end goes, with stage 2's exit, which nobody waits for. *Why*: the last close of an
+/// inotify instance that holds watches waits for the kernel to free them (a grace period, 8 to
+/// 12 ms measured per instance), and the launcher's exit would wait for it. A stage 2 that is
+/// gone already (`EPIPE`) gets nothing: they are closed here.
+pub fn leave(chan: &UnixStream, fds: Vec<OwnedFd>) {
+    if fds.is_empty() {
+        return;
+    }
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let cmsg = [ControlMessage::ScmRights(&raw)];
+    let _ = sendmsg::<()>(chan.as_raw_fd(), &[IoSlice::new(b"l")], &cmsg, MsgFlags::MSG_NOSIGNAL, None);
 }
 
 /// Stage 2's side, on fd 0: the command's stdin and the request; `None` when the launcher gave
@@ -89,9 +104,9 @@ pub fn report(chan: &mut UnixStream, code: i32) {
 }
 
 /// Stage 2's side, after [`report`]: wait until the launcher lets go of the hand-over (shuts
-/// it down whole, or exits), at most `within`. *Why not a read*: the launcher shut its sending
-/// side down with the request, so the socket reads as ended from then on; only the hang-up
-/// (`POLLHUP`, reported whether asked for or not) says the launcher is done.
+/// it down whole, or exits), at most `within`. *Why not a read*: what the launcher leaves on
+/// the channel ([`leave`]) is not for reading; only the hang-up (`POLLHUP`, reported whether
+/// asked for or not) says the launcher is done.
 pub fn await_let_go(chan: &UnixStream, within: std::time::Duration) {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let mut pfd = [PollFd::new(chan.as_fd(), PollFlags::empty())];
@@ -142,6 +157,27 @@ mod tests {
         assert!(receive(&mut b).unwrap().is_none(), "the launcher gave up");
     }
 
+    /// What the launcher leaves stays open while stage 2's end lives, and closes with it; a
+    /// stage 2 that is gone takes nothing (and no `SIGPIPE`).
+    #[test]
+    fn what_the_launcher_leaves_closes_with_stage_2s_end() {
+        let (launcher, stage2) = UnixStream::pair().unwrap();
+        let (r, w) = nix::unistd::pipe().unwrap();
+        leave(&launcher, vec![w]);
+        drop(launcher);
+        let mut fds = [nix::poll::PollFd::new(r.as_fd(), nix::poll::PollFlags::POLLIN)];
+        assert_eq!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).unwrap(), 0, "still open");
+        drop(stage2);
+        let mut got = [0u8; 1];
+        assert_eq!(nix::unistd::read(&r, &mut got).unwrap(), 0, "closed with stage 2's end");
+
+        let (launcher, stage2) = UnixStream::pair().unwrap();
+        drop(stage2);
+        let (r, w) = nix::unistd::pipe().unwrap();
+        leave(&launcher, vec![w]);
+        assert_eq!(nix::unistd::read(&r, &mut got).unwrap(), 0, "dropped by the launcher");
+    }
+
     #[test]
     fn a_reported_status_arrives_and_a_stage_2_gone_without_one_is_none() {
         let (mut a, mut b) = UnixStream::pair().unwrap();
@@ -151,8 +187,8 @@ mod tests {
         assert_eq!(reported(&mut b), None);
     }
 
-    /// Stage 2 waits past the launcher's half-close (made with the request) and past the
-    /// status, and goes on once the launcher shuts the hand-over down whole, or is gone.
+    /// Stage 2 waits past a half-close and past the status, and goes on once the launcher
+    /// shuts the hand-over down whole, or is gone.
     #[test]
     fn stage_2_waits_for_the_launcher_to_let_go() {
         use std::time::{Duration, Instant};

@@ -232,19 +232,22 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) ->
     let checkouts = checkouts::of_spec_known(&spec, &audit.checkouts);
     crate::stages::mark("launcher: start recorded");
     let gates = if spec.namespaces { Some(crate::session_git::begin(&mut spec, &checkouts)?) } else { None };
-    crate::stages::mark("launcher: agent git directories made");
+    crate::stages::mark("launcher: the gates and the tree watch started");
     let run = run_checked(&spec, serve, ahead.stage2, ahead.on_plan, &checkouts);
     if let Some(quiet) = ahead.on_exit {
         quiet();
     }
     crate::stages::mark("launcher: Docker gateway told of the exit");
-    if let Some(g) = gates {
-        g.end();
-    }
+    let late = gates.map(crate::session_git::SessionGit::end).unwrap_or_default();
+    crate::stages::mark("launcher: the last import, the agent's git directories removed");
     audit.end();
     crate::stages::mark("launcher: checkouts looked at (after)");
-    // Only now, after the look, may stage 2 free the port rules and tear the namespaces down.
-    run.map(|(code, _ending)| code)
+    // Only now, after the look, may stage 2 free the port rules and tear the namespaces down;
+    // it closes the watches' inotify instances as it exits.
+    run.map(|(code, mut ending)| {
+        ending.late = late;
+        code
+    })
 }
 
 /// Stage 2, started before its request exists. *Why*: its landlock port rules (the ephemeral
@@ -356,7 +359,7 @@ impl Stage2 {
                 st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
             }
         };
-        Ok((code, Ending { child: Some(self.child), chan: self.chan }))
+        Ok((code, Ending { child: Some(self.child), chan: self.chan, late: Vec::new() }))
     }
 }
 
@@ -368,10 +371,15 @@ impl Stage2 {
 struct Ending {
     child: Option<Child>,
     chan: UnixStream,
+    /// Descriptors whose last close is slow and that nothing needs any more (the watches'
+    /// inotify instances): sent to stage 2, which closes them as it exits
+    /// ([`handover::leave`]).
+    late: Vec<OwnedFd>,
 }
 
 impl Drop for Ending {
     fn drop(&mut self) {
+        handover::leave(&self.chan, std::mem::take(&mut self.late));
         let _ = self.chan.shutdown(std::net::Shutdown::Both);
         if let Some(mut child) = self.child.take() {
             let _ = std::thread::Builder::new().name("ocsb-stage2-reap".into()).spawn(move || child.wait());

@@ -52,6 +52,7 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
     let store = crate::agentgit::store_of(&spec.state_dir);
     import_leftovers(&spec.state_dir, &store);
     let made = crate::agentgit::make_all(&store, session.as_str(), checkouts)?;
+    crate::stages::mark("launcher: agent git directories made");
     let repos = made.repos;
     let lock = lock(&store, session.as_str())?;
     let staging = crate::audit::dir_of(&spec.state_dir).join("gate").join(session.as_str());
@@ -170,26 +171,34 @@ fn lock(store: &Path, session: &str) -> Result<nix::fcntl::Flock<std::fs::File>>
 }
 
 impl SessionGit {
-    /// After the sandbox exited: the last import, then the agent's directories removed.
-    pub fn end(mut self) {
+    /// After the sandbox exited: the last import, then the agent's directories removed. Gives
+    /// back the watches' inotify instances, for the caller to close where nobody waits for it
+    /// ([`crate::watch::Watch::stop`] says why).
+    pub fn end(mut self) -> Vec<std::os::fd::OwnedFd> {
+        let mut late = Vec::new();
         if let Some(t) = self.trees.take() {
-            drop(t.join());
+            late.extend(t.join().ok().flatten().and_then(crate::watch::Watch::stop));
         }
         if let Ok(found) = self.planted.lock()
             && let Err(e) = crate::audit::record(&self.state_dir, &found)
         {
             eprintln!("ocsb: could not record what was moved aside: {e}");
         }
-        let gates = self.running.take().map(crate::gatewatch::Running::finish).unwrap_or_default();
+        let (gates, ino) = self.running.take().map(crate::gatewatch::Running::finish).unwrap_or_default();
+        late.extend(ino);
+        crate::stages::mark("launcher: watches stopped");
         for mut g in gates {
             let done = g.import();
+            crate::stages::mark("launcher: the last import");
             report(&self.state_dir, &g.repo().root.clone(), &done);
             // Kept when the last import failed: the next start imports it, all held.
             if done.failed.is_none() {
                 g.remove();
             }
         }
+        crate::stages::mark("launcher: the agent's git directories removed");
         let _ = std::fs::remove_dir_all(&self.staging);
+        late
     }
 }
 

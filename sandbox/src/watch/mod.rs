@@ -95,7 +95,7 @@ pub enum Outcome {
 pub struct Watch {
     /// Its closing wakes the thread (`POLLHUP` on the other end).
     stop: Option<OwnedFd>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<OwnedFd>>,
 }
 
 impl Watch {
@@ -120,9 +120,24 @@ impl Watch {
         tree.wake = Some(wake);
         let thread = std::thread::Builder::new()
             .name("ocsb-watch".into())
-            .spawn(move || tree.run())
+            .spawn(move || {
+                tree.run();
+                let Tree { inotify, .. } = tree;
+                OwnedFd::from(inotify)
+            })
             .map_err(|e| Error::kernel("starting the tree watch's thread", e, "raise the thread limit"))?;
         Ok(Watch { stop: Some(stop), thread: Some(thread) })
+    }
+}
+
+impl Watch {
+    /// Stop watching, and hand back the inotify instance rather than close it here: closing
+    /// an instance that holds watches waits for the kernel to free them (a grace period of
+    /// several milliseconds), which the caller can leave to a process nobody waits for
+    /// ([`crate::launch`] gives it to stage 2 as it lets go).
+    pub fn stop(mut self) -> Option<OwnedFd> {
+        drop(self.stop.take());
+        self.thread.take().and_then(|t| t.join().ok())
     }
 }
 

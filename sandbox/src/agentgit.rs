@@ -68,7 +68,7 @@ pub struct Made {
 /// Make the agent git directories of `checkouts` for `session`: every checkout that is a
 /// repository gets one. A checkout whose `.git` is a symbolic link is refused (a mount over
 /// it would cover its target, some other place).
-pub fn make_all(store: &Path, session: &str, checkouts: &[Checkout]) -> Result<Made> {
+pub fn make_all(store: &Path, session: &str, checkouts: &[Checkout], home: &Path) -> Result<Made> {
     private_dir(store)?;
     // Canonical: the plan binds from it and refuses a source that goes through a link
     // (`~ -> /data/home`).
@@ -87,7 +87,7 @@ pub fn make_all(store: &Path, session: &str, checkouts: &[Checkout]) -> Result<M
                 format!("replace the link with the directory it names (`ls -l {}`)", dot.display()),
             ));
         }
-        let Ok(facts) = crate::gate::user_facts(&c.root, &g.common) else {
+        let Ok(facts) = crate::gate::user_facts(&c.root, g, home) else {
             made.read_only.push(dot);
             continue;
         };
@@ -238,7 +238,7 @@ fn make(
 
 /// The agent git directories of sessions whose launcher died (their lock is free): each with
 /// the session it belonged to, ready for a last import that holds everything.
-pub fn leftovers(store: &Path) -> Vec<(String, Repo)> {
+pub fn leftovers(store: &Path, home: &Path) -> Vec<(String, Repo)> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(store) else { return out };
     for e in rd.flatten() {
@@ -262,7 +262,7 @@ pub fn leftovers(store: &Path) -> Vec<(String, Repo)> {
                 continue;
             };
             let Some(g) = crate::checkouts::git_dirs(&root) else { continue };
-            let Ok(facts) = crate::gate::user_facts(&root, &g.common) else { continue };
+            let Ok(facts) = crate::gate::user_facts(&root, &g, home) else { continue };
             let Ok(fd) = nix::fcntl::open(
                 &dir,
                 nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW,

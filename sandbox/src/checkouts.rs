@@ -295,6 +295,31 @@ pub struct ConfigFacts {
     /// The targets of `includeIf.*.path` whose condition does not hold now: no file of the
     /// listing came from them.
     pub unread_conditional: Vec<PathBuf>,
+    /// The repository's own entries (scopes `local` and `worktree`) as `git config --list
+    /// --show-scope --null` gives them: what the agent's repository's config is made from
+    /// ([`crate::gate::agent_config`]), remembered with the rest. (No `serde(default)`: a
+    /// record kept before it existed is no record, and is made again.)
+    pub repository: Vec<u8>,
+}
+
+/// A listing made with `--show-scope --show-origin --null` as [`parse_config_list`] reads one
+/// made without the scope, and the repository's own entries as `--show-scope` alone gives them.
+fn split_scopes(out: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let (mut origins, mut repository) = (Vec::new(), Vec::new());
+    let mut fields = out.split(|b| *b == 0);
+    while let (Some(scope), Some(origin), Some(kv)) = (fields.next(), fields.next(), fields.next()) {
+        for f in [origin, kv] {
+            origins.extend_from_slice(f);
+            origins.push(0);
+        }
+        if scope == b"local" || scope == b"worktree" {
+            for f in [scope, kv] {
+                repository.extend_from_slice(f);
+                repository.push(0);
+            }
+        }
+    }
+    (origins, repository)
 }
 
 /// `core.hooksPath` and every config file (with include targets) git reads for `root`. When git
@@ -306,9 +331,12 @@ pub struct ConfigFacts {
 /// sets must be held before that, not after.
 pub fn config_facts(root: &Path, home: &Path) -> ConfigFacts {
     let mut cmd = git(root);
-    cmd.args(["config", "--null", "--show-origin", "--list"]).stderr(Stdio::null());
+    cmd.args(["config", "--null", "--show-scope", "--show-origin", "--list"]).stderr(Stdio::null());
     let mut facts = match output_within(cmd, MAX_CONFIG_LIST) {
-        Some((status, out)) if status.success() => parse_config_list(&out, root, home),
+        Some((status, out)) if status.success() => {
+            let (origins, repository) = split_scopes(&out);
+            ConfigFacts { repository, ..parse_config_list(&origins, root, home) }
+        }
         _ => return ConfigFacts::default(),
     };
     let mut asked = Vec::new();
@@ -559,7 +587,7 @@ pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
         }
     }
     let unread_conditional = conditional.into_iter().filter(|t| !origins.contains(t)).collect();
-    ConfigFacts { hooks_paths: hooks, files, unread_conditional }
+    ConfigFacts { hooks_paths: hooks, files, unread_conditional, repository: Vec::new() }
 }
 
 /// The checkout at `root`, with everything discovery knows about it.

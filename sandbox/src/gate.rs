@@ -30,6 +30,8 @@ use ocsb_policy::gitimport::{
     self, Change, CommitChanges, ObjectFormat, Oid, RefName, RefUpdate, RefValue, Session, Verdict,
 };
 
+use ocsb_policy::guard::GitDirs;
+
 use crate::agentgit::Repo;
 use crate::error::{Error, Result};
 use crate::sys;
@@ -75,12 +77,18 @@ fn output(mut cmd: Command, what: &str) -> Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-/// What the agent's repository starts from: the user's refs, config and object format.
-/// `common` is the checkout's common git directory (where its refs are).
-pub fn user_facts(root: &Path, common: &Path) -> Result<UserFacts> {
-    let mut cmd = user_git(root);
-    cmd.args(["config", "--list", "--show-scope", "--null"]);
-    let config = output(cmd, "config --list").unwrap_or_default();
+/// What the agent's repository starts from: the user's refs, config and object format. The
+/// config listing is the look's ([`crate::configmemo`]: no git run while the files git read
+/// stand), the refs are read from the files where they are files.
+pub fn user_facts(root: &Path, git: &GitDirs, home: &Path) -> Result<UserFacts> {
+    let mut config =
+        crate::configmemo::facts(root, home, git, || crate::checkouts::config_facts(root, home)).repository;
+    if config.is_empty() {
+        let mut cmd = user_git(root);
+        cmd.args(["config", "--list", "--show-scope", "--null"]);
+        config = output(cmd, "config --list").unwrap_or_default();
+    }
+    let common = &git.common;
     let has = |entry: &[u8]| config.split(|b| *b == 0).any(|e| e.eq_ignore_ascii_case(entry));
     // The format from the listing (one git run fewer at every start): git writes
     // `extensions.objectformat` for every repository that is not SHA-1.
@@ -373,7 +381,10 @@ const LEFTOVER: &str = "its session ended without ocsb (the launcher was killed)
 /// One checkout's gate: its agent repository, staging and what it imported so far.
 pub struct Gate {
     repo: Repo,
-    staging: Staging,
+    /// Made by the first import that brings objects: a session that commits nothing costs
+    /// no staging repository.
+    staging: Option<Staging>,
+    staging_dir: PathBuf,
     session: Session,
     /// The agent's refs as last imported (an unchanged ref is not judged again).
     last: BTreeMap<String, Oid>,
@@ -411,7 +422,6 @@ impl Imported {
 impl Gate {
     /// The gate of `repo`, staging in `staging_dir` (launcher-private).
     pub fn new(repo: Repo, staging_dir: PathBuf, session: Session, held_extra: Vec<PathBuf>) -> Result<Gate> {
-        let staging = Staging::make(staging_dir, &repo)?;
         let last: BTreeMap<String, Oid> = repo
             .start
             .iter()
@@ -421,7 +431,17 @@ impl Gate {
         // The HEAD the agent's repository was made with: a session that changes nothing costs
         // its end no git run at all.
         let last_head = agent_refs(repo.dir.as_fd(), repo.format).ok().map(|a| a.head);
-        Ok(Gate { repo, staging, session, last, expected, last_head, held_extra, hold_all: false })
+        Ok(Gate {
+            repo,
+            staging: None,
+            staging_dir,
+            session,
+            last,
+            expected,
+            last_head,
+            held_extra,
+            hold_all: false,
+        })
     }
 
     pub fn repo(&self) -> &Repo {
@@ -469,7 +489,13 @@ impl Gate {
         let before = self.user_head();
         let wanted: Vec<&Oid> = changed.iter().filter_map(|n| agent.refs.get(n)).collect();
         if !wanted.is_empty() {
-            self.staging.copy_new(self.repo.dir.as_fd())?;
+            if self.staging.is_none() {
+                self.staging =
+                    Some(Staging::make(self.staging_dir.clone(), &self.repo).map_err(|e| e.to_string())?);
+            }
+            if let Some(staging) = self.staging.as_mut() {
+                staging.copy_new(self.repo.dir.as_fd())?;
+            }
             self.fetch(&wanted)?;
         }
         let kinds = self.peeled_kinds(&wanted)?;
@@ -607,7 +633,7 @@ impl Gate {
             "--no-auto-gc",
             "--no-auto-maintenance",
         ]);
-        cmd.arg(format!("file://{}", self.staging.dir.display()));
+        cmd.arg(format!("file://{}", self.staging_dir.display()));
         cmd.args(wanted.iter().map(|o| o.as_str()));
         output(cmd, "fetch from the agent's repository").map(|_| ()).map_err(|e| e.to_string())
     }
@@ -808,6 +834,10 @@ mod tests {
         String::from_utf8_lossy(&o.stdout).trim().to_string()
     }
 
+    fn dirs(d: &Path) -> GitDirs {
+        GitDirs { gitdir: d.join(".git"), common: d.join(".git") }
+    }
+
     #[test]
     fn the_object_format_is_read_from_the_config_listing() {
         let t = tempfile::tempdir().unwrap();
@@ -816,7 +846,7 @@ mod tests {
             std::fs::create_dir(&d).unwrap();
             git(&d, &["init", "-q", &format!("--object-format={fmt}")]);
             git(&d, &["commit", "-q", "--allow-empty", "-m", "x"]);
-            let facts = user_facts(&d, &d.join(".git")).unwrap();
+            let facts = user_facts(&d, &dirs(&d), t.path()).unwrap();
             assert_eq!(facts.format, want);
             assert!(facts.refs.iter().any(|(o, n)| n == "refs/heads/main" && o.len() == want.hex_len()));
         }
@@ -861,12 +891,12 @@ mod tests {
         assert_eq!(want.len(), 7, "{want:?}");
         let read = user_refs_from_files(&d.join(".git"), ObjectFormat::Sha1).unwrap();
         assert_eq!(read, want);
-        assert_eq!(user_facts(&d, &d.join(".git")).unwrap().refs, want);
+        assert_eq!(user_facts(&d, &dirs(&d), t.path()).unwrap().refs, want);
 
         std::fs::rename(d.join(".git/refs/heads/loose-only"), d.join(".git/loose-only")).unwrap();
         std::os::unix::fs::symlink("../../loose-only", d.join(".git/refs/heads/loose-only")).unwrap();
         assert!(user_refs_from_files(&d.join(".git"), ObjectFormat::Sha1).is_err());
-        assert_eq!(user_facts(&d, &d.join(".git")).unwrap().refs, listed(&d), "git lists them instead");
+        assert_eq!(user_facts(&d, &dirs(&d), t.path()).unwrap().refs, listed(&d), "git lists them instead");
     }
 
     /// The agent's refs are read beneath its directory and through no link: a `refs/heads`

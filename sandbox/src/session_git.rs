@@ -50,8 +50,8 @@ fn session_name() -> Result<Session> {
 pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGit> {
     let session = session_name()?;
     let store = crate::agentgit::store_of(&spec.state_dir);
-    import_leftovers(&spec.state_dir, &store);
-    let made = crate::agentgit::make_all(&store, session.as_str(), checkouts)?;
+    import_leftovers(&spec.state_dir, &store, &spec.home);
+    let made = crate::agentgit::make_all(&store, session.as_str(), checkouts, &spec.home)?;
     crate::stages::mark("launcher: agent git directories made");
     let repos = made.repos;
     let lock = lock(&store, session.as_str())?;
@@ -82,8 +82,8 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
 /// The repositories of sessions whose launcher died before their last import: imported now,
 /// everything held (their starting values are not known, so no branch of the user's moves),
 /// then removed.
-fn import_leftovers(state_dir: &Path, store: &Path) {
-    for (session, repo) in crate::agentgit::leftovers(store) {
+fn import_leftovers(state_dir: &Path, store: &Path, home: &Path) {
+    for (session, repo) in crate::agentgit::leftovers(store, home) {
         let Ok(s) = Session::parse(&session) else { continue };
         let staging = crate::audit::dir_of(state_dir).join("gate").join(format!("{session}-leftover"));
         match Gate::for_leftover(repo, staging.clone(), s) {

@@ -539,6 +539,43 @@ mod tests {
     }
 
     #[test]
+    fn tool_files_at_the_top_are_the_registrys_patterns_and_names_in_any_case() {
+        let writable = vec![PathBuf::from("/p")];
+        let rule = Rule { writable: &writable, rw_tool_files: &[] };
+        let fs = repo()
+            .with("/p/mise.dev.toml", Entry::File)
+            .with("/p/.ENVRC", Entry::File)
+            .with("/p/app.code-workspace", Entry::File)
+            .with("/p/.helix", Entry::Dir)
+            .with("/p/src", Entry::Dir)
+            .with("/p/config.toml", Entry::File);
+        let v = rule.protections(&[main_checkout()], &fs);
+        for p in ["/p/mise.dev.toml", "/p/.ENVRC", "/p/app.code-workspace", "/p/.helix"] {
+            let x = find(&v, p);
+            assert!(x.access == Access::ReadOnly && !x.placeholder, "{p}: {x:?}");
+        }
+        assert!(find(&v, "/p/.helix").dir);
+        assert!(find(&v, "/p/.ENVRC").why.contains("bash script"), "the registry's reason");
+        for p in ["/p/src", "/p/config.toml"] {
+            assert!(!v.iter().any(|x| x.path == Path::new(p)), "{p} is the project's: {v:#?}");
+        }
+        // The look after the sandbox knows exact names only; the live watch matches the rest.
+        let w = rule.watched(&[main_checkout()]);
+        assert!(w.iter().any(|(p, _)| p == Path::new("/p/rust-toolchain.toml")));
+        assert!(w.iter().any(|(p, _)| p == Path::new("/p/.mise")));
+        assert!(!w.iter().any(|(p, _)| p.to_string_lossy().contains('*')), "{w:?}");
+        assert!(!w.iter().any(|(p, _)| p == Path::new("/p/config.toml")), "only in .cargo or mise: {w:?}");
+        // A pattern's name in OCSB_RW_TOOL_FILES leaves what it matches writable.
+        let rw = vec!["mise.*.toml".to_string(), ".envrc".to_string()];
+        let rule = Rule { writable: &writable, rw_tool_files: &rw };
+        let v = rule.protections(&[main_checkout()], &fs);
+        assert!(
+            !v.iter().any(|x| x.path == Path::new("/p/mise.dev.toml") || x.path == Path::new("/p/.ENVRC"))
+        );
+        assert!(!rule.watched(&[main_checkout()]).iter().any(|(p, _)| p == Path::new("/p/.envrc")));
+    }
+
+    #[test]
     fn a_linked_or_unreadable_dot_git_at_a_checkout_is_planted() {
         let no_write = |_: &Path| false;
         let mut c = worktree();

@@ -228,9 +228,10 @@ pub fn loads(text: &str) -> Vec<Load> {
 /// A word before a command's name: a builtin that runs the rest (`exec`, `command`), a
 /// declaration (`export`, `local`), a keyword (`if`, `then`), or an assignment (`X=…`).
 fn prefix_word(w: &str) -> bool {
-    const BUILTINS: &[&str] =
-        &["export", "local", "declare", "typeset", "readonly", "command", "builtin", "exec", "eval", "!", "if",
-          "then", "elif", "else", "do", "while", "until", "time"];
+    const BUILTINS: &[&str] = &[
+        "export", "local", "declare", "typeset", "readonly", "command", "builtin", "exec", "eval", "!", "if",
+        "then", "elif", "else", "do", "while", "until", "time",
+    ];
     if BUILTINS.contains(&w) {
         return true;
     }
@@ -315,7 +316,8 @@ fn one(cmd: &[Word], out: &mut Out) {
             };
             match what {
                 "nix" => {
-                    let given: Vec<&&str> = rest.iter().filter(|f| f.ends_with(".nix") || looks_like_path(f)).collect();
+                    let given: Vec<&&str> =
+                        rest.iter().filter(|f| f.ends_with(".nix") || looks_like_path(f)).collect();
                     let packages = args.iter().any(|w| w.text == "-p" || w.text == "--packages");
                     if given.is_empty() && !packages {
                         out.add("shell.nix", false, "use nix evaluates it; its build hooks run as yours");
@@ -333,14 +335,23 @@ fn one(cmd: &[Word], out: &mut Out) {
                     let local = r.strip_prefix("path:").or((!r.contains(':')).then_some(r));
                     if let Some(dir) = local {
                         let dir = dir.trim_end_matches('/');
-                        let base = if dir.is_empty() || dir == "." { String::new() } else { format!("{dir}/") };
-                        out.add(&format!("{base}flake.nix"), false, "use flake evaluates it; its shell hook runs as yours");
+                        let base =
+                            if dir.is_empty() || dir == "." { String::new() } else { format!("{dir}/") };
+                        out.add(
+                            &format!("{base}flake.nix"),
+                            false,
+                            "use flake evaluates it; its shell hook runs as yours",
+                        );
                         out.add(&format!("{base}flake.lock"), false, "use flake takes the inputs it pins");
                     }
                 }
                 "devenv" => {
                     for f in ["devenv.nix", "devenv.yaml", "devenv.lock", "devenv.local.nix"] {
-                        out.add(f, false, "use devenv evaluates it; its shell hook and processes run as yours");
+                        out.add(
+                            f,
+                            false,
+                            "use devenv evaluates it; its shell hook and processes run as yours",
+                        );
                     }
                 }
                 _ => handled = false,
@@ -348,7 +359,8 @@ fn one(cmd: &[Word], out: &mut Out) {
         }
         n if n == "layout" || n.starts_with("layout_") => {
             out.add(".direnv", true, "layout keeps the environment it activates here");
-            let kind = if n == "layout" { files.first().copied().unwrap_or("") } else { &n["layout_".len()..] };
+            let kind =
+                if n == "layout" { files.first().copied().unwrap_or("") } else { &n["layout_".len()..] };
             if kind == "node" {
                 out.add("node_modules/.bin", true, "layout node: its programs are put on PATH, run as yours");
             }
@@ -384,11 +396,9 @@ fn one(cmd: &[Word], out: &mut Out) {
 /// reading of a broken file is not something to bet the user's `.env` files on.
 pub fn loads_dotenv(direnv_toml: &str) -> bool {
     match direnv_toml.parse::<toml::Table>() {
-        Ok(t) => t
-            .get("global")
-            .and_then(|g| g.get("load_dotenv"))
-            .and_then(toml::Value::as_bool)
-            .unwrap_or(false),
+        Ok(t) => {
+            t.get("global").and_then(|g| g.get("load_dotenv")).and_then(toml::Value::as_bool).unwrap_or(false)
+        }
         Err(_) => direnv_toml.contains("load_dotenv"),
     }
 }

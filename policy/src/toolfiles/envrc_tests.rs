@@ -95,7 +95,11 @@ fn any_other_word_spelled_as_a_path_is_something_it_runs() {
     assert_eq!(found("X=.hidden cmd"), [".hidden"]);
     assert_eq!(found("export PATH=$PWD/tools/bin:$PATH"), ["tools/bin"]);
     assert_eq!(found("export PATH=\"${PWD}/node_modules/.bin:$PATH\""), ["node_modules/.bin"]);
-    assert_eq!(found("export X=$(cat ./secret/path)"), ["./secret/path"], "a command substitution is a command");
+    assert_eq!(
+        found("export X=$(cat ./secret/path)"),
+        ["./secret/path"],
+        "a command substitution is a command"
+    );
     assert!(found("echo hello world").is_empty());
     assert!(found("curl https://example.com/install.sh").is_empty(), "a URL is no path");
     assert!(found("cat ~/x/y").is_empty(), "the home is not the directory");
@@ -156,7 +160,10 @@ fn loads_dotenv_reads_the_global_table() {
     assert!(!loads_dotenv("[whitelist]\nprefix = [\"/home/u/src\"]\n"));
     assert!(!loads_dotenv("load_dotenv = true\n"), "outside [global] direnv ignores it");
     assert!(!loads_dotenv("[global]\nload_dotenv = \"yes\"\n"), "not a boolean: direnv refuses the file");
-    assert!(loads_dotenv("[global\nload_dotenv = true\n"), "a file that is no TOML and says it: taken as loading");
+    assert!(
+        loads_dotenv("[global\nload_dotenv = true\n"),
+        "a file that is no TOML and says it: taken as loading"
+    );
     assert!(!loads_dotenv("[global\nstrict_env = true\n"));
 }
 

@@ -78,24 +78,25 @@ const fn inside(
 
 use Trigger::{Cd, Command, Git, Open};
 
-const DIRENV: &str = "runs it as a bash script when you cd into the directory (after `direnv allow`)";
+const DIRENV: &str = "runs it as a bash script (once you `direnv allow` it)";
 const RUSTUP: &str =
-    "the `rustc`/`cargo` a prompt calls installs and runs the toolchain it names, or one at a path it gives";
+    "the `rustc`/`cargo` a prompt calls installs the toolchain it names, or runs one at a path it gives";
 const MISE: &str =
-    "mise's shell hook loads it on cd: its env scripts, hooks and `path:` tools run as you (after `mise trust`)";
+    "mise's shell hook runs its env scripts, hooks and `path:` tools (once you `mise trust` it)";
 const LEFTHOOK: &str = "commands the lefthook hooks run on `git commit`";
 const LEFTHOOK_LOCAL: &str = "commands the lefthook hooks run on `git commit` (usually git-ignored)";
-const CARGO: &str =
-    "any cargo command reads it: rustc wrappers, runners and aliases it names run as you";
+const CARGO: &str = "any cargo command reads it: rustc wrappers, runners and aliases it names run as you";
 const VIM: &str = "vim/neovim with `exrc` run it when started there (neovim asks to trust it)";
 
 /// Every tool file; see the module's documentation for what is in and what is left out.
+/// One line per entry, as a table reads.
+#[rustfmt::skip]
 pub const REGISTRY: &[ToolFile] = &[
     // cd: shell hooks and prompts.
     any(".envrc", false, "direnv", Cd, DIRENV),
     any("rust-toolchain", false, "rustup", Cd, RUSTUP),
     any("rust-toolchain.toml", false, "rustup", Cd, RUSTUP),
-    any(".tool-versions", false, "asdf, mise", Cd, "the shims a prompt runs use the versions it names; a `path:` version is a program of the directory's"),
+    any(".tool-versions", false, "asdf, mise", Cd, "the shims a prompt runs use the versions it names; a `path:` version is a program in the tree"),
     any("mise.toml", false, "mise", Cd, MISE),
     any(".mise.toml", false, "mise", Cd, MISE),
     any("mise.*.toml", false, "mise", Cd, MISE),
@@ -107,34 +108,34 @@ pub const REGISTRY: &[ToolFile] = &[
     inside(".config/mise.toml", ".config", "mise.toml", false, "mise", Cd, MISE),
     inside(".config/mise.*.toml", ".config", "mise.*.toml", false, "mise", Cd, MISE),
     inside(".config/mise", ".config", "mise", true, "mise", Cd, MISE),
-    any(".miserc.toml", false, "mise", Cd, "chooses which mise config files load on cd"),
-    inside(".config/miserc.toml", ".config", "miserc.toml", false, "mise", Cd, "chooses which mise config files load on cd"),
+    any(".miserc.toml", false, "mise", Cd, "chooses which mise config files load"),
+    inside(".config/miserc.toml", ".config", "miserc.toml", false, "mise", Cd, "chooses which mise config files load"),
     any(".rtx.toml", false, "mise", Cd, MISE),
     any(".rtx.*.toml", false, "mise", Cd, MISE),
-    any(".prototools", false, "proto", Cd, "proto's shell hook installs the tools and plugins it names on cd"),
-    any(".shadowenv.d", true, "shadowenv", Cd, "shadowenv's shell hook runs its programs on cd (after `shadowenv trust`)"),
-    any(".autoenv.zsh", false, "zsh-autoenv", Cd, "sourced by zsh when you cd into the directory (after you allow it)"),
-    any(".autoenv_leave.zsh", false, "zsh-autoenv", Cd, "sourced by zsh when you cd out of the directory (after you allow it)"),
-    any(".env.leave", false, "autoenv", Cd, "sourced by your shell when you cd out of the directory (after you allow it)"),
+    any(".prototools", false, "proto", Cd, "proto's shell hook installs the tools and plugins it names"),
+    any(".shadowenv.d", true, "shadowenv", Cd, "shadowenv's shell hook runs its programs (once you `shadowenv trust` it)"),
+    any(".autoenv.zsh", false, "zsh-autoenv", Cd, "zsh sources it (once you allow it)"),
+    any(".autoenv_leave.zsh", false, "zsh-autoenv", Cd, "zsh sources it when you leave the directory (once you allow it)"),
+    any(".env.leave", false, "autoenv", Cd, "your shell sources it when you leave the directory (once you allow it)"),
     // open: editors, IDEs, coding agents.
     any(".vscode", true, "VS Code", Open, "tasks that run on folder open, launch configurations, interpreter, tool and MCP server commands"),
     any("*.code-workspace", false, "VS Code", Open, "a workspace file: its tasks and settings run as the folder's do"),
     any(".devcontainer", true, "dev containers", Open, "initializeCommand runs on the host"),
     any(".devcontainer.json", false, "dev containers", Open, "initializeCommand runs on the host"),
     any(".idea", true, "JetBrains IDEs", Open, "run configurations, startup tasks and tool paths"),
-    any(".helix", true, "helix", Open, "language servers and formatters it starts, by command (after workspace trust)"),
+    any(".helix", true, "helix", Open, "language servers and formatters it starts, by command (once you trust the workspace)"),
     any(".zed", true, "zed", Open, "language servers, tasks and formatters it runs, by command"),
     any(".nvim.lua", false, "neovim", Open, VIM),
     any(".nvimrc", false, "neovim", Open, VIM),
     any(".exrc", false, "vim, neovim", Open, VIM),
     any(".vimrc", false, "vim", Open, VIM),
     any(".gvimrc", false, "vim", Open, VIM),
-    any(".lazy.lua", false, "lazy.nvim", Open, "a local plugin spec neovim runs when started there (after you trust it)"),
-    any(".dir-locals.el", false, "emacs", Open, "directory-local variables; an `eval` one runs Lisp (after you accept it)"),
-    any(".dir-locals-2.el", false, "emacs", Open, "directory-local variables; an `eval` one runs Lisp (after you accept it)"),
+    any(".lazy.lua", false, "lazy.nvim", Open, "a local plugin spec neovim runs when started there (once you trust it)"),
+    any(".dir-locals.el", false, "emacs", Open, "directory-local variables; an `eval` one runs Lisp (once you accept it)"),
+    any(".dir-locals-2.el", false, "emacs", Open, "directory-local variables; an `eval` one runs Lisp (once you accept it)"),
     any("rust-analyzer.toml", false, "rust-analyzer", Open, "its check and build-script override commands run when the editor opens the project"),
     any(".claude", true, "Claude Code", Open, "project settings: hooks and MCP servers it runs as commands"),
-    any(".mcp.json", false, "Claude Code", Open, "MCP servers started by command (after you approve them)"),
+    any(".mcp.json", false, "Claude Code", Open, "MCP servers started by command (once you approve them)"),
     any(".cursor", true, "Cursor", Open, "MCP servers started by command, and rules the agent obeys"),
     any(".gemini", true, "Gemini CLI", Open, "project settings: MCP servers and tool discovery commands it runs"),
     // git: git itself and the hook managers.
@@ -154,7 +155,7 @@ pub const REGISTRY: &[ToolFile] = &[
     any(".lefthook-local.*", false, "lefthook", Git, LEFTHOOK_LOCAL),
     any(".lefthook", true, "lefthook", Git, "scripts the lefthook hooks run on `git commit`"),
     any(".lefthook-local", true, "lefthook", Git, "scripts the lefthook hooks run on `git commit` (usually git-ignored)"),
-    any(".overcommit.yml", false, "overcommit", Git, "commands the overcommit hooks run on `git commit` (after you sign it)"),
+    any(".overcommit.yml", false, "overcommit", Git, "commands the overcommit hooks run on `git commit` (once you sign it)"),
     any(".lazygit.yml", false, "lazygit", Git, "lazygit's settings for the repositories below it: pagers and commands it runs"),
     // command: any command of the tool, even a read-only one.
     inside(".cargo/config.toml", ".cargo", "config.toml", false, "cargo", Command, CARGO),

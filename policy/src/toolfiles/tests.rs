@@ -55,7 +55,11 @@ fn lookup_entries_with_a_parent_match_only_there() {
     assert_eq!(name_of(Some("src"), "mise"), None, "a directory named mise elsewhere is the project's");
     assert_eq!(name_of(Some("mise"), "config.toml"), Some("mise/config.toml"));
     assert_eq!(name_of(Some("mise"), "config.dev.toml"), Some("mise/config.*.toml"));
-    assert_eq!(name_of(Some(".config"), "mise.dev.toml"), Some("mise.*.toml"), "the any-directory entry first");
+    assert_eq!(
+        name_of(Some(".config"), "mise.dev.toml"),
+        Some("mise.*.toml"),
+        "the any-directory entry first"
+    );
     assert_eq!(name_of(Some(".yarn"), "releases"), Some(".yarn/releases"));
     assert_eq!(name_of(Some(".yarn"), "cache"), None, "yarn's cache is written by installs");
 }

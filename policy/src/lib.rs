@@ -11,6 +11,9 @@
 //! * [`guard`]: what in a writable checkout the agent must not create or change, because git or
 //!   another host tool later reads or runs it.
 //!
+//! * [`toolfiles`]: the files host tools read or run by themselves in a directory (direnv's
+//!   `.envrc`, an editor's settings, a hook manager's config), at any depth.
+//!
 //! * [`home`]: what the sandbox's home holds (an allowlist; the rest of `~` is absent).
 //!
 //! * [`http`]: what every HTTP hop of ocsb shares: the hop-by-hop headers, percent coding.
@@ -39,5 +42,6 @@ pub mod publish;
 pub mod settings;
 pub mod ssh_agent;
 pub mod strays;
+pub mod toolfiles;
 
 pub use error::{Error, Location, Result};

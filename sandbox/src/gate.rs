@@ -667,8 +667,11 @@ impl Gate {
     }
 
     fn held_in_tree(&self) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> =
-            ocsb_policy::guard::TOOL_FILES.iter().map(|(n, _)| self.repo.root.join(n)).collect();
+        let mut v: Vec<PathBuf> = ocsb_policy::toolfiles::REGISTRY
+            .iter()
+            .filter(|t| t.parent.is_none() && !t.entry.contains('*'))
+            .map(|t| self.repo.root.join(t.name))
+            .collect();
         v.extend(ocsb_policy::guard::OCSB_DIRS.iter().map(|(n, _)| self.repo.root.join(n)));
         v.extend(self.held_extra.iter().cloned());
         v

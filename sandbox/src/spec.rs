@@ -67,7 +67,7 @@ pub struct SandboxSpec {
     pub limits: Limits,
     /// Whether to give the command a pty the launcher owns (auto: when stdin is a terminal).
     pub tty: TtyMode,
-    /// `OCSB_RW_TOOL_FILES`: tool files (see `ocsb_policy::guard::TOOL_FILES`) left writable.
+    /// `OCSB_RW_TOOL_FILES`: tool files (see `ocsb_policy::toolfiles::REGISTRY`) left writable.
     #[serde(default)]
     pub rw_tool_files: Vec<String>,
     /// Repositories nested in the writable checkouts, found by the launcher's walk

@@ -179,5 +179,23 @@ pub fn markdown_table() -> String {
     s
 }
 
+/// The README's short form of [`markdown_table`]: a row for each tool and trigger, with the
+/// names it reads (the full table, with what each does, is `docs/tool-files.md`).
+pub fn markdown_summary() -> String {
+    let mut rows: Vec<(&str, Trigger, Vec<String>)> = Vec::new();
+    for t in REGISTRY {
+        let name = if t.dir { format!("`{}/`", t.name) } else { format!("`{}`", t.name) };
+        match rows.iter_mut().find(|(tool, trigger, _)| *tool == t.tool && *trigger == t.trigger) {
+            Some((_, _, names)) => names.push(name),
+            None => rows.push((t.tool, t.trigger, vec![name])),
+        }
+    }
+    let mut s = String::from("| Tool | Acts when | Files (at any depth) |\n|---|---|---|\n");
+    for (tool, trigger, names) in rows {
+        s.push_str(&format!("| {tool} | {} | {} |\n", trigger.when(), names.join(" ")));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests;

@@ -208,12 +208,13 @@ fn markdown_table_has_a_row_per_entry() {
 fn readme_tool_file_table_is_the_registry() {
     const BEGIN: &str = "<!-- tool-files:begin -->";
     const END: &str = "<!-- tool-files:end -->";
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
-    let readme = std::fs::read_to_string(path).expect("README.md");
-    let want = markdown_table();
-    let block = readme.split_once(BEGIN).and_then(|(_, rest)| rest.split_once(END)).map(|(b, _)| b.trim());
-    assert!(
-        block == Some(want.trim()),
-        "README.md's tool-file table is not the registry's; put this between {BEGIN} and {END}:\n\n{BEGIN}\n{want}{END}\n"
-    );
+    for (file, want) in [("README.md", markdown_summary()), ("docs/tool-files.md", markdown_table())] {
+        let path = format!("{}/../{file}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).expect(file);
+        let block = text.split_once(BEGIN).and_then(|(_, rest)| rest.split_once(END)).map(|(b, _)| b.trim());
+        assert!(
+            block == Some(want.trim()),
+            "{file}'s tool-file table is not the registry's; put this between {BEGIN} and {END}:\n\n{BEGIN}\n{want}{END}\n"
+        );
+    }
 }

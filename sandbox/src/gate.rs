@@ -318,6 +318,24 @@ const REFS_PER_IMPORT: usize = 200;
 /// Why everything of a dead session's repository is held.
 const LEFTOVER: &str = "its session ended without ocsb (the launcher was killed), so where it started is not known: nothing of it is put on your branches";
 
+/// The tool files' names the gate holds a commit for, at any depth
+/// (`ocsb_policy::toolfiles::in_registry`).
+#[derive(Debug, Clone, Default)]
+pub struct ToolNames {
+    /// `OCSB_RW_TOOL_FILES`: names the user lets the agent write, so commits may bring them.
+    pub rw: Vec<String>,
+    /// direnv's config loads a `.env` in every directory: a `.env` anywhere is one.
+    pub dotenv: bool,
+}
+
+impl ToolNames {
+    /// Whether `path` (relative to the checkout, as git lists it) is or lies in a tool file.
+    fn hold(&self, path: &[u8]) -> bool {
+        ocsb_policy::toolfiles::in_registry(path, &self.rw).is_some()
+            || (self.dotenv && path.split(|&b| b == b'/').any(|c| c.eq_ignore_ascii_case(b".env")))
+    }
+}
+
 /// One checkout's gate: its agent repository, staging and what it imported so far.
 pub struct Gate {
     repo: Repo,
@@ -332,6 +350,8 @@ pub struct Gate {
     /// Paths of the tree the sandbox holds read-only besides the fixed ones (the hooks path,
     /// files the user's config names): a commit that changes one is held.
     held_extra: Vec<PathBuf>,
+    /// The tool files' names, held at any depth.
+    tools: ToolNames,
     /// Everything is held: the repository of a session whose launcher died, whose starting
     /// values (the compare-and-swap's) are not known.
     hold_all: bool,
@@ -358,7 +378,13 @@ impl Imported {
 
 impl Gate {
     /// The gate of `repo`, staging in `staging_dir` (launcher-private).
-    pub fn new(repo: Repo, staging_dir: PathBuf, session: Session, held_extra: Vec<PathBuf>) -> Result<Gate> {
+    pub fn new(
+        repo: Repo,
+        staging_dir: PathBuf,
+        session: Session,
+        held_extra: Vec<PathBuf>,
+        tools: ToolNames,
+    ) -> Result<Gate> {
         let staging = Staging::make(staging_dir, &repo)?;
         let last: BTreeMap<String, Oid> = repo
             .start
@@ -369,7 +395,7 @@ impl Gate {
         // The HEAD the agent's repository was made with: a session that changes nothing costs
         // its end no git run at all.
         let last_head = agent_refs(repo.dir.as_fd(), repo.format).ok().map(|a| a.head);
-        Ok(Gate { repo, staging, session, last, expected, last_head, held_extra, hold_all: false })
+        Ok(Gate { repo, staging, session, last, expected, last_head, held_extra, tools, hold_all: false })
     }
 
     pub fn repo(&self) -> &Repo {
@@ -384,7 +410,7 @@ impl Gate {
     /// The gate of a dead session's repository: everything it brings is held, nothing is
     /// followed.
     pub fn for_leftover(repo: Repo, staging_dir: PathBuf, session: Session) -> Result<Gate> {
-        let mut g = Gate::new(repo, staging_dir, session, Vec::new())?;
+        let mut g = Gate::new(repo, staging_dir, session, Vec::new(), ToolNames::default())?;
         g.hold_all = true;
         g.last.clear();
         g.expected.clear();
@@ -578,7 +604,7 @@ impl Gate {
     /// is held (the user's tree must not receive through the import what the agent could not
     /// write there).
     fn held_path(&self, path: &[u8]) -> bool {
-        if gitimport::always_held(path) {
+        if gitimport::always_held(path) || self.tools.hold(path) {
             return true;
         }
         let full = self.repo.root.join(std::ffi::OsStr::from_bytes(path));
@@ -590,8 +616,7 @@ impl Gate {
 
     fn held_in_tree(&self) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> =
-            ocsb_policy::guard::TOOL_FILES.iter().map(|(n, _)| self.repo.root.join(n)).collect();
-        v.extend(ocsb_policy::guard::OCSB_DIRS.iter().map(|(n, _)| self.repo.root.join(n)));
+            ocsb_policy::guard::OCSB_DIRS.iter().map(|(n, _)| self.repo.root.join(n)).collect();
         v.extend(self.held_extra.iter().cloned());
         v
     }

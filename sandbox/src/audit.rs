@@ -1019,6 +1019,46 @@ mod tests {
         assert!(found.iter().any(|f| f.why.contains("at the top of a writable root")), "{found:?}");
     }
 
+    /// The look holds tool files at any depth for the start; one made while the sandbox ran
+    /// (the live watch missed it) is found after it: moved aside where a prompt runs it on
+    /// `cd`, reported where an editor acts, each with its tool. A link where a tool reads
+    /// refuses the start, and `--accept` cannot clear it.
+    #[test]
+    fn tool_files_at_any_depth_are_held_and_new_ones_found_after_the_sandbox() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        let p = spec.project_dir.canonicalize().unwrap();
+        std::fs::create_dir_all(p.join("a/b/c/.vscode")).unwrap();
+        std::fs::write(p.join("a/b/c/.envrc"), "dotenv\n").unwrap();
+        let audit = begin(&spec).unwrap();
+        let held: Vec<&Path> = audit.tool_files.held.iter().map(|h| h.path.as_path()).collect();
+        for h in ["a/b/c/.vscode", "a/b/c/.envrc", "a/b/c/.env"] {
+            assert!(held.contains(&p.join(h).as_path()), "{h}: {held:?}");
+        }
+        std::fs::create_dir_all(p.join("x/y/z/.idea")).unwrap();
+        std::fs::write(p.join("x/y/z/rust-toolchain.toml"), "[toolchain]\npath = \"/x\"\n").unwrap();
+        std::fs::write(p.join("a/b/c/.env"), "A=1\n").unwrap();
+        let found = audit.end();
+        assert_eq!(found.len(), 3, "{found:#?}");
+        for (gone, tool) in [("x/y/z/rust-toolchain.toml", "rustup"), ("a/b/c/.env", "direnv")] {
+            let f = found.iter().find(|f| f.why.contains(&p.join(gone).display().to_string())).unwrap();
+            assert!(f.why.contains("moved aside") && f.why.contains(tool), "{f:?}");
+            assert!(!p.join(gone).exists(), "{gone}");
+        }
+        let idea = found.iter().find(|f| f.path == p.join("x/y/z/.idea")).unwrap();
+        assert!(idea.why.contains("JetBrains") && p.join("x/y/z/.idea").is_dir(), "{idea:?}");
+        // A link where direnv reads: named, never accepted, until it is gone.
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        std::fs::create_dir_all(spec.project_dir.join("d")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", spec.project_dir.join("d/.envrc")).unwrap();
+        let err = begin(&spec).err().expect("a linked .envrc must refuse").to_string();
+        assert!(err.contains("d/.envrc") && err.contains("symbolic link"), "{err}");
+        assert_eq!(report(&spec, true).unwrap().len(), 1);
+        std::fs::remove_file(spec.project_dir.join("d/.envrc")).unwrap();
+        begin(&spec).unwrap().end();
+    }
+
     #[test]
     fn a_sandbox_begun_after_a_check_makes_the_next_start_look_again() {
         let t = tempfile::tempdir().unwrap();

@@ -769,6 +769,32 @@ fn parse_diff_tree(out: &[u8], format: ObjectFormat) -> std::result::Result<Vec<
 mod tests {
     use super::*;
 
+    /// The gate holds a commit touching a tool file at any depth, or anything inside one, in
+    /// any ASCII case; not a look-alike, nor a name the user lets the agent write; `.env`
+    /// everywhere only when direnv's config loads it.
+    #[test]
+    fn tool_files_are_held_at_any_depth_but_the_names_left_writable() {
+        let names = ToolNames::default();
+        for held in [
+            ".envrc",
+            "a/b/c/.envrc",
+            "a/b/c/rust-toolchain.toml",
+            "x/.VSCODE/tasks.json",
+            "node_modules/p/.idea/workspace.xml",
+            "a/.config/mise.toml",
+            "deep/er/.gitmodules",
+        ] {
+            assert!(names.hold(held.as_bytes()), "{held}");
+        }
+        for free in ["src/main.rs", "a/b/c/envrc", "a/.envrc.example", "mise.toml.d/x", "a/.env", "vscode/x"] {
+            assert!(!names.hold(free.as_bytes()), "{free}");
+        }
+        let rw = ToolNames { rw: vec![".envrc".into()], dotenv: false };
+        assert!(!rw.hold(b"a/b/c/.envrc") && rw.hold(b"a/b/c/rust-toolchain"));
+        let dotenv = ToolNames { rw: vec![], dotenv: true };
+        assert!(dotenv.hold(b"a/b/.env") && dotenv.hold(b".ENV") && !dotenv.hold(b"a/.env.example"));
+    }
+
     fn git(dir: &Path, args: &[&str]) -> String {
         let o = Command::new("git")
             .arg("-C")

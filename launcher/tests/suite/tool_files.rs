@@ -72,7 +72,7 @@ const CHECKS: &str = r#"M() { for f in "$@"; do
 /// direnv: the user's `.envrc` at the top and at `a/b/c` (allowed with `direnv allow` before
 /// the session) loads `.env` (`dotenv`), `.envrc.local` (`source_env_if_exists`) and puts
 /// `bin` on PATH (`PATH_add`). Inside, the agent cannot change the `.env` the user has at the
-/// top (the write fails read-only, the unlink fails); what it creates (`a/b/c/.env` exporting
+/// top (the write fails read-only, the unlink fails) nor the user's `a/b/c/.envrc`; what it creates (`a/b/c/.env` exporting
 /// `GIT_CONFIG_*` with an fsmonitor, each `.envrc.local`, each `bin/git`, a new `d/e/f/.envrc`)
 /// is moved aside, and `ocsb audit` lists each with direnv. On the host, `cd` with direnv's hook
 /// and the prompt's `git status` in each directory run nothing of it; the same files made by
@@ -87,6 +87,7 @@ fn direnv_loads_nothing_the_agent_wrote_at_any_depth() {
         echo "before-top $(D "$P")"
         X 'python3 '"$PROBE"' write .env | tail -1 | sed "s/^/top-env-write /"
            python3 '"$PROBE"' unlink .env | tail -1 | grep -q "^OK" && echo top-env-unlink-allowed || echo top-env-unlink-refused
+           python3 '"$PROBE"' write a/b/c/.envrc | tail -1 | sed "s/^/abc-envrc-write /"
            plant() {{
              printf "GIT_CONFIG_COUNT=1\nGIT_CONFIG_KEY_0=core.fsmonitor\nGIT_CONFIG_VALUE_0=\"touch $HOME/PWNED_env_$2; false\"\n" > $1/.env
              printf "touch $HOME/PWNED_local_$2\n" > $1/.envrc.local
@@ -115,6 +116,7 @@ fn direnv_loads_nothing_the_agent_wrote_at_any_depth() {
             "exec 0",
             "top-env-write ERR EROFS",
             "top-env-unlink-refused",
+            "abc-envrc-write ERR EROFS",
             // The user's `.env` still loads after the session.
             "after-top FOO=user",
             "audit 1",
@@ -226,8 +228,8 @@ else: d = t1 - t0; print("latency-ms", round(d * 1000)); print("within-1s", d < 
 /// Editor files act when the user opens the directory, not on `cd`: a new
 /// `a/b/c/.vscode/tasks.json` (a task that runs on folder open) and `.helix/languages.toml` (a
 /// language server) are reported on the terminal while the session runs and listed by `ocsb
-/// audit` with the editor; the user's existing `d/e/f/.vscode` is read-only inside (its file and
-/// a new file in it).
+/// audit` with the editor, and stay where they are; the user's existing `d/e/f/.vscode` is
+/// read-only inside (its file, a new file in it) and cannot be renamed away.
 #[test]
 fn editor_files_are_reported_and_existing_ones_read_only_at_any_depth() {
     let body = format!(
@@ -237,6 +239,7 @@ fn editor_files_are_reported_and_existing_ones_read_only_at_any_depth() {
            printf "[language-server.x]\ncommand = \"sh\"\nargs = [\"-c\", \"touch $HOME/PWNED_helix\"]\n" > .helix/languages.toml
            python3 '"$PROBE"' write d/e/f/.vscode/settings.json | tail -1 | sed "s/^/def-settings /"
            python3 '"$PROBE"' write d/e/f/.vscode/tasks.json | tail -1 | sed "s/^/def-tasks /"
+           python3 '"$PROBE"' rename d/e/f/.vscode d/e/f/vscode | tail -1 | grep -q "^OK" && echo def-rename-allowed || echo def-rename-refused
            sleep 1.2' 2>exec.err
         echo "exec $?"; cat exec.err >&2
         grep -qF "$P/a/b/c/.vscode" exec.err && echo said-vscode
@@ -251,6 +254,7 @@ fn editor_files_are_reported_and_existing_ones_read_only_at_any_depth() {
             "exec 0",
             "def-settings ERR EROFS",
             "def-tasks ERR EROFS",
+            "def-rename-refused",
             "said-vscode",
             "said-helix",
             // Reported, not moved: an editor acts when the user opens the directory.

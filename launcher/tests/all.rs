@@ -46,6 +46,9 @@ mod suite {
     // host: what a container leaves on the project and takes of the host, on a stock daemon.
     #[cfg(feature = "host-tests")]
     mod docker_files;
+    // host: files host tools act on by themselves (direnv, rustup, editors) at any depth: read-only, moved aside or reported, held by the gate.
+    #[cfg(feature = "host-tests")]
+    mod tool_files;
     // host: `ocsb doctor` on real machine states, each check made to fail in turn.
     #[cfg(feature = "host-tests")]
     mod doctor;

@@ -208,15 +208,23 @@ impl Out {
     }
 }
 
-/// What `text` (an .envrc) loads: dotenv, dotenv_if_exists (default `.env`), source_env,
-/// source_env_if_exists (a directory means its `.envrc`, which is in the registry: the path is
-/// given as written), source_up (nothing: `.envrc` files are in the registry), watch_file,
-/// watch_dir, PATH_add, path_add VAR, load_prefix (dir), layout <any> (`.direnv`, and `layout
-/// node`: `node_modules/.bin`), use nix [file] (`shell.nix`, `default.nix`), use flake
-/// (`flake.nix`, `flake.lock`), bash `source X` / `. X`; and every other word of the file that
-/// is a path spelled with a `/` or a leading `.` (a script the .envrc runs). Quotes and
-/// `$PWD/`/`${PWD}/` prefixes understood; `$VAR` elsewhere: not a path.
-/// Never panics on any input (fuzzed by a unit test with random bytes).
+/// What `text` (an .envrc) loads, in the order it names them, each once:
+///
+/// * `dotenv`, `dotenv_if_exists` (default `.env`);
+/// * `source_env`, `source_env_if_exists` (a directory means its `.envrc`, which is in the
+///   registry anyway: the path is given as written); `source_up` (nothing: the `.envrc` files
+///   above are in the registry), `source_up FILE` (`../FILE`, the first place it looks);
+/// * `watch_file`, `watch_dir`; `PATH_add`, `path_add VAR`, `load_prefix` (directories);
+/// * `layout <any>` (`.direnv`, and for `layout node` `node_modules/.bin`);
+/// * `use nix [file]` (`shell.nix`, `default.nix`), `use flake [ref]` (`flake.nix`,
+///   `flake.lock` of a local ref), `use devenv` (its `devenv.*` files);
+/// * bash's `source X` / `. X`;
+/// * every other word of the file that is a path spelled with a `/` or a leading `.` (a script
+///   the `.envrc` runs), assignments' values and each part of a `:` list included.
+///
+/// Quotes and `$PWD/`/`${PWD}/` prefixes are understood; `$VAR` elsewhere is no path. Work is
+/// bounded (the first MiB of text, at most 4,096 loads). Never panics on any input (fuzzed by
+/// a unit test with random bytes).
 pub fn loads(text: &str) -> Vec<Load> {
     let mut out = Out::default();
     for cmd in commands(text) {

@@ -58,7 +58,7 @@ impl Trigger {
             Trigger::Cd => "you cd into the directory",
             Trigger::Open => "you open the directory in the editor",
             Trigger::Git => "you run git (commit, checkout, submodule update)",
-            Trigger::Command => "you run the tool there (any command, even `--version`)",
+            Trigger::Command => "you run the tool there (any of its commands)",
         }
     }
 }

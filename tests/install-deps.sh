@@ -45,12 +45,14 @@ fi
 #                 distribution registry); its own service is stopped (below)
 #   ca-certificates openssl   the model-key broker's TLS roots; a test CA for the scripted
 #                 provider over HTTPS (run_e2e)
+#   direnv        the tool-file tests: direnv's own hook on `cd` runs what an allowed .envrc
+#                 loads (rustup, their other tool, is the one that builds this project)
 #   debootstrap lintian dpkg-dev rpm rpmlint strace man-db
 #                 packaging/tests/run.sh: a clean Debian root for dpkg -i, the linters, traced
 #                 chown/chmod of the set-gid shim, man page checks
 PACKAGES="squid nftables iproute2 util-linux dbus polkitd pkexec docker.io systemd git curl jq ncat openssh-client libcap2-bin
           pkg-config libnftnl-dev libmnl-dev python3 python3-dbus python3-gi xdg-dbus-proxy ripgrep make chromium
-          bubblewrap busybox-static docker-compose docker-registry ca-certificates openssl debootstrap lintian dpkg-dev rpm rpmlint strace man-db"
+          bubblewrap busybox-static docker-compose docker-registry ca-certificates openssl direnv debootstrap lintian dpkg-dev rpm rpmlint strace man-db"
 
 missing=""
 for p in $PACKAGES; do

@@ -46,6 +46,12 @@ mod suite {
     // host: what a container leaves on the project and takes of the host, on a stock daemon.
     #[cfg(feature = "host-tests")]
     mod docker_files;
+    // host: files host tools act on by themselves (direnv, rustup, editors) at any depth: read-only, moved aside or reported, held by the gate.
+    #[cfg(feature = "host-tests")]
+    mod tool_files;
+    // host: the tool files the user has: a rename above one leaves nothing open; thousands held, up to a bound.
+    #[cfg(feature = "host-tests")]
+    mod tool_files_held;
     // host: `ocsb doctor` on real machine states, each check made to fail in turn.
     #[cfg(feature = "host-tests")]
     mod doctor;

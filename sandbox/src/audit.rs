@@ -34,6 +34,7 @@ use super::checkouts::{self, HostLookup};
 use super::configmemo;
 use super::error::{Error, Result};
 use super::spec::SandboxSpec;
+use super::toolfiles::{self, ToolFiles};
 use super::watch::Layout;
 use super::watch::aside::move_aside;
 
@@ -68,6 +69,10 @@ fn launchers_placeholder(p: &Path, nested: &[PathBuf]) -> bool {
 struct Snapshot {
     present: BTreeMap<PathBuf, String>,
     nested: Vec<PathBuf>,
+    /// Of `present`, what is moved aside when it appeared: a tool file that a tool acts on when
+    /// the user enters the directory (and what an `.envrc` loads), besides what [`defuse`]
+    /// moves by its kind.
+    aside: BTreeSet<PathBuf>,
 }
 
 const ROOT_WHY: &str = "a git repository at the top of a writable root: git run there (a shell \
@@ -98,6 +103,10 @@ fn walk_roots(spec: &SandboxSpec) -> Vec<PathBuf> {
 /// directories below the top, symbolic links (the walk does not follow them), and directories
 /// it cannot read (the check must see everything: an unreadable directory could hide any of
 /// the others).
+///
+/// Each entry is also shown to the tool files' collector ([`toolfiles::Collect`]): the walk is
+/// the one look at every entry a start makes, so the tool files at any depth cost it one
+/// look-up in the registry per entry, and a read of each `.envrc` there is.
 #[derive(Default)]
 struct Walked {
     git: Vec<PathBuf>,
@@ -105,6 +114,9 @@ struct Walked {
     ocsb_dirs: Vec<PathBuf>,
     links: Vec<PathBuf>,
     unreadable: Vec<PathBuf>,
+    tools: toolfiles::Collect,
+    /// What `tools` found, once the walk is done ([`toolfiles::Collect::finish`]).
+    tool_files: ToolFiles,
 }
 
 /// Walk `root` without following links or entering a `.git`.
@@ -125,10 +137,14 @@ fn walk(root: &Path, out: &mut Walked) {
             }
         };
         let mut layout = Layout::default();
+        let parent = dir.file_name().map(|n| n.to_os_string());
         for e in rd.flatten() {
             let Ok(ft) = e.file_type() else { continue };
             let name = e.file_name();
             layout.see(&name);
+            if name != ".git" {
+                out.tools.see(root, &dir, parent.as_deref(), &name, &ft);
+            }
             if name == ".git" {
                 out.git.push(e.path());
             } else if ft.is_dir() {
@@ -181,14 +197,18 @@ fn look_now(spec: &SandboxSpec) -> Seen {
 
 /// Every root of `spec`, each tree once (a root inside another is walked with it).
 fn walk_all(spec: &SandboxSpec) -> Walked {
-    let mut found = Walked::default();
+    let dotenv = toolfiles::direnv_loads_dotenv(&spec.home);
+    let mut found =
+        Walked { tools: toolfiles::Collect::new(spec.rw_tool_files.clone(), dotenv), ..Walked::default() };
     let mut walked = BTreeSet::new();
-    for r in walk_roots(spec) {
+    let roots = walk_roots(spec);
+    for r in &roots {
         if walked.iter().any(|w: &PathBuf| r.starts_with(w)) || !walked.insert(r.clone()) {
             continue;
         }
-        walk(&r, &mut found);
+        walk(r, &mut found);
     }
+    found.tool_files = std::mem::take(&mut found.tools).finish(&roots);
     found
 }
 
@@ -202,6 +222,13 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], found: &Walked, nested: 
     for (p, why) in rule.watched(checkouts) {
         if p.symlink_metadata().is_ok() {
             present.insert(p, why);
+        }
+    }
+    let mut aside = BTreeSet::new();
+    for h in found.tool_files.held.iter().filter(|h| h.exists) {
+        present.insert(h.path.clone(), h.why.clone());
+        if h.aside {
+            aside.insert(h.path.clone());
         }
     }
     let own: BTreeSet<PathBuf> = checkouts.iter().map(|c| c.root.join(".git")).collect();
@@ -257,7 +284,7 @@ fn snapshot(spec: &SandboxSpec, checkouts: &[Checkout], found: &Walked, nested: 
         }
         present.insert(g.clone(), NESTED_WHY.to_string());
     }
-    Snapshot { present, nested }
+    Snapshot { present, nested, aside }
 }
 
 /// Why a directory the walk could not read is a finding. One that appeared while the sandbox
@@ -337,7 +364,12 @@ fn pid_alive(pid: u32) -> bool {
 
 /// Findings still standing: kept ones whose path exists, appeared-while-dead-runs, and what is
 /// planted now. Dead markers are consumed once what they say is recorded.
-fn standing(spec: &SandboxSpec, checkouts: &[Checkout], now: &Snapshot) -> Result<Vec<Finding>> {
+fn standing(
+    spec: &SandboxSpec,
+    checkouts: &[Checkout],
+    now: &Snapshot,
+    tools: &ToolFiles,
+) -> Result<Vec<Finding>> {
     let dir = dir_of(&spec.state_dir);
     let planted = guard::planted_now(checkouts, &HostLookup, &sandbox_writes(spec));
     let _lock = lock(&dir)?;
@@ -373,7 +405,7 @@ fn standing(spec: &SandboxSpec, checkouts: &[Checkout], now: &Snapshot) -> Resul
                     path: path.clone(),
                     why: format!("{why} (appeared while a sandbox ran whose launcher did not finish)"),
                 };
-                defuse(&mut f);
+                defuse(&mut f, now.aside.contains(path));
                 findings.push(f);
             }
         }
@@ -393,6 +425,7 @@ fn standing(spec: &SandboxSpec, checkouts: &[Checkout], now: &Snapshot) -> Resul
     // Found again by every check while it holds, never recorded: mending the repository is
     // what clears it, and nothing else can.
     findings.extend(checkouts.iter().filter_map(config_unread));
+    findings.extend(tools.unholdable.iter().cloned());
     Ok(findings)
 }
 
@@ -439,18 +472,19 @@ fn ensure_dir(dir: &Path) -> Result<()> {
 }
 
 /// Move aside what host git would act on (a nested `.git`, a link, a directory the check could
-/// not read, the `HEAD` of a directory laid out as a git directory), so the next plain `git`
-/// on the host does not; the finding then
+/// not read, the `HEAD` of a directory laid out as a git directory), and, when `aside`, the
+/// finding's path itself (a tool file a prompt acts on when the user enters its directory), so
+/// the next plain `git` or `cd` on the host does not; the finding then
 /// names the new place, or says that it could not be moved. Returns the move (from, to) when
 /// it made one.
-fn defuse(f: &mut Finding) -> Option<(PathBuf, PathBuf)> {
+fn defuse(f: &mut Finding, aside: bool) -> Option<(PathBuf, PathBuf)> {
     let name = f.path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     let meta = f.path.symlink_metadata();
     let link = meta.as_ref().is_ok_and(|m| m.file_type().is_symlink());
     // A directory laid out as a git directory stops being one without its `HEAD`; the
     // directory itself (it may be a source directory of the user's) stays where it is.
     let hidden = f.why.starts_with(UNREADABLE_WHY);
-    let from = if name == ".git" || hidden || link {
+    let from = if name == ".git" || hidden || link || aside {
         f.path.clone()
     } else if meta.is_ok_and(|m| m.is_dir()) && f.path.join("HEAD").symlink_metadata().is_ok() {
         f.path.join("HEAD")
@@ -499,6 +533,9 @@ pub struct Audit {
     /// The checkouts as the look before the start saw them (the nested ones aside): the
     /// sandbox's checkout rule is made from them ([`checkouts::of_spec_known`]).
     pub checkouts: Vec<Checkout>,
+    /// The tool files in the writable trees, at any depth, as the look before the start saw
+    /// them: held read-only and watched ([`SandboxSpec::tool_files`]).
+    pub tool_files: ToolFiles,
 }
 
 /// Refuse to start while anything planted is there; otherwise record what exists.
@@ -514,6 +551,7 @@ pub struct Checked {
     present: BTreeMap<PathBuf, String>,
     nested: Vec<PathBuf>,
     checkouts: Vec<Checkout>,
+    tool_files: ToolFiles,
     /// What the check looked at: a spec that would look elsewhere is checked again.
     looked_at: Looked,
     /// The records' last change when the check began ([`CHANGED`]): a sandbox begun since,
@@ -558,9 +596,18 @@ pub fn check(spec: &SandboxSpec) -> Result<Checked> {
     let changed = std::fs::read(dir.join(CHANGED)).ok();
     let Seen { checkouts, walked } = look(spec);
     let now = snapshot(spec, &checkouts, &walked, &spec.nested_repos);
-    let findings = standing(spec, &checkouts, &now)?;
+    let findings = standing(spec, &checkouts, &now, &walked.tool_files)?;
     let looked_at = Looked::of(spec);
-    Ok(Checked { findings, present: now.present, nested: now.nested, checkouts, looked_at, changed, made })
+    Ok(Checked {
+        findings,
+        present: now.present,
+        nested: now.nested,
+        checkouts,
+        tool_files: walked.tool_files,
+        looked_at,
+        changed,
+        made,
+    })
 }
 
 impl Checked {
@@ -602,6 +649,7 @@ impl Checked {
             spec: spec.clone(),
             nested: checked.nested,
             checkouts: checked.checkouts,
+            tool_files: checked.tool_files,
         })
     }
 }
@@ -630,10 +678,11 @@ impl Audit {
                 f.path = to.join(rest);
                 continue;
             }
-            moved.extend(defuse(f));
+            moved.extend(defuse(f, now.aside.contains(&f.path)));
         }
         // Not recorded: the next check finds it again for as long as it holds, and no longer.
-        let unread: Vec<Finding> = checkouts.iter().filter_map(config_unread).collect();
+        let mut unread: Vec<Finding> = checkouts.iter().filter_map(config_unread).collect();
+        unread.extend(walked.tool_files.unholdable.into_iter().filter(|f| f.path.symlink_metadata().is_ok()));
         let mut keep_marker = false;
         if !new.is_empty() {
             let dir = dir_of(&self.spec.state_dir);
@@ -752,9 +801,10 @@ fn sandbox_writes(spec: &SandboxSpec) -> impl Fn(&Path) -> bool + '_ {
 pub fn report(spec: &SandboxSpec, accept: bool) -> Result<Vec<Finding>> {
     let mut findings = check(spec)?.findings;
     if accept {
-        let Seen { checkouts, .. } = look(spec);
+        let Seen { checkouts, walked } = look(spec);
         let mut never = guard::planted_now(&checkouts, &HostLookup, &sandbox_writes(spec));
         never.extend(checkouts.iter().filter_map(config_unread));
+        never.extend(walked.tool_files.unholdable);
         let (keep, accepted): (Vec<Finding>, Vec<Finding>) =
             findings.into_iter().partition(|f| never.iter().any(|n| n.path == f.path));
         findings = keep;
@@ -968,6 +1018,46 @@ mod tests {
         git(&w, &["init", "-q", "evil"]);
         let found = audit.end();
         assert!(found.iter().any(|f| f.why.contains("at the top of a writable root")), "{found:?}");
+    }
+
+    /// The look holds tool files at any depth for the start; one made while the sandbox ran
+    /// (the live watch missed it) is found after it: moved aside where a prompt runs it on
+    /// `cd`, reported where an editor acts, each with its tool. A link where a tool reads
+    /// refuses the start, and `--accept` cannot clear it.
+    #[test]
+    fn tool_files_at_any_depth_are_held_and_new_ones_found_after_the_sandbox() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        let p = spec.project_dir.canonicalize().unwrap();
+        std::fs::create_dir_all(p.join("a/b/c/.vscode")).unwrap();
+        std::fs::write(p.join("a/b/c/.envrc"), "dotenv\n").unwrap();
+        let audit = begin(&spec).unwrap();
+        let held: Vec<&Path> = audit.tool_files.held.iter().map(|h| h.path.as_path()).collect();
+        for h in ["a/b/c/.vscode", "a/b/c/.envrc", "a/b/c/.env"] {
+            assert!(held.contains(&p.join(h).as_path()), "{h}: {held:?}");
+        }
+        std::fs::create_dir_all(p.join("x/y/z/.idea")).unwrap();
+        std::fs::write(p.join("x/y/z/rust-toolchain.toml"), "[toolchain]\npath = \"/x\"\n").unwrap();
+        std::fs::write(p.join("a/b/c/.env"), "A=1\n").unwrap();
+        let found = audit.end();
+        assert_eq!(found.len(), 3, "{found:#?}");
+        for (gone, tool) in [("x/y/z/rust-toolchain.toml", "rustup"), ("a/b/c/.env", "direnv")] {
+            let f = found.iter().find(|f| f.why.contains(&p.join(gone).display().to_string())).unwrap();
+            assert!(f.why.contains("moved aside") && f.why.contains(tool), "{f:?}");
+            assert!(!p.join(gone).exists(), "{gone}");
+        }
+        let idea = found.iter().find(|f| f.path == p.join("x/y/z/.idea")).unwrap();
+        assert!(idea.why.contains("JetBrains") && p.join("x/y/z/.idea").is_dir(), "{idea:?}");
+        // A link where direnv reads: named, never accepted, until it is gone.
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_in(t.path());
+        std::fs::create_dir_all(spec.project_dir.join("d")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", spec.project_dir.join("d/.envrc")).unwrap();
+        let err = begin(&spec).err().expect("a linked .envrc must refuse").to_string();
+        assert!(err.contains("d/.envrc") && err.contains("symbolic link"), "{err}");
+        assert_eq!(report(&spec, true).unwrap().len(), 1);
+        std::fs::remove_file(spec.project_dir.join("d/.envrc")).unwrap();
+        begin(&spec).unwrap().end();
     }
 
     #[test]

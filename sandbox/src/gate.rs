@@ -378,6 +378,24 @@ const REFS_PER_IMPORT: usize = 200;
 /// Why everything of a dead session's repository is held.
 const LEFTOVER: &str = "its session ended without ocsb (the launcher was killed), so where it started is not known: nothing of it is put on your branches";
 
+/// The tool files' names the gate holds a commit for, at any depth
+/// (`ocsb_policy::toolfiles::in_registry`).
+#[derive(Debug, Clone, Default)]
+pub struct ToolNames {
+    /// `OCSB_RW_TOOL_FILES`: names the user lets the agent write, so commits may bring them.
+    pub rw: Vec<String>,
+    /// direnv's config loads a `.env` in every directory: a `.env` anywhere is one.
+    pub dotenv: bool,
+}
+
+impl ToolNames {
+    /// Whether `path` (relative to the checkout, as git lists it) is or lies in a tool file.
+    fn hold(&self, path: &[u8]) -> bool {
+        ocsb_policy::toolfiles::in_registry(path, &self.rw).is_some()
+            || (self.dotenv && path.split(|&b| b == b'/').any(|c| c.eq_ignore_ascii_case(b".env")))
+    }
+}
+
 /// One checkout's gate: its agent repository, staging and what it imported so far.
 pub struct Gate {
     repo: Repo,
@@ -395,6 +413,8 @@ pub struct Gate {
     /// Paths of the tree the sandbox holds read-only besides the fixed ones (the hooks path,
     /// files the user's config names): a commit that changes one is held.
     held_extra: Vec<PathBuf>,
+    /// The tool files' names, held at any depth.
+    tools: ToolNames,
     /// Everything is held: the repository of a session whose launcher died, whose starting
     /// values (the compare-and-swap's) are not known.
     hold_all: bool,
@@ -421,7 +441,13 @@ impl Imported {
 
 impl Gate {
     /// The gate of `repo`, staging in `staging_dir` (launcher-private).
-    pub fn new(repo: Repo, staging_dir: PathBuf, session: Session, held_extra: Vec<PathBuf>) -> Result<Gate> {
+    pub fn new(
+        repo: Repo,
+        staging_dir: PathBuf,
+        session: Session,
+        held_extra: Vec<PathBuf>,
+        tools: ToolNames,
+    ) -> Result<Gate> {
         let last: BTreeMap<String, Oid> = repo
             .start
             .iter()
@@ -440,6 +466,7 @@ impl Gate {
             expected,
             last_head,
             held_extra,
+            tools,
             hold_all: false,
         })
     }
@@ -456,7 +483,7 @@ impl Gate {
     /// The gate of a dead session's repository: everything it brings is held, nothing is
     /// followed.
     pub fn for_leftover(repo: Repo, staging_dir: PathBuf, session: Session) -> Result<Gate> {
-        let mut g = Gate::new(repo, staging_dir, session, Vec::new())?;
+        let mut g = Gate::new(repo, staging_dir, session, Vec::new(), ToolNames::default())?;
         g.hold_all = true;
         g.last.clear();
         g.expected.clear();
@@ -656,7 +683,7 @@ impl Gate {
     /// is held (the user's tree must not receive through the import what the agent could not
     /// write there).
     fn held_path(&self, path: &[u8]) -> bool {
-        if gitimport::always_held(path) {
+        if gitimport::always_held(path) || self.tools.hold(path) {
             return true;
         }
         let full = self.repo.root.join(std::ffi::OsStr::from_bytes(path));
@@ -667,12 +694,8 @@ impl Gate {
     }
 
     fn held_in_tree(&self) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = ocsb_policy::toolfiles::REGISTRY
-            .iter()
-            .filter(|t| t.parent.is_none() && !t.entry.contains('*'))
-            .map(|t| self.repo.root.join(t.name))
-            .collect();
-        v.extend(ocsb_policy::guard::OCSB_DIRS.iter().map(|(n, _)| self.repo.root.join(n)));
+        let mut v: Vec<PathBuf> =
+            ocsb_policy::guard::OCSB_DIRS.iter().map(|(n, _)| self.repo.root.join(n)).collect();
         v.extend(self.held_extra.iter().cloned());
         v
     }
@@ -824,6 +847,33 @@ fn parse_diff_tree(out: &[u8], format: ObjectFormat) -> std::result::Result<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The gate holds a commit touching a tool file at any depth, or anything inside one, in
+    /// any ASCII case; not a look-alike, nor a name the user lets the agent write; `.env`
+    /// everywhere only when direnv's config loads it.
+    #[test]
+    fn tool_files_are_held_at_any_depth_but_the_names_left_writable() {
+        let names = ToolNames::default();
+        for held in [
+            ".envrc",
+            "a/b/c/.envrc",
+            "a/b/c/rust-toolchain.toml",
+            "x/.VSCODE/tasks.json",
+            "node_modules/p/.idea/workspace.xml",
+            "a/.config/mise.toml",
+            "deep/er/.gitmodules",
+        ] {
+            assert!(names.hold(held.as_bytes()), "{held}");
+        }
+        for free in ["src/main.rs", "a/b/c/envrc", "a/.envrc.example", "mise.toml.d/x", "a/.env", "vscode/x"]
+        {
+            assert!(!names.hold(free.as_bytes()), "{free}");
+        }
+        let rw = ToolNames { rw: vec![".envrc".into()], dotenv: false };
+        assert!(!rw.hold(b"a/b/c/.envrc") && rw.hold(b"a/b/c/rust-toolchain"));
+        let dotenv = ToolNames { rw: vec![], dotenv: true };
+        assert!(dotenv.hold(b"a/b/.env") && dotenv.hold(b".ENV") && !dotenv.hold(b"a/.env.example"));
+    }
 
     fn git(dir: &Path, args: &[&str]) -> String {
         let o = Command::new("git")

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use ocsb_policy::guard::Checkout;
+use ocsb_policy::guard::{Checkout, Protection};
 
 use super::error::{Error, Result};
 use super::landlock::LandlockPolicy;
@@ -112,15 +112,41 @@ fn create_placeholder(p: &plan::Placeholder) -> std::io::Result<()> {
 }
 
 /// The spec with the checkout rule (`ocsb_policy::guard`) applied to every writable checkout it
-/// names (those in `known` as they were seen there); what the spec said about protections
+/// names (those in `known` as they were seen there), and the tool files the walk found at any
+/// depth ([`SandboxSpec::tool_files`]) held read-only; what the spec said about protections
 /// before is replaced.
 fn with_checkout_rule(spec: &SandboxSpec, known: &[Checkout], fs: &Remembered<'_>) -> Result<SandboxSpec> {
     let mut spec = spec.clone();
     spec.protect.clear();
     let writable = plan::writable_of(&spec, fs)?;
     let rule = ocsb_policy::guard::Rule { writable: &writable, rw_tool_files: &spec.rw_tool_files };
-    spec.protect = rule.protections(&checkouts::of_spec_known(&spec, known), &checkouts::HostLookup);
+    let mut protect = rule.protections(&checkouts::of_spec_known(&spec, known), &checkouts::HostLookup);
+    add_tool_files(&mut protect, spec.tool_files.protections());
+    spec.protect = protect;
     Ok(spec)
+}
+
+/// Adds the tool files' protections to the checkout rule's: each path once (the rule's own
+/// stands), none inside what is read-only already, shallowest first (a deeper mount after the
+/// one it sits in). *Not pinned* like the rule's paths at a checkout's top: a directory above
+/// a deep tool file may be renamed (a dependency tree is rebuilt all the time), and a new
+/// entry at the old path is a new tool file, which the live watch catches by its name.
+fn add_tool_files(protect: &mut Vec<Protection>, tools: Vec<Protection>) {
+    use ocsb_policy::guard::Access;
+    let mut all: std::collections::BTreeSet<PathBuf> = protect.iter().map(|p| p.path.clone()).collect();
+    let mut read_only: std::collections::BTreeSet<PathBuf> =
+        protect.iter().filter(|p| p.access == Access::ReadOnly).map(|p| p.path.clone()).collect();
+    // Shallowest first, so that what lies inside another tool file is seen to.
+    let mut tools = tools;
+    tools.sort_by_key(|t| t.path.components().count());
+    for t in tools {
+        let inside = t.path.ancestors().skip(1).any(|a| read_only.contains(a));
+        if !inside && all.insert(t.path.clone()) {
+            read_only.insert(t.path.clone());
+            protect.push(t);
+        }
+    }
+    protect.sort_by_key(|p| (p.path.components().count(), p.access == Access::ReadOnly));
 }
 
 /// The paths in the writable trees that the checkout rule holds read-only for `spec` (the
@@ -229,6 +255,7 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) ->
     };
     let mut spec = spec.clone();
     spec.nested_repos = audit.nested.clone();
+    spec.tool_files = audit.tool_files.clone();
     let checkouts = checkouts::of_spec_known(&spec, &audit.checkouts);
     crate::stages::mark("launcher: start recorded");
     let gates = if spec.namespaces { Some(crate::session_git::begin(&mut spec, &checkouts)?) } else { None };

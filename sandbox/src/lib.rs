@@ -48,6 +48,7 @@ pub mod strays;
 pub mod sys;
 pub mod termfilter;
 pub mod tmpclean;
+pub mod toolfiles;
 pub mod watch;
 
 pub use error::{Error, Result};

@@ -58,11 +58,18 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
     let staging = crate::audit::dir_of(&spec.state_dir).join("gate").join(session.as_str());
     spec.agent_git = repos.iter().map(|r| r.spec.clone()).collect();
     spec.git_read_only = made.read_only;
-    let read_only = crate::launch::read_only_in_trees(spec, checkouts)?;
+    let mut read_only = crate::launch::read_only_in_trees(spec, checkouts)?;
+    // The registry's names the gate holds by name, at any depth ([`crate::gate::ToolNames`]);
+    // what an `.envrc` loads, by path, whether it exists yet or not.
+    let by_name: std::collections::HashSet<&Path> =
+        spec.tool_files.held.iter().filter(|h| !h.load).map(|h| h.path.as_path()).collect();
+    read_only.retain(|p| !by_name.contains(p.as_path()));
+    read_only.extend(spec.tool_files.loads().filter(|h| !h.exists).map(|h| h.path.clone()));
+    let tools = crate::gate::ToolNames { rw: spec.rw_tool_files.clone(), dotenv: spec.tool_files.dotenv };
     let mut gates = Vec::new();
     for (n, repo) in repos.into_iter().enumerate() {
         let held = read_only.iter().filter(|p| p.starts_with(&repo.root)).cloned().collect();
-        gates.push(Gate::new(repo, staging.join(n.to_string()), session.clone(), held)?);
+        gates.push(Gate::new(repo, staging.join(n.to_string()), session.clone(), held, tools.clone())?);
     }
     let state_dir = spec.state_dir.clone();
     let said = state_dir.clone();
@@ -101,9 +108,11 @@ fn import_leftovers(state_dir: &Path, store: &Path, home: &Path) {
     }
 }
 
-/// Start watching the writable trees for planted `.git` entries and git directory layouts
-/// (moved aside at once, said on the terminal). Not watched: each checkout's own `.git` (the
-/// mount point of the agent's), and the state directory.
+/// Start watching the writable trees for planted `.git` entries and git directory layouts, and
+/// for new tool files ([`crate::watch::Tools`]: moved aside at once or reported, as the tool
+/// acts on them; said on the terminal with the tool, and recorded for `ocsb audit`). Not
+/// watched: each checkout's own `.git` (the mount point of the agent's), and the state
+/// directory.
 fn watch_trees(
     spec: &SandboxSpec,
     checkouts: &[Checkout],
@@ -117,14 +126,21 @@ fn watch_trees(
         .collect();
     let mut skip: Vec<PathBuf> = checkouts.iter().map(|c| c.root.join(".git")).collect();
     skip.extend(spec.state_dir.canonicalize().ok());
+    let matchers: Vec<Box<dyn crate::watch::Matcher>> =
+        vec![Box::new(crate::watch::Git), Box::new(spec.tool_files.matcher(&spec.rw_tool_files))];
     std::thread::spawn(move || {
         let sink = Box::new(move |found: crate::watch::Found| match found {
             crate::watch::Found::Plant { path, why, outcome, .. } => {
                 let said = match &outcome {
                     crate::watch::Outcome::Moved(to) => format!("moved aside to {}", to.display()),
-                    crate::watch::Outcome::Reported => "left in place".to_string(),
+                    crate::watch::Outcome::Reported => {
+                        "left in place; ocsb will not start here until you look at it (`ocsb audit`)"
+                            .to_string()
+                    }
                     crate::watch::Outcome::NotMoved(e) => {
-                        format!("NOT moved aside ({e}): do not run git there until it is gone")
+                        format!(
+                            "NOT moved aside ({e}): do not run git or enter the directory until it is gone"
+                        )
                     }
                 };
                 eprintln!("ocsb: {} appeared while the sandbox ran ({why}): {said}", path.display());
@@ -141,16 +157,16 @@ fn watch_trees(
             }
             crate::watch::Found::Blind { dir, why } => {
                 eprintln!(
-                    "ocsb: warning: {} is not watched ({why}): a .git made there is found only when the session ends",
+                    "ocsb: warning: {} is not watched ({why}): a .git or tool file made there is found only when the session ends",
                     dir.display()
                 );
             }
         });
-        match crate::watch::Watch::start(roots, skip, Box::new(crate::watch::Git), sink) {
+        match crate::watch::Watch::start(roots, skip, Box::new(matchers), sink) {
             Ok(w) => Some(w),
             Err(e) => {
                 eprintln!(
-                    "ocsb: warning: the project is not watched for planted repositories ({e}); they are found when the session ends"
+                    "ocsb: warning: the project is not watched for planted repositories and tool files ({e}); they are found when the session ends"
                 );
                 None
             }

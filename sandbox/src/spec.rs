@@ -67,7 +67,8 @@ pub struct SandboxSpec {
     pub limits: Limits,
     /// Whether to give the command a pty the launcher owns (auto: when stdin is a terminal).
     pub tty: TtyMode,
-    /// `OCSB_RW_TOOL_FILES`: tool files (see `ocsb_policy::toolfiles::REGISTRY`) left writable.
+    /// `OCSB_RW_TOOL_FILES`: names of the tool files' registry (`ocsb_policy::toolfiles`) left
+    /// writable: neither held, nor moved aside, nor reported, nor held back by the import gate.
     #[serde(default)]
     pub rw_tool_files: Vec<String>,
     /// Repositories nested in the writable checkouts, found by the launcher's walk
@@ -75,6 +76,12 @@ pub struct SandboxSpec {
     /// checkout rule like the project's.
     #[serde(default)]
     pub nested_repos: Vec<PathBuf>,
+    /// The tool files in the writable trees at any depth (`ocsb_policy::toolfiles`), found by
+    /// the launcher's walk ([`super::audit`]) before the start: held read-only by the checkout
+    /// rule's binds, and watched while the session runs. Whatever a spec file says here is
+    /// replaced by the walk's.
+    #[serde(default)]
+    pub tool_files: crate::toolfiles::ToolFiles,
     /// Where the network comes from (`OCSB_NETWORK`).
     #[serde(default)]
     pub network: Network,
@@ -244,6 +251,7 @@ pub(crate) fn minimal(project_dir: PathBuf, state_dir: PathBuf, home: PathBuf) -
         tty: TtyMode::Never,
         rw_tool_files: vec![],
         nested_repos: vec![],
+        tool_files: Default::default(),
         agent_git: vec![],
         git_read_only: vec![],
         protect: vec![],

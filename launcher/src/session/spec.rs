@@ -129,6 +129,7 @@ pub fn build(project: &Project, network: Network) -> Result<SandboxSpec> {
         tty: TtyMode::Never,
         rw_tool_files: s.rw_tool_files().to_vec(),
         nested_repos: Vec::new(),
+        tool_files: Default::default(),
         agent_git: Vec::new(),
         git_read_only: Vec::new(),
         protect: Vec::new(),

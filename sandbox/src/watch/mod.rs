@@ -39,6 +39,7 @@ pub mod aside;
 pub mod plant;
 #[cfg(test)]
 mod tests;
+pub mod tools;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString, OsStr, OsString};
@@ -57,6 +58,7 @@ use nix::sys::stat::{FileStat, fstat, fstatat};
 use crate::error::{Error, Result};
 use crate::sys;
 pub use plant::{Action, Entry, Git, Kind, Layout, Match, Matcher, Plant};
+pub use tools::Tools;
 
 /// The most directories one watch holds: each costs the kernel about a kilobyte of memory the
 /// user is charged for, and the launcher a path.

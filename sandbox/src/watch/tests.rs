@@ -313,3 +313,78 @@ fn past_the_limit_the_watch_says_so_and_still_looks_once() {
     );
     assert!(!root.join("new/deeper/.git").exists(), "{got:?}");
 }
+
+/// The tool files' matcher at work: a new `.envrc` three directories down is moved aside; a
+/// new `.vscode` is reported and stays. The agent renames a directory above a tool file the
+/// session started with and makes a new one at the old path: that one is new (its directory
+/// is another), so it is caught too, while the old one, moved with its directory, stays known.
+#[test]
+fn tool_files_are_caught_at_any_depth_and_after_a_rename_above_them() {
+    let (_t, root) = tree();
+    fs::write(root.join("a/b/c/.envrc"), "echo user\n").unwrap();
+    let (tx, rx) = sink();
+    let both: Vec<Box<dyn Matcher>> = vec![Box::new(Git), Box::new(Tools::new(vec![], false))];
+    let mut t = Tree::new(vec![root.clone()], vec![], Box::new(both), tx).unwrap();
+    assert!(rx.try_iter().next().is_none(), "the starting point's .envrc was reported");
+    fs::create_dir_all(root.join("src/x/y")).unwrap();
+    fs::write(root.join("src/x/y/.envrc"), "touch /tmp/PWNED\n").unwrap();
+    fs::create_dir(root.join("src/.vscode")).unwrap();
+    t.pump().unwrap();
+    let got: Vec<Found> = rx.try_iter().collect();
+    assert!(
+        got.iter().any(|f| matches!(f, Found::Plant { path, outcome: Outcome::Moved(_), plant: Plant::Tool { what }, why, .. }
+            if *path == root.join("src/x/y/.envrc") && what == "direnv" && why.contains("direnv"))),
+        "{got:?}"
+    );
+    assert!(
+        got.iter().any(
+            |f| matches!(f, Found::Plant { path, outcome: Outcome::Reported, plant: Plant::Tool { what }, .. }
+            if *path == root.join("src/.vscode") && what == "VS Code")
+        ),
+        "{got:?}"
+    );
+    assert!(!root.join("src/x/y/.envrc").exists() && root.join("src/.vscode").is_dir());
+    // The rename above the user's `.envrc`, and a new one at its old path.
+    fs::rename(root.join("a"), root.join("a2")).unwrap();
+    fs::create_dir_all(root.join("a/b/c")).unwrap();
+    fs::write(root.join("a/b/c/.envrc"), "touch /tmp/PWNED\n").unwrap();
+    t.pump().unwrap();
+    let got: Vec<Found> = rx.try_iter().collect();
+    let planted: Vec<&Path> = got.iter().filter_map(|f| plant_at(f).map(|(p, _, _)| p)).collect();
+    assert_eq!(planted, vec![root.join("a/b/c/.envrc").as_path()], "{got:?}");
+    assert!(!root.join("a/b/c/.envrc").exists(), "the new one stayed");
+    assert_eq!(fs::read_to_string(root.join("a2/b/c/.envrc")).unwrap(), "echo user\n", "the user's moved");
+}
+
+/// A path an `.envrc` loads, watched by its exact path: made anywhere on the way (`mkdir -p`,
+/// a directory renamed into place), it is moved aside; the same name elsewhere is left.
+#[test]
+fn a_path_an_envrc_loads_is_moved_aside_however_it_is_made() {
+    let (_t, root) = tree();
+    let mut tools = Tools::new(vec![], false);
+    tools.load(root.join("sub2/bin"), "direnv loads it for .envrc (PATH_add)".into());
+    tools.load(root.join("x/y/.env.local"), "direnv loads it for .envrc (source_env)".into());
+    let (tx, rx) = sink();
+    let mut t = Tree::new(vec![root.clone()], vec![], Box::new(tools), tx).unwrap();
+    fs::create_dir_all(root.join("sub2/bin")).unwrap();
+    fs::create_dir_all(root.join("elsewhere/x/y")).unwrap();
+    fs::write(root.join("elsewhere/x/y/.env.local"), "A=1\n").unwrap();
+    t.pump().unwrap();
+    fs::rename(root.join("elsewhere/x"), root.join("x")).unwrap();
+    t.pump().unwrap();
+    let got: Vec<Found> = rx.try_iter().collect();
+    let mut moved: Vec<&Path> = got
+        .iter()
+        .filter_map(|f| match f {
+            Found::Plant { path, outcome: Outcome::Moved(_), .. } => Some(path.as_path()),
+            _ => None,
+        })
+        .collect();
+    moved.sort();
+    assert_eq!(
+        moved,
+        vec![root.join("sub2/bin").as_path(), root.join("x/y/.env.local").as_path()],
+        "{got:?}"
+    );
+    assert_eq!(got.len(), 2, "{got:?}");
+}

@@ -49,6 +49,9 @@ mod suite {
     // host: files host tools act on by themselves (direnv, rustup, editors) at any depth: read-only, moved aside or reported, held by the gate.
     #[cfg(feature = "host-tests")]
     mod tool_files;
+    // host: the tool files the user has: a rename above one leaves nothing open; thousands held, up to a bound.
+    #[cfg(feature = "host-tests")]
+    mod tool_files_held;
     // host: attacks on the tool files' registry and its enforcement from inside, each checked with the real tool on the host.
     #[cfg(feature = "host-tests")]
     mod tool_files_attacks;

@@ -786,7 +786,8 @@ mod tests {
         ] {
             assert!(names.hold(held.as_bytes()), "{held}");
         }
-        for free in ["src/main.rs", "a/b/c/envrc", "a/.envrc.example", "mise.toml.d/x", "a/.env", "vscode/x"] {
+        for free in ["src/main.rs", "a/b/c/envrc", "a/.envrc.example", "mise.toml.d/x", "a/.env", "vscode/x"]
+        {
             assert!(!names.hold(free.as_bytes()), "{free}");
         }
         let rw = ToolNames { rw: vec![".envrc".into()], dotenv: false };

@@ -74,7 +74,7 @@ impl HostFs for RealFs {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Access {
     /// Read-only, nosuid, nodev, recursively (`mount_setattr(AT_RECURSIVE)`).
     Ro,
@@ -85,7 +85,7 @@ pub enum Access {
 }
 
 /// One mount operation; `dst` is a path inside the sandbox (absolute).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Op {
     /// Bind a detached recursive clone of host `src` onto `dst`.
     Bind {
@@ -254,6 +254,9 @@ struct Builder<'a> {
     /// The private caches, as mounted: each is withdrawn when its mount point cannot be made
     /// ([`Builder::mount_point_ok`]).
     caches: Vec<PathBuf>,
+    /// The ops of the plan, from the checkout rule's phase on, so that each is added once
+    /// ([`Builder::push_once`]): a tree can hold thousands of protections.
+    once: std::collections::HashSet<Op>,
 }
 
 impl Builder<'_> {
@@ -710,6 +713,13 @@ impl Builder<'_> {
         Ok(())
     }
 
+    /// Adds `op` unless the plan has it already (from the checkout rule's phase on).
+    fn push_once(&mut self, op: Op) {
+        if self.once.insert(op.clone()) {
+            self.plan.ops.push(op);
+        }
+    }
+
     fn under_hidden(&self, p: &Path) -> bool {
         self.hidden.iter().any(|h| p.starts_with(h))
     }
@@ -862,11 +872,12 @@ impl Builder<'_> {
                     // in place, or the agent could replace it with a directory and make the
                     // path (an `include.path` of `notes/extra` where `notes` is a file).
                     if g.placeholder && g.access == GuardAccess::ReadOnly {
-                        let op =
-                            Op::Bind { src: cur.clone(), dst: cur.clone(), access: Access::Ro, dir: false };
-                        if !self.plan.ops.contains(&op) {
-                            self.plan.ops.push(op);
-                        }
+                        self.push_once(Op::Bind {
+                            src: cur.clone(),
+                            dst: cur.clone(),
+                            access: Access::Ro,
+                            dir: false,
+                        });
                     }
                     return Ok(());
                 }
@@ -884,14 +895,11 @@ impl Builder<'_> {
         for d in made {
             let pin = Op::Bind { src: d.clone(), dst: d.clone(), access: Access::Rw, dir: true };
             let covered = self.hidden.iter().chain(&self.read_only_rule).any(|h| d.starts_with(h));
-            if !covered && !self.plan.ops.contains(&pin) {
-                self.plan.ops.push(pin);
+            if !covered {
+                self.push_once(pin);
             }
         }
-        let op = Op::Bind { src: g.path.clone(), dst: g.path.clone(), access, dir };
-        if !self.plan.ops.contains(&op) {
-            self.plan.ops.push(op);
-        }
+        self.push_once(Op::Bind { src: g.path.clone(), dst: g.path.clone(), access, dir });
         Ok(())
     }
 
@@ -914,10 +922,7 @@ impl Builder<'_> {
             ));
         }
         for (src, dst) in &a.objects {
-            let op = Op::Bind { src: src.clone(), dst: dst.clone(), access: Access::Ro, dir: true };
-            if !self.plan.ops.contains(&op) {
-                self.plan.ops.push(op);
-            }
+            self.push_once(Op::Bind { src: src.clone(), dst: dst.clone(), access: Access::Ro, dir: true });
         }
         self.plan.ops.push(Op::Bind {
             src: a.gitdir.clone(),
@@ -1048,6 +1053,7 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
         home: fs.canonicalize(&spec.home).ok(),
         home_sealed: false,
         caches: Vec::new(),
+        once: std::collections::HashSet::new(),
     };
     b.base()?;
     b.run_dir()?;
@@ -1145,6 +1151,7 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
     // protects. A `.git` directory is bound onto itself there, so it cannot be renamed away and
     // replaced by one with the agent's hooks (`mv .git g && mkdir -p .git/hooks` gets EBUSY).
     let before_rule = b.plan.ops.len();
+    b.once = b.plan.ops.iter().cloned().collect();
     for g in &spec.protect {
         b.guard(g)?;
     }

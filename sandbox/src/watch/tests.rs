@@ -337,8 +337,10 @@ fn tool_files_are_caught_at_any_depth_and_after_a_rename_above_them() {
         "{got:?}"
     );
     assert!(
-        got.iter().any(|f| matches!(f, Found::Plant { path, outcome: Outcome::Reported, plant: Plant::Tool { what }, .. }
-            if *path == root.join("src/.vscode") && what == "VS Code")),
+        got.iter().any(
+            |f| matches!(f, Found::Plant { path, outcome: Outcome::Reported, plant: Plant::Tool { what }, .. }
+            if *path == root.join("src/.vscode") && what == "VS Code")
+        ),
         "{got:?}"
     );
     assert!(!root.join("src/x/y/.envrc").exists() && root.join("src/.vscode").is_dir());
@@ -379,6 +381,10 @@ fn a_path_an_envrc_loads_is_moved_aside_however_it_is_made() {
         })
         .collect();
     moved.sort();
-    assert_eq!(moved, vec![root.join("sub2/bin").as_path(), root.join("x/y/.env.local").as_path()], "{got:?}");
+    assert_eq!(
+        moved,
+        vec![root.join("sub2/bin").as_path(), root.join("x/y/.env.local").as_path()],
+        "{got:?}"
+    );
     assert_eq!(got.len(), 2, "{got:?}");
 }

@@ -345,8 +345,8 @@ fn a_link_on_the_way_to_what_an_envrc_loads_is_caught() {
 }
 
 /// HOLE when written: a held file is read-only through its bind only; another name of the
-/// same inode is not. The agent makes `a/rust-toolchain.toml` (an innocent one, naming the
-/// user's `ok` toolchain) and a hard link `a/keep` to it; the watch moves the first aside, the
+/// same inode is not. The agent makes `a/keep` (an innocent toolchain file, naming the user's
+/// `ok` toolchain) and a hard link `a/rust-toolchain.toml` to it; the watch moves that aside, the
 /// user reads it and takes it (renames it back). In the next session the file is held
 /// read-only, but the agent writes `a/keep`: `rustc --version` in `a` on the host must still
 /// answer with the user's toolchain. (Stopped, checked too: a link made inside to the user's
@@ -357,7 +357,7 @@ fn a_hard_link_to_a_tool_file_the_user_took_does_not_change_it() {
         r##"{rust}{CHECKS}U mkdir -p a d/e/f ok/bin
         U sh -c 'printf "#!/bin/sh\necho user-rustc\n" > ok/bin/rustc; chmod +x ok/bin/rustc
            printf "[toolchain]\npath = \"%s/ok\"\n" "$PWD" > d/e/f/rust-toolchain.toml'
-        X 'printf "[toolchain]\npath = \"'"$P"'/ok\"\n" > a/rust-toolchain.toml && ln a/rust-toolchain.toml a/keep && echo linked
+        X 'printf "[toolchain]\npath = \"'"$P"'/ok\"\n" > a/keep && ln a/keep a/rust-toolchain.toml && echo linked
            ln d/e/f/rust-toolchain.toml def-keep 2>/dev/null && echo def-linked
            sleep 1.2' 2>exec.err
         echo "exec $?"; cat exec.err >&2

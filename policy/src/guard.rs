@@ -17,9 +17,12 @@
 //! This module is pure: the launcher discovers the facts ([`Checkout`]) and enforces the result.
 
 use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::toolfiles;
 
 /// What an entry on the host is (from `lstat`: links are not followed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,24 +66,6 @@ pub struct Protection {
     pub anchor: PathBuf,
     pub why: String,
 }
-
-/// Files at the root of a checkout that host tools act on without being asked. Read-only for
-/// the agent unless `OCSB_RW_TOOL_FILES` names them; one that appears while a sandbox runs is
-/// found by the launcher's look after it ([`Rule::watched`]).
-pub const TOOL_FILES: &[(&str, &str)] = &[
-    (".envrc", "direnv runs it when you cd into the directory"),
-    (".vscode", "VS Code tasks, launch configurations and interpreter settings"),
-    (".idea", "JetBrains run configurations and settings"),
-    (".devcontainer", "dev container config: initializeCommand runs on the host"),
-    (".devcontainer.json", "dev container config: initializeCommand runs on the host"),
-    (".gitmodules", "submodule URLs and paths that `git submodule update` and clones follow"),
-    (".pre-commit-config.yaml", "commands the pre-commit hook runs on `git commit`"),
-    ("lefthook.yml", "commands the lefthook hooks run on `git commit`"),
-    (".lefthook.yml", "commands the lefthook hooks run on `git commit`"),
-    ("lefthook.yaml", "commands the lefthook hooks run on `git commit`"),
-    ("lefthook-local.yml", "commands the lefthook hooks run on `git commit` (usually git-ignored)"),
-    (".lefthook-local.yml", "commands the lefthook hooks run on `git commit` (usually git-ignored)"),
-];
 
 /// Directories at the root of every checkout that configure ocsb itself: the agent must not
 /// widen its own sandbox (or another project's, through a worktree or an `OCSB_RW` repository).
@@ -164,11 +149,18 @@ impl Rule<'_> {
             for (n, why) in OCSB_DIRS {
                 ro(&mut out, c.root.join(n), &c.root, true, true, why);
             }
-            for (n, why) in TOOL_FILES {
-                let p = c.root.join(n);
+            // The tool files at the checkout's top (the registry's entries, by the names the
+            // directory holds: an entry may be a pattern, and a case-folding directory answers
+            // `.ENVRC` for `.envrc`). Those deeper are the enforcement's walk's.
+            let top = c.root.file_name();
+            for n in fs.names(&c.root) {
+                let Some(t) = toolfiles::lookup(top, OsStr::new(&n), self.rw_tool_files) else {
+                    continue;
+                };
+                let p = c.root.join(&n);
                 let kind = fs.entry(&p);
-                if kind != Entry::Missing && !self.rw_tool_files.iter().any(|r| r == n) {
-                    ro(&mut out, p, &c.root, kind == Entry::Dir, false, why);
+                if kind != Entry::Missing {
+                    ro(&mut out, p, &c.root, kind == Entry::Dir, false, t.why);
                 }
             }
             // Every checkout but the project (already a mount of its own) is bound onto itself:
@@ -295,14 +287,20 @@ impl Rule<'_> {
     }
 
     /// Paths whose *appearance* during a sandbox's life means something was planted where no
-    /// mount could stop it: the tool files. The launcher adds the nested `.git` entries and git
-    /// directory layouts it finds by walking the tree.
+    /// mount could stop it: the tool files at each checkout's top that have one exact name (a
+    /// pattern such as `mise.*.toml`, and an entry deeper down, is the live watch's, which
+    /// matches every new entry against the registry). The launcher adds the nested `.git`
+    /// entries and git directory layouts it finds by walking the tree.
     pub fn watched(&self, checkouts: &[Checkout]) -> Vec<(PathBuf, String)> {
         let mut out = Vec::new();
         for c in checkouts {
-            for (n, why) in TOOL_FILES {
-                if !self.rw_tool_files.iter().any(|r| r == n) {
-                    out.push((c.root.join(n), why.to_string()));
+            let top = c.root.file_name();
+            for t in toolfiles::REGISTRY.iter().filter(|t| !t.entry.contains('*')) {
+                let name = OsStr::new(t.entry);
+                // Through `lookup`, so that an entry the user left writable under any of its
+                // names is not watched, and one whose parent is not this directory is skipped.
+                if toolfiles::lookup(top, name, self.rw_tool_files).is_some_and(|m| m.name == t.name) {
+                    out.push((c.root.join(name), t.why.to_string()));
                 }
             }
         }
@@ -538,6 +536,43 @@ mod tests {
         let v = rule.protections(&[main_checkout()], &repo());
         assert!(!v.iter().any(|x| x.path == Path::new("/p/.vscode")));
         assert!(!rule.watched(&[main_checkout()]).iter().any(|(p, _)| p == Path::new("/p/.vscode")));
+    }
+
+    #[test]
+    fn tool_files_at_the_top_are_the_registrys_patterns_and_names_in_any_case() {
+        let writable = vec![PathBuf::from("/p")];
+        let rule = Rule { writable: &writable, rw_tool_files: &[] };
+        let fs = repo()
+            .with("/p/mise.dev.toml", Entry::File)
+            .with("/p/.ENVRC", Entry::File)
+            .with("/p/app.code-workspace", Entry::File)
+            .with("/p/.helix", Entry::Dir)
+            .with("/p/src", Entry::Dir)
+            .with("/p/config.toml", Entry::File);
+        let v = rule.protections(&[main_checkout()], &fs);
+        for p in ["/p/mise.dev.toml", "/p/.ENVRC", "/p/app.code-workspace", "/p/.helix"] {
+            let x = find(&v, p);
+            assert!(x.access == Access::ReadOnly && !x.placeholder, "{p}: {x:?}");
+        }
+        assert!(find(&v, "/p/.helix").dir);
+        assert!(find(&v, "/p/.ENVRC").why.contains("bash script"), "the registry's reason");
+        for p in ["/p/src", "/p/config.toml"] {
+            assert!(!v.iter().any(|x| x.path == Path::new(p)), "{p} is the project's: {v:#?}");
+        }
+        // The look after the sandbox knows exact names only; the live watch matches the rest.
+        let w = rule.watched(&[main_checkout()]);
+        assert!(w.iter().any(|(p, _)| p == Path::new("/p/rust-toolchain.toml")));
+        assert!(w.iter().any(|(p, _)| p == Path::new("/p/.mise")));
+        assert!(!w.iter().any(|(p, _)| p.to_string_lossy().contains('*')), "{w:?}");
+        assert!(!w.iter().any(|(p, _)| p == Path::new("/p/config.toml")), "only in .cargo or mise: {w:?}");
+        // A pattern's name in OCSB_RW_TOOL_FILES leaves what it matches writable.
+        let rw = vec!["mise.*.toml".to_string(), ".envrc".to_string()];
+        let rule = Rule { writable: &writable, rw_tool_files: &rw };
+        let v = rule.protections(&[main_checkout()], &fs);
+        assert!(
+            !v.iter().any(|x| x.path == Path::new("/p/mise.dev.toml") || x.path == Path::new("/p/.ENVRC"))
+        );
+        assert!(!rule.watched(&[main_checkout()]).iter().any(|(p, _)| p == Path::new("/p/.envrc")));
     }
 
     #[test]

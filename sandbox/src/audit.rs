@@ -137,12 +137,13 @@ fn walk(root: &Path, out: &mut Walked) {
             }
         };
         let mut layout = Layout::default();
+        let parent = dir.file_name().map(|n| n.to_os_string());
         for e in rd.flatten() {
             let Ok(ft) = e.file_type() else { continue };
             let name = e.file_name();
             layout.see(&name);
             if name != ".git" {
-                out.tools.see(root, &dir, &name, &ft);
+                out.tools.see(root, &dir, parent.as_deref(), &name, &ft);
             }
             if name == ".git" {
                 out.git.push(e.path());

@@ -124,10 +124,18 @@ impl Collect {
         Collect { rw, dotenv, seen: Vec::new() }
     }
 
-    /// One entry `name` of the directory `dir` the walk of `root` met, of type `ft` (never
-    /// following a link). Costs one look-up in the registry per entry.
-    pub fn see(&mut self, root: &Path, dir: &Path, name: &OsStr, ft: &std::fs::FileType) {
-        let (tool, why, aside, envrc) = if let Some(t) = toolfiles::lookup(dir.file_name(), name, &self.rw) {
+    /// One entry `name` of the directory `dir` (whose own name is `parent`, worked out once per
+    /// directory by the caller) the walk of `root` met, of type `ft` (never following a link).
+    /// Costs one look-up in the registry per entry.
+    pub fn see(
+        &mut self,
+        root: &Path,
+        dir: &Path,
+        parent: Option<&OsStr>,
+        name: &OsStr,
+        ft: &std::fs::FileType,
+    ) {
+        let (tool, why, aside, envrc) = if let Some(t) = toolfiles::lookup(parent, name, &self.rw) {
             (
                 t.tool,
                 format!("a tool file of {}: {}", t.tool, t.why),
@@ -396,7 +404,7 @@ mod tests {
         while let Some(d) = stack.pop() {
             for e in fs::read_dir(&d).unwrap().flatten() {
                 let ft = e.file_type().unwrap();
-                c.see(root, &d, &e.file_name(), &ft);
+                c.see(root, &d, d.file_name(), &e.file_name(), &ft);
                 if ft.is_dir() && e.file_name() != ".git" {
                     stack.push(e.path());
                 }
@@ -484,7 +492,7 @@ mod tests {
         let mut c = Collect::new(vec![], true);
         let began = std::time::Instant::now();
         for n in &names {
-            c.see(Path::new("/p"), dir, n, &ft);
+            c.see(Path::new("/p"), dir, dir.file_name(), n, &ft);
         }
         let took = began.elapsed();
         assert!(c.finish(&[PathBuf::from("/p")]) == ToolFiles { dotenv: true, ..ToolFiles::default() });

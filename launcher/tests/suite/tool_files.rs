@@ -201,7 +201,7 @@ fn a_toolchain_file_planted_inside_is_moved_aside_within_a_second() {
     let body = format!(
         r##"{rust}U mkdir -p a/b/c
         X 'mkdir -p tc/bin; printf "#!/bin/sh\ntouch $HOME/PWNED_rustc_timing\necho agent-rustc\n" > tc/bin/rustc; chmod +x tc/bin/rustc
-           printf "[toolchain]\npath = \"'"$P"'/tc\"\n" > a/b/c/rust-toolchain.toml; date +%s.%N > .t0; sleep 2' 2>exec.err &
+           printf "[toolchain]\npath = \"'"$P"'/tc\"\n" > a/b/c/rust-toolchain.toml; date +%s.%N > .t0.w; mv .t0.w .t0; sleep 2' 2>exec.err &
         pid=$!
         python3 -c '
 import glob, os, time

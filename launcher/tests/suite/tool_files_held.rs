@@ -15,8 +15,9 @@ use crate::support::sandbox::{World, has, no_markers};
 /// copies the allowed `.envrc` there (same path, same text: direnv would take it as allowed)
 /// and writes a `.env` exporting an fsmonitor. Both new files are moved aside within a second
 /// (measured from inside), so `cd a/b/c` with direnv's hook and the prompt's `git status` on
-/// the host run nothing; the user's own files, renamed with their directory, are unchanged.
-/// The control: the same made by the user on the host runs.
+/// the host run nothing; the user's own files, renamed with their directory, are unchanged (the
+/// look after the session moves them aside at their new place: tool files where there were
+/// none). The control: the same made by the user on the host runs.
 #[test]
 fn a_rename_above_a_held_file_and_a_new_one_at_its_path_are_caught() {
     let body = r##"U mkdir -p a/b/c; U sh -c 'echo dotenv > a/b/c/.envrc; echo FOO=user > a/b/c/.env'
@@ -36,7 +37,7 @@ fn a_rename_above_a_held_file_and_a_new_one_at_its_path_are_caught() {
         ls -d a/b/c/.env.ocsb-planted-* >/dev/null 2>&1 && echo env-moved
         ls -d a/b/c/.envrc.ocsb-planted-* >/dev/null 2>&1 && echo envrc-moved
         echo "after $(D "$P/a/b/c")"
-        echo "user-kept $(cat a2/b/c/.env)"
+        echo "user-kept $(cat a2/b/c/.env.ocsb-planted-*)"
         U sh -c 'echo dotenv > a/b/c/.envrc; printf "GIT_CONFIG_COUNT=1\nGIT_CONFIG_KEY_0=core.fsmonitor\nGIT_CONFIG_VALUE_0=\"touch $HOME/CONTROL_rename; false\"\n" > a/b/c/.env'
         D "$P/a/b/c" >/dev/null; test -e "$HOME/CONTROL_rename" && echo control"##;
     both_modes(body, |w: &World, out, err| {

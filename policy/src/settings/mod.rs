@@ -511,7 +511,7 @@ impl Settings {
         crate::ssh_agent::Keys::named(self.array("OCSB_SSH_KEYS"))
     }
 
-    /// `OCSB_RW_TOOL_FILES`: names of [`crate::guard::TOOL_FILES`] left writable.
+    /// `OCSB_RW_TOOL_FILES`: names of [`crate::toolfiles::REGISTRY`] left writable.
     pub fn rw_tool_files(&self) -> &[String] {
         self.array("OCSB_RW_TOOL_FILES")
     }

@@ -64,7 +64,7 @@ pub(crate) enum Check {
     HomeRelative,
     SkillName,
     Plugin,
-    /// A name of [`crate::guard::TOOL_FILES`].
+    /// A name of [`crate::toolfiles::REGISTRY`].
     ToolFile,
     /// `OCSB_SPEND_LIMIT`: empty, `DAY`, `DAY/SESSION` or `/SESSION` (USD amounts).
     SpendLimit,
@@ -389,9 +389,9 @@ pub(crate) fn check(s: &Spec, v: &str, at: &Location) -> Result<()> {
         ),
         C::Plugin if v.starts_with('/') || check_name(v).is_ok() => Ok(()),
         C::Plugin => bad(format!("`{v}` is neither a plugin name nor an absolute path"), "name a file of plugins/, or give an absolute path"),
-        C::ToolFile if crate::guard::TOOL_FILES.iter().any(|(n, _)| *n == v) => Ok(()),
+        C::ToolFile if crate::toolfiles::is_name(v) => Ok(()),
         C::ToolFile => {
-            let names: Vec<&str> = crate::guard::TOOL_FILES.iter().map(|(n, _)| *n).collect();
+            let names = crate::toolfiles::names();
             bad(format!("`{v}` is not a protected tool file"), &format!("write one of: {}", names.join(" ")))
         }
         C::Publish => match crate::publish::Publish::parse(v) {

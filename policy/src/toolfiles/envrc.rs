@@ -10,6 +10,7 @@
 //! something the file runs or reads. Anything it cannot read as a path (`$VAR`, `~`) is left
 //! out: the enforcement cannot resolve it either.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 /// A path an `.envrc` has direnv read, run or put on PATH.
@@ -30,13 +31,15 @@ const MAX_TEXT: usize = 1 << 20;
 /// At most this many loads are returned: each becomes a mount or a watch.
 const MAX_LOADS: usize = 4096;
 
+/// Stands in a word's text for an expansion (`$X`, `${X}`, `$(…)`) other than `$PWD`: a part
+/// of a word holding it is no path this can resolve. (No `.envrc` holds a NUL: bash stops
+/// reading a line at one.)
+const EXPANDS: char = '\0';
+
 /// One word of a command, after quote removal.
 #[derive(Debug, Default, Clone)]
 struct Word {
     text: String,
-    /// An expansion (`$X`, `${X}`, `$(…)`) other than a leading `$PWD/` was in it: not a path
-    /// this can resolve.
-    expands: bool,
     /// A `~` at its start, unquoted: the user's home, not the directory's.
     tilde: bool,
 }
@@ -109,7 +112,7 @@ fn commands(text: &str) -> Vec<Vec<Word>> {
             '$' => {
                 if chars.peek() == Some(&'(') {
                     // A command substitution: what is inside is a command of its own.
-                    word.get_or_insert_with(Word::default).expands = true;
+                    word.get_or_insert_with(Word::default).text.push(EXPANDS);
                     end_cmd(&mut out, &mut cmd, &mut word);
                 } else {
                     dollar(word.get_or_insert_with(Word::default), &mut chars);
@@ -123,8 +126,9 @@ fn commands(text: &str) -> Vec<Vec<Word>> {
     out
 }
 
-/// After a `$` (outside single quotes): `$PWD`/`${PWD}` at the start of a word is the
-/// directory itself (dropped, with the `/` after it); any other expansion marks the word.
+/// After a `$` (outside single quotes): `$PWD`/`${PWD}` at the start of a word, or of a value
+/// (after `=` or `:`, as in `PATH=$PWD/bin:$PATH`), is the directory itself (dropped, with the
+/// `/` after it); any other expansion is marked.
 fn dollar(w: &mut Word, chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
     let mut name = String::new();
     if chars.peek() == Some(&'{') {
@@ -145,15 +149,15 @@ fn dollar(w: &mut Word, chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
             }
         }
     }
-    if name == "PWD" && w.text.is_empty() && !w.expands {
+    let at_start = w.text.is_empty() || w.text.ends_with('=') || w.text.ends_with(':');
+    if name == "PWD" && at_start {
         if chars.peek() == Some(&'/') {
             chars.next();
         } else {
             w.text.push('.');
         }
     } else {
-        w.expands = true;
-        w.text.push('$');
+        w.text.push(EXPANDS);
     }
 }
 
@@ -171,13 +175,14 @@ fn cut(s: &str, max: usize) -> &str {
 
 /// The word as a path this can resolve, if it is one (no expansion, no `~`, not empty).
 fn plain(w: &Word) -> Option<&str> {
-    (!w.expands && !w.tilde && !w.text.is_empty()).then_some(w.text.as_str())
+    (!w.tilde && !w.text.is_empty() && !w.text.contains(EXPANDS)).then_some(w.text.as_str())
 }
 
 /// Whether `s` is spelled as a path: with a `/`, or a leading `.` (not `.`/`..` alone, not a
 /// URL, not an option).
 fn looks_like_path(s: &str) -> bool {
     !s.is_empty()
+        && !s.contains(EXPANDS)
         && s != "."
         && s != ".."
         && !s.starts_with('-')
@@ -185,44 +190,75 @@ fn looks_like_path(s: &str) -> bool {
         && (s.contains('/') || s.starts_with('.'))
 }
 
-struct Out(Vec<Load>);
+/// The loads found so far, in the order the file names them, each once.
+#[derive(Default)]
+struct Out {
+    loads: Vec<Load>,
+    seen: BTreeSet<(String, bool)>,
+}
 
 impl Out {
     fn add(&mut self, path: &str, dir: bool, what: &str) {
-        if self.0.len() >= MAX_LOADS || path.is_empty() {
+        if self.loads.len() >= MAX_LOADS || path.is_empty() {
             return;
         }
-        let path = PathBuf::from(path);
-        if !self.0.iter().any(|l| l.path == path && l.dir == dir) {
-            self.0.push(Load { path, dir, what: what.to_string() });
+        if self.seen.insert((path.to_string(), dir)) {
+            self.loads.push(Load { path: PathBuf::from(path), dir, what: what.to_string() });
         }
     }
 }
 
-/// What `text` (an .envrc) loads: dotenv, dotenv_if_exists (default `.env`), source_env,
-/// source_env_if_exists (a directory means its `.envrc`, which is in the registry: the path is
-/// given as written), source_up (nothing: `.envrc` files are in the registry), watch_file,
-/// watch_dir, PATH_add, path_add VAR, load_prefix (dir), layout <any> (`.direnv`, and `layout
-/// node`: `node_modules/.bin`), use nix [file] (`shell.nix`, `default.nix`), use flake
-/// (`flake.nix`, `flake.lock`), bash `source X` / `. X`; and every other word of the file that
-/// is a path spelled with a `/` or a leading `.` (a script the .envrc runs). Quotes and
-/// `$PWD/`/`${PWD}/` prefixes understood; `$VAR` elsewhere: not a path.
-/// Never panics on any input (fuzzed by a unit test with random bytes).
+/// What `text` (an .envrc) loads, in the order it names them, each once:
+///
+/// * `dotenv`, `dotenv_if_exists` (default `.env`);
+/// * `source_env`, `source_env_if_exists` (a directory means its `.envrc`, which is in the
+///   registry anyway: the path is given as written); `source_up` (nothing: the `.envrc` files
+///   above are in the registry), `source_up FILE` (`../FILE`, the first place it looks);
+/// * `watch_file`, `watch_dir`; `PATH_add`, `path_add VAR`, `load_prefix` (directories);
+/// * `layout <any>` (`.direnv`, and for `layout node` `node_modules/.bin`);
+/// * `use nix [file]` (`shell.nix`, `default.nix`), `use flake [ref]` (`flake.nix`,
+///   `flake.lock` of a local ref), `use devenv` (its `devenv.*` files);
+/// * bash's `source X` / `. X`;
+/// * every other word of the file that is a path spelled with a `/` or a leading `.` (a script
+///   the `.envrc` runs), assignments' values and each part of a `:` list included.
+///
+/// Quotes and `$PWD/`/`${PWD}/` prefixes are understood; `$VAR` elsewhere is no path. Work is
+/// bounded (the first MiB of text, at most 4,096 loads). Never panics on any input (fuzzed by
+/// a unit test with random bytes).
 pub fn loads(text: &str) -> Vec<Load> {
-    let mut out = Out(Vec::new());
+    let mut out = Out::default();
     for cmd in commands(text) {
         one(&cmd, &mut out);
     }
-    out.0
+    out.loads
+}
+
+/// A word before a command's name: a builtin that runs the rest (`exec`, `command`), a
+/// declaration (`export`, `local`), a keyword (`if`, `then`), or an assignment (`X=…`).
+fn prefix_word(w: &str) -> bool {
+    const BUILTINS: &[&str] = &[
+        "export", "local", "declare", "typeset", "readonly", "command", "builtin", "exec", "eval", "!", "if",
+        "then", "elif", "else", "do", "while", "until", "time",
+    ];
+    if BUILTINS.contains(&w) {
+        return true;
+    }
+    match w.split_once('=') {
+        Some((name, _)) => {
+            let name = name.strip_suffix('+').unwrap_or(name);
+            !name.is_empty()
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && !name.as_bytes()[0].is_ascii_digit()
+        }
+        None => false,
+    }
 }
 
 /// One command: its directive, if any, then every other word that looks like a path.
 fn one(cmd: &[Word], out: &mut Out) {
-    // Leading assignments (`export`, `local`, `X=… cmd`) are words like any other below.
-    let start = cmd
-        .iter()
-        .position(|w| !matches!(w.text.as_str(), "export" | "local" | "declare" | "readonly" | "command" | "builtin" | "exec" | "eval"))
-        .unwrap_or(cmd.len());
+    // What comes before the command's name (`export`, `command`, `X=… cmd`): its assignments
+    // are looked at like any other word below.
+    let start = cmd.iter().position(|w| !prefix_word(&w.text)).unwrap_or(cmd.len());
     let (name, args) = match cmd.get(start) {
         Some(w) => (w.text.as_str(), &cmd[start + 1..]),
         None => ("", &cmd[0..0]),
@@ -231,9 +267,14 @@ fn one(cmd: &[Word], out: &mut Out) {
     let files: Vec<&str> = paths.iter().copied().filter(|p| !p.starts_with('-')).collect();
     let mut handled = true;
     match name {
-        "dotenv" | "dotenv_if_exists" => {
-            out.add(files.first().copied().unwrap_or(".env"), false, "dotenv loads it into your environment")
-        }
+        "dotenv" | "dotenv_if_exists" => match args.first() {
+            None => out.add(".env", false, "dotenv loads it into your environment"),
+            Some(w) => {
+                if let Some(f) = plain(w) {
+                    out.add(f, false, "dotenv loads it into your environment");
+                }
+            }
+        },
         "source_env" | "source_env_if_exists" => {
             for f in &files {
                 out.add(f, false, "source_env runs it as a bash script (a directory: its .envrc)");
@@ -274,15 +315,17 @@ fn one(cmd: &[Word], out: &mut Out) {
                 out.add(f, false, "sourced: it runs as a bash script");
             }
         }
-        "use" | "use_nix" | "use_flake" => {
+        "use" | "use_nix" | "use_flake" | "use_devenv" => {
             let (what, rest) = match name {
                 "use" => (files.first().copied().unwrap_or(""), files.get(1..).unwrap_or(&[])),
                 "use_nix" => ("nix", &files[..]),
-                _ => ("flake", &files[..]),
+                "use_flake" => ("flake", &files[..]),
+                _ => ("devenv", &files[..]),
             };
             match what {
                 "nix" => {
-                    let given: Vec<&&str> = rest.iter().filter(|f| f.ends_with(".nix") || looks_like_path(f)).collect();
+                    let given: Vec<&&str> =
+                        rest.iter().filter(|f| f.ends_with(".nix") || looks_like_path(f)).collect();
                     let packages = args.iter().any(|w| w.text == "-p" || w.text == "--packages");
                     if given.is_empty() && !packages {
                         out.add("shell.nix", false, "use nix evaluates it; its build hooks run as yours");
@@ -293,18 +336,39 @@ fn one(cmd: &[Word], out: &mut Out) {
                     }
                 }
                 "flake" => {
-                    let dir = rest.first().map_or("", |r| r.split('#').next().unwrap_or(""));
-                    let dir = dir.strip_prefix("path:").unwrap_or(dir);
-                    let base = if dir.is_empty() || dir == "." { String::new() } else if looks_like_path(dir) || !dir.contains(':') { format!("{}/", dir.trim_end_matches('/')) } else { String::new() };
-                    out.add(&format!("{base}flake.nix"), false, "use flake evaluates it; its shell hook runs as yours");
-                    out.add(&format!("{base}flake.lock"), false, "use flake takes the inputs it pins");
+                    // `use flake [ref]`: the directory's flake, or the one a local ref names
+                    // (`.#dev`, `./sub`, `path:sub#x`); a remote ref (`github:o/r`) reads
+                    // nothing of the directory's.
+                    let r = rest.first().map_or("", |r| r.split('#').next().unwrap_or(""));
+                    let local = r.strip_prefix("path:").or((!r.contains(':')).then_some(r));
+                    if let Some(dir) = local {
+                        let dir = dir.trim_end_matches('/');
+                        let base =
+                            if dir.is_empty() || dir == "." { String::new() } else { format!("{dir}/") };
+                        out.add(
+                            &format!("{base}flake.nix"),
+                            false,
+                            "use flake evaluates it; its shell hook runs as yours",
+                        );
+                        out.add(&format!("{base}flake.lock"), false, "use flake takes the inputs it pins");
+                    }
+                }
+                "devenv" => {
+                    for f in ["devenv.nix", "devenv.yaml", "devenv.lock", "devenv.local.nix"] {
+                        out.add(
+                            f,
+                            false,
+                            "use devenv evaluates it; its shell hook and processes run as yours",
+                        );
+                    }
                 }
                 _ => handled = false,
             }
         }
         n if n == "layout" || n.starts_with("layout_") => {
             out.add(".direnv", true, "layout keeps the environment it activates here");
-            let kind = if n == "layout" { files.first().copied().unwrap_or("") } else { &n["layout_".len()..] };
+            let kind =
+                if n == "layout" { files.first().copied().unwrap_or("") } else { &n["layout_".len()..] };
             if kind == "node" {
                 out.add("node_modules/.bin", true, "layout node: its programs are put on PATH, run as yours");
             }
@@ -312,19 +376,21 @@ fn one(cmd: &[Word], out: &mut Out) {
         _ => handled = false,
     }
     // The command word itself and every argument of a command that is no directive, and the
-    // assignments before it: a path spelled as one is something the file runs or reads.
-    if handled {
-        return;
-    }
-    for w in cmd {
-        let Some(text) = plain(w) else { continue };
+    // assignments before any command: a path spelled as one is something the file runs or
+    // reads.
+    let rest = if handled { &cmd[..start] } else { cmd };
+    for w in rest {
+        if w.tilde || w.text.is_empty() {
+            continue;
+        }
+        let text = w.text.as_str();
         // `VAR=value`, `--opt=value`: the value; a PATH-like value: each of its parts.
         let value = match text.split_once('=') {
             Some((_, v)) => v,
             None => text,
         };
         for part in value.split(':') {
-            if looks_like_path(part) && !text.contains("://") {
+            if looks_like_path(part) && !value.contains("://") {
                 out.add(part, false, "the .envrc names it: a script it runs or a file it reads");
             }
         }
@@ -338,11 +404,13 @@ fn one(cmd: &[Word], out: &mut Out) {
 /// reading of a broken file is not something to bet the user's `.env` files on.
 pub fn loads_dotenv(direnv_toml: &str) -> bool {
     match direnv_toml.parse::<toml::Table>() {
-        Ok(t) => t
-            .get("global")
-            .and_then(|g| g.get("load_dotenv"))
-            .and_then(toml::Value::as_bool)
-            .unwrap_or(false),
+        Ok(t) => {
+            t.get("global").and_then(|g| g.get("load_dotenv")).and_then(toml::Value::as_bool).unwrap_or(false)
+        }
         Err(_) => direnv_toml.contains("load_dotenv"),
     }
 }
+
+#[cfg(test)]
+#[path = "envrc_tests.rs"]
+mod tests;

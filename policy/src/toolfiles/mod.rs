@@ -58,7 +58,7 @@ impl Trigger {
             Trigger::Cd => "you cd into the directory",
             Trigger::Open => "you open the directory in the editor",
             Trigger::Git => "you run git (commit, checkout, submodule update)",
-            Trigger::Command => "you run the tool there, even `--version`",
+            Trigger::Command => "you run the tool there (any of its commands)",
         }
     }
 }
@@ -110,12 +110,19 @@ fn glob_eq(pattern: &[u8], name: &[u8]) -> bool {
     }
 }
 
-fn left_writable(t: &ToolFile, rw: &[String]) -> bool {
-    rw.iter().any(|r| r == t.name)
-}
-
+/// The first entry that matches, unless the user named one of those that match in
+/// `OCSB_RW_TOOL_FILES`. *Why* any of them: entries overlap (`lefthook.yml` and `lefthook.*`,
+/// `mise.toml` and `.config/mise.toml`), and the user who names one means the file, not the
+/// pattern; holding it by another entry of the same tool would make the setting a lie.
 fn lookup_bytes(parent: Option<&[u8]>, name: &[u8], rw: &[String]) -> Option<&'static ToolFile> {
-    REGISTRY.iter().find(|t| t.matches(parent, name) && !left_writable(t, rw))
+    let mut found = None;
+    for t in REGISTRY.iter().filter(|t| t.matches(parent, name)) {
+        if rw.iter().any(|r| r == t.name) {
+            return None;
+        }
+        found = found.or(Some(t));
+    }
+    found
 }
 
 /// The registry entry a directory entry named `name` in a directory named `parent` (its last

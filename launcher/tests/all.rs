@@ -52,6 +52,9 @@ mod suite {
     // host: the tool files the user has: a rename above one leaves nothing open; thousands held, up to a bound.
     #[cfg(feature = "host-tests")]
     mod tool_files_held;
+    // host: attacks on the tool files' registry and its enforcement from inside, each checked with the real tool on the host.
+    #[cfg(feature = "host-tests")]
+    mod tool_files_attacks;
     // host: `ocsb doctor` on real machine states, each check made to fail in turn.
     #[cfg(feature = "host-tests")]
     mod doctor;

@@ -15,9 +15,10 @@ use crate::spec::SandboxSpec;
 /// The gates of a running session.
 pub struct SessionGit {
     running: Option<crate::gatewatch::Running>,
-    /// The live watch of the writable trees ([`crate::watch`]), started on a thread of its own
-    /// (its first walk takes a while on a large tree, and the sandbox need not wait for it).
-    trees: Option<std::thread::JoinHandle<Option<crate::watch::Watch>>>,
+    /// The live watch of the writable trees ([`crate::watch`]). Its first walk ends before the
+    /// sandbox starts: what that walk meets is the session's starting point, and a walk still
+    /// going while the agent runs would take the agent's plants for it.
+    trees: Option<crate::watch::Watch>,
     /// What the watch moved aside, recorded for `ocsb audit` when the session ends.
     planted: std::sync::Arc<std::sync::Mutex<Vec<ocsb_policy::guard::Finding>>>,
     staging: PathBuf,
@@ -76,14 +77,7 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
     let running = crate::gatewatch::start(gates, Box::new(move |root, done| report(&said, root, done)))?;
     let planted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let trees = watch_trees(spec, checkouts, planted.clone());
-    Ok(SessionGit {
-        running: Some(running),
-        trees: Some(trees),
-        planted,
-        staging,
-        state_dir,
-        _lock: Some(lock),
-    })
+    Ok(SessionGit { running: Some(running), trees, planted, staging, state_dir, _lock: Some(lock) })
 }
 
 /// The repositories of sessions whose launcher died before their last import: imported now,
@@ -117,7 +111,7 @@ fn watch_trees(
     spec: &SandboxSpec,
     checkouts: &[Checkout],
     planted: std::sync::Arc<std::sync::Mutex<Vec<ocsb_policy::guard::Finding>>>,
-) -> std::thread::JoinHandle<Option<crate::watch::Watch>> {
+) -> Option<crate::watch::Watch> {
     let roots: Vec<PathBuf> = std::iter::once(&spec.project_dir)
         .chain(&spec.worktrees_dir)
         .chain(&spec.rw)
@@ -128,7 +122,7 @@ fn watch_trees(
     skip.extend(spec.state_dir.canonicalize().ok());
     let matchers: Vec<Box<dyn crate::watch::Matcher>> =
         vec![Box::new(crate::watch::Git), Box::new(spec.tool_files.matcher(&spec.rw_tool_files))];
-    std::thread::spawn(move || {
+    {
         let sink = Box::new(move |found: crate::watch::Found| match found {
             crate::watch::Found::Plant { path, why, outcome, .. } => {
                 let said = match &outcome {
@@ -171,7 +165,7 @@ fn watch_trees(
                 None
             }
         }
-    })
+    }
 }
 
 fn lock(store: &Path, session: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
@@ -193,7 +187,7 @@ impl SessionGit {
     pub fn end(mut self) -> Vec<std::os::fd::OwnedFd> {
         let mut late = Vec::new();
         if let Some(t) = self.trees.take() {
-            late.extend(t.join().ok().flatten().and_then(crate::watch::Watch::stop));
+            late.extend(t.stop());
         }
         if let Ok(found) = self.planted.lock()
             && let Err(e) = crate::audit::record(&self.state_dir, &found)

@@ -191,6 +191,19 @@ impl Collect {
                     ),
                 });
             }
+            if s.kind == Kind::File
+                && let Some(n) = hard_links(&s.path)
+            {
+                out.unholdable.push(Finding {
+                    path: s.path.clone(),
+                    why: format!(
+                        "a tool file with {n} names (hard links): a read-only bind holds this name, and the \
+                         agent could change the same file through another ({}); give it a name of its own \
+                         (`cp -p F F.new && mv F.new F`), or name it in OCSB_RW_TOOL_FILES",
+                        s.why
+                    ),
+                });
+            }
             if s.envrc && s.kind == Kind::File {
                 loads_of(&s.path, roots, &mut out);
             }
@@ -240,6 +253,10 @@ fn loads_of(path: &Path, roots: &[PathBuf], out: &mut ToolFiles) {
     let Some(dir) = path.parent() else { return };
     for l in loads {
         let p = checkouts::lexical(&dir.join(&l.path));
+        // A bare word of a command (`sh setup.sh`): a load only where a file of that name is.
+        if l.maybe && !p.symlink_metadata().is_ok_and(|m| m.is_file()) {
+            continue;
+        }
         let Some(root) = roots.iter().filter(|r| p.starts_with(r)).max_by_key(|r| r.components().count())
         else {
             continue;
@@ -370,7 +387,7 @@ impl ToolFiles {
     pub fn matcher(&self, rw: &[String]) -> crate::watch::Tools {
         let mut t = crate::watch::Tools::new(rw.to_vec(), self.dotenv);
         for h in self.loads() {
-            t.load(h.path.clone(), h.why.clone());
+            t.load(h.path.clone(), &h.root, h.why.clone());
         }
         t
     }
@@ -550,4 +567,10 @@ mod tests {
         named("via/link", "on the way");
         assert_eq!(got.unholdable.len(), 4, "{:#?}", got.unholdable);
     }
+}
+
+/// How many names the regular file at `path` has, when more than one (never following a link).
+fn hard_links(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    path.symlink_metadata().ok().filter(|m| m.is_file() && m.nlink() > 1).map(|m| m.nlink())
 }

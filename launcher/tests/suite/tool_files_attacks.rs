@@ -60,7 +60,7 @@ const CHECKS: &str = r#"M() { for f in "$@"; do
         MK() { for m in "$@"; do test -e "$HOME/PWNED_$m" && echo "ran $m"; test -e "$HOME/CONTROL_$m" && echo "control $m"; done; true; }
         "#;
 
-/// HOLE when written: an allowed `.envrc` (three directories down) that loads files by ways
+/// Found open by the attack, now stopped: an allowed `.envrc` (three directories down) that loads files by ways
 /// the parser does not read as paths, each a common spelling: `eval "$(cat tools/env.sh)"` (a
 /// command substitution in quotes), `export PATH="$PWD/bin2:$PATH"` (`$PWD` after `PATH=`),
 /// `sh setup.sh` (a script run by a name without `/`), `source_up .localenv` (found in any
@@ -113,14 +113,16 @@ EOF
     });
 }
 
-/// HOLE when written (no mise on the test machine: checked by where the files are, not by
-/// mise): mise reads more files than the registry names, each a config whose `[env]`,
+/// STOPPED (no mise on the test machine: checked by where the files are, not by mise): mise
+/// reads more files than its top-level names, each a config whose `[env]`,
 /// `[hooks]` and `tools` (`path:` versions) act on `cd` through mise's shell hook, and trusted
 /// by path (a file the user trusted and the agent edits is honoured): `mise.local.toml`,
 /// `.mise.local.toml`, `mise.<env>.toml`, `.config/mise/config.toml`,
 /// `.config/mise/conf.d/*.toml`, `.mise/config.toml`, `mise/config.toml`. The user's existing
 /// `mise.local.toml` and `.config/mise/config.toml` three down must be read-only inside; new
-/// ones must be moved aside within the session (looked at while it runs).
+/// ones must be moved aside within the session (looked at while it runs): the file itself, or
+/// the whole directory mise reads it from (`.config/mise`, `.mise`), whose content then goes
+/// with it.
 #[test]
 fn mise_config_files_outside_the_registry_are_held_and_moved_aside() {
     let body = format!(
@@ -134,29 +136,28 @@ fn mise_config_files_outside_the_registry_are_held_and_moved_aside() {
            touch ../../../.planted; sleep 3' 2>exec.err &
         pid=$!
         for i in $(seq 1 500); do test -e .planted && break; sleep 0.01; done; sleep 1
-        cd l/m/n; M mise.local.toml .mise.local.toml mise.dev.toml .config/mise/config.toml .config/mise/conf.d/x.toml .mise/config.toml mise/config.toml; cd "$P"
+        cd l/m/n; M mise.local.toml .mise.local.toml mise.dev.toml .config/mise/config.toml .config/mise/conf.d/x.toml .mise/config.toml mise/config.toml
+        ls -d .config/mise.ocsb-planted-* >/dev/null 2>&1 && echo "dir-moved .config/mise"
+        ls -d .mise.ocsb-planted-* >/dev/null 2>&1 && echo "dir-moved .mise"; cd "$P"
         wait $pid; echo "exec $?"; cat exec.err >&2"##
     );
     both_modes(&body, |w: &World, out, err| {
         let mut want: Vec<String> =
             ["exec 0", "def-local-write ERR EROFS", "def-config-write ERR EROFS"].map(String::from).to_vec();
-        for f in [
-            "mise.local.toml",
-            ".mise.local.toml",
-            "mise.dev.toml",
-            ".config/mise/config.toml",
-            ".config/mise/conf.d/x.toml",
-            ".mise/config.toml",
-            "mise/config.toml",
-        ] {
+        for f in ["mise.local.toml", ".mise.local.toml", "mise.dev.toml", "mise/config.toml"] {
             want.push(format!("moved {f}"));
         }
+        // Moved with their directory.
+        for f in [".config/mise/config.toml", ".config/mise/conf.d/x.toml", ".mise/config.toml"] {
+            want.push(format!("gone {f}"));
+        }
+        want.extend(["dir-moved .config/mise", "dir-moved .mise"].map(String::from));
         expect(out, err, &want, &[]);
         no_markers(w, out, err);
     });
 }
 
-/// HOLE when written: the agent uses up the user's inotify watches (`fs.inotify.max_user_watches`,
+/// Found open by the attack, now stopped: the agent uses up the user's inotify watches (`fs.inotify.max_user_watches`,
 /// charged to the same uid as the launcher's watch) with instances of its own, then makes
 /// `z/y/x/rust-toolchain.toml` naming its toolchain. The watch cannot watch the new
 /// directories (it says so on the terminal), so the plant stays while the session runs: one
@@ -210,7 +211,7 @@ EOF
     });
 }
 
-/// STOPPED when written: ways to put a tool file in place without creating it where the watch
+/// Stopped when written: ways to put a tool file in place without creating it where the watch
 /// looks, each checked one second after it while the session runs (not after it, when the
 /// look after the sandbox would move it anyway):
 /// - the directory of the user's held `d/e/f/rust-toolchain.toml` renamed away and a new one
@@ -281,7 +282,7 @@ fn tool_files_put_in_place_by_renames_links_and_bursts_are_caught() {
     });
 }
 
-/// STOPPED when written: the agent cannot widen `OCSB_RW_TOOL_FILES`: the project's local
+/// Stopped when written: the agent cannot widen `OCSB_RW_TOOL_FILES`: the project's local
 /// settings (`.opencode-sandbox/local/sandbox.conf`) and the user's
 /// (`~/.config/opencode-sandbox/sandbox.conf`) cannot be written, made or renamed away inside,
 /// so a `.envrc` it makes in the next session is still moved aside.
@@ -311,7 +312,7 @@ fn the_agent_cannot_widen_ocsb_rw_tool_files() {
     });
 }
 
-/// HOLE when written: the watch knows a path an `.envrc` loads by its exact spelling, so a
+/// Found open by the attack, now stopped: the watch knows a path an `.envrc` loads by its exact spelling, so a
 /// symbolic link put on the way is not seen: the user's allowed `g/.envrc` has
 /// `source_env lib/env.sh` (`lib/env.sh` exists, held read-only) and `PATH_add tools/bin`
 /// (`tools` missing). The agent renames `lib` away and puts a link `lib -> real` whose
@@ -344,7 +345,7 @@ fn a_link_on_the_way_to_what_an_envrc_loads_is_caught() {
     });
 }
 
-/// HOLE when written: a held file is read-only through its bind only; another name of the
+/// Found open by the attack, now stopped: a held file is read-only through its bind only; another name of the
 /// same inode is not. The agent makes `a/keep` (an innocent toolchain file, naming the user's
 /// `ok` toolchain) and a hard link `a/rust-toolchain.toml` to it; the watch moves that aside, the
 /// user reads it and takes it (renames it back). In the next session the file is held
@@ -384,7 +385,7 @@ fn a_hard_link_to_a_tool_file_the_user_took_does_not_change_it() {
     });
 }
 
-/// HOLE when written: an entry the registry names only under a parent of a given name
+/// Found open by the attack, now stopped: an entry the registry names only under a parent of a given name
 /// (`.cargo/config.toml`, whose `build.rustc-wrapper` any cargo command runs) reached through a
 /// link of that name: `.cargo -> cr`, with `cr/config.toml` the agent's. The new file's
 /// directory is `cr`, the link is no registry name, so nothing is said; it must be reported on
@@ -408,7 +409,7 @@ fn a_link_named_like_a_tool_files_directory_is_reported() {
     });
 }
 
-/// HOLE when written: the watch's first walk runs in a thread of its own while the agent
+/// Found open by the attack, now stopped: the watch's first walk runs in a thread of its own while the agent
 /// already runs, and what that walk meets is taken for the session's starting point (left
 /// alone, never acted on). The user's tree has 30,000 directories (`big/N`, a dependency tree's
 /// size); the agent, as soon as it starts, makes `big/N/rust-toolchain.toml` in each. One
@@ -445,7 +446,7 @@ EOF2
     });
 }
 
-/// HOLE when written (no such editor on the test machine: checked by what the session says,
+/// Found open by the attack, now stopped (no such editor on the test machine: checked by what the session says,
 /// as for the registry's own editor files): editor files of the same class that the registry
 /// leaves out, though its own description of `Trigger::Open` names their editors: neovim's
 /// `.nvim.lua` and `.nvimrc` and vim's `.exrc` (run on start with `exrc` set), emacs's

@@ -23,6 +23,9 @@ pub struct Load {
     /// What direnv does with it, for the user: "dotenv loads it", "PATH_add: its programs run
     /// as yours".
     pub what: String,
+    /// A bare word (`sh setup.sh`): a file of that name, if one exists, is what the command
+    /// reads or runs; nothing to hold or watch when there is none (most such words are no file).
+    pub maybe: bool,
 }
 
 /// At most this much of a file is read: an `.envrc` is a few lines; a larger one is cut, not
@@ -30,6 +33,9 @@ pub struct Load {
 const MAX_TEXT: usize = 1 << 20;
 /// At most this many loads are returned: each becomes a mount or a watch.
 const MAX_LOADS: usize = 4096;
+/// How many directories above `source_up` is followed (deeper trees are rare; the enforcement
+/// keeps only those in the writable trees).
+const MAX_UP: usize = 32;
 
 /// Stands in a word's text for an expansion (`$X`, `${X}`, `$(…)`) other than `$PWD`: a part
 /// of a word holding it is no path this can resolve. (No `.envrc` holds a NUL: bash stops
@@ -46,7 +52,68 @@ struct Word {
 
 /// The commands of `text`, each its words.
 fn commands(text: &str) -> Vec<Vec<Word>> {
-    let text = cut(text, MAX_TEXT);
+    commands_at(cut(text, MAX_TEXT), 0)
+}
+
+/// How deep command substitutions are parsed (`"$(cat "$(x)")"`).
+const MAX_NESTING: usize = 8;
+
+/// After `$(`: the text up to the matching `)` (quotes inside followed roughly: a `)` in
+/// quotes does not end it).
+fn substitution(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> String {
+    let (mut depth, mut inner, mut quote) = (1usize, String::new(), None::<char>);
+    for x in chars.by_ref() {
+        match (quote, x) {
+            (Some(q), _) if x == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(x),
+            (None, '(') => depth += 1,
+            (None, ')') => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            _ => {}
+        }
+        inner.push(x);
+    }
+    inner
+}
+
+/// A `$(…)` met in a word: `$(pwd)` is the directory itself, as `$PWD` is; anything else is an
+/// expansion, whose command is parsed as one of the file's (`eval "$(cat tools/env.sh)"` reads
+/// `tools/env.sh`).
+fn command_substitution(
+    w: &mut Word,
+    chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
+    subs: &mut Vec<String>,
+) {
+    chars.next();
+    let inner = substitution(chars);
+    if inner.trim() == "pwd" {
+        pwd(w, chars);
+    } else {
+        w.text.push(EXPANDS);
+        subs.push(inner);
+    }
+}
+
+/// `$PWD` (or `$(pwd)`) where a word or a value starts: the directory itself (dropped with the
+/// `/` after it); elsewhere, an expansion.
+fn pwd(w: &mut Word, chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    let at_start = w.text.is_empty() || w.text.ends_with('=') || w.text.ends_with(':');
+    if !at_start {
+        w.text.push(EXPANDS);
+    } else if chars.peek() == Some(&'/') {
+        chars.next();
+    } else {
+        w.text.push('.');
+    }
+}
+
+fn commands_at(text: &str, nesting: usize) -> Vec<Vec<Word>> {
+    let mut subs: Vec<String> = Vec::new();
     let mut out: Vec<Vec<Word>> = Vec::new();
     let mut cmd: Vec<Word> = Vec::new();
     let mut word: Option<Word> = None;
@@ -104,6 +171,7 @@ fn commands(text: &str) -> Vec<Vec<Word>> {
                                 w.text.push(y);
                             }
                         },
+                        '$' if chars.peek() == Some(&'(') => command_substitution(w, &mut chars, &mut subs),
                         '$' => dollar(w, &mut chars),
                         _ => w.text.push(x),
                     }
@@ -112,8 +180,7 @@ fn commands(text: &str) -> Vec<Vec<Word>> {
             '$' => {
                 if chars.peek() == Some(&'(') {
                     // A command substitution: what is inside is a command of its own.
-                    word.get_or_insert_with(Word::default).text.push(EXPANDS);
-                    end_cmd(&mut out, &mut cmd, &mut word);
+                    command_substitution(word.get_or_insert_with(Word::default), &mut chars, &mut subs);
                 } else {
                     dollar(word.get_or_insert_with(Word::default), &mut chars);
                 }
@@ -123,6 +190,11 @@ fn commands(text: &str) -> Vec<Vec<Word>> {
         }
     }
     end_cmd(&mut out, &mut cmd, &mut word);
+    if nesting < MAX_NESTING {
+        for sub in subs {
+            out.extend(commands_at(&sub, nesting + 1));
+        }
+    }
     out
 }
 
@@ -149,13 +221,8 @@ fn dollar(w: &mut Word, chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
             }
         }
     }
-    let at_start = w.text.is_empty() || w.text.ends_with('=') || w.text.ends_with(':');
-    if name == "PWD" && at_start {
-        if chars.peek() == Some(&'/') {
-            chars.next();
-        } else {
-            w.text.push('.');
-        }
+    if name == "PWD" {
+        pwd(w, chars);
     } else {
         w.text.push(EXPANDS);
     }
@@ -199,11 +266,15 @@ struct Out {
 
 impl Out {
     fn add(&mut self, path: &str, dir: bool, what: &str) {
+        self.push(path, dir, what, false);
+    }
+
+    fn push(&mut self, path: &str, dir: bool, what: &str, maybe: bool) {
         if self.loads.len() >= MAX_LOADS || path.is_empty() {
             return;
         }
         if self.seen.insert((path.to_string(), dir)) {
-            self.loads.push(Load { path: PathBuf::from(path), dir, what: what.to_string() });
+            self.loads.push(Load { path: PathBuf::from(path), dir, what: what.to_string(), maybe });
         }
     }
 }
@@ -281,10 +352,12 @@ fn one(cmd: &[Word], out: &mut Out) {
             }
         }
         "source_up" | "source_up_if_exists" => {
-            // The nearest file of that name above: `../` is the first place it looks; a
-            // `.envrc` there is in the registry anyway.
+            // The nearest file of that name above, in any directory up to `/` (the caller keeps
+            // those in the writable trees); a `.envrc` there is in the registry anyway.
             if let Some(f) = files.first().filter(|f| !f.contains('/') && !f.eq_ignore_ascii_case(".envrc")) {
-                out.add(&format!("../{f}"), false, "source_up runs it as a bash script");
+                for up in 1..=MAX_UP {
+                    out.add(&format!("{}{f}", "../".repeat(up)), false, "source_up runs it as a bash script");
+                }
             }
         }
         "watch_file" => {
@@ -379,19 +452,36 @@ fn one(cmd: &[Word], out: &mut Out) {
     // assignments before any command: a path spelled as one is something the file runs or
     // reads.
     let rest = if handled { &cmd[..start] } else { cmd };
-    for w in rest {
+    for (i, w) in rest.iter().enumerate() {
         if w.tilde || w.text.is_empty() {
             continue;
         }
         let text = w.text.as_str();
         // `VAR=value`, `--opt=value`: the value; a PATH-like value: each of its parts.
-        let value = match text.split_once('=') {
-            Some((_, v)) => v,
-            None => text,
+        let (var, value) = match text.split_once('=') {
+            Some((k, v)) => (Some(k), v),
+            None => (None, text),
         };
+        // `PATH=bin:$PATH` (any `…PATH` variable): each part is a directory searched for
+        // programs, spelled as a path or not.
+        let search = var.is_some_and(|k| k.ends_with("PATH")) && i < start;
         for part in value.split(':') {
-            if looks_like_path(part) && !value.contains("://") {
+            if value.contains("://") || part.is_empty() || part.contains(EXPANDS) {
+                continue;
+            }
+            if search && part != "." && !part.starts_with('-') {
+                out.add(part, true, "on a PATH the .envrc sets: its programs run as yours");
+            } else if looks_like_path(part) {
                 out.add(part, false, "the .envrc names it: a script it runs or a file it reads");
+            } else if !handled
+                && i > start
+                && var.is_none()
+                && !part.starts_with('-')
+                && part != "."
+                && part != ".."
+            {
+                // `sh setup.sh`: an argument that names a file of the directory, if one exists.
+                out.push(part, false, "the .envrc names it: a script it runs or a file it reads", true);
             }
         }
     }

@@ -3,9 +3,11 @@ use proptest::prelude::*;
 use std::path::Path;
 
 /// The paths `loads` finds, with `/` appended to directories.
+/// What `text` loads for certain (a bare word that may name a file is in [`maybe`]).
 fn found(text: &str) -> Vec<String> {
     loads(text)
         .into_iter()
+        .filter(|l| !l.maybe)
         .map(|l| {
             let p = l.path.to_string_lossy().into_owned();
             if l.dir { format!("{p}/") } else { p }
@@ -37,7 +39,32 @@ fn source_env_and_source_up() {
     has("source_env_if_exists .envrc.private", &[".envrc.private"]);
     assert!(found("source_up").is_empty(), "the .envrc files above are in the registry");
     assert!(found("source_up_if_exists").is_empty());
-    assert_eq!(found("source_up .envrc.team"), ["../.envrc.team"]);
+    // In any directory above, not only the first.
+    let up = found("source_up .envrc.team");
+    assert_eq!(up.first().map(String::as_str), Some("../.envrc.team"));
+    assert!(up.contains(&"../../../.envrc.team".to_string()), "{up:?}");
+    assert!(up.iter().all(|p| p.ends_with("/.envrc.team")));
+}
+
+fn maybe(text: &str) -> Vec<String> {
+    loads(text).into_iter().filter(|l| l.maybe).map(|l| l.path.to_string_lossy().into_owned()).collect()
+}
+
+/// The spellings a first reading missed: a command substitution in quotes is parsed as a
+/// command, `$(pwd)` is the directory, a `PATH` value's parts are directories however spelled,
+/// and a bare argument of a command may name a file (held when one exists).
+#[test]
+fn substitutions_pwd_path_parts_and_bare_arguments() {
+    assert_eq!(found(r#"eval "$(cat tools/env.sh)""#), ["tools/env.sh"]);
+    assert_eq!(found(r#"eval "$(cat "$(echo x)" tools/a.sh)""#), ["tools/a.sh"]);
+    assert_eq!(found(r#"dotenv_if_exists "$(pwd)/conf/app.env""#), ["conf/app.env"]);
+    assert_eq!(found("dotenv_if_exists $(pwd)/conf/app.env"), ["conf/app.env"]);
+    assert_eq!(found(r#"export PATH="$PWD/bin2:$PATH""#), ["bin2/"]);
+    assert_eq!(found("PATH=bin3:$PATH make"), ["bin3/"]);
+    assert_eq!(maybe("sh setup.sh"), ["setup.sh"]);
+    assert_eq!(maybe("python3 -m tool --flag x=y"), ["tool"]);
+    assert!(maybe("export A=b").is_empty(), "an assignment's value is no bare argument");
+    assert!(maybe("use flake").is_empty() && maybe("dotenv").is_empty(), "directives are read as such");
 }
 
 #[test]
@@ -93,8 +120,8 @@ fn any_other_word_spelled_as_a_path_is_something_it_runs() {
     assert_eq!(found("bash tools/env.sh --quiet"), ["tools/env.sh"]);
     assert_eq!(found("export CONFIG=./conf/app.toml"), ["./conf/app.toml"]);
     assert_eq!(found("X=.hidden cmd"), [".hidden"]);
-    assert_eq!(found("export PATH=$PWD/tools/bin:$PATH"), ["tools/bin"]);
-    assert_eq!(found("export PATH=\"${PWD}/node_modules/.bin:$PATH\""), ["node_modules/.bin"]);
+    assert_eq!(found("export PATH=$PWD/tools/bin:$PATH"), ["tools/bin/"]);
+    assert_eq!(found("export PATH=\"${PWD}/node_modules/.bin:$PATH\""), ["node_modules/.bin/"]);
     assert_eq!(
         found("export X=$(cat ./secret/path)"),
         ["./secret/path"],

@@ -362,8 +362,8 @@ fn tool_files_are_caught_at_any_depth_and_after_a_rename_above_them() {
 fn a_path_an_envrc_loads_is_moved_aside_however_it_is_made() {
     let (_t, root) = tree();
     let mut tools = Tools::new(vec![], false);
-    tools.load(root.join("sub2/bin"), "direnv loads it for .envrc (PATH_add)".into());
-    tools.load(root.join("x/y/.env.local"), "direnv loads it for .envrc (source_env)".into());
+    tools.load(root.join("sub2/bin"), &root, "direnv loads it for .envrc (PATH_add)".into());
+    tools.load(root.join("x/y/.env.local"), &root, "direnv loads it for .envrc (source_env)".into());
     let (tx, rx) = sink();
     let mut t = Tree::new(vec![root.clone()], vec![], Box::new(tools), tx).unwrap();
     fs::create_dir_all(root.join("sub2/bin")).unwrap();

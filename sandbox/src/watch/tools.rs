@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use ocsb_policy::toolfiles::{self, Trigger};
 
-use super::plant::{Action, Entry, Match, Matcher, Plant};
+use super::plant::{Action, Entry, Kind, Match, Matcher, Plant};
 
 /// The tool files' [`Matcher`].
 #[derive(Debug, Clone, Default)]
@@ -28,6 +28,9 @@ pub struct Tools {
     rw: Vec<String>,
     /// Exact paths (spelled as the watch spells them: a root joined with names) and why.
     exact: HashMap<PathBuf, String>,
+    /// The directories on the way to each of `exact` below its root, and why: a symbolic link
+    /// made at one leads direnv to a file the watch never sees appear (its target's).
+    ways: HashMap<PathBuf, String>,
     /// direnv's own config loads a `.env` in every directory (`load_dotenv`).
     dotenv: bool,
 }
@@ -37,20 +40,33 @@ const DOTENV: &str = ".env";
 
 impl Tools {
     pub fn new(rw: Vec<String>, dotenv: bool) -> Tools {
-        Tools { rw, exact: HashMap::new(), dotenv }
+        Tools { rw, exact: HashMap::new(), ways: HashMap::new(), dotenv }
     }
 
     /// A path an `.envrc` loads: an entry made there is moved aside. `why` says which `.envrc`
     /// and what direnv does with it.
-    pub fn load(&mut self, path: PathBuf, why: String) {
+    /// `root` is the writable root it lies in: the directories between are its way.
+    pub fn load(&mut self, path: PathBuf, root: &std::path::Path, why: String) {
+        for dir in path.ancestors().skip(1).take_while(|d| d.starts_with(root) && *d != root) {
+            self.ways.entry(dir.to_path_buf()).or_insert_with(|| format!("on the way to what {why}"));
+        }
         self.exact.insert(path, why);
     }
 }
 
 impl Matcher for Tools {
     fn judge(&self, e: &Entry<'_>) -> Option<Match> {
-        let (why, tool, action) = if let Some(why) = self.exact.get(&e.dir.join(e.name)) {
+        let here = e.dir.join(e.name);
+        let (why, tool, action) = if let Some(why) = self.exact.get(&here) {
             (why.clone(), "direnv", Action::MoveAside)
+        } else if let Some(why) = self.ways.get(&here).filter(|_| e.kind == Kind::Link) {
+            (format!("a symbolic link {why}"), "direnv", Action::MoveAside)
+        } else if let Some(t) = linked_parent(e, &self.rw) {
+            (
+                format!("a symbolic link named like the directory of a tool file of {}: {}", t.tool, t.why),
+                t.tool,
+                action_of(t.trigger),
+            )
         } else if let Some(t) = toolfiles::lookup(e.dir.file_name(), e.name, &self.rw) {
             let action = if t.trigger.moves_aside() { Action::MoveAside } else { Action::Report };
             (format!("a tool file of {}: {}", t.tool, t.why), t.tool, action)
@@ -70,6 +86,19 @@ impl Matcher for Tools {
     }
 }
 
+/// A symbolic link named like the directory a registry entry must be in (`.cargo ->
+/// elsewhere`, whose `config.toml` cargo then reads): the watch sees the target's entries
+/// under the target's name, never under this one.
+fn linked_parent(e: &Entry<'_>, rw: &[String]) -> Option<&'static toolfiles::ToolFile> {
+    if e.kind != Kind::Link {
+        return None;
+    }
+    toolfiles::REGISTRY.iter().find(|t| {
+        t.parent.is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(e.name.as_encoded_bytes()))
+            && !rw.iter().any(|r| r == t.name)
+    })
+}
+
 fn action_of(t: Trigger) -> Action {
     if t.moves_aside() { Action::MoveAside } else { Action::Report }
 }
@@ -77,7 +106,6 @@ fn action_of(t: Trigger) -> Action {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::Kind;
     use std::ffi::OsStr;
     use std::path::Path;
 
@@ -133,8 +161,8 @@ mod tests {
     #[test]
     fn loads_and_dotenv_are_moved_aside() {
         let mut t = Tools::new(vec![], false);
-        t.load("/p/sub/.env.local".into(), "direnv loads it".into());
-        t.load("/p/node_modules/.bin".into(), "PATH_add".into());
+        t.load("/p/sub/.env.local".into(), Path::new("/p"), "direnv loads it".into());
+        t.load("/p/node_modules/.bin".into(), Path::new("/p"), "PATH_add".into());
         let m = judge(&t, "/p/sub", ".env.local").unwrap();
         assert_eq!((m.action, m.plant), (Action::MoveAside, Plant::Tool { what: "direnv".into() }));
         assert!(m.why.starts_with("direnv loads it"), "{}", m.why);
@@ -146,5 +174,30 @@ mod tests {
             assert_eq!(judge(&t, dir, ".env").map(|m| m.action), Some(Action::MoveAside), "{dir}");
         }
         assert_eq!(judge(&t, "/p", ".env.example"), None);
+    }
+
+    fn judge_kind(t: &Tools, dir: &str, name: &str, kind: Kind) -> Option<Match> {
+        let sib = |_: &OsStr| None;
+        t.judge(&Entry { dir: Path::new(dir), name: OsStr::new(name), kind, sibling: &sib })
+    }
+
+    /// A symbolic link on the way to what an `.envrc` loads, or named like the directory of a
+    /// registry entry (`.cargo`), is moved aside or reported; a real directory there is not
+    /// (what it holds is judged as it appears), nor a link elsewhere.
+    #[test]
+    fn links_on_the_way_to_loads_and_named_like_tool_directories_match() {
+        let mut t = Tools::new(vec![], false);
+        t.load("/p/g/lib/env.sh".into(), Path::new("/p"), "g/.envrc loads it".into());
+        let m = judge_kind(&t, "/p/g", "lib", Kind::Link).unwrap();
+        assert_eq!(m.action, Action::MoveAside);
+        assert_eq!(judge_kind(&t, "/p/g", "lib", Kind::Dir), None);
+        assert_eq!(judge_kind(&t, "/p", "g", Kind::Link).map(|m| m.action), Some(Action::MoveAside));
+        assert_eq!(judge_kind(&t, "/", "p", Kind::Link), None, "the root is not on the way");
+        assert_eq!(judge_kind(&t, "/p/g", "other", Kind::Link), None);
+        let m = judge_kind(&t, "/p/a/b", ".cargo", Kind::Link).unwrap();
+        assert_eq!((m.action, m.plant), (Action::Report, Plant::Tool { what: "cargo".into() }));
+        assert_eq!(judge_kind(&t, "/p/a/b", ".cargo", Kind::Dir), None);
+        let t = Tools::new(vec![".cargo/config.toml".into(), ".cargo/config".into()], false);
+        assert_eq!(judge_kind(&t, "/p/a/b", ".cargo", Kind::Link), None);
     }
 }

@@ -409,6 +409,12 @@ pub fn direnv_loads_dotenv(home: &Path) -> bool {
     })
 }
 
+/// How many names the regular file at `path` has, when more than one (never following a link).
+fn hard_links(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    path.symlink_metadata().ok().filter(|m| m.is_file() && m.nlink() > 1).map(|m| m.nlink())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -567,10 +573,4 @@ mod tests {
         named("via/link", "on the way");
         assert_eq!(got.unholdable.len(), 4, "{:#?}", got.unholdable);
     }
-}
-
-/// How many names the regular file at `path` has, when more than one (never following a link).
-fn hard_links(path: &Path) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    path.symlink_metadata().ok().filter(|m| m.is_file() && m.nlink() > 1).map(|m| m.nlink())
 }

@@ -81,6 +81,12 @@ fn output(mut cmd: Command, what: &str) -> Result<Vec<u8>> {
 /// config listing is the look's ([`crate::configmemo`]: no git run while the files git read
 /// stand), the refs are read from the files where they are files.
 pub fn user_facts(root: &Path, git: &GitDirs, home: &Path) -> Result<UserFacts> {
+    if !is_git_directory(git) {
+        return Err(Error::refused(
+            format!("{} is not a git directory git would take", git.gitdir.display()),
+            "mend the repository (`git status` says what is wrong)",
+        ));
+    }
     let mut config =
         crate::configmemo::facts(root, home, git, || crate::checkouts::config_facts(root, home)).repository;
     if config.is_empty() {
@@ -118,6 +124,17 @@ pub fn user_facts(root: &Path, git: &GitDirs, home: &Path) -> Result<UserFacts> 
         }
     };
     Ok(UserFacts { refs, config, format })
+}
+
+/// Whether git takes `git` for a repository, as its own check does (`is_git_directory`): a
+/// `HEAD` that is a symbolic ref under `refs/` or an object id, and `objects` and `refs` in the
+/// common directory. *Why here*: the refs are read from the files, so no git run says it.
+fn is_git_directory(git: &GitDirs) -> bool {
+    let head = crate::checkouts::read_small(&git.gitdir.join("HEAD")).unwrap_or_default();
+    let head = head.trim_end();
+    let valid = head.strip_prefix("ref:").is_some_and(|r| r.trim_start().starts_with("refs/"))
+        || (matches!(head.len(), 40 | 64) && head.bytes().all(|b| b.is_ascii_hexdigit()));
+    valid && git.common.join("objects").is_dir() && git.common.join("refs").is_dir()
 }
 
 /// The user's branches, tags and remote-tracking branches, read from `packed-refs` and the

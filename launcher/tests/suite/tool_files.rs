@@ -23,7 +23,7 @@ use crate::support::sandbox::{World, no_markers, shell_quote};
 
 /// Every line of `want` is a line of `out` and no line of `never` is: all those amiss named at
 /// once (which protections hold and which do not, in one run).
-fn expect<W: AsRef<str>>(out: &str, err: &str, want: &[W], never: &[&str]) {
+pub(crate) fn expect<W: AsRef<str>>(out: &str, err: &str, want: &[W], never: &[&str]) {
     let line = |l: &str| out.lines().any(|x| x.trim() == l);
     let missing: Vec<&str> = want.iter().map(AsRef::as_ref).filter(|l| !line(l)).collect();
     let unwanted: Vec<&str> = never.iter().copied().filter(|l| line(l)).collect();
@@ -50,7 +50,7 @@ fn rustup() -> String {
 /// readable by the test user), and `R DIR`, which runs `rustc --version` in DIR as the user with
 /// a rustup home of the test's own (no toolchain, no default: only a toolchain file there names
 /// one) and prints its first line.
-fn rustup_lines() -> String {
+pub(crate) fn rustup_lines() -> String {
     format!(
         r#"RB="$HOME/../rb"; RH="$HOME/../rh"; mkdir -p "$RB" "$RH/rustup" "$RH/cargo"; cp {rustup} "$RB/rustc"; chmod -R a+rx "$RB"; chown -R 1990 "$RH"
         R() {{ U env RUSTUP_HOME="$RH/rustup" CARGO_HOME="$RH/cargo" RUSTUP_AUTO_INSTALL=0 sh -c 'cd "$1" && exec "$2" --version' _ "$1" "$RB/rustc" 2>&1 | head -1; }}

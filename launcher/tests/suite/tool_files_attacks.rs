@@ -13,42 +13,8 @@
 //! modes ([`both_modes`]).
 
 use super::agent_git::both_modes;
-use crate::support::sandbox::{World, no_markers, shell_quote};
-
-/// Every line of `want` is a line of `out` and no line of `never` is: all those amiss named at
-/// once.
-fn expect<W: AsRef<str>>(out: &str, err: &str, want: &[W], never: &[&str]) {
-    let line = |l: &str| out.lines().any(|x| x.trim() == l);
-    let missing: Vec<&str> = want.iter().map(AsRef::as_ref).filter(|l| !line(l)).collect();
-    let unwanted: Vec<&str> = never.iter().copied().filter(|l| line(l)).collect();
-    assert!(
-        missing.is_empty() && unwanted.is_empty(),
-        "missing lines {missing:?}; lines that must not be there {unwanted:?}\nstdout:\n{out}\nstderr:\n{err}"
-    );
-}
-
-/// The machine's rustup (run as the proxy `rustc`). Fails, never skips, when there is none.
-fn rustup() -> String {
-    let mut dirs: Vec<std::path::PathBuf> =
-        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
-    dirs.extend(std::env::var_os("CARGO_HOME").map(|c| std::path::PathBuf::from(c).join("bin")));
-    dirs.extend(std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo/bin")));
-    dirs.push("/root/.cargo/bin".into());
-    let found = dirs.iter().map(|d| d.join("rustup")).find(|p| p.is_file());
-    found.expect("rustup not found: these tests run it as the proxy rustc").display().to_string()
-}
-
-/// Shell lines: the proxy `$RB/rustc`, and `R DIR`, which runs `rustc --version` in DIR as the
-/// user with a rustup home of the test's own (only a toolchain file names a toolchain) and
-/// prints its first line.
-fn rustup_lines() -> String {
-    format!(
-        r#"RB="$HOME/../rb"; RH="$HOME/../rh"; mkdir -p "$RB" "$RH/rustup" "$RH/cargo"; cp {rustup} "$RB/rustc"; chmod -R a+rx "$RB"; chown -R 1990 "$RH"
-        R() {{ U env RUSTUP_HOME="$RH/rustup" CARGO_HOME="$RH/cargo" RUSTUP_AUTO_INSTALL=0 sh -c 'cd "$1" && exec "$2" --version' _ "$1" "$RB/rustc" 2>&1 | head -1; }}
-        "#,
-        rustup = shell_quote(&rustup()),
-    )
-}
+use super::tool_files::{expect, rustup_lines};
+use crate::support::sandbox::{World, no_markers};
 
 /// Shell lines: `M PATH…` prints `moved PATH` (a `PATH.ocsb-planted-*` took its place),
 /// `in-place PATH` or `gone PATH`; `D DIR` is `cd DIR` with direnv's hook, then the prompt's

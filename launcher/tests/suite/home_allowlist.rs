@@ -540,8 +540,8 @@ fn agent_sockets_are_out_of_reach(caches: &str, netlock: bool) {
     let body = format!(
         "{mode}{settings}\
          made_run=; if ! test -e /run/user/1990; then made_run=1; mkdir -p /run/user/1990; chown 1990:1990 /run/user/1990; chmod 700 /run/user/1990; fi\n\
-         U python3 {listener} {paths} > listen.out 2>&1 &\nLP=$!\n\
-         trap 'kill $LP 2>/dev/null; pkill -f -- {listener}; wait $LP 2>/dev/null; test -n \"$made_run\" && rm -rf /run/user/1990; U \"$OCSB\" egress down >/dev/null 2>&1 </dev/null || true' EXIT\n\
+         LF={listener}; U python3 \"$LF\" {paths} > listen.out 2>&1 &\nLP=$!\n\
+         trap 'kill $LP 2>/dev/null; pkill -f -- \"$LF\"; wait $LP 2>/dev/null; test -n \"$made_run\" && rm -rf /run/user/1990; U \"$OCSB\" egress down >/dev/null 2>&1 </dev/null || true' EXIT\n\
          for i in $(seq 100); do grep -q LISTENING listen.out && break; sleep 0.1; done; cat listen.out\n\
          U python3 {connect} {paths} | sed 's/^/HOST /'\n\
          X {inside} > sock.out 2>&1; cat sock.out; rm -f sock.out listen.out\n",

@@ -58,7 +58,16 @@ pub(super) struct Started {
     journal: Option<Journal>,
     /// The host paths the session's containers could write ([`Started::reaches`]).
     roots: Mutex<Vec<PathBuf>>,
+    /// Starts the launcher's watcher ([`super::watcher`]) before the first container is set
+    /// running (none in unit tests). *Why then, not at the gateway's start*: the watcher is
+    /// there to stop what a killed launcher's session set running; until a start is recorded
+    /// there is nothing, and a process started at every sandbox's start, for sessions that
+    /// mostly never use Docker, was a millisecond of each start and a core's worth of exec.
+    watch: Option<Watch>,
 }
+
+/// See [`Started::watch`]: `Ok` once the watcher runs (again a no-op after the first).
+pub(super) type Watch = Box<dyn Fn() -> std::result::Result<(), String> + Send + Sync>;
 
 #[derive(Default)]
 struct State {
@@ -90,6 +99,11 @@ impl Started {
         Started { journal: Some(journal), ..Started::default() }
     }
 
+    /// This record, with `watch` run before each start is recorded ([`Started::watch`]).
+    pub(super) fn watched_by(self, watch: Watch) -> Started {
+        Started { watch: Some(watch), ..self }
+    }
+
     /// Notes the host paths the session's containers may write (the sandbox's writable binds,
     /// as the gateway judges binds by them), in the journal too: they are swept once the
     /// containers are stopped.
@@ -111,6 +125,11 @@ impl Started {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if s.closed {
             return Err("the session has ended: nothing more is started in it".into());
+        }
+        // Before the journal, and before the daemon is asked: no container of the session
+        // runs while no watcher would stop it.
+        if let Some(watch) = &self.watch {
+            watch()?;
         }
         if let Some(j) = &self.journal {
             j.append(id).map_err(|e| {
@@ -148,7 +167,9 @@ pub(super) fn stop_all(started: &Started, daemon: &Daemon, session: &str) {
     for id in in_flight {
         failed.push(format!("{id} (its start was not answered in {}s)", CLOSE_WAIT.as_secs()));
     }
-    let stopped = stop(ids, daemon, session, &mut failed);
+    // Every start is recorded before the daemon is asked: a session that recorded none set
+    // nothing running, and the daemon is not asked (a round trip at every sandbox's exit).
+    let stopped = if ran { stop(ids, daemon, session, &mut failed) } else { Vec::new() };
     if !stopped.is_empty() {
         eprintln!(
             "ocsb: docker: stopped {} (kept, not removed): nothing the session started runs on after \
@@ -632,6 +653,36 @@ mod tests {
         at
     }
 
+    /// The watcher is started before a start is written down, at each start (its own
+    /// `ensure` makes it once), and a watcher that cannot start refuses the start: no container
+    /// of the session runs unwatched.
+    #[test]
+    fn a_start_is_recorded_only_once_the_watcher_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = Daemon { socket: dir.path().join("none.sock") };
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = asked.clone();
+        let journal = Journal::create(&at(&dir), "2-1", &daemon).unwrap();
+        let path = journal.path.clone();
+        let started = Started::with_journal(journal).watched_by(Box::new(move || {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }));
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 0, "none before a start");
+        drop(started.record("c0ffee"));
+        drop(started.record("web_1"));
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert!(std::fs::read_to_string(&path).unwrap().contains("web_1"));
+
+        let journal = Journal::create(&at(&dir), "2-2", &daemon).unwrap();
+        let path = journal.path.clone();
+        let refused = Started::with_journal(journal).watched_by(Box::new(|| Err("no watcher".into())));
+        let why = refused.record("c0ffee").map(|_| ()).unwrap_err();
+        assert!(why.contains("no watcher"), "{why}");
+        assert!(!std::fs::read_to_string(&path).unwrap().contains("c0ffee"), "not written down");
+        assert!(refused.close().0.is_empty(), "not recorded");
+    }
+
     #[test]
     fn the_end_waits_for_starts_in_flight_and_refuses_later_ones() {
         let started = Arc::new(Started::default());
@@ -770,6 +821,21 @@ mod tests {
         assert!(blocked.unwrap().try_lock().is_err(), "waited without the directory's lock");
         look.join().unwrap().unwrap();
         assert!(at(&dir).sessions.join("78-1").exists());
+    }
+
+    /// A session that set nothing running ends without asking the daemon anything.
+    #[test]
+    fn a_session_that_started_nothing_does_not_ask_the_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("quiet-daemon.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let daemon = Daemon { socket };
+        let started = Started::with_journal(Journal::create(&at(&dir), "3-1", &daemon).unwrap());
+        stop_all(&started, &daemon, "3-1");
+        assert!(!at(&dir).sessions.join("3-1").exists());
+        let asked = listener.accept();
+        assert!(asked.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock), "{asked:?}");
     }
 
     /// A daemon that answers every call with an empty list.

@@ -129,8 +129,13 @@ impl Gateway {
         let ocsb_sandbox::served::Listening { listener, closer } = listen(&dir, &nonce)?;
         let session = ctx.session.clone();
         let journal = ending::Journal::create(&at, &session, &daemon)?;
-        watcher::ensure(&at.dir, &program, || open_log(&at.log).ok())?;
-        let started = Arc::new(ending::Started::with_journal(journal));
+        let (dir, log_path) = (at.dir.clone(), at.log.clone());
+        let watch: ending::Watch = Box::new(move || {
+            watcher::ensure(&dir, &program, || open_log(&log_path).ok()).map_err(|e| {
+                format!("the watcher that stops the session's containers should this launcher be killed did not start: {e}")
+            })
+        });
+        let started = Arc::new(ending::Started::with_journal(journal).watched_by(watch));
         let closing = Arc::new(AtomicBool::new(false));
         let waiting = Waiting {
             listener,
@@ -301,8 +306,8 @@ pub fn stop_left_behind(at: &Paths) -> Result<()> {
     ending::stop_left_behind(at)
 }
 
-/// `ocsb __docker-watch PID DIR`: the watcher a launcher with a gateway starts
-/// (`watcher.rs` says why). `at` is the gateway's files, as the launcher names them from `DIR`
+/// `ocsb __docker-watch PID DIR`: the watcher a launcher with a gateway starts before its
+/// session's first container is set running (`watcher.rs` says why). `at` is the gateway's files, as the launcher names them from `DIR`
 /// ([`Paths::dir`]).
 pub fn watch(pid: u32, at: &Paths) -> Result<()> {
     watcher::main(pid, at)

@@ -10,6 +10,9 @@
 //! what every journal nobody holds lists. The next start still does the same, for a watcher
 //! that went with its launcher (a killed process group, session or cgroup, a reboot).
 //!
+//! It is started before the session's first container is set running, not with the gateway:
+//! until then there is nothing of the session's to stop.
+//!
 //! The watcher is in a process group of its own, so the terminal's signals for the launcher's
 //! job (`^C`, `^Z`) do not reach it; its output goes to the project's `docker.log`, so it never
 //! touches the terminal.

@@ -101,22 +101,29 @@ fn median_ms(out: &str, label: &str) -> f64 {
     v.get(v.len() / 2).map_or(f64::NAN, |n| *n as f64 / 1e6)
 }
 
-/// `ocsb exec -- true` end to end, in a project of its own with the lock loaded and the filter
-/// started by a first run, against `bwrap` and plain `true` started the same way.
-fn end_to_end() {
+/// The world of the end-to-end and stage benches: a desktop user's home, with 1,500 entries in
+/// `~/.config` beside the hidden names there.
+fn desktop_world() -> World {
     let w = World::new();
     std::fs::create_dir_all(w.state.join("tmp")).unwrap();
-    // A desktop user's home: 1,500 entries in ~/.config, beside the hidden names there.
     for i in 0..1500 {
         std::fs::create_dir_all(w.home.join(format!(".config/app-{i}"))).unwrap();
     }
     sandbox_support::run_ok(Command::new("chown").arg("-R").arg(format!("{UID}:{UID}")).arg(&w.home));
+    w
+}
+
+/// `ocsb exec -- true` end to end, in a project of its own with the lock loaded and the filter
+/// started by a first run, against `bwrap` and plain `true` started the same way.
+fn end_to_end() {
+    let w = desktop_world();
     let bwrap = sandbox_support::shell_join(&bwrap_words(&w, &["true"]));
     let n = 41;
     let body = format!(
         "chown 1990 {tmp}; X true >/dev/null 2>&1 || {{ echo 'first exec failed'; X true; }}
          t() {{ s=$(date +%s%N); \"$@\" >/dev/null 2>&1 </dev/null; e=$(date +%s%N); echo \"$((e-s))\"; }}
-         for i in $(seq {n}); do echo \"e2e $(t X true)\"; echo \"bwrap $(t U {bwrap})\"; echo \"plain $(t U true)\"; done
+         E() {{ U \"$OCSB\" exec -- true </dev/null; }}
+         for i in $(seq {n}); do echo \"e2e $(t E)\"; echo \"bwrap $(t U {bwrap})\"; echo \"plain $(t U true)\"; done
          mkdir -p .opencode-sandbox/local; echo OCSB_NETWORK=isolated > .opencode-sandbox/local/sandbox.conf
          chown -R 1990 .opencode-sandbox/local
          I() {{ env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=\"$HOME\" setpriv --reuid 1990 --regid 1990 --clear-groups -- \"$OCSB\" exec -- true; }}
@@ -124,7 +131,7 @@ fn end_to_end() {
          for i in $(seq {n}); do echo \"isolated $(t I)\"; echo \"bwrap-again $(t U {bwrap})\"; done
          echo OCSB_NETWORK=netlock > .opencode-sandbox/local/sandbox.conf
          X true >/dev/null 2>&1 || {{ echo 'first netlock exec failed'; X true; }}
-         for i in $(seq {n}); do echo \"netlock $(t X true)\"; echo \"bwrap-third $(t U {bwrap})\"; done",
+         for i in $(seq {n}); do echo \"netlock $(t E)\"; echo \"bwrap-third $(t U {bwrap})\"; done",
         tmp = w.state.join("tmp").display()
     );
     let (out, err) = sandbox_support::scenario(&w, &body);
@@ -160,13 +167,12 @@ fn stages() {
     let log = std::path::Path::new(ocsb_sandbox::stages::LOG);
     std::fs::write(log, "").unwrap();
     std::fs::set_permissions(log, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
-    let w = World::new();
-    std::fs::create_dir_all(w.state.join("tmp")).unwrap();
+    let w = desktop_world();
     let n = 41;
     let body = format!(
         "chown 1990 {tmp}; X true >/dev/null 2>&1 || {{ echo 'first exec failed'; X true; }}
          : > {log}
-         for i in $(seq {n}); do X true >/dev/null 2>&1; done",
+         for i in $(seq {n}); do U \"$OCSB\" exec -- true </dev/null >/dev/null 2>&1; done",
         tmp = w.state.join("tmp").display(),
         log = log.display(),
     );

@@ -300,26 +300,44 @@ pub struct ConfigFacts {
     /// ([`crate::gate::agent_config`]), remembered with the rest. (No `serde(default)`: a
     /// record kept before it existed is no record, and is made again.)
     pub repository: Vec<u8>,
+    /// The user's global entries (scope `global`, includes followed) in the same form: what the
+    /// sandbox's generated git config is made from, remembered with the rest ([`global_config`]).
+    pub global: Vec<u8>,
 }
 
 /// A listing made with `--show-scope --show-origin --null` as [`parse_config_list`] reads one
-/// made without the scope, and the repository's own entries as `--show-scope` alone gives them.
-fn split_scopes(out: &[u8]) -> (Vec<u8>, Vec<u8>) {
-    let (mut origins, mut repository) = (Vec::new(), Vec::new());
+/// made without the scope, then the repository's own entries and the global ones, each as
+/// `--show-scope` alone gives them.
+fn split_scopes(out: &[u8]) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let (mut origins, mut repository, mut global) = (Vec::new(), Vec::new(), Vec::new());
     let mut fields = out.split(|b| *b == 0);
     while let (Some(scope), Some(origin), Some(kv)) = (fields.next(), fields.next(), fields.next()) {
         for f in [origin, kv] {
             origins.extend_from_slice(f);
             origins.push(0);
         }
-        if scope == b"local" || scope == b"worktree" {
-            for f in [scope, kv] {
-                repository.extend_from_slice(f);
-                repository.push(0);
-            }
+        let to = match scope {
+            b"local" | b"worktree" => &mut repository,
+            b"global" => &mut global,
+            _ => continue,
+        };
+        for f in [scope, kv] {
+            to.extend_from_slice(f);
+            to.push(0);
         }
     }
-    (origins, repository)
+    (origins, repository, global)
+}
+
+/// The user's global git config as git lists it in the checkout at `root` (`git config --list
+/// --show-scope --null`, includes followed, the global scope alone), from the look's remembered
+/// answer ([`crate::configmemo`]): no git run while the files git read stand. `None` when `root`
+/// is no repository, or git gave no listing there (a listing of a repository names at least its
+/// `config`): the caller asks git itself, and says why that failed.
+pub fn global_config(root: &Path, home: &Path) -> Option<Vec<u8>> {
+    let git = git_dirs(root)?;
+    let facts = crate::configmemo::facts(root, home, &git, || config_facts(root, home));
+    (!facts.files.is_empty()).then_some(facts.global)
 }
 
 /// `core.hooksPath` and every config file (with include targets) git reads for `root`. When git
@@ -334,8 +352,8 @@ pub fn config_facts(root: &Path, home: &Path) -> ConfigFacts {
     cmd.args(["config", "--null", "--show-scope", "--show-origin", "--list"]).stderr(Stdio::null());
     let mut facts = match output_within(cmd, MAX_CONFIG_LIST) {
         Some((status, out)) if status.success() => {
-            let (origins, repository) = split_scopes(&out);
-            ConfigFacts { repository, ..parse_config_list(&origins, root, home) }
+            let (origins, repository, global) = split_scopes(&out);
+            ConfigFacts { repository, global, ..parse_config_list(&origins, root, home) }
         }
         _ => return ConfigFacts::default(),
     };
@@ -587,7 +605,7 @@ pub fn parse_config_list(out: &[u8], root: &Path, home: &Path) -> ConfigFacts {
         }
     }
     let unread_conditional = conditional.into_iter().filter(|t| !origins.contains(t)).collect();
-    ConfigFacts { hooks_paths: hooks, files, unread_conditional, repository: Vec::new() }
+    ConfigFacts { hooks_paths: hooks, files, unread_conditional, repository: Vec::new(), global: Vec::new() }
 }
 
 /// The checkout at `root`, with everything discovery knows about it.
@@ -688,6 +706,24 @@ mod tests {
             assert_eq!(time_left(GIT_TIMEOUT), None, "spent: no more runs");
         }
         assert_eq!(time_left(GIT_TIMEOUT), Some(GIT_TIMEOUT), "the look ended");
+    }
+
+    /// A listing's scopes: the repository's own entries and the global ones apart, the
+    /// system's and the command line's in neither.
+    #[test]
+    fn a_listing_is_split_by_scope() {
+        let out = b"system\0file:/etc/gitconfig\0core.pager\nless\0\
+global\0file:/h/.gitconfig\0user.name\nAda\0\
+global\0file:/h/inc\0pull.rebase\ntrue\0\
+local\0file:.git/config\0core.bare\nfalse\0\
+command\0command line:\0core.hookspath\n/dev/null\0";
+        let (origins, repository, global) = split_scopes(out);
+        assert_eq!(global, b"global\0user.name\nAda\0global\0pull.rebase\ntrue\0");
+        assert_eq!(repository, b"local\0core.bare\nfalse\0");
+        assert_eq!(origins.split(|b| *b == 0).filter(|f| f.starts_with(b"file:")).count(), 4);
+        let (entries, _) = ocsb_policy::gitconfig::parse_list(&global);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[1].key, "pull.rebase");
     }
 
     /// A `.git` file read as git reads it: bytes of any encoding, the path cut at its first NUL

@@ -48,9 +48,11 @@ pub fn prepare(spec: &SandboxSpec, known: &[Checkout]) -> Result<Option<Plan>> {
     if spec.tmp == TmpMode::Private {
         tmpclean::clean(&tmp, tmpclean::MAX_AGE, SystemTime::now());
     }
+    crate::stages::mark("plan: state directories made, tmp cleaned");
     // The two builds ask the host the same questions, one right after the other.
     let seen = Remembered::new(&RealFs);
     let spec = &with_checkout_rule(spec, known, &seen)?;
+    crate::stages::mark("plan: checkout rule");
     let first = plan::build_remembered(spec, &seen)?;
     if first.placeholders.is_empty() {
         return Ok(Some(first));

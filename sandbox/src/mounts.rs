@@ -83,6 +83,7 @@ pub fn apply<S: MountSys>(sys: &mut S, plan: &Plan) -> Result<()> {
             _ => None,
         });
     }
+    crate::stages::mark("pid 1: sources cloned");
     let root = sys
         .new_tmpfs(0o755, Some(1 << 20))
         .map_err(|e| step_err("creating the root tmpfs", Path::new("/"), e))?;

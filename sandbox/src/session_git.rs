@@ -52,6 +52,7 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
     let session = session_name()?;
     let store = crate::agentgit::store_of(&spec.state_dir);
     import_leftovers(&spec.state_dir, &store, &spec.home);
+    crate::stages::mark("git: leftovers looked for");
     let made = crate::agentgit::make_all(&store, session.as_str(), checkouts, &spec.home)?;
     crate::stages::mark("launcher: agent git directories made");
     let repos = made.repos;
@@ -74,7 +75,9 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
     }
     let state_dir = spec.state_dir.clone();
     let said = state_dir.clone();
+    crate::stages::mark("git: gates made");
     let running = crate::gatewatch::start(gates, Box::new(move |root, done| report(&said, root, done)))?;
+    crate::stages::mark("git: gate watch started");
     let planted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let trees = watch_trees(spec, checkouts, planted.clone());
     Ok(SessionGit { running: Some(running), trees, planted, staging, state_dir, _lock: Some(lock) })

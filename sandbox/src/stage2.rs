@@ -453,6 +453,10 @@ fn init(
         let err = |e: Errno| Error::kernel("setrlimit(RLIMIT_NOFILE)", e.into(), "report this");
         let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(err)?;
         setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(err)?;
+        if cfg!(ocsb_stage_marks) {
+            let binds = plan.ops.iter().filter(|o| matches!(o, crate::plan::Op::Bind { .. })).count();
+            crate::stages::mark(&format!("pid 1: mounting ({} steps, {binds} binds)", plan.ops.len()));
+        }
         mounts::apply(&mut RealMounts::new(), plan)?;
         setrlimit(Resource::RLIMIT_NOFILE, soft, hard).map_err(err)?;
     }

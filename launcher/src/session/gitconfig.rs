@@ -24,8 +24,15 @@ const GIT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Writes the generated config for `project` into its state directory `sd`. Without a global
 /// config of the user's, it is empty; when git cannot list it, empty too, and said.
+///
+/// The listing is the look's, when the look listed this checkout with this home
+/// ([`ocsb_sandbox::checkouts::global_config`]: remembered while the files git read stand, so
+/// no git runs at a start); otherwise git is asked here.
 pub fn write(project: &Project, sd: &StateDir) -> Result<()> {
-    let entries = match listed(project) {
+    let looked = (std::env::var_os("HOME").as_deref() == Some(project.home.as_os_str()))
+        .then(|| ocsb_sandbox::checkouts::global_config(&project.checkout, &project.home))
+        .flatten();
+    let entries = match looked.map_or_else(|| listed(project), Ok) {
         Ok(out) => gitconfig::parse_list(&out).0,
         Err(why) => {
             eprintln!(

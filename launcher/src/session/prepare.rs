@@ -57,8 +57,10 @@ pub(super) fn open(project: &Project, spec: SandboxSpec) -> Result<Opened<'_>> {
     let sd = state::Layout::of(&project.settings).open()?;
     let created = state::ensure_private(&sd)?;
     state::ensure_caches(&sd, &project.settings)?;
+    ocsb_sandbox::stages::mark("launcher: state directory opened");
     // The sandbox's global git config, from the user's as it stands now.
     gitconfig::write(project, &sd)?;
+    ocsb_sandbox::stages::mark("launcher: generated git config written");
     Ok(Opened { project, spec, state: sd, created, checked })
 }
 
@@ -71,6 +73,7 @@ impl<'p> Opened<'p> {
         // 1. The egress filter, given the rules compiled once.
         let inst = crate::filter::instance(project)?;
         let policy = project.egress_policy()?;
+        ocsb_sandbox::stages::mark("launcher: rules compiled");
         let up = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress())
             .map_err(|e| egress_err("egress", e))?;
         ocsb_sandbox::stages::mark("launcher: state directory, rules, filter status");

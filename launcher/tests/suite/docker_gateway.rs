@@ -921,13 +921,14 @@ fn containers_of_a_killed_launcher_are_stopped_by_the_next_start() {
 /// start of the project: before, they ran until the next one, and a container that planted a
 /// repository with `core.fsmonitor` in that time had the user's `git status` run it. A live
 /// session's container runs on, and the watcher says what it stopped in the project's
-/// `docker.log`.
+/// `docker.log`. A session that sets no container running starts no watcher.
 #[test]
 fn a_killed_launchers_containers_are_stopped_at_once_by_its_watcher() {
     let w = World::new();
     let pwned = w.home.join("PWNED-watched");
     let body = format!(
-        "{sessions}echo \"watchers: $(pgrep -c -f \"{WATCHER}\")\"
+        "{sessions}K 'docker version >/dev/null 2>&1; docker ps >/dev/null 2>&1; sleep 4'; QUIET=$!; sleep 1.5
+        echo \"watchers: $(pgrep -c -f \"{WATCHER}\")\"
         PIPE=$(readlink /proc/$(pgrep -f \"^ocsb __docker-watch $KILLED $HOME/\")/fd/0)
         # The fewest of a few looks: a child the launcher is starting holds a copy until its exec.
         ends() {{ ls -l /proc/[0-9]*/fd/ 2>/dev/null | grep -c -F \" -> $PIPE\"; }}
@@ -949,6 +950,8 @@ fn a_killed_launchers_containers_are_stopped_at_once_by_its_watcher() {
         host_check = git_status_in_sub(&pwned)
     );
     let (out, err) = docker_scenario(&w, &body);
+    // The two sessions that set a container running, not the third, which only asked the
+    // daemon what runs: a watcher starts before a session's first container does.
     has(&out, "watchers: 2", &err);
     // The launcher's and the watcher's alone: no child of the launcher (the sandbox, the
     // filter, git) holds the writing end, which would keep the watcher from waking.

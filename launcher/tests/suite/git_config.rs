@@ -3,7 +3,8 @@
 //! `url.*.insteadOf` with one, a credential helper); inside `ocsb exec`, `git config --global
 //! --list` shows none of them, while the identity, an alias and a behaviour setting are the
 //! user's, and `git commit` uses that identity. On the host, the generated file holds no token
-//! either. Without an ssh-agent of the user's, the sandbox has none. Both network modes.
+//! either. Without an ssh-agent of the user's, the sandbox has none. An included file changed
+//! after a start is what the next start's sandbox sees. Both network modes.
 //!
 //! As the ordinary user `ocsb-test`, in a network namespace the test creates.
 
@@ -36,6 +37,7 @@ cat > "$HOME/.config/git/config" <<'EOF'
 EOF
 printf '[url "https://x:GITSECRET5@example.net/"]\n\tinsteadOf = https://example.net/\n[pull]\n\trebase = true\n' > "$HOME/.gitconfig-extra"
 chown -R 1990 "$HOME/.gitconfig" "$HOME/.config" "$HOME/.gitconfig-extra"
+sleep 0.2
 X 'git config --global --list | sed "s/^/list /"
 echo "email $(git config --global user.email)"
 echo "rebase $(git config --global pull.rebase)"
@@ -44,6 +46,8 @@ echo "agent ${SSH_AUTH_SOCK:-none} $([ -e /run/ocsb/ssh-agent.sock ] && echo run
 d=$(mktemp -d); cd "$d" && git init -q && git commit -q --allow-empty -m inside && git log -1 --format="author %an <%ae>" && git branch --show-current | sed "s/^/branch /"'
 echo "state-secrets $(grep -c GITSECRET "$HOME/.local/share/opencode-sandbox/proj/gitconfig")"
 echo "state-email $(git config -f "$HOME/.local/share/opencode-sandbox/proj/gitconfig" user.email)"
+printf '[pull]\n\trebase = merges\n' > "$HOME/.gitconfig-extra"
+X 'echo "rebase-after $(git config --global pull.rebase)"'
 "#;
 
 fn user_config_without_secrets(netlock: bool) {
@@ -63,6 +67,9 @@ fn user_config_without_secrets(netlock: bool) {
     has(&out, "list core.autocrlf=input", &err);
     has(&out, "state-secrets 0", &err);
     has(&out, "state-email ada@example.org", &err);
+    // The listing is the look's, remembered while the files git read stand: an included file
+    // changed since is read again.
+    has(&out, "rebase-after merges", &err);
 }
 
 #[test]

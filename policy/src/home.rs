@@ -297,8 +297,10 @@ pub fn rules(s: &Settings) -> Vec<Rule> {
         };
         out.push(Rule { pattern, access, source: Source::RwHome, why: why.to_string() });
     }
-    let hidden: Vec<String> = s.array("OCSB_HIDE_HOME").to_vec();
-    out.retain(|r| !hidden.iter().any(|h| Path::new(&r.pattern).starts_with(h)));
+    // A set, asked for each ancestor of a pattern (`Path` compares and hashes by component, as
+    // `starts_with` does): the rules and the hidden names are each a hundred or more.
+    let hidden: std::collections::HashSet<&Path> = s.array("OCSB_HIDE_HOME").iter().map(Path::new).collect();
+    out.retain(|r| !Path::new(&r.pattern).ancestors().any(|a| hidden.contains(a)));
     out
 }
 
@@ -501,6 +503,9 @@ mod tests {
         assert_eq!(find(".cache").map(|x| x.access), Some(Access::Private));
         assert_eq!(find(".asdf").map(|x| x.access), Some(Access::ReadOnly));
         assert_eq!(find("work").map(|x| (x.access, x.source)), Some((Access::Writable, Source::RwHome)));
+        // Compared by component, as `Path::starts_with` compares: a trailing slash is the same name.
+        let slash = rules(&settings("OCSB_HOME=(.config/nvim/lua)\nOCSB_HIDE_HOME=(.config/nvim/)\n"));
+        assert!(!slash.iter().any(|x| x.pattern.starts_with(".config/nvim")), "hide wins");
         let shared = rules(&settings("OCSB_CACHES=shared\n"));
         assert!(shared.iter().any(|x| x.pattern == ".cache" && x.access == Access::Writable));
     }

@@ -535,12 +535,14 @@ impl Builder<'_> {
             Op::Tmpfs { dst: h.clone(), mode: 0o755, size: None, seal: true },
         ));
         // Hidden names in their forms inside the home: hide wins over an allowed entry.
-        let hidden_forms: Vec<PathBuf> = hidden
+        // A set, asked for each ancestor of a path: a home entry is compared with every hidden
+        // form, and there are hundreds of each.
+        let hidden_forms: std::collections::HashSet<PathBuf> = hidden
             .iter()
             .flat_map(|(p, _)| [Some(p.clone()), self.in_home(p), self.fs.canonicalize(p).ok()])
             .flatten()
             .collect();
-        let is_hidden = |p: &Path| hidden_forms.iter().any(|x| p.starts_with(x));
+        let is_hidden = |p: &Path| p.ancestors().any(|a| hidden_forms.contains(a));
         let writable: Vec<PathBuf> = self.plan.writable.clone();
         for p in &spec.home_ro {
             absolute(p, "home entry")?;
@@ -1140,7 +1142,7 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
     }
     let mut layered = std::mem::take(&mut b.layered);
     layered.sort_by_key(|(d, class, _)| (*d, *class));
-    let mut seen = BTreeSet::new();
+    let mut seen = std::collections::HashSet::new();
     for (_, _, op) in layered {
         if seen.insert(op.clone()) {
             b.plan.ops.push(op);
@@ -1199,17 +1201,6 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
         None => project,
     };
     Ok(b.plan)
-}
-
-impl PartialOrd for Op {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Op {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        format!("{self:?}").cmp(&format!("{other:?}"))
-    }
 }
 
 #[cfg(test)]

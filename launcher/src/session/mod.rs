@@ -122,6 +122,7 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
         return Err(Error::failed("no command given", "ocsb exec -- CMD [ARGS...]"));
     }
     let session = Session::new(project)?;
+    ocsb_sandbox::stages::mark("launcher: the spec built");
     let mut cmd = Command::interactive(argv, Vec::new());
     // Stage 2 first, while stdout is still the command's.
     let early = session.early(&cmd);

@@ -49,6 +49,7 @@ pub(super) fn open(project: &Project, spec: SandboxSpec) -> Result<Opened<'_>> {
     // A committed settings file must not widen the sandbox unseen, and nothing a sandbox
     // planted for host git may stand.
     project.require_trusted()?;
+    ocsb_sandbox::stages::mark("launcher: settings trusted");
     project.check_writable_roots()?;
     state::claim(project)?;
     ocsb_sandbox::stages::mark("launcher: trust and writable roots checked");

@@ -307,8 +307,8 @@ pub fn stop_left_behind(at: &Paths) -> Result<()> {
 }
 
 /// `ocsb __docker-watch PID DIR`: the watcher a launcher with a gateway starts before its
-/// session's first container is set running (`watcher.rs` says why). `at` is the gateway's files, as the launcher names them from `DIR`
-/// ([`Paths::dir`]).
+/// session's first container is set running (`watcher.rs` says why). `at` is the gateway's
+/// files, as the launcher names them from `DIR` ([`Paths::dir`]).
 pub fn watch(pid: u32, at: &Paths) -> Result<()> {
     watcher::main(pid, at)
 }

@@ -611,6 +611,21 @@ pub fn check(spec: &SandboxSpec) -> Result<Checked> {
 }
 
 impl Checked {
+    /// `spec` as a start from this check sees it: with the nested repositories and the tool
+    /// files this check found ([`Checked::begin`] puts those of the check it uses in the
+    /// sandbox's spec).
+    pub(crate) fn for_start(&self, spec: &SandboxSpec) -> SandboxSpec {
+        let mut spec = spec.clone();
+        spec.nested_repos = self.nested.clone();
+        spec.tool_files = self.tool_files.clone();
+        spec
+    }
+
+    /// The checkouts this check looked at.
+    pub(crate) fn checkouts(&self) -> &[Checkout] {
+        &self.checkouts
+    }
+
     /// Start the audit of a sandbox of `spec`: refused while a finding stands; otherwise what
     /// exists is recorded for the check after it exits. The check is made again unless it was
     /// made less than [`STANDS_FOR`] ago, for a spec of the same roots and settings, with the

@@ -207,9 +207,9 @@ pub fn request(spec: &SandboxSpec, plan: Option<Plan>) -> Request {
 }
 
 /// Serves an isolated network ([`crate::netns`]) while its sandbox runs: given the sockets
-/// made inside, it starts serving them and returns what keeps them served (dropped when the
-/// sandbox has exited).
-pub type Serve<'a> = &'a (dyn Fn(netns::Inside) -> Result<Box<dyn std::any::Any>> + Sync);
+/// made inside, it starts serving them and returns what keeps them served (dropped on a thread
+/// of its own once the sandbox has exited, and waited for before the start returns).
+pub type Serve<'a> = &'a (dyn Fn(netns::Inside) -> Result<Box<dyn std::any::Any + Send>> + Sync);
 
 /// Run the command in the sandbox; returns its exit status (128 + signal when killed,
 /// 125 when the sandbox could not be built, 127 when the command could not be executed).
@@ -239,6 +239,9 @@ pub struct Ahead {
     /// gateway stops such containers). *Why before the look*: a writer still running after it
     /// could plant what the look is there to find, and nothing would look again.
     pub on_exit: Option<OnExit>,
+    /// The session's git, begun while the caller was still checking
+    /// ([`crate::session_git::Begun`]); taken when it was begun for this start.
+    pub git: Option<crate::session_git::Begun>,
 }
 
 /// See [`Ahead::on_plan`]. `Send`: a caller may start the sandbox on a thread of its own
@@ -260,17 +263,27 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) ->
     spec.tool_files = audit.tool_files.clone();
     let checkouts = checkouts::of_spec_known(&spec, &audit.checkouts);
     crate::stages::mark("launcher: start recorded");
-    let gates = if spec.namespaces { Some(crate::session_git::begin(&mut spec, &checkouts)?) } else { None };
+    let gates = if spec.namespaces {
+        let begun = ahead.git.and_then(|b| b.take(&mut spec, &checkouts)).transpose()?;
+        Some(match begun {
+            Some(git) => git,
+            None => crate::session_git::begin(&mut spec, &checkouts)?,
+        })
+    } else {
+        None
+    };
     crate::stages::mark("launcher: the gates and the tree watch started");
     let run = run_checked(&spec, serve, ahead.stage2, ahead.on_plan, &checkouts);
     if let Some(quiet) = ahead.on_exit {
         quiet();
     }
     crate::stages::mark("launcher: Docker gateway told of the exit");
-    let late = gates.map(crate::session_git::SessionGit::end).unwrap_or_default();
-    crate::stages::mark("launcher: the last import, the agent's git directories removed");
+    // The agent's directories are removed while the checkouts are looked at.
+    let ended = gates.map(crate::session_git::SessionGit::end);
+    crate::stages::mark("launcher: the last import");
     audit.end();
     crate::stages::mark("launcher: checkouts looked at (after)");
+    let late = ended.map(crate::session_git::Ended::finish).unwrap_or_default();
     // Only now, after the look, may stage 2 free the port rules and tear the namespaces down;
     // it closes the watches' inotify instances as it exits.
     run.map(|(code, mut ending)| {
@@ -388,7 +401,7 @@ impl Stage2 {
                 st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
             }
         };
-        Ok((code, Ending { child: Some(self.child), chan: self.chan, late: Vec::new() }))
+        Ok((code, Ending { child: Some(self.child), chan: self.chan, late: Vec::new(), stopping: None }))
     }
 }
 
@@ -404,6 +417,9 @@ struct Ending {
     /// inotify instances): sent to stage 2, which closes them as it exits
     /// ([`handover::leave`]).
     late: Vec<OwnedFd>,
+    /// The isolated network's server being stopped ([`crate::background`]): waited for when
+    /// this is dropped.
+    stopping: Option<crate::background::Background>,
 }
 
 impl Drop for Ending {
@@ -505,7 +521,7 @@ fn run_checked(
     let (mut stage2, pty) = early.hand_over(&json)?;
     crate::stages::mark("launcher: plan judged, request handed over");
     // The isolated network's sockets, served from here until the sandbox exits.
-    let _served = match channel {
+    let served = match channel {
         Some((mut chan, _, serve)) => {
             let child = &mut stage2.child;
             let pid = child.id();
@@ -551,7 +567,14 @@ fn run_checked(
         }
     };
     crate::stages::mark("launcher: exit status received");
-    status.map_err(|e| Error::io("wait for", "the sandbox", e))
+    // What serves the network is stopped beside the launcher's end (its relays' threads
+    // joined): nothing of the sandbox runs any more to use it.
+    let stopping =
+        served.map(|s| crate::background::Background::start("ocsb-net-stop", Box::new(move || drop(s))));
+    status.map_err(|e| Error::io("wait for", "the sandbox", e)).map(|(code, mut ending)| {
+        ending.stopping = stopping;
+        (code, ending)
+    })
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 
 pub mod agentgit;
 pub mod audit;
+pub mod background;
 pub mod caps;
 pub mod checkouts;
 pub mod configmemo;

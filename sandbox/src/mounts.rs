@@ -171,46 +171,53 @@ impl RealMounts {
 
     /// Open (creating as needed) the mount point `dst` inside the new root, refusing symlinks
     /// on every component.
-    #[allow(clippy::expect_used, reason = "a path with at least one component, checked by the caller")]
     fn mount_point(&self, dst: &Path, dir: bool) -> io::Result<OwnedFd> {
         let root = self.root()?;
         let parts = Self::rel(dst);
-        let resolve = sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_BENEATH;
-        let mut cur: Option<OwnedFd> = None;
         if parts.is_empty() {
-            return sys::openat2(Some(root), Path::new("."), libc::O_PATH, 0, resolve);
+            return sys::openat2(Some(root), Path::new("."), libc::O_PATH, 0, MOUNT_POINT_RESOLVE);
         }
-        for (i, part) in parts.iter().enumerate() {
-            let last = i + 1 == parts.len();
-            let parent = cur.as_ref().map_or(root, |f| f.as_fd());
-            let p = Path::new(part);
-            let next = match sys::openat2(Some(parent), p, libc::O_PATH, 0, resolve) {
-                Ok(fd) => fd,
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                    if last && !dir {
-                        let f = sys::openat2(
-                            Some(parent),
-                            p,
-                            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
-                            0o644,
-                            resolve,
-                        )?;
-                        drop(f);
-                    } else {
-                        match nix::sys::stat::mkdirat(parent, p, Mode::from_bits_truncate(0o755)) {
-                            Ok(()) | Err(Errno::EEXIST) => {}
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                    sys::openat2(Some(parent), p, libc::O_PATH, 0, resolve)?
-                }
-                Err(e) => return Err(e),
-            };
-            cur = Some(next);
+        Self::open_or_make(root, &parts, dir)
+    }
+
+    /// `parts` beneath `root`, opened whole in one walk when it exists (*why*: a plan's mount
+    /// points are up to a dozen components deep, and a walk a component at a time was a fifth
+    /// of pid 1's mounting); otherwise its parent opened or made the same way, then its last
+    /// name made there. The same resolution either way: no link followed, nothing above `root`.
+    fn open_or_make(root: BorrowedFd<'_>, parts: &[&std::ffi::OsStr], dir: bool) -> io::Result<OwnedFd> {
+        let whole: PathBuf = parts.iter().collect();
+        match sys::openat2(Some(root), &whole, libc::O_PATH, 0, MOUNT_POINT_RESOLVE) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            other => return other,
         }
-        Ok(cur.expect("non-empty path"))
+        let Some((last, up)) = parts.split_last() else {
+            return Err(io::Error::other("an empty mount point"));
+        };
+        let held = if up.is_empty() { None } else { Some(Self::open_or_make(root, up, true)?) };
+        let parent = held.as_ref().map_or(root, |f| f.as_fd());
+        let p = Path::new(last);
+        if dir {
+            match nix::sys::stat::mkdirat(parent, p, Mode::from_bits_truncate(0o755)) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            drop(sys::openat2(
+                Some(parent),
+                p,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                0o644,
+                MOUNT_POINT_RESOLVE,
+            )?);
+        }
+        sys::openat2(Some(parent), p, libc::O_PATH, 0, MOUNT_POINT_RESOLVE)
     }
 }
+
+/// How a mount point is looked up in the new root: through no symbolic link (a mount point in a
+/// writable tree, such as a checkout's `.git`, is a name the agent may have made a link in an
+/// earlier session), never above the root.
+const MOUNT_POINT_RESOLVE: u64 = sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_BENEATH;
 
 impl Default for RealMounts {
     fn default() -> Self {

@@ -12,6 +12,9 @@ use crate::error::{Error, Result};
 use crate::gate::{Gate, Imported};
 use crate::spec::SandboxSpec;
 
+mod ahead;
+pub use ahead::Begun;
+
 /// The gates of a running session.
 pub struct SessionGit {
     running: Option<crate::gatewatch::Running>,
@@ -25,6 +28,8 @@ pub struct SessionGit {
     state_dir: PathBuf,
     /// Held while the session lives (see [`crate::agentgit`]).
     _lock: Option<nix::fcntl::Flock<std::fs::File>>,
+    /// Where the lock is.
+    lock_file: PathBuf,
 }
 
 /// Say what an import did that the user must know: what was held back (and record why, for
@@ -39,11 +44,15 @@ fn report(state_dir: &Path, root: &Path, done: &Imported) {
     }
 }
 
-/// The session's name: when it started and which launcher, unique on this machine.
+/// The session's name: when it started, which launcher, and which of its sessions, unique on
+/// this machine. *Why the count*: a launcher's sessions can overlap (a start's is begun while
+/// `prepare`'s check of the sandbox runs one of its own) within one second.
 fn session_name() -> Result<Session> {
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let secs =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    Session::parse(&format!("{secs}-{}", std::process::id()))
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Session::parse(&format!("{secs}-{}-{n}", std::process::id()))
         .map_err(|e| Error::refused(format!("session name: {e}"), "report this"))
 }
 
@@ -56,7 +65,8 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
     let made = crate::agentgit::make_all(&store, session.as_str(), checkouts, &spec.home)?;
     crate::stages::mark("launcher: agent git directories made");
     let repos = made.repos;
-    let lock = lock(&store, session.as_str())?;
+    let lock_file = store.join(format!("{}.lock", session.as_str()));
+    let lock = lock(&lock_file)?;
     let staging = crate::audit::dir_of(&spec.state_dir).join("gate").join(session.as_str());
     spec.agent_git = repos.iter().map(|r| r.spec.clone()).collect();
     spec.git_read_only = made.read_only;
@@ -80,7 +90,15 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
     crate::stages::mark("git: gate watch started");
     let planted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let trees = watch_trees(spec, checkouts, planted.clone());
-    Ok(SessionGit { running: Some(running), trees, planted, staging, state_dir, _lock: Some(lock) })
+    Ok(SessionGit {
+        running: Some(running),
+        trees,
+        planted,
+        staging,
+        state_dir,
+        _lock: Some(lock),
+        lock_file,
+    })
 }
 
 /// The repositories of sessions whose launcher died before their last import: imported now,
@@ -171,23 +189,23 @@ fn watch_trees(
     }
 }
 
-fn lock(store: &Path, session: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
-    let p = store.join(format!("{session}.lock"));
+fn lock(p: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&p)
-        .map_err(|e| Error::io("create", &p, e))?;
+        .open(p)
+        .map_err(|e| Error::io("create", p, e))?;
     nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
-        .map_err(|(_, e)| Error::io("lock", &p, e.into()))
+        .map_err(|(_, e)| Error::io("lock", p, e.into()))
 }
 
 impl SessionGit {
-    /// After the sandbox exited: the last import, then the agent's directories removed. Gives
-    /// back the watches' inotify instances, for the caller to close where nobody waits for it
-    /// ([`crate::watch::Watch::stop`] says why).
-    pub fn end(mut self) -> Vec<std::os::fd::OwnedFd> {
+    /// After the sandbox exited: the last import, then the agent's directories removed on a
+    /// thread of their own while the caller looks at the checkouts ([`Ended::finish`] waits
+    /// for it). The session's lock is held until they are gone: a start meanwhile takes them
+    /// for a live session's, never for a dead one's to import.
+    pub fn end(mut self) -> Ended {
         let mut late = Vec::new();
         if let Some(t) = self.trees.take() {
             late.extend(t.stop());
@@ -200,17 +218,53 @@ impl SessionGit {
         let (gates, ino) = self.running.take().map(crate::gatewatch::Running::finish).unwrap_or_default();
         late.extend(ino);
         crate::stages::mark("launcher: watches stopped");
+        let mut imported = Vec::new();
+        let mut kept = false;
         for mut g in gates {
             let done = g.import();
             crate::stages::mark("launcher: the last import");
             report(&self.state_dir, &g.repo().root.clone(), &done);
             // Kept when the last import failed: the next start imports it, all held.
             if done.failed.is_none() {
-                g.remove();
+                imported.push(g);
+            } else {
+                kept = true;
             }
         }
+        let staging = std::mem::take(&mut self.staging);
+        let lock = self._lock.take();
+        let lock_file = self.lock_file.clone();
+        let remove = move || {
+            for g in imported {
+                g.remove();
+            }
+            let _ = std::fs::remove_dir_all(&staging);
+            // The lock names the session for the next start's look for dead sessions: kept
+            // while a directory is, removed (while held) with the last one.
+            if !kept {
+                let _ = std::fs::remove_file(&lock_file);
+            }
+            drop(lock);
+        };
+        let removing = crate::background::Background::start("ocsb-git-remove", Box::new(remove));
+        Ended { late, removing }
+    }
+}
+
+/// A session's git after its last import ([`SessionGit::end`]).
+pub struct Ended {
+    late: Vec<std::os::fd::OwnedFd>,
+    removing: crate::background::Background,
+}
+
+impl Ended {
+    /// Waits until the agent's directories are gone; gives back the watches' inotify
+    /// instances, for the caller to close where nobody waits for it
+    /// ([`crate::watch::Watch::stop`] says why).
+    pub fn finish(self) -> Vec<std::os::fd::OwnedFd> {
+        let Ended { late, removing } = self;
+        removing.wait();
         crate::stages::mark("launcher: the agent's git directories removed");
-        let _ = std::fs::remove_dir_all(&self.staging);
         late
     }
 }

@@ -75,7 +75,7 @@ impl Server {
         self
     }
 
-    pub fn serve(&self, inside: Inside) -> ocsb_sandbox::Result<Box<dyn Any>> {
+    pub fn serve(&self, inside: Inside) -> ocsb_sandbox::Result<Box<dyn Any + Send>> {
         let fail = |what: String| {
             ocsb_sandbox::Error::failed(format!("isolated network: {what}"), "see `ocsb doctor`")
         };

@@ -129,7 +129,11 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
     ocsb_sandbox::stages::mark("launcher: settings read, stage 2 started");
     // `prepare` reports progress on stdout; for `exec` stdout belongs to the command, so the
     // progress lines go to stderr.
-    let prepared = with_stdout_on_stderr(|| session.prepare(false))?;
+    let prepared = with_stdout_on_stderr(|| {
+        let mut opened = session.open()?;
+        opened.begin_git();
+        opened.bring_up(false)
+    })?;
     cmd.env = user_env(project)?;
     ocsb_sandbox::stages::mark("launcher: netlock and self-test records");
     let status = prepared.start(&cmd, early)?.run();

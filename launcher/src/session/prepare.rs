@@ -9,6 +9,7 @@ use std::path::Path;
 use ocsb_egress::{UpAction, UpReport};
 use ocsb_policy::egress::Policy;
 use ocsb_sandbox::audit::Checked;
+use ocsb_sandbox::session_git::Begun;
 use ocsb_sandbox::statefs::StateDir;
 use ocsb_sandbox::{Ahead, Early, Netlock, Network, SandboxSpec};
 
@@ -27,6 +28,9 @@ pub struct Opened<'p> {
     /// The web password was made now (the state directory is new).
     pub created: bool,
     checked: Checked,
+    /// The session's git, begun on a thread while the filter and the start's servers come up
+    /// ([`Opened::begin_git`]).
+    git: Option<Begun>,
 }
 
 /// What `prepare` established, for the start that comes next.
@@ -41,6 +45,8 @@ pub struct Prepared<'p> {
     /// The check of the checkouts made before anything was written: the sandbox started next
     /// begins from it rather than looking again, while it stands ([`Checked::begin`]).
     checked: Checked,
+    /// See [`Opened::begin_git`].
+    git: Option<Begun>,
 }
 
 /// The checks before anything is written into the state directory, then the directory itself
@@ -62,14 +68,21 @@ pub(super) fn open(project: &Project, spec: SandboxSpec) -> Result<Opened<'_>> {
     // The sandbox's global git config, from the user's as it stands now.
     gitconfig::write(project, &sd)?;
     ocsb_sandbox::stages::mark("launcher: generated git config written");
-    Ok(Opened { project, spec, state: sd, created, checked })
+    Ok(Opened { project, spec, state: sd, created, checked, git: None })
 }
 
 impl<'p> Opened<'p> {
+    /// Begin the session's git (the agent's git directories, the gates, the tree watch) on a
+    /// thread, from the look just made, for a start that follows: it is ready by the time the
+    /// filter, the Docker gateway and the relays are ([`Begun`] says why this is safe).
+    pub fn begin_git(&mut self) {
+        self.git = Begun::start(&self.spec, &self.checked);
+    }
+
     /// The filter up, the netlock checked, the self-tests passed (`retest`: even when they
     /// passed before with the same inputs).
     pub fn bring_up(self, retest: bool) -> Result<Prepared<'p>> {
-        let Opened { project, mut spec, state: sd, checked, .. } = self;
+        let Opened { project, mut spec, state: sd, checked, git, .. } = self;
         let s = &project.settings;
         // 1. The egress filter, given the rules compiled once.
         let inst = crate::filter::instance(project)?;
@@ -96,7 +109,7 @@ impl<'p> Opened<'p> {
         let curl = crate::filter::system_curl()?;
         let record =
             selftest_record(&up, &spec.netlock, network::name(&spec.network), s.egress_port(), &curl);
-        let prepared = |spec, state, policy, checked| Prepared { project, spec, state, policy, checked };
+        let prepared = |spec, state, policy, checked| Prepared { project, spec, state, policy, checked, git };
         if !retest
             && record
                 .as_deref()
@@ -136,7 +149,7 @@ impl Prepared<'_> {
     /// The start of `cmd` in the session's sandbox ([`start::launch`]), beginning from the
     /// check of the checkouts `prepare` made; `stage2`: started early for it, if it was.
     pub fn start(self, cmd: &Command, stage2: Option<Early>) -> Result<Launch> {
-        let ahead = Ahead { checked: Some(self.checked), stage2, ..Ahead::default() };
+        let ahead = Ahead { checked: Some(self.checked), stage2, git: self.git, ..Ahead::default() };
         start::launch(self.project, &self.policy, &self.spec, cmd, ahead)
     }
 }

@@ -235,3 +235,33 @@ fn a_dead_sessions_repository_is_imported_held_at_the_next_start() {
     }
     no_markers(&w, &out, &err);
 }
+
+/// The session's git is begun while the launcher's later checks run. A start those checks
+/// refuse (here: the egress rules, read after the look at the checkouts) ends it: no agent's
+/// directory and no lock are left, the next start finds no dead session to import, and it
+/// runs (positive control). Both network modes.
+#[test]
+fn a_start_refused_after_the_session_git_was_begun_leaves_nothing_behind() {
+    both_modes(
+        r##"X true 2>/dev/null
+        S="$HOME/.local/share/opencode-sandbox/.$(basename "$P").git"
+        mkdir -p .opencode-sandbox/local; printf 'frobnicate example.com\n' > .opencode-sandbox/local/egress.conf
+        chown -R 1990 .opencode-sandbox/local
+        X 'echo ran' >x.out 2>x.err; echo "refused $?"; cat x.err >&2
+        grep -q 'egress.conf' x.err && echo said-rules
+        grep -q '^ran' x.out && echo RAN
+        echo "left $(ls -A "$S" | wc -l)"
+        rm .opencode-sandbox/local/egress.conf
+        X 'echo ran' >y.out 2>y.err; echo "again $?"; cat y.err >&2
+        grep -q 'ended without ocsb' y.err && echo took-for-dead
+        grep -q '^ran' y.out && echo ran-again
+        echo "left-after $(ls -A "$S" | wc -l)""##,
+        |w, out, err| {
+            for l in ["refused 3", "said-rules", "left 0", "again 0", "ran-again", "left-after 0"] {
+                has(out, l, err);
+            }
+            assert!(!out.lines().any(|l| l == "RAN" || l == "took-for-dead"), "{out}\n{err}");
+            no_markers(w, out, err);
+        },
+    );
+}

@@ -97,6 +97,28 @@ pub fn make_all(store: &Path, session: &str, checkouts: &[Checkout], home: &Path
     Ok(made)
 }
 
+/// The lock of `session` in `store`, held while the session lives, and where it is. *Why
+/// locked before it is named*: a lock file another start could open before this one locks it
+/// would be taken for a dead session's ([`leftovers`]); it is locked under a name that start
+/// does not look at, then renamed into place. And it is there before the session's
+/// directories are: they never stand without it.
+pub fn lock(store: &Path, session: &str) -> Result<(nix::fcntl::Flock<std::fs::File>, PathBuf)> {
+    private_dir(store)?;
+    let file = store.join(format!("{session}.lock"));
+    let tmp = store.join(format!("{session}.lock.tmp"));
+    let f = std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| Error::io("create", &tmp, e))?;
+    let held = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| Error::io("lock", &tmp, e.into()))?;
+    std::fs::rename(&tmp, &file).map_err(|e| Error::io("rename", &tmp, e))?;
+    Ok((held, file))
+}
+
 fn private_dir(p: &Path) -> Result<()> {
     match std::fs::DirBuilder::new().mode(0o700).create(p) {
         Ok(()) => Ok(()),
@@ -236,64 +258,101 @@ fn make(
     })
 }
 
-/// The agent git directories of sessions whose launcher died (their lock is free): each with
-/// the session it belonged to, ready for a last import that holds everything.
-pub fn leftovers(store: &Path, home: &Path) -> Vec<(String, Repo)> {
+/// The agent git directories of a session whose launcher died, found by [`leftovers`]: its
+/// lock, held until [`Leftover::done`].
+pub struct Leftover {
+    pub session: String,
+    /// Those that can be imported.
+    pub repos: Vec<Repo>,
+    /// Some could not be opened for an import (their checkout is gone or no repository any
+    /// more): they stay, and so does the lock file that names them.
+    unreadable: bool,
+    lock: nix::fcntl::Flock<std::fs::File>,
+    lock_file: PathBuf,
+}
+
+impl Leftover {
+    /// After the imports: `kept` says whether a directory stays (an import failed). The lock
+    /// file is removed, while held, only when none does: it is how the next start finds them.
+    pub fn done(self, kept: bool) {
+        if !kept && !self.unreadable {
+            let _ = std::fs::remove_file(&self.lock_file);
+        }
+        drop(self.lock);
+    }
+}
+
+/// The agent git directories of sessions whose launcher died (their lock is free): each
+/// session with its repositories, ready for a last import that holds everything, and its lock
+/// held meanwhile (another start does not take them too). Every `<session>-<n>` is found,
+/// whichever numbers an earlier import removed.
+pub fn leftovers(store: &Path, home: &Path) -> Vec<Leftover> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(store) else { return out };
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
+    let names: Vec<String> = rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    for name in &names {
         let Some(session) = name.strip_suffix(".lock") else { continue };
-        let lock = std::fs::OpenOptions::new().write(true).open(e.path());
+        let lock_file = store.join(name);
+        let lock = std::fs::OpenOptions::new().write(true).open(&lock_file);
         let Ok(held) = lock.map(|f| nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock))
         else {
             continue;
         };
-        let Ok(_held) = held else { continue };
-        for n in 0.. {
-            let dir = store.join(format!("{session}-{n}"));
-            if !dir.is_dir() {
-                break;
+        let Ok(lock) = held else { continue };
+        let mut left =
+            Leftover { session: session.to_string(), repos: Vec::new(), unreadable: false, lock, lock_file };
+        let prefix = format!("{session}-");
+        let mut numbers: Vec<usize> = names
+            .iter()
+            .filter_map(|n| n.strip_prefix(&prefix)?.parse().ok())
+            .filter(|n: &usize| store.join(format!("{session}-{n}")).is_dir())
+            .collect();
+        numbers.sort_unstable();
+        for n in numbers {
+            match leftover_repo(store, session, n, home) {
+                Some(repo) => left.repos.push(repo),
+                None => left.unreadable = true,
             }
-            let Some(root) = std::fs::read(store.join(format!("{session}-{n}.root")))
-                .ok()
-                .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)))
-            else {
-                continue;
-            };
-            let Some(g) = crate::checkouts::git_dirs(&root) else { continue };
-            let Ok(facts) = crate::gate::user_facts(&root, &g, home) else { continue };
-            let Ok(fd) = nix::fcntl::open(
-                &dir,
-                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW,
-                nix::sys::stat::Mode::empty(),
-            ) else {
-                continue;
-            };
-            let objects = object_dirs(&g.common).into_iter().map(|d| (d.clone(), d)).collect();
-            let spec = AgentGit {
-                dot_git: root.join(".git"),
-                gitdir: dir.clone(),
-                inside: dir.clone(),
-                pointer: Some(store.join(format!("{session}-{n}.gitfile"))),
-                objects,
-            };
-            out.push((
-                session.to_string(),
-                Repo {
-                    spec,
-                    root,
-                    user_gitdir: g.gitdir,
-                    user_common: g.common,
-                    dir: fd,
-                    start: BTreeMap::new(),
-                    format: facts.format,
-                },
-            ));
         }
-        let _ = std::fs::remove_file(e.path());
+        out.push(left);
     }
     out
+}
+
+/// The repository `<session>-<n>` of a dead session, opened for its import.
+fn leftover_repo(store: &Path, session: &str, n: usize, home: &Path) -> Option<Repo> {
+    let dir = store.join(format!("{session}-{n}"));
+    let root = std::fs::read(store.join(format!("{session}-{n}.root")))
+        .ok()
+        .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)))?;
+    let g = crate::checkouts::git_dirs(&root)?;
+    let facts = crate::gate::user_facts(&root, &g, home).ok()?;
+    let fd = nix::fcntl::open(
+        &dir,
+        nix::fcntl::OFlag::O_PATH
+            | nix::fcntl::OFlag::O_DIRECTORY
+            | nix::fcntl::OFlag::O_NOFOLLOW
+            | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()?;
+    let objects = object_dirs(&g.common).into_iter().map(|d| (d.clone(), d)).collect();
+    let spec = AgentGit {
+        dot_git: root.join(".git"),
+        gitdir: dir.clone(),
+        inside: dir,
+        pointer: Some(store.join(format!("{session}-{n}.gitfile"))),
+        objects,
+    };
+    Some(Repo {
+        spec,
+        root,
+        user_gitdir: g.gitdir,
+        user_common: g.common,
+        dir: fd,
+        start: BTreeMap::new(),
+        format: facts.format,
+    })
 }
 
 impl Repo {

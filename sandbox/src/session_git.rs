@@ -45,8 +45,9 @@ fn report(state_dir: &Path, root: &Path, done: &Imported) {
 }
 
 /// The session's name: when it started, which launcher, and which of its sessions, unique on
-/// this machine. *Why the count*: a launcher's sessions can overlap (a start's is begun while
-/// `prepare`'s check of the sandbox runs one of its own) within one second.
+/// this machine. *Why the count*: one launcher begins several sessions within a second (the
+/// self-tests' sandboxes, then its own), and one begun ahead ([`Begun`]) may be ended while
+/// another is begun.
 fn session_name() -> Result<Session> {
     static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let secs =
@@ -62,11 +63,10 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
     let store = crate::agentgit::store_of(&spec.state_dir);
     import_leftovers(&spec.state_dir, &store, &spec.home);
     crate::stages::mark("git: leftovers looked for");
+    let (lock, lock_file) = crate::agentgit::lock(&store, session.as_str())?;
     let made = crate::agentgit::make_all(&store, session.as_str(), checkouts, &spec.home)?;
     crate::stages::mark("launcher: agent git directories made");
     let repos = made.repos;
-    let lock_file = store.join(format!("{}.lock", session.as_str()));
-    let lock = lock(&lock_file)?;
     let staging = crate::audit::dir_of(&spec.state_dir).join("gate").join(session.as_str());
     spec.agent_git = repos.iter().map(|r| r.spec.clone()).collect();
     spec.git_read_only = made.read_only;
@@ -105,21 +105,34 @@ pub fn begin(spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Result<SessionGi
 /// everything held (their starting values are not known, so no branch of the user's moves),
 /// then removed.
 fn import_leftovers(state_dir: &Path, store: &Path, home: &Path) {
-    for (session, repo) in crate::agentgit::leftovers(store, home) {
-        let Ok(s) = Session::parse(&session) else { continue };
-        let staging = crate::audit::dir_of(state_dir).join("gate").join(format!("{session}-leftover"));
-        match Gate::for_leftover(repo, staging.clone(), s) {
-            Ok(mut g) => {
-                let done = g.import();
-                report(state_dir, &g.repo().root.clone(), &done);
-                // Kept for the next start when it could not be imported: nothing is lost.
-                if done.failed.is_none() {
-                    g.remove();
+    for mut left in crate::agentgit::leftovers(store, home) {
+        let Ok(session) = Session::parse(&left.session) else {
+            left.done(true);
+            continue;
+        };
+        let mut kept = false;
+        let staging =
+            crate::audit::dir_of(state_dir).join("gate").join(format!("{}-leftover", session.as_str()));
+        for repo in std::mem::take(&mut left.repos) {
+            match Gate::for_leftover(repo, staging.clone(), session.clone()) {
+                Ok(mut g) => {
+                    let done = g.import();
+                    report(state_dir, &g.repo().root.clone(), &done);
+                    // Kept for the next start when it could not be imported: nothing is lost.
+                    if done.failed.is_none() {
+                        g.remove();
+                    } else {
+                        kept = true;
+                    }
+                }
+                Err(e) => {
+                    kept = true;
+                    eprintln!("ocsb: the repository of an earlier session could not be imported: {e}");
                 }
             }
-            Err(e) => eprintln!("ocsb: the repository of an earlier session could not be imported: {e}"),
+            let _ = std::fs::remove_dir_all(&staging);
         }
-        let _ = std::fs::remove_dir_all(&staging);
+        left.done(kept);
     }
 }
 
@@ -187,17 +200,6 @@ fn watch_trees(
             }
         }
     }
-}
-
-fn lock(p: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(p)
-        .map_err(|e| Error::io("create", p, e))?;
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
-        .map_err(|(_, e)| Error::io("lock", p, e.into()))
 }
 
 impl SessionGit {

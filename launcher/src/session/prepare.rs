@@ -109,7 +109,8 @@ impl<'p> Opened<'p> {
         let curl = crate::filter::system_curl()?;
         let record =
             selftest_record(&up, &spec.netlock, network::name(&spec.network), s.egress_port(), &curl);
-        let prepared = |spec, state, policy, checked| Prepared { project, spec, state, policy, checked, git };
+        let prepared =
+            |spec, state, policy, checked, git| Prepared { project, spec, state, policy, checked, git };
         if !retest
             && record
                 .as_deref()
@@ -121,9 +122,13 @@ impl<'p> Opened<'p> {
                 "self-tests: passed before with these rules, this filter and this netlock; not run again \
                  (`ocsb prepare --retest` runs them now)"
             );
-            return Ok(prepared(spec, sd, policy, checked));
+            return Ok(prepared(spec, sd, policy, checked, git));
         }
         let _ = sd.remove(Path::new(SELFTESTS));
+        // The session's git begun ahead is ended before the checks below: they run sandboxes
+        // of their own in the same store, and take seconds a Ctrl-C would cut short, leaving
+        // it for the next start to take for a killed session's.
+        drop(git);
 
         // 2. The netlock (or the isolated network), checked the way the sandbox will use it.
         check_netlock(project, &policy, &spec)?;
@@ -132,7 +137,7 @@ impl<'p> Opened<'p> {
         if let Some(r) = record {
             sd.write(Path::new(SELFTESTS), r.as_bytes(), 0o600)?;
         }
-        Ok(prepared(spec, sd, policy, checked))
+        Ok(prepared(spec, sd, policy, checked, None))
     }
 
     /// `ocsb egress verify`: the expectations (and, with `direct`, the bypass check) by the

@@ -211,26 +211,32 @@ fn a_repository_planted_inside_is_moved_aside_within_a_second() {
 
 /// A launcher killed before its last import leaves the agent's repository behind: the next
 /// start imports it with everything held (its starting values are unknown, so no branch of the
-/// user's moves) and removes it. The layout is the one a session leaves: the directory, the
-/// file naming its checkout, and a lock no process holds.
+/// user's moves) and removes it, and its lock. The layout is the one a session leaves: the
+/// directory, the file naming its checkout, and a lock no process holds. A second dead session
+/// left only its second repository (`-1`: the first was imported before it died): it is found
+/// all the same.
 #[test]
 fn a_dead_sessions_repository_is_imported_held_at_the_next_start() {
     let w = World::new();
     let (out, err) = scenario(
         &w,
         r##"X true 2>/dev/null
-        S="$HOME/.local/share/opencode-sandbox/.$(basename "$P").git"; D="$S/123-999-0"
-        U git clone -q --bare "$P" "$D"
-        C=$(echo lost | U git --git-dir="$D" commit-tree "$(U git --git-dir="$D" rev-parse 'main^{tree}')" -p main)
-        U git --git-dir="$D" update-ref refs/heads/main "$C"
-        printf %s "$P" > "$S/123-999-0.root"; : > "$S/123-999.lock"; chown 1990 "$S/123-999-0.root" "$S/123-999.lock"
+        S="$HOME/.local/share/opencode-sandbox/.$(basename "$P").git"
+        for d in 123-999-0 124-999-1; do
+          D="$S/$d"; U git clone -q --bare "$P" "$D"
+          C=$(echo "lost-$d" | U git --git-dir="$D" commit-tree "$(U git --git-dir="$D" rev-parse 'main^{tree}')" -p main)
+          U git --git-dir="$D" update-ref refs/heads/main "$C"
+          printf %s "$P" > "$D.root"; : > "$S/${d%-*}.lock"; chown 1990 "$D.root" "$S/${d%-*}.lock"
+        done
         X true 2>x.err; echo "exec $?"; cat x.err >&2
         grep -q 'its session ended without ocsb' x.err && echo said
         echo "main $(U git log -1 --format=%s main)"
         echo "held $(U git log -1 --format=%s refs/ocsb/held/123-999/heads/main)"
-        test -e "$D" && echo left || echo removed"##,
+        echo "held-second $(U git log -1 --format=%s refs/ocsb/held/124-999/heads/main)"
+        echo "store [$(ls -A "$S" | tr '\n' ' ')]""##,
     );
-    for l in ["exec 0", "said", "main ocsb", "held lost", "removed"] {
+    for l in ["exec 0", "said", "main ocsb", "held lost-123-999-0", "held-second lost-124-999-1", "store []"]
+    {
         has(&out, l, &err);
     }
     no_markers(&w, &out, &err);

@@ -11,7 +11,8 @@
 //! reaches, the relays' sockets, the netlock's group), or other checkouts (a look made again),
 //! and the session begun early is ended and a new one begun. A start refused meanwhile drops
 //! it, which ends it: the last import (nothing ran, so nothing to import) and the agent's
-//! directories removed.
+//! directories removed; so does a start that runs its self-tests (their sandboxes take
+//! seconds, and have sessions of their own).
 
 use std::thread::JoinHandle;
 
@@ -29,7 +30,7 @@ type Made = Result<(Vec<crate::spec::AgentGit>, Vec<std::path::PathBuf>, Session
 /// ([`Begun::take`]) or, dropped, it is ended.
 pub struct Begun {
     /// The spec as the session was begun for, in the form [`inputs`] gives.
-    spec: Vec<u8>,
+    spec: Option<Vec<u8>>,
     checkouts: Vec<Checkout>,
     thread: Option<JoinHandle<Made>>,
 }
@@ -38,7 +39,7 @@ pub struct Begun {
 /// command's start adds to the session's spec. Nothing of these decides what the session
 /// makes: the plan's writable part (the checkout rule's input) is made before the relays'
 /// sockets are looked at.
-fn inputs(spec: &SandboxSpec) -> Vec<u8> {
+fn inputs(spec: &SandboxSpec) -> Option<Vec<u8>> {
     let mut s = spec.clone();
     s.argv.clear();
     s.env.clear();
@@ -47,8 +48,8 @@ fn inputs(spec: &SandboxSpec) -> Vec<u8> {
     s.netlock = crate::spec::Netlock::Off;
     s.docker_gateway = None;
     s.ssh_agent = None;
-    // A spec that cannot be written out is never taken for another.
-    serde_json::to_vec(&s).unwrap_or_default()
+    // `None` for a spec that cannot be written out: never the same as another.
+    serde_json::to_vec(&s).ok()
 }
 
 impl Begun {
@@ -76,7 +77,8 @@ impl Begun {
     /// The session begun ahead, for a start of `spec` in `checkouts`, with its agent-git part
     /// put in `spec`: `None` when it was begun for other inputs (then it is ended here).
     pub fn take(mut self, spec: &mut SandboxSpec, checkouts: &[Checkout]) -> Option<Result<SessionGit>> {
-        if self.checkouts != checkouts || self.spec != inputs(spec) {
+        let same = self.spec.is_some() && self.spec == inputs(spec);
+        if self.checkouts != checkouts || !same {
             crate::stages::mark("git: begun ahead for other inputs, ended");
             return None;
         }
@@ -120,6 +122,7 @@ mod tests {
         };
         handed.docker_gateway = Some("/run/gw.sock".into());
         handed.ssh_agent = Some("/run/agent.sock".into());
+        assert!(inputs(&base).is_some());
         assert_eq!(inputs(&base), inputs(&handed));
     }
 

@@ -758,7 +758,15 @@ fn run_puts_the_agents_shell_in_the_sandbox() {
     assert!(text3.contains(&format!("browser:    opening http://{}/", w.web)), "{text3}");
     // It is the project's latest session, not OpenCode's home (which a new browser shows as an
     // empty "Add project" view); a screenshot of what the user sees is kept in the world.
-    let opened = std::fs::read_to_string(w.home.join("opened")).unwrap_or_default();
+    // The opener runs after the line is printed: waited for, up to 10 s.
+    let mut opened = String::new();
+    for _ in 0..200 {
+        opened = std::fs::read_to_string(w.home.join("opened")).unwrap_or_default();
+        if !opened.trim().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let dir = b64url(&w.proj.display().to_string());
     assert_eq!(opened.trim(), format!("http://{}/{dir}/session/{id}", w.web), "the session's page");
     let mut browser =

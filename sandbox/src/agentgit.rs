@@ -238,15 +238,7 @@ fn make(
     } else {
         None
     };
-    let fd = nix::fcntl::open(
-        &dir,
-        nix::fcntl::OFlag::O_PATH
-            | nix::fcntl::OFlag::O_DIRECTORY
-            | nix::fcntl::OFlag::O_NOFOLLOW
-            | nix::fcntl::OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )
-    .map_err(|e| Error::io("open", &dir, e.into()))?;
+    let fd = open_dir(&dir).map_err(|e| Error::io("open", &dir, e.into()))?;
     Ok(Repo {
         spec: AgentGit { dot_git: root.join(".git"), gitdir: dir, inside, pointer, objects },
         root: root.to_path_buf(),
@@ -256,6 +248,19 @@ fn make(
         start,
         format: facts.format,
     })
+}
+
+/// The descriptor the gate reads an agent's directory through ([`Repo::dir`]): the directory
+/// itself, never a link in its place.
+fn open_dir(dir: &Path) -> nix::Result<OwnedFd> {
+    nix::fcntl::open(
+        dir,
+        nix::fcntl::OFlag::O_PATH
+            | nix::fcntl::OFlag::O_DIRECTORY
+            | nix::fcntl::OFlag::O_NOFOLLOW
+            | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
 }
 
 /// The agent git directories of a session whose launcher died, found by [`leftovers`]: its
@@ -327,15 +332,7 @@ fn leftover_repo(store: &Path, session: &str, n: usize, home: &Path) -> Option<R
         .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)))?;
     let g = crate::checkouts::git_dirs(&root)?;
     let facts = crate::gate::user_facts(&root, &g, home).ok()?;
-    let fd = nix::fcntl::open(
-        &dir,
-        nix::fcntl::OFlag::O_PATH
-            | nix::fcntl::OFlag::O_DIRECTORY
-            | nix::fcntl::OFlag::O_NOFOLLOW
-            | nix::fcntl::OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )
-    .ok()?;
+    let fd = open_dir(&dir).ok()?;
     let objects = object_dirs(&g.common).into_iter().map(|d| (d.clone(), d)).collect();
     let spec = AgentGit {
         dot_git: root.join(".git"),

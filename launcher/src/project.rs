@@ -9,6 +9,37 @@ use ocsb_policy::settings::{self, LoadInput, Settings, Widening};
 use crate::error::{Error, Result};
 use crate::install::Installation;
 
+/// `canonicalize` of many paths that share their directories, each directory resolved once
+/// (the hidden names are a hundred paths of the home; resolving each whole took a system call
+/// per component of each). The result is the same: the real path, or the path as written when
+/// it does not exist.
+#[derive(Default)]
+struct ResolvedDirs(std::collections::HashMap<PathBuf, Option<PathBuf>>);
+
+impl ResolvedDirs {
+    fn canonical(&mut self, p: PathBuf) -> PathBuf {
+        let whole = |p: PathBuf| p.canonicalize().unwrap_or(p);
+        let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else { return whole(p) };
+        // `.aws/` and `.aws/.` name what `.aws` leads to: `lstat` follows a link there.
+        let bytes = p.as_os_str().as_encoded_bytes();
+        if !p.is_absolute() || bytes.ends_with(b"/") || bytes.ends_with(b"/.") {
+            return whole(p);
+        }
+        match p.symlink_metadata() {
+            Err(_) => p,
+            // Its target is resolved as a whole, as `canonicalize` would.
+            Ok(m) if m.file_type().is_symlink() => whole(p),
+            Ok(_) => {
+                let real = self.0.entry(dir.to_path_buf()).or_insert_with(|| dir.canonicalize().ok());
+                match real {
+                    Some(d) => d.join(name),
+                    None => p,
+                }
+            }
+        }
+    }
+}
+
 /// The per-project directory inside a repository.
 pub const PROJECT_CONF_DIR: &str = ".opencode-sandbox";
 
@@ -213,7 +244,9 @@ impl Project {
         // repository at ~/.config must not become the project).
         let config = canon(self.user_config_dir.clone());
         let programs: Vec<PathBuf> = programs.iter().cloned().map(canon).collect();
-        let mut hidden: Vec<PathBuf> = s.hide_home().into_iter().map(canon).collect();
+        // A hundred names, nearly all in the home: each directory resolved once.
+        let mut dirs = ResolvedDirs::default();
+        let mut hidden: Vec<PathBuf> = s.hide_home().into_iter().map(|p| dirs.canonical(p)).collect();
         hidden.push(canon(self.home.join(".ssh")));
         let mut roots = vec![(self.checkout.clone(), "the project directory")];
         roots.extend(s.rw().into_iter().map(|p| (p, "an OCSB_RW entry")));
@@ -318,6 +351,46 @@ mod tests {
 
     fn project(tmp: &Path, project_conf: &str) -> Project {
         Project::in_temp(tmp, project_conf)
+    }
+
+    #[test]
+    fn directories_resolved_once_give_what_canonicalize_gives() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir().unwrap();
+        let real = t.path().join("var/home/u");
+        std::fs::create_dir_all(real.join(".config/gh")).unwrap();
+        std::fs::write(real.join(".netrc"), "").unwrap();
+        std::fs::create_dir_all(t.path().join("elsewhere")).unwrap();
+        symlink("var/home", t.path().join("home")).unwrap();
+        symlink("../../../elsewhere", real.join(".aws")).unwrap();
+        symlink("nowhere", real.join(".dangling")).unwrap();
+        symlink(".config", real.join(".cfg")).unwrap();
+        let home = t.path().join("home/u");
+        let mut dirs = ResolvedDirs::default();
+        for rel in [
+            ".netrc",
+            ".config/gh",
+            ".config",
+            ".aws",
+            ".aws/x",
+            ".dangling",
+            ".missing",
+            ".missing/deeper",
+            ".cfg/gh",
+            ".config/../.netrc",
+            ".config/gh/..",
+            ".",
+            ".aws/",
+            ".aws/.",
+            ".cfg/",
+            ".config/gh/",
+            ".netrc/",
+        ] {
+            let p = home.join(rel);
+            let want = p.canonicalize().unwrap_or_else(|_| p.clone());
+            assert_eq!(dirs.canonical(p.clone()), want, "{}", p.display());
+        }
+        assert_eq!(dirs.canonical("rel/x".into()), PathBuf::from("rel/x"));
     }
 
     #[test]

@@ -61,10 +61,11 @@ impl<'a> Builtin<'a> {
             ));
         }
         let process = Some(format!("{}@{}", running.pid, running.started));
-        if running.policy_hash == policy.hash() {
+        // Computed once: every start asks, and the rules' text is hashed whole.
+        let config_hash = policy.hash();
+        if running.policy_hash == config_hash {
             // The filter reads its rule files on reload; the same rules need no round trip.
-            let (action, listen, config_hash) = (UpAction::Current, running.listen, policy.hash());
-            return Ok(Up { action, listen, config_hash, process });
+            return Ok(Up { action: UpAction::Current, listen: running.listen, config_hash, process });
         }
         let r = control::reload(&self.paths.control_socket(), Duration::from_secs(10))?;
         if !r.ok {
@@ -79,7 +80,7 @@ impl<'a> Builtin<'a> {
         if let Some(running) = r.hash.as_deref() {
             same_rules(running, policy)?;
         }
-        Ok(Up { action: UpAction::Reloaded, listen: running.listen, config_hash: policy.hash(), process })
+        Ok(Up { action: UpAction::Reloaded, listen: running.listen, config_hash, process })
     }
 
     /// No filter answers: start `serve` in a session of its own and wait until it answers.

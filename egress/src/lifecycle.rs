@@ -108,6 +108,67 @@ pub fn up(inst: &Instance, policy: &Policy, progress: Progress) -> Result<UpRepo
     Filter::new(inst).up(policy, progress)
 }
 
+/// The running builtin filter's status, asked on a thread ahead of [`up_after`]: the round trip
+/// to it (a wake-up of another process) overlaps what the caller does meanwhile. It only asks:
+/// nothing is started, reloaded or written, so it may be asked before the caller's checks.
+/// *Why through the directory*: `<state>/egress` is opened first, without following a link,
+/// and the socket reached through that descriptor, as `up` would reach it once the caller has
+/// made sure the directory is one; anything else (no directory yet, a link, squid) asks
+/// nothing, and `up_after` asks as `up` does.
+pub struct Asked(Option<std::thread::JoinHandle<Option<crate::builtin::control::StatusAnswer>>>);
+
+impl Asked {
+    /// Ask the filter of `inst` now, on a thread.
+    pub fn now(inst: &Instance) -> Asked {
+        use nix::fcntl::{OFlag, open, openat};
+        use nix::sys::stat::Mode;
+        if inst.backend != Backend::Builtin {
+            return Asked(None);
+        }
+        // The state directory itself is the user's to place (it may be a link they made).
+        let dir = open(&inst.state_dir, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+            .and_then(|state| {
+                openat(
+                    &state,
+                    crate::paths::DIR,
+                    OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+            });
+        let Ok(dir) = dir else { return Asked(None) };
+        let thread = std::thread::Builder::new().name("ocsb-filter-ask".into()).spawn(move || {
+            use std::os::fd::AsFd;
+            crate::builtin::control::status_in(dir.as_fd(), std::time::Duration::from_secs(3)).ok()
+        });
+        Asked(thread.ok())
+    }
+
+    fn answer(mut self) -> Option<crate::builtin::control::StatusAnswer> {
+        self.0.take()?.join().ok().flatten()
+    }
+}
+
+impl Drop for Asked {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// [`up`], starting from the status `asked` ahead when the filter answered it (otherwise as
+/// `up` does: a filter that did not answer then is asked again, and started if it still does
+/// not answer).
+pub fn up_after(inst: &Instance, policy: &Policy, progress: Progress, asked: Asked) -> Result<UpReport> {
+    match (inst.backend, asked.answer()) {
+        (Backend::Builtin, Some(answer)) => {
+            let filter = Filter { inst, inner: Box::new(Builtin::answered(inst, Some(answer))) };
+            filter.up(policy, progress)
+        }
+        _ => up(inst, policy, progress),
+    }
+}
+
 /// [`Filter::down`] once.
 pub fn down(inst: &Instance) -> Result<bool> {
     Filter::new(inst).down()
@@ -131,4 +192,85 @@ pub fn render(inst: &Instance) -> Result<String> {
 /// Print progress messages on stderr (the launcher's default).
 pub fn stderr_progress() -> Progress {
     Arc::new(|m: &str| eprintln!("egress: {m}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builtin::control::StatusAnswer;
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+    use std::path::Path;
+
+    fn instance(state_dir: &Path) -> Instance {
+        Instance {
+            name: "t".into(),
+            backend: Backend::Builtin,
+            state_dir: state_dir.to_path_buf(),
+            user_config_dir: state_dir.join("cfg"),
+            project_dir: state_dir.join("proj"),
+            port: 3128,
+            docker_gw: crate::listen::GatewaySetting::Detect,
+            serve_command: vec![],
+            image_source: crate::squid::ImageSource::Auto,
+            squid_overrides: Default::default(),
+        }
+    }
+
+    /// A control socket in `dir` that answers one `status` with `answer`; the thread returns
+    /// whether it was asked.
+    fn answering(dir: &Path, answer: &StatusAnswer) -> std::thread::JoinHandle<bool> {
+        let listener = UnixListener::bind(dir.join(crate::paths::CONTROL_SOCKET)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let line = format!("{}\n", serde_json::to_string(answer).unwrap());
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+            while std::time::Instant::now() < deadline {
+                if let Ok((mut c, _)) = listener.accept() {
+                    c.set_nonblocking(false).unwrap();
+                    let mut req = String::new();
+                    BufReader::new(&c).read_line(&mut req).unwrap();
+                    assert_eq!(req, "status\n");
+                    c.write_all(line.as_bytes()).unwrap();
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            false
+        })
+    }
+
+    #[test]
+    fn a_status_is_asked_ahead_through_the_filters_directory_and_never_through_a_link() {
+        let t = tempfile::tempdir().unwrap();
+        let state = t.path().join("state");
+        std::fs::create_dir_all(state.join(crate::paths::DIR)).unwrap();
+        let answer = StatusAnswer {
+            ok: true,
+            backend: "builtin".into(),
+            pid: 42,
+            listen: vec!["127.0.0.1:3128".parse().unwrap()],
+            policy_hash: "h".into(),
+            started: 7,
+            open_connections: 0,
+            build: crate::builtin::control::BUILD.into(),
+        };
+        let server = answering(&state.join(crate::paths::DIR), &answer);
+        assert_eq!(Asked::now(&instance(&state)).answer(), Some(answer.clone()));
+        assert!(server.join().unwrap());
+
+        // `egress` a link to a directory whose socket answers: nothing is asked there.
+        let elsewhere = t.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::remove_dir_all(state.join(crate::paths::DIR)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, state.join(crate::paths::DIR)).unwrap();
+        let planted = answering(&elsewhere, &answer);
+        assert_eq!(Asked::now(&instance(&state)).answer(), None);
+        assert!(!planted.join().unwrap(), "the planted socket was asked");
+
+        // No state directory yet, or squid: nothing asked, and `up_after` asks as `up` does.
+        assert_eq!(Asked::now(&instance(&t.path().join("none"))).answer(), None);
+        let squid = Instance { backend: Backend::Squid, ..instance(&state) };
+        assert!(Asked::now(&squid).0.is_none());
+    }
 }

@@ -15,6 +15,9 @@ pub struct EgressPaths {
 /// The filter's directory in the project's state directory.
 pub const DIR: &str = "egress";
 
+/// The builtin filter's control socket, in [`DIR`].
+pub const CONTROL_SOCKET: &str = "control.sock";
+
 impl EgressPaths {
     pub fn new(state_dir: &Path) -> Self {
         Self { dir: state_dir.join(DIR) }
@@ -25,7 +28,7 @@ impl EgressPaths {
     }
     /// Control socket of the builtin `serve` process (`status`, `reload`, `stop`).
     pub fn control_socket(&self) -> PathBuf {
-        self.dir.join("control.sock")
+        self.dir.join(CONTROL_SOCKET)
     }
     /// The access log of the builtin backend (squid's goes to the container log).
     pub fn access_log(&self) -> PathBuf {

@@ -156,6 +156,14 @@ fn copy_if_file(from: &Path, to: &Path) -> Result<()> {
     }
 }
 
+/// Whether an exclude list holds a pattern. The one `git init` writes holds only comments,
+/// and is not copied then (a file fewer at each start): git reads a missing list as an empty
+/// one. As git reads the list, `#` lines and empty lines or lines of spaces hold none;
+/// anything else (a tab; a list that is no UTF-8 or too large to read here) counts as one.
+fn has_patterns(text: &str) -> bool {
+    text.lines().any(|l| !(l.starts_with('#') || l.bytes().all(|b| b == b' ')))
+}
+
 /// The user's object directories: `objects` and, in order, those its `info/alternates` names
 /// (git follows them too, so the agent's git must see them to read the user's history).
 fn object_dirs(common: &Path) -> Vec<PathBuf> {
@@ -196,9 +204,15 @@ fn make(
         .enumerate()
         .map(|(k, d)| (d.clone(), Path::new(AGENT_GIT_INSIDE).join(format!("{n}-objects-{k}"))))
         .collect();
-    for sub in ["objects/info", "objects/pack", "refs/heads", "refs/tags", "info", "hooks"] {
+    // What git needs to take it for a repository (`objects`, `refs`), the alternates'
+    // directory, and those tools write into without making them (`hooks`, as `cp pre-commit
+    // .git/hooks/`; `info`, as `echo x >> .git/info/exclude`; `refs/heads`). Git makes the
+    // two others it writes to (`objects/pack`, `refs/tags`) when it does, and the gate reads a
+    // missing one as empty. *Why no more*: each directory made and removed at every start
+    // costs the disk's inode allocator about a tenth of a millisecond on ext4, more the more
+    // it removed in the last minutes, on the path of the start.
+    for sub in ["objects", "objects/info", "refs", "refs/heads", "info", "hooks"] {
         std::fs::DirBuilder::new()
-            .recursive(true)
             .mode(0o755)
             .create(dir.join(sub))
             .map_err(|e| Error::io("create", dir.join(sub), e))?;
@@ -225,7 +239,11 @@ fn make(
     }
     write_new(&dir.join("packed-refs"), packed.as_bytes())?;
     copy_if_file(&gitdir.join("index"), &dir.join("index"))?;
-    for f in ["info/exclude", "info/sparse-checkout", "shallow"] {
+    let exclude = common.join("info/exclude");
+    if crate::checkouts::read_small(&exclude).is_none_or(|t| has_patterns(&t)) {
+        copy_if_file(&exclude, &dir.join("info/exclude"))?;
+    }
+    for f in ["info/sparse-checkout", "shallow"] {
         copy_if_file(&common.join(f), &dir.join(f))?;
     }
     // Where it belongs, for the next start when this session's launcher dies (beside the
@@ -361,5 +379,25 @@ impl Repo {
             let _ = std::fs::remove_file(p);
         }
         let _ = std::fs::remove_file(self.spec.gitdir.with_extension("root"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_patterns;
+
+    #[test]
+    fn only_a_list_of_comments_and_blank_lines_holds_no_pattern() {
+        let template = "# git ls-files --others --exclude-from=.git/info/exclude\n\
+                        # Lines that start with '#' are comments.\n\
+                        # For a project mostly in C, the following would be a good set of\n\
+                        # exclude patterns (uncomment them if you want to use them):\n\
+                        # *.[oa]\n# *~\n";
+        assert!(!has_patterns(template));
+        assert!(!has_patterns(""));
+        assert!(!has_patterns("\n   \n# x\n"));
+        for with in ["*.o\n", "# c\nbuild/\n", "\\#literal\n", "\t\n", " x\n", "x\r\n"] {
+            assert!(has_patterns(with), "{with:?}");
+        }
     }
 }

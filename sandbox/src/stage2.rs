@@ -151,7 +151,14 @@ fn helper() -> Result<i32> {
     let (mut prober, entered) = match early.namespaces && early.net.isolated {
         false => (None, None),
         true => match check_netlock(early.netlock_gid) {
-            Ok(p) => (p, Some(enter_user_namespace(true).and_then(|()| netns::configure()))),
+            Ok(p) => (
+                p,
+                Some(
+                    enter_user_namespace(true)
+                        .and_then(|()| netns::configure())
+                        .and_then(|()| unshare_rest()),
+                ),
+            ),
             Err(e) => (None, Some(Err(e))),
         },
     };
@@ -319,18 +326,19 @@ fn read_limit(file: &str) -> Option<u64> {
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
 
-/// The namespaces of the sandbox. With `net`, the user and network namespaces come first:
-/// entered and configured ([`netns::configure`]) before the request came, while the launcher
-/// was still checking (`entered`: done, or why it could not be), and the network's sockets are
-/// handed out ([`netns::hand_out`]) before the other namespaces exist. Returns the network's
-/// channel (the socket factory).
+/// The namespaces of the sandbox. With `net`, all of them were made before the request came,
+/// while the launcher was still checking (`entered`: done, or why they could not be): the
+/// user and network namespaces, the network configured ([`netns::configure`]), then the
+/// others ([`unshare_rest`]); the network's sockets are handed out ([`netns::hand_out`]) now.
+/// Without it, the user namespace and the others are made now, after the netlock's probe on
+/// the host's network. Returns the network's channel (the socket factory).
 fn enter_namespaces(
     net: Option<&netns::NetRequest>,
     entered: Option<Result<()>>,
 ) -> Result<Option<std::os::unix::net::UnixStream>> {
     match (net, entered) {
         (Some(_), Some(entered)) => entered?,
-        (None, None) => enter_user_namespace(false)?,
+        (None, None) => enter_user_namespace(false).and_then(|()| unshare_rest())?,
         // The early part says whether the network is isolated, and the request agrees with it.
         _ => {
             return Err(Error::refused(
@@ -339,16 +347,22 @@ fn enter_namespaces(
             ));
         }
     }
-    let chan = net.map(netns::hand_out).transpose()?;
+    net.map(netns::hand_out).transpose()
+}
+
+/// The mount, IPC, UTS, pid and cgroup namespaces, in the user namespace entered before. For
+/// an isolated sandbox they are made before the request: the mount namespace is a copy of
+/// every mount of the host, which took half a millisecond of the start's path. Nothing is
+/// mounted in it until pid 1 has the request, and stage 2 starts no process before pid 1 (the
+/// first child after `CLONE_NEWPID` is the namespace's init).
+fn unshare_rest() -> Result<()> {
     let rest = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWCGROUP;
-    nix::sched::unshare(rest).map_err(|e| {
-        Error::kernel("unshare(mount, ipc, uts, pid, cgroup namespaces)", e.into(), USERNS_FIX)
-    })?;
-    Ok(chan)
+    nix::sched::unshare(rest)
+        .map_err(|e| Error::kernel("unshare(mount, ipc, uts, pid, cgroup namespaces)", e.into(), USERNS_FIX))
 }
 
 fn exit_code(status: WaitStatus) -> Option<i32> {

@@ -114,6 +114,14 @@ pub fn status(socket: &Path, timeout: Duration) -> Result<StatusAnswer> {
     call(socket, Request::Status, timeout)
 }
 
+/// [`status`] of the filter whose control socket is in the directory `dir`, opened already:
+/// the socket is reached through that descriptor, whatever is renamed meanwhile.
+pub fn status_in(dir: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> Result<StatusAnswer> {
+    use std::os::fd::AsRawFd;
+    let socket = format!("/proc/self/fd/{}/{}", dir.as_raw_fd(), crate::paths::CONTROL_SOCKET);
+    call(Path::new(&socket), Request::Status, timeout)
+}
+
 /// Ask the filter to re-read its rules (sync; used by `up`).
 pub fn reload(socket: &Path, timeout: Duration) -> Result<ReloadAnswer> {
     call(socket, Request::Reload, timeout)

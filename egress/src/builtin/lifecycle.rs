@@ -26,11 +26,19 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) struct Builtin<'a> {
     inst: &'a Instance,
     paths: EgressPaths,
+    /// The running filter's answer to a status asked ahead ([`crate::lifecycle::Asked`]): `up`
+    /// starts from it rather than asking again.
+    answered: Option<control::StatusAnswer>,
 }
 
 impl<'a> Builtin<'a> {
     pub(crate) fn new(inst: &'a Instance) -> Self {
-        Self { inst, paths: inst.paths() }
+        Self { inst, paths: inst.paths(), answered: None }
+    }
+
+    /// [`Builtin::new`], with the answer to a status asked ahead.
+    pub(crate) fn answered(inst: &'a Instance, answer: Option<control::StatusAnswer>) -> Self {
+        Self { answered: answer, ..Self::new(inst) }
     }
 
     fn serve_args(&self, plan: &ListenPlan) -> ServeArgs {
@@ -218,7 +226,11 @@ impl<'a> Builtin<'a> {
 
 impl Lifecycle for Builtin<'_> {
     fn up(&self, policy: &Policy, plan: &ListenPlan, progress: &Progress) -> Result<Up> {
-        match control::status(&self.paths.control_socket(), Duration::from_secs(3)) {
+        let status = match &self.answered {
+            Some(answer) => Ok(answer.clone()),
+            None => control::status(&self.paths.control_socket(), Duration::from_secs(3)),
+        };
+        match status {
             // A filter of another build (the one running before ocsb was upgraded or rebuilt)
             // would go on judging requests by its own code: it is replaced, not reloaded, and
             // `start` refuses in turn if the program on disk is stale too.

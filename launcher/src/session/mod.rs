@@ -68,7 +68,7 @@ impl<'p> Session<'p> {
 
     /// The checks before anything is written, then the state directory ([`prepare`]).
     pub fn open(self) -> Result<Opened<'p>> {
-        prepare::open(self.project, self.spec)
+        prepare::open(self.project, self.spec, false)
     }
 
     /// `ocsb prepare [--retest]`: [`Session::open`], then [`Opened::bring_up`].
@@ -130,7 +130,8 @@ pub fn exec(project: &Project, argv: Vec<String>) -> Result<i32> {
     // `prepare` reports progress on stdout; for `exec` stdout belongs to the command, so the
     // progress lines go to stderr.
     let prepared = with_stdout_on_stderr(|| {
-        let mut opened = session.open()?;
+        // The filter's status asked beside the look, the session's git begun after it.
+        let mut opened = prepare::open(project, session.spec, true)?;
         opened.begin_git();
         opened.bring_up(false)
     })?;

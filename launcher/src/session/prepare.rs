@@ -31,6 +31,8 @@ pub struct Opened<'p> {
     /// The session's git, begun on a thread while the filter and the start's servers come up
     /// ([`Opened::begin_git`]).
     git: Option<Begun>,
+    /// The running filter's status, asked on a thread beside the look (`exec`: see [`open`]).
+    asked: Option<ocsb_egress::lifecycle::Asked>,
 }
 
 /// What `prepare` established, for the start that comes next.
@@ -51,7 +53,12 @@ pub struct Prepared<'p> {
 
 /// The checks before anything is written into the state directory, then the directory itself
 /// and the launcher's private files in it.
-pub(super) fn open(project: &Project, spec: SandboxSpec) -> Result<Opened<'_>> {
+///
+/// `ask_filter` (`exec`, whose next step is the filter): the running filter's status is asked
+/// on a thread once the state directory is claimed, so that its round trip overlaps the look.
+/// Asking writes and changes nothing ([`ocsb_egress::lifecycle::Asked`]): the filter is still
+/// started or reloaded only in [`Opened::bring_up`], after every check.
+pub(super) fn open(project: &Project, spec: SandboxSpec, ask_filter: bool) -> Result<Opened<'_>> {
     // A committed settings file must not widen the sandbox unseen, and nothing a sandbox
     // planted for host git may stand.
     project.require_trusted()?;
@@ -59,6 +66,10 @@ pub(super) fn open(project: &Project, spec: SandboxSpec) -> Result<Opened<'_>> {
     project.check_writable_roots()?;
     state::claim(project)?;
     ocsb_sandbox::stages::mark("launcher: trust and writable roots checked");
+    let asked = match ask_filter {
+        true => Some(ocsb_egress::lifecycle::Asked::now(&crate::filter::instance(project)?)),
+        false => None,
+    };
     let checked = checkouts::refuse_planted(project, &spec, "start a sandbox")?;
     ocsb_sandbox::stages::mark("launcher: checkouts looked at (before)");
     let sd = state::Layout::of(&project.settings).open()?;
@@ -68,7 +79,7 @@ pub(super) fn open(project: &Project, spec: SandboxSpec) -> Result<Opened<'_>> {
     // The sandbox's global git config, from the user's as it stands now.
     gitconfig::write(project, &sd)?;
     ocsb_sandbox::stages::mark("launcher: generated git config written");
-    Ok(Opened { project, spec, state: sd, created, checked, git: None })
+    Ok(Opened { project, spec, state: sd, created, checked, git: None, asked })
 }
 
 impl<'p> Opened<'p> {
@@ -82,14 +93,18 @@ impl<'p> Opened<'p> {
     /// The filter up, the netlock checked, the self-tests passed (`retest`: even when they
     /// passed before with the same inputs).
     pub fn bring_up(self, retest: bool) -> Result<Prepared<'p>> {
-        let Opened { project, mut spec, state: sd, checked, git, .. } = self;
+        let Opened { project, mut spec, state: sd, checked, git, asked, .. } = self;
         let s = &project.settings;
         // 1. The egress filter, given the rules compiled once.
         let inst = crate::filter::instance(project)?;
         let policy = project.egress_policy()?;
         ocsb_sandbox::stages::mark("launcher: rules compiled");
-        let up = ocsb_egress::up(&inst, &policy, ocsb_egress::lifecycle::stderr_progress())
-            .map_err(|e| egress_err("egress", e))?;
+        let progress = ocsb_egress::lifecycle::stderr_progress();
+        let up = match asked {
+            Some(asked) => ocsb_egress::lifecycle::up_after(&inst, &policy, progress, asked),
+            None => ocsb_egress::up(&inst, &policy, progress),
+        }
+        .map_err(|e| egress_err("egress", e))?;
         ocsb_sandbox::stages::mark("launcher: state directory, rules, filter status");
         let verb = match up.action {
             UpAction::Started => "started",

@@ -125,7 +125,7 @@ fn many_refs_do_not_hold_the_session_open() {
 #[test]
 fn fifos_in_the_agents_git_directory_do_not_hang_the_gate() {
     both_modes(
-        r##"X 'echo a > a.txt && git add a.txt && git commit -q -m agent-fifo && mkfifo .git/objects/pack/pack-0000000000000000000000000000000000000000.pack && mkfifo .git/refs/heads/fifo && rm -f .git/packed-refs && mkfifo .git/packed-refs && echo fifos-made
+        r##"X 'echo a > a.txt && git add a.txt && git commit -q -m agent-fifo && mkdir -p .git/objects/pack && mkfifo .git/objects/pack/pack-0000000000000000000000000000000000000000.pack && mkfifo .git/refs/heads/fifo && rm -f .git/packed-refs && mkfifo .git/packed-refs && echo fifos-made
              date +%s > .t0' 2>exec.err
         echo "exec $?"; date +%s > .t1; cat exec.err >&2
         python3 -c "d=int(open('.t1').read())-int(open('.t0').read()); print('end-s', d); print('within-20s', d < 20)"

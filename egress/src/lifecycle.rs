@@ -112,10 +112,14 @@ pub fn up(inst: &Instance, policy: &Policy, progress: Progress) -> Result<UpRepo
 /// to it (a wake-up of another process) overlaps what the caller does meanwhile. It only asks:
 /// nothing is started, reloaded or written, so it may be asked before the caller's checks.
 /// *Why through the directory*: `<state>/egress` is opened first, without following a link,
-/// and the socket reached through that descriptor, as `up` would reach it once the caller has
-/// made sure the directory is one; anything else (no directory yet, a link, squid) asks
-/// nothing, and `up_after` asks as `up` does.
-pub struct Asked(Option<std::thread::JoinHandle<Option<crate::builtin::control::StatusAnswer>>>);
+/// and the socket reached through that descriptor, as `up` reaches it once the caller has made
+/// sure the directory is one; anything else (no directory yet, a link, squid) asks nothing,
+/// and `up_after` asks as `up` does. The answer is as old as the caller's checks: a filter
+/// another launcher restarts meanwhile is taken for the one that answered, which leaves the
+/// sandbox without a filter (it fails closed) until the next start, as a restart between
+/// `up`'s question and the sandbox's start always could. Dropped unanswered (a start the checks
+/// refused), its thread is left to end by itself: it only asks, and the refusal need not wait.
+pub struct Asked(Option<std::thread::JoinHandle<Option<Option<crate::builtin::control::StatusAnswer>>>>);
 
 impl Asked {
     /// Ask the filter of `inst` now, on a thread.
@@ -138,27 +142,21 @@ impl Asked {
         let Ok(dir) = dir else { return Asked(None) };
         let thread = std::thread::Builder::new().name("ocsb-filter-ask".into()).spawn(move || {
             use std::os::fd::AsFd;
-            crate::builtin::control::status_in(dir.as_fd(), std::time::Duration::from_secs(3)).ok()
+            crate::builtin::control::status_in(dir.as_fd(), std::time::Duration::from_secs(3)).map(|r| r.ok())
         });
         Asked(thread.ok())
     }
 
-    fn answer(mut self) -> Option<crate::builtin::control::StatusAnswer> {
+    /// `None`: nothing accepted the question (asked again by `up`); `Some(None)`: something did
+    /// and gave no answer within the time `up` gives one.
+    fn answer(mut self) -> Option<Option<crate::builtin::control::StatusAnswer>> {
         self.0.take()?.join().ok().flatten()
     }
 }
 
-impl Drop for Asked {
-    fn drop(&mut self) {
-        if let Some(t) = self.0.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// [`up`], starting from the status `asked` ahead when the filter answered it (otherwise as
-/// `up` does: a filter that did not answer then is asked again, and started if it still does
-/// not answer).
+/// [`up`], starting from what the status `asked` ahead got (otherwise as `up` does: where
+/// nothing accepted the question then, it is asked again, and the filter started if nothing
+/// answers).
 pub fn up_after(inst: &Instance, policy: &Policy, progress: Progress, asked: Asked) -> Result<UpReport> {
     match (inst.backend, asked.answer()) {
         (Backend::Builtin, Some(answer)) => {
@@ -256,7 +254,7 @@ mod tests {
             build: crate::builtin::control::BUILD.into(),
         };
         let server = answering(&state.join(crate::paths::DIR), &answer);
-        assert_eq!(Asked::now(&instance(&state)).answer(), Some(answer.clone()));
+        assert_eq!(Asked::now(&instance(&state)).answer(), Some(Some(answer.clone())));
         assert!(server.join().unwrap());
 
         // `egress` a link to a directory whose socket answers: nothing is asked there.

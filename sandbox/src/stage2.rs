@@ -1,8 +1,8 @@
 //! Stage 2: the freshly executed, single-threaded `ocsb __sandbox-init` (through the netlock
 //! shim or `sg` when it needs the gid). It is started with what it needs to begin before the
 //! request exists ([`Early`], in its environment): the landlock port rules, and an isolated
-//! sandbox's network namespace. Then it reads the request and the command's stdin from fd 0
-//! ([`super::handover`]), builds the other namespaces, forks pid 1 and supervises: it relays
+//! sandbox's namespaces. Then it reads the request and the command's stdin from fd 0
+//! ([`super::handover`]), builds the namespaces not built yet, forks pid 1 and supervises: it relays
 //! signals and re-runs the netlock probe (a failed probe kills the sandbox), and reports the
 //! command's exit status on fd 0's socket before it exits.
 //!
@@ -10,10 +10,11 @@
 //! launcher (any threads; owns the pty master)
 //!  └─ stage 2 helper: close fds, PDEATHSIG, while the launcher checks: the landlock port
 //!     │               rules, or (isolated) gid + probe, unshare(USER|NET), id maps, lo,
-//!     │               routes and the nftables table;
-//!     │               the request and stdin over fd 0, gid + probe (host network),
-//!     │               unshare(USER|NS|IPC|UTS|PID|CGROUP) (without USER when isolated),
-//!     │               id maps (user and gid mapped to themselves), then supervise, report
+//!     │               routes and the nftables table, unshare(NS|IPC|UTS|PID|CGROUP);
+//!     │               the request and stdin over fd 0; on the host's network gid + probe,
+//!     │               unshare(USER), id maps (user and gid mapped to themselves),
+//!     │               unshare(NS|IPC|UTS|PID|CGROUP); isolated, the network's sockets
+//!     │               handed to the launcher; then supervise, report
 //!     └─ pid 1: PDEATHSIG, non-dumpable, mount tree + pivot_root, drop caps, setsid + pty,
 //!        │      rlimits, fresh keyring, no_new_privs, landlock (completing the ruleset stage 2
 //!        │      began), seccomp  (same domains as the command, so the command cannot ptrace
@@ -351,10 +352,12 @@ fn enter_namespaces(
 }
 
 /// The mount, IPC, UTS, pid and cgroup namespaces, in the user namespace entered before. For
-/// an isolated sandbox they are made before the request: the mount namespace is a copy of
-/// every mount of the host, which took half a millisecond of the start's path. Nothing is
-/// mounted in it until pid 1 has the request, and stage 2 starts no process before pid 1 (the
-/// first child after `CLONE_NEWPID` is the namespace's init).
+/// an isolated sandbox they are made before the request, while the launcher checks: the mount
+/// namespace is a copy of every mount of the host, which took half a millisecond of the
+/// start's path. The copy is as old as stage 2 (a mount the system adds meanwhile under a
+/// private mount is not in it; the launcher makes files, never mounts). Nothing is mounted in
+/// it until pid 1 has the request, and stage 2 starts no process before pid 1 (the first
+/// child after `CLONE_NEWPID` is the namespace's init).
 fn unshare_rest() -> Result<()> {
     let rest = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWIPC

@@ -115,11 +115,13 @@ pub fn status(socket: &Path, timeout: Duration) -> Result<StatusAnswer> {
 }
 
 /// [`status`] of the filter whose control socket is in the directory `dir`, opened already:
-/// the socket is reached through that descriptor, whatever is renamed meanwhile.
-pub fn status_in(dir: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> Result<StatusAnswer> {
+/// the socket is reached through that descriptor, whatever is renamed meanwhile. `None` when
+/// nothing accepts there (no filter runs, or one is starting).
+pub fn status_in(dir: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> Option<Result<StatusAnswer>> {
     use std::os::fd::AsRawFd;
     let socket = format!("/proc/self/fd/{}/{}", dir.as_raw_fd(), crate::paths::CONTROL_SOCKET);
-    call(Path::new(&socket), Request::Status, timeout)
+    let s = UnixStream::connect(&socket).ok()?;
+    Some(exchange(s, Path::new(&socket), Request::Status, timeout))
 }
 
 /// Ask the filter to re-read its rules (sync; used by `up`).
@@ -134,8 +136,18 @@ pub fn stop(socket: &Path, timeout: Duration) -> Result<Ack> {
 
 /// Send one request and read its one-line answer as `A`.
 fn call<A: DeserializeOwned>(socket: &Path, request: Request, timeout: Duration) -> Result<A> {
-    let mut s = UnixStream::connect(socket)
+    let s = UnixStream::connect(socket)
         .map_err(|e| Error::io("cannot connect to the filter's control socket", socket, e))?;
+    exchange(s, socket, request, timeout)
+}
+
+/// [`call`] on a connection made: the request, then its one-line answer as `A`.
+fn exchange<A: DeserializeOwned>(
+    mut s: UnixStream,
+    socket: &Path,
+    request: Request,
+    timeout: Duration,
+) -> Result<A> {
     s.set_read_timeout(Some(timeout)).ok();
     s.set_write_timeout(Some(timeout)).ok();
     s.write_all(format!("{}\n", request.as_str()).as_bytes())

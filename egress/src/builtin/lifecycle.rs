@@ -26,9 +26,10 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) struct Builtin<'a> {
     inst: &'a Instance,
     paths: EgressPaths,
-    /// The running filter's answer to a status asked ahead ([`crate::lifecycle::Asked`]): `up`
-    /// starts from it rather than asking again.
-    answered: Option<control::StatusAnswer>,
+    /// What a status asked ahead got ([`crate::lifecycle::Asked`]), when something accepted
+    /// it: `up` starts from it rather than asking again (a filter that took the question and
+    /// gave no answer is restarted, as one that gives none now would be).
+    answered: Option<Option<control::StatusAnswer>>,
 }
 
 impl<'a> Builtin<'a> {
@@ -36,8 +37,8 @@ impl<'a> Builtin<'a> {
         Self { inst, paths: inst.paths(), answered: None }
     }
 
-    /// [`Builtin::new`], with the answer to a status asked ahead.
-    pub(crate) fn answered(inst: &'a Instance, answer: Option<control::StatusAnswer>) -> Self {
+    /// [`Builtin::new`], with what a status asked ahead got.
+    pub(crate) fn answered(inst: &'a Instance, answer: Option<Option<control::StatusAnswer>>) -> Self {
         Self { answered: answer, ..Self::new(inst) }
     }
 
@@ -227,14 +228,14 @@ impl<'a> Builtin<'a> {
 impl Lifecycle for Builtin<'_> {
     fn up(&self, policy: &Policy, plan: &ListenPlan, progress: &Progress) -> Result<Up> {
         let status = match &self.answered {
-            Some(answer) => Ok(answer.clone()),
-            None => control::status(&self.paths.control_socket(), Duration::from_secs(3)),
+            Some(asked) => asked.clone(),
+            None => control::status(&self.paths.control_socket(), Duration::from_secs(3)).ok(),
         };
         match status {
             // A filter of another build (the one running before ocsb was upgraded or rebuilt)
             // would go on judging requests by its own code: it is replaced, not reloaded, and
             // `start` refuses in turn if the program on disk is stale too.
-            Ok(running) if running.build != control::BUILD => {
+            Some(running) if running.build != control::BUILD => {
                 progress(&format!(
                     "the running filter (pid {}) was built from other sources than this ocsb; restarting it",
                     running.pid
@@ -242,8 +243,8 @@ impl Lifecycle for Builtin<'_> {
                 self.down()?;
                 self.start(policy, plan)
             }
-            Ok(running) => self.reload(running, policy, plan),
-            Err(_) => self.start(policy, plan),
+            Some(running) => self.reload(running, policy, plan),
+            None => self.start(policy, plan),
         }
     }
 

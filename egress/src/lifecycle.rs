@@ -215,14 +215,14 @@ mod tests {
         }
     }
 
-    /// A control socket in `dir` that answers one `status` with `answer`; the thread returns
-    /// whether it was asked.
-    fn answering(dir: &Path, answer: &StatusAnswer) -> std::thread::JoinHandle<bool> {
+    /// A control socket in `dir` that answers one `status` with `answer` if asked within
+    /// `wait`; the thread returns whether it was asked.
+    fn answering(dir: &Path, answer: &StatusAnswer, wait: u64) -> std::thread::JoinHandle<bool> {
         let listener = UnixListener::bind(dir.join(crate::paths::CONTROL_SOCKET)).unwrap();
         listener.set_nonblocking(true).unwrap();
         let line = format!("{}\n", serde_json::to_string(answer).unwrap());
         std::thread::spawn(move || {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait);
             while std::time::Instant::now() < deadline {
                 if let Ok((mut c, _)) = listener.accept() {
                     c.set_nonblocking(false).unwrap();
@@ -253,7 +253,7 @@ mod tests {
             open_connections: 0,
             build: crate::builtin::control::BUILD.into(),
         };
-        let server = answering(&state.join(crate::paths::DIR), &answer);
+        let server = answering(&state.join(crate::paths::DIR), &answer, 10_000);
         assert_eq!(Asked::now(&instance(&state)).answer(), Some(Some(answer.clone())));
         assert!(server.join().unwrap());
 
@@ -262,8 +262,11 @@ mod tests {
         std::fs::create_dir(&elsewhere).unwrap();
         std::fs::remove_dir_all(state.join(crate::paths::DIR)).unwrap();
         std::os::unix::fs::symlink(&elsewhere, state.join(crate::paths::DIR)).unwrap();
-        let planted = answering(&elsewhere, &answer);
-        assert_eq!(Asked::now(&instance(&state)).answer(), None);
+        let planted = answering(&elsewhere, &answer, 300);
+        // No thread is even started: the directory is refused before anything is asked.
+        let asked = Asked::now(&instance(&state));
+        assert!(asked.0.is_none());
+        assert_eq!(asked.answer(), None);
         assert!(!planted.join().unwrap(), "the planted socket was asked");
 
         // No state directory yet, or squid: nothing asked, and `up_after` asks as `up` does.

@@ -51,45 +51,165 @@ pub fn leave(chan: &UnixStream, fds: Vec<OwnedFd>) {
     let _ = sendmsg::<()>(chan.as_raw_fd(), &[IoSlice::new(b"l")], &cmsg, MsgFlags::MSG_NOSIGNAL, None);
 }
 
-/// Stage 2's side, on fd 0: the command's stdin and the request; `None` when the launcher gave
-/// up before sending them (it closed its end: it reports why itself).
-pub fn receive(chan: &mut UnixStream) -> Result<Option<(OwnedFd, Vec<u8>)>> {
+/// The launcher's side, before [`send`] and at most once: the mounts the plan will begin with
+/// ([`crate::plan::build_prefix`], as JSON), for an isolated sandbox's pid 1 to make while
+/// the launcher is still checking. Only a speed-up: stage 2 uses them only where the plan it is
+/// then sent begins with the same mounts.
+pub fn send_prefix(chan: &mut UnixStream, prefix: &[u8]) -> std::io::Result<()> {
+    chan.write_all(b"p")?;
+    chan.write_all(&(prefix.len() as u64).to_le_bytes())?;
+    chan.write_all(prefix)
+}
+
+/// What arrives on stage 2's fd 0.
+#[derive(Debug)]
+pub enum Message {
+    /// [`send_prefix`]'s mounts.
+    Prefix(Vec<u8>),
+    /// The command's stdin and the request ([`send`]).
+    Request(OwnedFd, Vec<u8>),
+}
+
+/// Stage 2's side, on fd 0: the next message; `None` when the launcher gave up before sending
+/// the request (it closed its end: it reports why itself).
+pub fn receive(chan: &mut UnixStream) -> Result<Option<Message>> {
     let err =
         |e: std::io::Error| Error::kernel("reading the sandbox request from the launcher", e, "report this");
-    let mut tag = [0u8; 1];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
-    let (n, mut fds) = {
-        let mut iov = [IoSliceMut::new(&mut tag)];
-        let msg = recvmsg::<()>(chan.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
-            .map_err(|e| err(e.into()))?;
-        let mut fds = Vec::new();
-        for c in msg.cmsgs().map_err(|e| err(e.into()))? {
-            if let ControlMessageOwned::ScmRights(raw) = c {
-                fds.extend(raw.into_iter().map(sys::adopt_received_fd));
-            }
-        }
-        (msg.bytes, fds)
+    let (tag, mut fds) = match tagged(chan).map_err(err)? {
+        None => return Ok(None),
+        Some(t) => t,
     };
-    if n == 0 {
-        return Ok(None);
+    match (&tag, fds.len()) {
+        (b"p", 0) => Ok(Some(Message::Prefix(sized(chan).map_err(err)?))),
+        (b"i", 1) => {
+            let request = sized(chan).map_err(err)?;
+            let stdin = fds.remove(0);
+            refuse_network_socket(stdin.as_fd())?;
+            Ok(Some(Message::Request(stdin, request)))
+        }
+        _ => Err(err(std::io::Error::other("a message that is neither the mounts ahead nor the request"))),
     }
-    if tag != *b"i" || fds.len() != 1 {
+}
+
+/// One tag byte and the descriptors that came with it; `None` at the end of the stream.
+fn tagged(chan: &mut UnixStream) -> std::io::Result<Option<([u8; 1], Vec<OwnedFd>)>> {
+    let mut tag = [0u8; 1];
+    let mut space = nix::cmsg_space!([RawFd; PASSED_AT_ONCE]);
+    let mut iov = [IoSliceMut::new(&mut tag)];
+    let msg = recvmsg::<()>(chan.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            fds.extend(raw.into_iter().map(sys::adopt_received_fd));
+        }
+    }
+    if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+        return Err(std::io::Error::other("descriptors were cut off"));
+    }
+    Ok((msg.bytes > 0).then_some((tag, fds)))
+}
+
+/// Bytes sent after their length ([`MAX_REQUEST`] at most).
+fn sized(chan: &mut UnixStream) -> std::io::Result<Vec<u8>> {
+    let len = word(chan)?;
+    if len > MAX_REQUEST {
+        return Err(std::io::Error::other(format!("a request of {len} bytes")));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    chan.take(len).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 != len {
+        return Err(std::io::Error::other("the request ended early"));
+    }
+    Ok(bytes)
+}
+
+fn word(chan: &mut UnixStream) -> std::io::Result<u64> {
+    let mut w = [0u8; 8];
+    chan.read_exact(&mut w).map(|()| u64::from_le_bytes(w))
+}
+
+/// The most descriptors sent with one message (the kernel's limit is 253).
+const PASSED_AT_ONCE: usize = 200;
+
+/// pid 1's word to stage 2 once it has made the mounts ahead (`made`) or could not, with its
+/// own mount namespace when it has one. *Why the namespace*: stage 2 keeps it open, so that the
+/// namespace is torn down when stage 2 exits, after the launcher has let go, not as pid 1
+/// exits, which is on the way to the command's exit status.
+pub fn say_made(link: &mut UnixStream, made: bool, ns: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
+    let word: &[u8] = if made { b"y" } else { b"n" };
+    let raw: Vec<RawFd> = ns.iter().map(|f| f.as_raw_fd()).collect();
+    let cmsg = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &cmsg };
+    sendmsg::<()>(link.as_raw_fd(), &[IoSlice::new(word)], cmsgs, MsgFlags::MSG_NOSIGNAL, None)?;
+    Ok(())
+}
+
+/// Stage 2's side of [`say_made`]: whether pid 1 made its mounts ahead, and its mount
+/// namespace; nothing made when it died.
+pub fn heard_made(link: &mut UnixStream) -> (bool, Option<OwnedFd>) {
+    match tagged(link) {
+        Ok(Some((word, mut fds))) => (word == *b"y", fds.pop()),
+        _ => (false, None),
+    }
+}
+
+/// What stage 2 passes to a pid 1 that began mounting before the request: the command's
+/// stdin, how many of the plan's mounts pid 1 keeps of those it made ahead, the request, and
+/// a clone of the host source of every bind after those, in the plan's order.
+pub struct Passed {
+    pub stdin: OwnedFd,
+    pub kept: usize,
+    pub request: Vec<u8>,
+    pub sources: Vec<OwnedFd>,
+}
+
+/// Stage 2's side of [`Passed`], on the socket pair it shares with pid 1.
+pub fn pass(link: &mut UnixStream, p: &Passed) -> std::io::Result<()> {
+    let fds = [p.stdin.as_raw_fd()];
+    sendmsg::<()>(
+        link.as_raw_fd(),
+        &[IoSlice::new(b"r")],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    link.write_all(&(p.kept as u64).to_le_bytes())?;
+    link.write_all(&(p.sources.len() as u64).to_le_bytes())?;
+    link.write_all(&(p.request.len() as u64).to_le_bytes())?;
+    link.write_all(&p.request)?;
+    for chunk in p.sources.chunks(PASSED_AT_ONCE) {
+        let raw: Vec<RawFd> = chunk.iter().map(|f| f.as_raw_fd()).collect();
+        let cmsg = [ControlMessage::ScmRights(&raw)];
+        sendmsg::<()>(link.as_raw_fd(), &[IoSlice::new(b"s")], &cmsg, MsgFlags::MSG_NOSIGNAL, None)?;
+    }
+    Ok(())
+}
+
+/// pid 1's side of [`pass`]; `None` when stage 2 closed the pair without passing anything
+/// (the launcher did not start the sandbox after all).
+pub fn take(link: &mut UnixStream) -> Result<Option<Passed>> {
+    let err = |e: std::io::Error| Error::kernel("reading the sandbox request from stage 2", e, "report this");
+    let (tag, mut fds) = match tagged(link).map_err(err)? {
+        None => return Ok(None),
+        Some(t) => t,
+    };
+    if tag != *b"r" || fds.len() != 1 {
         return Err(err(std::io::Error::other("the first message is not the command's stdin")));
     }
-    let mut len = [0u8; 8];
-    chan.read_exact(&mut len).map_err(err)?;
-    let len = u64::from_le_bytes(len);
-    if len > MAX_REQUEST {
-        return Err(err(std::io::Error::other(format!("a request of {len} bytes"))));
+    let kept = word(link).map_err(err)? as usize;
+    let count = word(link).map_err(err)? as usize;
+    let request = sized(link).map_err(err)?;
+    let mut sources = Vec::with_capacity(count.min(1 << 16));
+    while sources.len() < count {
+        match tagged(link).map_err(err)? {
+            Some((t, got)) if t == *b"s" && !got.is_empty() => sources.extend(got),
+            _ => return Err(err(std::io::Error::other("the mounts' sources ended early"))),
+        }
     }
-    let mut request = Vec::with_capacity(len as usize);
-    chan.take(len).read_to_end(&mut request).map_err(err)?;
-    if request.len() as u64 != len {
-        return Err(err(std::io::Error::other("the request ended early")));
+    if sources.len() != count {
+        return Err(err(std::io::Error::other("more mount sources than announced")));
     }
-    let stdin = fds.remove(0);
-    refuse_network_socket(stdin.as_fd())?;
-    Ok(Some((stdin, request)))
+    Ok(Some(Passed { stdin: fds.remove(0), kept, request, sources }))
 }
 
 /// Stage 2's last word, on the same channel: the command's exit status, said before stage 2
@@ -144,7 +264,7 @@ mod tests {
         let big = vec![7u8; 3 << 20];
         let (r, w) = nix::unistd::pipe().unwrap();
         let sender = std::thread::spawn(move || send(&mut a, r.as_fd(), &big).map(|()| big.len()));
-        let (stdin, request) = receive(&mut b).unwrap().unwrap();
+        let Some(Message::Request(stdin, request)) = receive(&mut b).unwrap() else { panic!("no request") };
         assert_eq!(request.len(), sender.join().unwrap().unwrap());
         assert!(request.iter().all(|x| *x == 7));
         // The received stdin is the pipe's read end.
@@ -155,6 +275,61 @@ mod tests {
         let (a, mut b) = UnixStream::pair().unwrap();
         drop(a);
         assert!(receive(&mut b).unwrap().is_none(), "the launcher gave up");
+    }
+
+    /// The mounts ahead come before the request, each whole; a second message that is
+    /// neither is refused.
+    #[test]
+    fn the_mounts_ahead_then_the_request_arrive_in_order() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let sender = std::thread::spawn(move || {
+            send_prefix(&mut a, &vec![3u8; 1 << 20]).unwrap();
+            send(&mut a, r.as_fd(), b"request").unwrap();
+            a.write_all(b"x").unwrap();
+            a
+        });
+        let Some(Message::Prefix(p)) = receive(&mut b).unwrap() else { panic!("no prefix") };
+        assert_eq!(p.len(), 1 << 20);
+        let Some(Message::Request(_, req)) = receive(&mut b).unwrap() else { panic!("no request") };
+        assert_eq!(req, b"request");
+        let _a = sender.join().unwrap();
+        assert!(receive(&mut b).is_err(), "an unknown message");
+    }
+
+    /// pid 1 gets the command's stdin, the request and every source, more than one message
+    /// holds, in order; its word says whether it made its mounts, with its namespace.
+    #[test]
+    fn pid_1_takes_the_request_and_every_source_in_order() {
+        let (mut s2, mut p1) = UnixStream::pair().unwrap();
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let files: Vec<(OwnedFd, OwnedFd)> = (0..450).map(|_| nix::unistd::pipe().unwrap()).collect();
+        let sources: Vec<OwnedFd> = files.iter().map(|(_, w)| w.try_clone().unwrap()).collect();
+        let ns = std::fs::File::open("/proc/self/ns/mnt").unwrap();
+        say_made(&mut p1, true, Some(ns.as_fd())).unwrap();
+        let (made, held) = heard_made(&mut s2);
+        assert!(made && held.is_some());
+        let passed = Passed { stdin: r, kept: 7, request: b"req".to_vec(), sources };
+        let sender = std::thread::spawn(move || pass(&mut s2, &passed).map(|()| s2));
+        let got = take(&mut p1).unwrap().unwrap();
+        let s2 = sender.join().unwrap().unwrap();
+        assert_eq!((got.kept, got.request.as_slice(), got.sources.len()), (7, &b"req"[..], 450));
+        for (i, (src, (r, _))) in got.sources.iter().zip(&files).enumerate() {
+            nix::unistd::write(src, &[(i % 251) as u8]).unwrap();
+            let mut b = [0u8; 1];
+            nix::unistd::read(r, &mut b).unwrap();
+            assert_eq!(b[0], (i % 251) as u8, "source {i} out of order");
+        }
+        nix::unistd::write(&w, b"x").unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(nix::unistd::read(&got.stdin, &mut b).unwrap(), 1);
+        drop(s2);
+        assert!(take(&mut p1).unwrap().is_none(), "stage 2 gone without passing anything");
+        let (mut gone, mut s2) = UnixStream::pair().unwrap();
+        say_made(&mut gone, false, None).unwrap();
+        drop(gone);
+        assert!(!heard_made(&mut s2).0);
+        assert!(!heard_made(&mut s2).0, "pid 1 gone");
     }
 
     /// What the launcher leaves stays open while stage 2's end lives, and closes with it; a

@@ -307,6 +307,8 @@ pub struct Early {
     pty: Option<pty::Pty>,
     /// The command's stdin, handed over with the request.
     stdin: OwnedFd,
+    /// The thread sending the mounts ahead ([`Early::premount`]), joined before the request.
+    prefix: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Early {
@@ -356,7 +358,29 @@ impl Early {
             cmd.stdout(dup("the pty")?).stderr(dup("the pty")?);
         }
         let child = cmd.spawn().map_err(|e| Error::io("start", Path::new(cmd.get_program()), e))?;
-        Ok(Early { child: Some(child), chan, early, pty, stdin })
+        Ok(Early { child: Some(child), chan, early, pty, stdin, prefix: None })
+    }
+
+    /// The mounts the plan of `spec` will begin with ([`plan::build_prefix`]), built on a
+    /// thread and sent to stage 2, whose pid 1 makes them while the launcher is still checking:
+    /// for an isolated sandbox only (the netlock's makes its namespaces after the request, on
+    /// the host's network). A build that fails sends nothing; stage 2 keeps what pid 1 made
+    /// only where the plan of the request begins with the same mounts.
+    pub fn premount(mut self, spec: &SandboxSpec) -> Early {
+        if !spec.namespaces || spec.network == Network::Host {
+            return self;
+        }
+        let Ok(mut chan) = self.chan.try_clone() else { return self };
+        let spec = spec.clone();
+        let send = move || {
+            if let Ok(json) = plan::build_prefix(&spec).and_then(|ops| {
+                serde_json::to_vec(&ops).map_err(|e| Error::failed(e.to_string(), "report this"))
+            }) {
+                let _ = handover::send_prefix(&mut chan, &json);
+            }
+        };
+        self.prefix = std::thread::Builder::new().name("ocsb-premount".into()).spawn(send).ok();
+        self
     }
 
     /// Started for a sandbox of `spec`: the same launcher, netlock, namespaces, landlock port
@@ -369,6 +393,10 @@ impl Early {
     /// said why on stderr, and its exit status says it too. One still running that could not
     /// be sent it is stopped (dropped), and the error returned.
     fn hand_over(mut self, request: &[u8]) -> Result<(Stage2, Option<pty::Pty>)> {
+        // One writer at a time on the channel: the mounts ahead are sent whole, or not at all.
+        if let Some(sending) = self.prefix.take() {
+            let _ = sending.join();
+        }
         if let Err(e) = handover::send(&mut self.chan, self.stdin.as_fd(), request)
             && self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
         {

@@ -41,6 +41,8 @@ pub trait MountSys {
     /// Re-bind an existing path of the new tree onto itself read-only (missing: no-op).
     fn cover_ro(&mut self, dst: &Path) -> io::Result<()>;
     fn pivot(&mut self) -> io::Result<()>;
+    /// Detach the attached new root, with what is mounted in it (a tree given up).
+    fn detach_root(&mut self) -> io::Result<()>;
     /// Make one mount (not its children) read-only.
     fn seal(&mut self, h: &Self::Handle) -> io::Result<()>;
 }
@@ -60,19 +62,38 @@ fn step_err(what: &'static str, dst: &Path, e: io::Error) -> Error {
 
 /// Build the whole tree and pivot into it. On return the process's root is the new tree.
 pub fn apply<S: MountSys>(sys: &mut S, plan: &Plan) -> Result<()> {
+    private_root(sys)?;
+    let sources = sources(sys, &plan.ops, |sys, src, access| sys.clone_tree(src, access))?;
+    crate::stages::mark("pid 1: sources cloned");
+    let mut tree = Tree::begin(sys)?;
+    tree.mount(sys, &plan.ops, sources)?;
+    tree.finish(sys)
+}
+
+/// `/` of this mount namespace made a slave: nothing mounted in it propagates back to the host.
+pub fn private_root<S: MountSys>(sys: &mut S) -> Result<()> {
     sys.make_root_slave().map_err(|e| {
         Error::kernel(
             "making / a slave mount",
             e,
             "the mount namespace could not be made private; inside a container run with CAP_SYS_ADMIN over its user namespace",
         )
-    })?;
-    // Phase A: clone every host source before the tree exists.
-    let mut sources = Vec::with_capacity(plan.ops.len());
-    for op in &plan.ops {
+    })
+}
+
+/// Phase A: the source of each of `ops` that has one, made before the tree exists; `bind`
+/// gives a bind's (a clone of its host path). *Why first*: once the new root is attached,
+/// a host path beneath where it is attached no longer means the host's.
+pub fn sources<S: MountSys>(
+    sys: &mut S,
+    ops: &[Op],
+    mut bind: impl FnMut(&mut S, &Path, Access) -> io::Result<S::Handle>,
+) -> Result<Vec<Option<S::Handle>>> {
+    let mut sources = Vec::with_capacity(ops.len());
+    for op in ops {
         sources.push(match op {
             Op::Bind { src, access, .. } => {
-                Some(sys.clone_tree(src, *access).map_err(|e| step_err("cloning a mount", src, e))?)
+                Some(bind(sys, src, *access).map_err(|e| step_err("cloning a mount", src, e))?)
             }
             Op::Mask { dst } => {
                 Some(sys.empty_file().map_err(|e| step_err("creating an empty file", dst, e))?)
@@ -83,64 +104,111 @@ pub fn apply<S: MountSys>(sys: &mut S, plan: &Plan) -> Result<()> {
             _ => None,
         });
     }
-    crate::stages::mark("pid 1: sources cloned");
-    let root = sys
-        .new_tmpfs(0o755, Some(1 << 20))
-        .map_err(|e| step_err("creating the root tmpfs", Path::new("/"), e))?;
-    sys.attach_root(&root).map_err(|e| step_err("attaching the new root", Path::new("/"), e))?;
-    let mut sealed = vec![root];
-    for (op, src) in plan.ops.iter().zip(sources) {
-        match op {
-            Op::Bind { dst, dir, .. } => {
-                #[allow(clippy::expect_used, reason = "phase A clones a source for every bind")]
-                let h = src.expect("cloned in phase A");
-                sys.attach(&h, dst, *dir).map_err(|e| step_err("bind mount", dst, e))?;
-            }
-            Op::Mask { dst } => {
-                #[allow(clippy::expect_used, reason = "phase A clones a source for every bind")]
-                let h = src.expect("cloned in phase A");
-                sys.attach(&h, dst, false).map_err(|e| step_err("hiding a file", dst, e))?;
-            }
-            Op::Console { dst } => {
-                #[allow(clippy::expect_used, reason = "phase A clones a source for every bind")]
-                let h = src.expect("cloned in phase A");
-                sys.attach(&h, dst, false).map_err(|e| step_err("binding the terminal", dst, e))?;
-            }
-            Op::Tmpfs { dst, mode, size, seal } => {
-                let h = sys.new_tmpfs(*mode, *size).map_err(|e| step_err("tmpfs", dst, e))?;
-                sys.attach(&h, dst, true).map_err(|e| step_err("tmpfs", dst, e))?;
-                if *seal {
-                    sealed.push(h);
-                }
-            }
-            Op::Symlink { dst, target } => {
-                sys.symlink(dst, target).map_err(|e| step_err("symlink", dst, e))?;
-            }
-            Op::Proc { dst } => {
-                let h = sys.new_proc().map_err(|e| {
-                    Error::kernel(
-                        "mounting a fresh /proc",
-                        e,
-                        "procfs cannot be mounted in the sandbox's pid namespace: inside a container /proc is usually partly covered; run the container with an unmasked /proc (e.g. --security-opt systempaths=unconfined)",
-                    )
-                })?;
-                sys.attach(&h, dst, true).map_err(|e| step_err("/proc", dst, e))?;
-                for sub in PROC_COVER {
-                    let p = dst.join(sub);
-                    sys.cover_ro(&p).map_err(|e| step_err("covering /proc", &p, e))?;
-                }
-            }
-            Op::DevPts { dst } => {
-                let h = sys.new_devpts().map_err(|e| step_err("devpts", dst, e))?;
-                sys.attach(&h, dst, true).map_err(|e| step_err("devpts", dst, e))?;
-            }
+    Ok(sources)
+}
+
+/// A clone of the host source of each bind among `ops`, in their order: what [`sources`]
+/// takes for them in a process that cannot clone them itself (see `stage2`'s early pid 1).
+pub fn bind_sources<S: MountSys>(sys: &mut S, ops: &[Op]) -> Result<Vec<S::Handle>> {
+    let mut out = Vec::new();
+    for op in ops {
+        if let Op::Bind { src, access, .. } = op {
+            out.push(sys.clone_tree(src, *access).map_err(|e| step_err("cloning a mount", src, e))?);
         }
     }
-    sys.pivot().map_err(|e| Error::kernel("pivot_root", e, "the new root could not be entered"))?;
-    for h in &sealed {
-        sys.seal(h).map_err(|e| step_err("sealing a tmpfs read-only", Path::new("/"), e))?;
+    Ok(out)
+}
+
+/// The new tree while it is built: its root attached, and the tmpfs mounts to seal once the
+/// process is inside it.
+pub struct Tree<H> {
+    sealed: Vec<H>,
+}
+
+impl<H> Tree<H> {
+    /// A fresh tmpfs root, attached where it can be populated and pivoted into.
+    pub fn begin<S: MountSys<Handle = H>>(sys: &mut S) -> Result<Tree<H>> {
+        let root = sys
+            .new_tmpfs(0o755, Some(1 << 20))
+            .map_err(|e| step_err("creating the root tmpfs", Path::new("/"), e))?;
+        sys.attach_root(&root).map_err(|e| step_err("attaching the new root", Path::new("/"), e))?;
+        Ok(Tree { sealed: vec![root] })
     }
-    Ok(())
+
+    /// `ops` mounted in their order, each from its source (as [`sources`] made them).
+    pub fn mount<S: MountSys<Handle = H>>(
+        &mut self,
+        sys: &mut S,
+        ops: &[Op],
+        sources: Vec<Option<H>>,
+    ) -> Result<()> {
+        if sources.len() != ops.len() {
+            return Err(Error::failed("internal: a mount without its source", "report this"));
+        }
+        for (op, src) in ops.iter().zip(sources) {
+            let from = |what: &'static str, dst: &Path| {
+                src.ok_or_else(|| step_err(what, dst, io::Error::other("internal: no source was made")))
+            };
+            match op {
+                Op::Bind { dst, dir, .. } => {
+                    let h = from("bind mount", dst)?;
+                    sys.attach(&h, dst, *dir).map_err(|e| step_err("bind mount", dst, e))?;
+                }
+                Op::Mask { dst } => {
+                    let h = from("hiding a file", dst)?;
+                    sys.attach(&h, dst, false).map_err(|e| step_err("hiding a file", dst, e))?;
+                }
+                Op::Console { dst } => {
+                    let h = from("binding the terminal", dst)?;
+                    sys.attach(&h, dst, false).map_err(|e| step_err("binding the terminal", dst, e))?;
+                }
+                Op::Tmpfs { dst, mode, size, seal } => {
+                    let h = sys.new_tmpfs(*mode, *size).map_err(|e| step_err("tmpfs", dst, e))?;
+                    sys.attach(&h, dst, true).map_err(|e| step_err("tmpfs", dst, e))?;
+                    if *seal {
+                        self.sealed.push(h);
+                    }
+                }
+                Op::Symlink { dst, target } => {
+                    sys.symlink(dst, target).map_err(|e| step_err("symlink", dst, e))?;
+                }
+                Op::Proc { dst } => {
+                    let h = sys.new_proc().map_err(|e| {
+                        Error::kernel(
+                            "mounting a fresh /proc",
+                            e,
+                            "procfs cannot be mounted in the sandbox's pid namespace: inside a container /proc is usually partly covered; run the container with an unmasked /proc (e.g. --security-opt systempaths=unconfined)",
+                        )
+                    })?;
+                    sys.attach(&h, dst, true).map_err(|e| step_err("/proc", dst, e))?;
+                    for sub in PROC_COVER {
+                        let p = dst.join(sub);
+                        sys.cover_ro(&p).map_err(|e| step_err("covering /proc", &p, e))?;
+                    }
+                }
+                Op::DevPts { dst } => {
+                    let h = sys.new_devpts().map_err(|e| step_err("devpts", dst, e))?;
+                    sys.attach(&h, dst, true).map_err(|e| step_err("devpts", dst, e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pivot into the tree and seal its own tmpfs mounts read-only.
+    pub fn finish<S: MountSys<Handle = H>>(self, sys: &mut S) -> Result<()> {
+        sys.pivot().map_err(|e| Error::kernel("pivot_root", e, "the new root could not be entered"))?;
+        for h in &self.sealed {
+            sys.seal(h).map_err(|e| step_err("sealing a tmpfs read-only", Path::new("/"), e))?;
+        }
+        Ok(())
+    }
+
+    /// The tree given up before its pivot: detached with everything mounted in it, so that
+    /// another can be built where it was.
+    pub fn give_up<S: MountSys<Handle = H>>(self, sys: &mut S) -> Result<()> {
+        sys.detach_root().map_err(|e| step_err("detaching an unfinished root", Path::new("/"), e))
+    }
 }
 
 /// The real implementation. The new root is attached on `/tmp` of the (private) mount
@@ -366,6 +434,13 @@ impl MountSys for RealMounts {
         Ok(())
     }
 
+    fn detach_root(&mut self) -> io::Result<()> {
+        if self.root.take().is_some() {
+            nix::mount::umount2("/tmp", MntFlags::MNT_DETACH)?;
+        }
+        Ok(())
+    }
+
     fn seal(&mut self, h: &OwnedFd) -> io::Result<()> {
         sys::mount_setattr(h.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0)
     }
@@ -435,8 +510,12 @@ mod tests {
             self.log.push("pivot".into());
             Ok(())
         }
+        fn detach_root(&mut self) -> io::Result<()> {
+            self.log.push("detach root".into());
+            Ok(())
+        }
         fn seal(&mut self, h: &usize) -> io::Result<()> {
-            self.log.push(format!("seal {h}"));
+            self.log.push(format!("seal {}", self.made[*h]));
             Ok(())
         }
     }
@@ -472,6 +551,49 @@ mod tests {
         assert!(clones.iter().all(|&i| i < root), "{:#?}", r.log);
         assert!(r.log.iter().position(|l| l == "empty-file").unwrap() < root);
         assert_eq!(r.log[0], "rslave /");
+    }
+
+    /// A tree built in two parts (the first before the request, in another process than the
+    /// one that clones the rest's sources) makes the same mounts in the same order as one
+    /// built whole, and a tree given up is detached before another is begun.
+    #[test]
+    fn a_tree_built_in_two_parts_mounts_what_a_whole_one_does() {
+        let plan = plan();
+        let mut whole = Recorder::default();
+        apply(&mut whole, &plan).unwrap();
+        let (first, rest) = plan.ops.split_at(3);
+        let mut parts = Recorder::default();
+        private_root(&mut parts).unwrap();
+        let made = sources(&mut parts, first, |r, src, a| r.clone_tree(src, a)).unwrap();
+        let mut tree = Tree::begin(&mut parts).unwrap();
+        tree.mount(&mut parts, first, made).unwrap();
+        let mut elsewhere = Recorder::default();
+        let cloned = bind_sources(&mut elsewhere, rest).unwrap();
+        assert_eq!(cloned.len(), 3, "{:#?}", elsewhere.log);
+        // The clones come from elsewhere: recorded here under the same names.
+        let given: Vec<usize> = cloned
+            .into_iter()
+            .map(|i| {
+                parts.made.push(elsewhere.made[i].clone());
+                parts.made.len() - 1
+            })
+            .collect();
+        let mut given = given.into_iter();
+        let made = sources(&mut parts, rest, |_, _, _| Ok(given.next().unwrap())).unwrap();
+        assert!(given.next().is_none());
+        tree.mount(&mut parts, rest, made).unwrap();
+        tree.finish(&mut parts).unwrap();
+        let mounts = |r: &Recorder| -> Vec<String> {
+            r.log.iter().filter(|l| !l.starts_with("clone") && *l != "empty-file").cloned().collect()
+        };
+        assert_eq!(mounts(&whole), mounts(&parts));
+        assert!(mounts(&whole).iter().any(|l| l.starts_with("seal")));
+        // Given up: detached, then a new root.
+        let mut again = Recorder::default();
+        let tree = Tree::begin(&mut again).unwrap();
+        tree.give_up(&mut again).unwrap();
+        let _ = Tree::begin(&mut again).unwrap();
+        assert_eq!(again.log, ["root tmpfs 755", "detach root", "root tmpfs 755"]);
     }
 
     #[test]

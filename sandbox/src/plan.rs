@@ -1023,7 +1023,24 @@ impl ocsb_policy::guard::Lookup for Listing<'_> {
 enum Until {
     /// The writable binds made; for a spec without protections nothing after adds to them.
     Writable,
+    /// Every mount before the checkout rule ([`build_prefix`]).
+    Prefix,
     All,
+}
+
+/// The mounts a plan of `spec` begins with: everything before the checkout rule (the base,
+/// `/run`, `/dev`, `/tmp`, the writable and hidden paths, the home), which needs neither the
+/// look at the checkouts nor the session's git or sockets. *Why*: an isolated sandbox's pid 1
+/// mounts them while the launcher is still checking (`stage2`). A whole plan built later may
+/// begin otherwise (the host changed meanwhile, or the checkout rule stops a pin on its way),
+/// so what uses this compares it with the plan's own beginning and uses it only when the two
+/// are the same.
+pub fn build_prefix(spec: &SandboxSpec) -> Result<Vec<Op>> {
+    prefix_on(spec, &RealFs)
+}
+
+fn prefix_on(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Vec<Op>> {
+    Ok(build_until(spec, &super::remembered::Remembered::new(fs), Until::Prefix)?.ops)
 }
 
 fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until: Until) -> Result<Plan> {
@@ -1147,6 +1164,10 @@ fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until
         if seen.insert(op.clone()) {
             b.plan.ops.push(op);
         }
+    }
+
+    if until == Until::Prefix {
+        return Ok(b.plan);
     }
 
     // Phase 4: the checkout rule, last of all, so no writable bind can re-expose what it
@@ -1938,6 +1959,32 @@ mod tests {
         s.rw = vec!["/home/u/p/data/out".into()];
         let plan = build(&s, &fs).unwrap();
         assert!(pos(&plan, "/home/u/p/data") < pos(&plan, "/home/u/p/data/out"));
+    }
+
+    /// What pid 1 mounts ahead is the beginning of the whole plan, the checkout rule and the
+    /// session's mounts after it; where the rule changes that beginning (a read-only
+    /// protection stops a pin on the way to a hidden path), it is not, and the two are
+    /// compared before anything made ahead is kept.
+    #[test]
+    fn the_mounts_ahead_begin_the_whole_plan_unless_the_checkout_rule_changes_them() {
+        let fs = host()
+            .with("/home/u/p/.opencode-sandbox/key", Kind::File)
+            .with("/home/u/p/data", Kind::Dir)
+            .with("/home/u/p/data/key", Kind::File);
+        let mut s = spec();
+        s.hide = vec!["/home/u/p/data/key".into()];
+        s.ssh_agent = Some("/home/u/.local/share/ocsb/p/ssh-agent.sock".into());
+        let ahead = prefix_on(&s, &fs).unwrap();
+        let whole = ruled(s.clone(), &fs).unwrap();
+        assert!(!ahead.is_empty() && ahead.len() < whole.ops.len());
+        assert!(whole.ops.starts_with(&ahead), "{ahead:#?}\n{:#?}", whole.ops);
+        assert!(ahead.iter().all(|o| o.dst() != Path::new(crate::spec::SSH_AGENT_INSIDE)));
+        assert!(whole.ops[ahead.len()..].iter().any(|o| o.dst() == Path::new("/home/u/p/.opencode-sandbox")));
+        // A hidden path beneath a read-only protection: the rule stops its pin.
+        s.hide = vec!["/home/u/p/.opencode-sandbox/key".into()];
+        let ahead = prefix_on(&s, &fs).unwrap();
+        let whole = ruled(s, &fs).unwrap();
+        assert!(!whole.ops.starts_with(&ahead), "{ahead:#?}\n{:#?}", whole.ops);
     }
 
     #[test]

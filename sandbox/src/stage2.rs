@@ -6,19 +6,29 @@
 //! signals and re-runs the netlock probe (a failed probe kills the sandbox), and reports the
 //! command's exit status on fd 0's socket before it exits.
 //!
+//! An isolated sandbox's launcher may send, before the request, the mounts the plan will
+//! begin with ([`handover::send_prefix`]); stage 2 then forks pid 1 at once, which makes them
+//! in a mount namespace of its own while the launcher is still checking ([`Ahead`]). At the
+//! request stage 2 keeps them only when the plan begins with exactly those mounts, clones the
+//! host sources of the rest, and passes them with the request; otherwise pid 1 gives its tree
+//! up and builds the whole plan.
+//!
 //! ```text
 //! launcher (any threads; owns the pty master)
 //!  └─ stage 2 helper: close fds, PDEATHSIG, while the launcher checks: the landlock port
 //!     │               rules, or (isolated) gid + probe, unshare(USER|NET), id maps, lo,
-//!     │               routes and the nftables table, unshare(NS|IPC|UTS|PID|CGROUP);
-//!     │               the request and stdin over fd 0; on the host's network gid + probe,
-//!     │               unshare(USER), id maps (user and gid mapped to themselves),
-//!     │               unshare(NS|IPC|UTS|PID|CGROUP); isolated, the network's sockets
-//!     │               handed to the launcher; then supervise, report
-//!     └─ pid 1: PDEATHSIG, non-dumpable, mount tree + pivot_root, drop caps, setsid + pty,
-//!        │      rlimits, fresh keyring, no_new_privs, landlock (completing the ruleset stage 2
-//!        │      began), seccomp  (same domains as the command, so the command cannot ptrace
-//!        │      or signal its way out through pid 1)
+//!     │               routes and the nftables table, unshare(NS|IPC|UTS|PID|CGROUP), and,
+//!     │               given the mounts ahead, fork pid 1 (below); the request and stdin over
+//!     │               fd 0; on the host's network gid + probe, unshare(USER), id maps (user
+//!     │               and gid mapped to themselves), unshare(NS|IPC|UTS|PID|CGROUP);
+//!     │               isolated, the network's sockets handed to the launcher; the request
+//!     │               and the rest's sources to a pid 1 forked ahead, or fork pid 1; then
+//!     │               supervise, report
+//!     └─ pid 1: PDEATHSIG, non-dumpable, (ahead: unshare(NS), the plan's first mounts, then
+//!        │      the request) mount tree + pivot_root, drop caps, setsid + pty, rlimits,
+//!        │      fresh keyring, no_new_privs, landlock (completing the ruleset stage 2 began),
+//!        │      seccomp  (same domains as the command, so the command cannot ptrace or
+//!        │      signal its way out through pid 1)
 //!        └─ the command (execve)
 //! ```
 
@@ -40,8 +50,8 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{Error, Result, USERNS_FIX};
 use super::landlock::{self, LandlockPolicy};
-use super::mounts::{self, RealMounts};
-use super::plan::Plan;
+use super::mounts::{self, MountSys, RealMounts};
+use super::plan::{Op, Plan};
 use super::spec::Limits;
 use super::{caps, handover, netlock, netns, seccomp, sys};
 
@@ -141,7 +151,7 @@ fn helper() -> Result<i32> {
     // The port rules, while the launcher may still be checking the project. A failure is not
     // reported here: pid 1 then builds the whole ruleset and fails, if it does, at the usual
     // point and with the usual message.
-    let prebuilt = if early.namespaces { landlock::prebuild(&early.net).ok() } else { None };
+    let mut prebuilt = if early.namespaces { landlock::prebuild(&early.net).ok() } else { None };
     crate::stages::mark("stage 2: port rules built");
     // An isolated sandbox's network namespace is built while the launcher is still checking.
     // The netlock is probed on the host's network, so before that namespace exists; on the
@@ -168,14 +178,59 @@ fn helper() -> Result<i32> {
     let fd0 = std::io::stdin().as_fd().try_clone_to_owned();
     let mut chan =
         std::os::unix::net::UnixStream::from(fd0.map_err(|e| Error::kernel("dup", e, "report this"))?);
-    let Some((stdin, raw)) = handover::receive(&mut chan)? else {
-        return Ok(EXIT_SETUP); // the launcher did not start the sandbox after all
+    let mask = handled_set();
+    let (death_r, death_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| Error::kernel("pipe", e.into(), "report this"))?;
+    let mut death_r = Some(death_r);
+    let mut ahead: Option<Ahead> = None;
+    let (stdin, raw) = loop {
+        match handover::receive(&mut chan)? {
+            None => return Ok(EXIT_SETUP), // the launcher did not start the sandbox after all
+            Some(handover::Message::Request(stdin, raw)) => break (stdin, raw),
+            // The mounts the plan will begin with: made by pid 1 while the launcher checks, in
+            // the namespaces already made. Anything else (no namespaces yet, mounts that do
+            // not parse, a second prefix) leaves pid 1 to be forked after the request.
+            Some(handover::Message::Prefix(bytes)) => {
+                let prefix = match (&ahead, &entered, serde_json::from_slice::<Vec<Op>>(&bytes)) {
+                    (None, Some(Ok(())), Ok(p)) => p,
+                    _ => continue,
+                };
+                let (link, theirs) = std::os::unix::net::UnixStream::pair()
+                    .map_err(|e| Error::kernel("socketpair", e, "report this"))?;
+                signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
+                    .map_err(|e| Error::kernel("sigprocmask", e.into(), "report this"))?;
+                // Stage 2 is a fresh exec that starts no thread, so the child may run any code.
+                match sys::fork_single_threaded()
+                    .map_err(|e| Error::kernel("fork", e, "check RLIMIT_NPROC"))?
+                {
+                    ForkResult::Child => {
+                        drop(chan);
+                        drop(prober);
+                        drop(death_w);
+                        drop(link);
+                        let death = death_r.take();
+                        let code = match init_ahead(&prefix, theirs, death, prebuilt.take()) {
+                            Ok(never) => match never {},
+                            Err(e) => {
+                                eprintln!("ocsb: {e}");
+                                EXIT_SETUP
+                            }
+                        };
+                        std::process::exit(code);
+                    }
+                    ForkResult::Parent { child } => {
+                        drop(theirs);
+                        death_r = None;
+                        ahead = Some(Ahead { child, link, prefix, ns: None });
+                    }
+                }
+            }
+        }
     };
     crate::stages::mark("stage 2: request received");
     // Kept for the command's exit status (`handover::report`); never in pid 1.
     let mut report = chan;
     nix::unistd::dup2_stdin(&stdin).map_err(|e| Error::kernel("dup2 stdin", e.into(), "report this"))?;
-    drop(stdin);
     let req: Request = serde_json::from_slice(&raw)
         .map_err(|e| Error::refused(format!("bad sandbox request: {e}"), "report this"))?;
     if req.early() != early {
@@ -187,12 +242,9 @@ fn helper() -> Result<i32> {
     if entered.is_none() {
         prober = check_netlock(req.netlock_gid)?;
     }
-    let mask = handled_set();
     signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
         .map_err(|e| Error::kernel("sigprocmask", e.into(), "report this"))?;
 
-    let (death_r, death_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| Error::kernel("pipe", e.into(), "report this"))?;
     // The network is built by this process, which holds every capability over the new
     // namespaces; the channel stays here (the socket factory), never in pid 1 or the command.
     let chan = match (&req.plan, &req.network) {
@@ -206,41 +258,95 @@ fn helper() -> Result<i32> {
         }
     };
     crate::stages::mark("stage 2: namespaces entered, forks pid 1");
-    // Stage 2 is a fresh exec that starts no thread, so the child may run any code.
-    match sys::fork_single_threaded().map_err(|e| Error::kernel("fork", e, "check RLIMIT_NPROC"))? {
-        ForkResult::Child => {
-            drop(chan);
-            drop(report);
-            drop(prober);
-            drop(death_w);
-            let code = match init(&req, death_r, prebuilt) {
-                Ok(never) => match never {},
-                Err(e) => {
-                    eprintln!("ocsb: {e}");
-                    EXIT_SETUP
+    let child = match (ahead.as_mut(), death_r) {
+        (Some(ahead), _) => ahead.hand(&req, raw, stdin)?,
+        (None, Some(death_r)) => {
+            drop(stdin);
+            // Stage 2 is a fresh exec that starts no thread, so the child may run any code.
+            match sys::fork_single_threaded().map_err(|e| Error::kernel("fork", e, "check RLIMIT_NPROC"))? {
+                ForkResult::Child => {
+                    drop(chan);
+                    drop(report);
+                    drop(prober);
+                    drop(death_w);
+                    let code = match init(&req, death_r, prebuilt) {
+                        Ok(never) => match never {},
+                        Err(e) => {
+                            eprintln!("ocsb: {e}");
+                            EXIT_SETUP
+                        }
+                    };
+                    std::process::exit(code);
                 }
-            };
-            std::process::exit(code);
-        }
-        ForkResult::Parent { child } => {
-            drop(death_r);
-            let code = supervise(child, &mask, chan.as_ref(), prober.as_ref(), req.probe_interval);
-            // The socket factory is served no more: closed, so that a request the launcher
-            // still makes fails at once rather than waits.
-            drop(chan);
-            // Nothing is written to the command's output after this, nor read from its input;
-            // let go of them, so that a launcher relaying them sees their end now, not once the
-            // namespaces are torn down.
-            if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-                let _ = nix::unistd::dup2_stdin(&null);
-                let _ = nix::unistd::dup2_stdout(&null);
-                let _ = nix::unistd::dup2_stderr(&null);
+                ForkResult::Parent { child } => child,
             }
-            handover::report(&mut report, code);
-            let_go(&report, child, prebuilt);
-            drop(death_w);
-            Ok(code)
         }
+        (None, None) => {
+            return Err(Error::failed("internal: no pid 1 and no way to start one", "report this"));
+        }
+    };
+    let code = supervise(child, &mask, chan.as_ref(), prober.as_ref(), req.probe_interval);
+    crate::stages::mark("stage 2: pid 1 exited");
+    // The socket factory is served no more: closed, so that a request the launcher
+    // still makes fails at once rather than waits.
+    drop(chan);
+    // Nothing is written to the command's output after this, nor read from its input;
+    // let go of them, so that a launcher relaying them sees their end now, not once the
+    // namespaces are torn down.
+    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stdin(&null);
+        let _ = nix::unistd::dup2_stdout(&null);
+        let _ = nix::unistd::dup2_stderr(&null);
+    }
+    handover::report(&mut report, code);
+    crate::stages::mark("stage 2: exit status reported");
+    let_go(&report, child, prebuilt);
+    drop(death_w);
+    drop(ahead);
+    Ok(code)
+}
+
+/// A pid 1 forked before the request, making the mounts the plan was to begin with
+/// ([`init_ahead`]). *Why*: its mounts were a third of the time from the request to the
+/// command, and most of them (the home, the system's directories, the writable and hidden
+/// paths) need nothing the launcher is still checking.
+struct Ahead {
+    child: Pid,
+    /// The socket pair to pid 1: its word that the mounts are made, then the request.
+    link: std::os::unix::net::UnixStream,
+    /// The mounts it was given to make.
+    prefix: Vec<Op>,
+    /// Its mount namespace, held until stage 2 exits ([`handover::say_made`]).
+    ns: Option<OwnedFd>,
+}
+
+impl Ahead {
+    /// Pass pid 1 the request, and the host sources of the mounts it has still to make:
+    /// those after the ones it made ahead, when the plan begins with exactly those, or else
+    /// all of them (pid 1 then gives up what it made). The sources are cloned here, where
+    /// the host's paths still mean the host's: pid 1's tree is attached in a mount namespace
+    /// of its own. Returns pid 1; one that died meanwhile is supervised like any other (its
+    /// status is the start's, and it said why on stderr).
+    fn hand(&mut self, req: &Request, raw: Vec<u8>, stdin: OwnedFd) -> Result<Pid> {
+        let (made, ns) = handover::heard_made(&mut self.link);
+        self.ns = ns;
+        let plan = req.plan.as_ref().ok_or_else(|| {
+            Error::refused("a request without namespaces for a sandbox that has them", "report this")
+        })?;
+        let kept = if made && plan.ops.starts_with(&self.prefix) { self.prefix.len() } else { 0 };
+        crate::stages::mark(if kept > 0 {
+            "stage 2: pid 1's mounts kept"
+        } else {
+            "stage 2: pid 1's mounts given up"
+        });
+        let err = |e: Errno| Error::kernel("setrlimit(RLIMIT_NOFILE)", e.into(), "report this");
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(err)?;
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(err)?;
+        let sources = mounts::bind_sources(&mut RealMounts::new(), &plan.ops[kept..])?;
+        let passed = handover::Passed { stdin, kept, request: raw, sources };
+        // A pid 1 that is gone takes nothing; `supervise` reaps it.
+        let _ = handover::pass(&mut self.link, &passed);
+        Ok(self.child)
     }
 }
 
@@ -452,31 +558,146 @@ fn init(
     death: OwnedFd,
     prebuilt: Option<landlock::Prebuilt>,
 ) -> Result<std::convert::Infallible> {
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-        .map_err(|e| Error::kernel("PR_SET_PDEATHSIG", e.into(), "report this"))?;
-    // If stage 2 died before PDEATHSIG took effect, its end of the pipe is closed.
-    let mut pfd = [PollFd::new(death.as_fd(), PollFlags::POLLIN)];
-    if poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0) > 0 {
-        std::process::exit(EXIT_SETUP);
-    }
-    drop(death);
+    watch_stage2(death)?;
     crate::stages::mark("pid 1: started");
     if let Some(plan) = &req.plan {
         // Nothing in the sandbox may ptrace pid 1 or read its memory.
         sys::prctl(libc::PR_SET_DUMPABLE, 0)
             .map_err(|e| Error::kernel("PR_SET_DUMPABLE", e, "report this"))?;
-        // Every source is cloned before anything is mounted, one descriptor each: many hidden
-        // paths and protections can pass the usual soft limit of 1024. The soft limit goes up to the hard one for the build and back for the command.
-        let err = |e: Errno| Error::kernel("setrlimit(RLIMIT_NOFILE)", e.into(), "report this");
-        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(err)?;
-        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(err)?;
+        let soft = raise_nofile()?;
         if cfg!(ocsb_stage_marks) {
             let binds = plan.ops.iter().filter(|o| matches!(o, crate::plan::Op::Bind { .. })).count();
             crate::stages::mark(&format!("pid 1: mounting ({} steps, {binds} binds)", plan.ops.len()));
         }
         mounts::apply(&mut RealMounts::new(), plan)?;
-        setrlimit(Resource::RLIMIT_NOFILE, soft, hard).map_err(err)?;
+        crate::stages::mark("pid 1: mounted, root pivoted");
+        lower_nofile(soft)?;
     }
+    confine_and_run(req, prebuilt)
+}
+
+/// The sandbox dies with stage 2: `PDEATHSIG`, and a check that stage 2 did not die before
+/// it took effect (its end of `death` is then closed).
+fn watch_stage2(death: OwnedFd) -> Result<()> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| Error::kernel("PR_SET_PDEATHSIG", e.into(), "report this"))?;
+    let mut pfd = [PollFd::new(death.as_fd(), PollFlags::POLLIN)];
+    if poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0) > 0 {
+        std::process::exit(EXIT_SETUP);
+    }
+    Ok(())
+}
+
+/// Every source is cloned before anything is mounted, one descriptor each: many hidden paths
+/// and protections can pass the usual soft limit of 1024. The soft limit goes up to the hard
+/// one for the build ([`lower_nofile`] puts it back for the command); returns it.
+fn raise_nofile() -> Result<nix::libc::rlim_t> {
+    let err = |e: Errno| Error::kernel("setrlimit(RLIMIT_NOFILE)", e.into(), "report this");
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(err)?;
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(err)?;
+    Ok(soft)
+}
+
+fn lower_nofile(soft: nix::libc::rlim_t) -> Result<()> {
+    let err = |e: Errno| Error::kernel("setrlimit(RLIMIT_NOFILE)", e.into(), "report this");
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(err)?;
+    setrlimit(Resource::RLIMIT_NOFILE, soft, hard).map_err(err)
+}
+
+/// pid 1 forked before the request ([`Ahead`]): it makes `prefix` in a mount namespace of its
+/// own, says whether it could on `link`, then takes the request and the sources of the rest
+/// from stage 2 and goes on as [`init`] does. *Why a mount namespace of its own*: the new
+/// root is attached on `/tmp` while the launcher checks, and stage 2 clones the rest of the
+/// sources afterwards in its own namespace, where `/tmp` is still the host's.
+fn init_ahead(
+    prefix: &[Op],
+    mut link: std::os::unix::net::UnixStream,
+    death: Option<OwnedFd>,
+    prebuilt: Option<landlock::Prebuilt>,
+) -> Result<std::convert::Infallible> {
+    let death =
+        death.ok_or_else(|| Error::failed("internal: pid 1 without its watch on stage 2", "report this"))?;
+    watch_stage2(death)?;
+    // fd 0 was the hand-over to the launcher, which pid 1 never holds; the command's stdin
+    // comes with the request.
+    let null = std::fs::File::open("/dev/null").map_err(|e| Error::io("open", "/dev/null", e))?;
+    nix::unistd::dup2_stdin(&null).map_err(|e| Error::kernel("dup2 stdin", e.into(), "report this"))?;
+    drop(null);
+    crate::stages::mark("pid 1: started ahead");
+    sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| Error::kernel("PR_SET_DUMPABLE", e, "report this"))?;
+    let soft = raise_nofile()?;
+    let mut sys = RealMounts::new();
+    // A failure here is not reported: the mounts are made again after the request, from the
+    // whole plan, and fail there, if they do, with the usual message.
+    let (ns, made) = mount_ahead(&mut sys, prefix);
+    crate::stages::mark("pid 1: mounts made ahead");
+    let _ = handover::say_made(&mut link, made.is_ok(), ns.as_ref().map(|f| f.as_fd()));
+    drop(ns);
+    let Some(passed) = handover::take(&mut link)? else {
+        std::process::exit(EXIT_SETUP); // the launcher did not start the sandbox after all
+    };
+    drop(link);
+    nix::unistd::dup2_stdin(&passed.stdin)
+        .map_err(|e| Error::kernel("dup2 stdin", e.into(), "report this"))?;
+    drop(passed.stdin);
+    let req: Request = serde_json::from_slice(&passed.request)
+        .map_err(|e| Error::refused(format!("bad sandbox request: {e}"), "report this"))?;
+    let plan = req.plan.as_ref().ok_or_else(|| {
+        Error::refused("a request without namespaces for a sandbox that has them", "report this")
+    })?;
+    let mut tree = match (passed.kept, made) {
+        (0, made) => {
+            if let Ok(given_up) = made {
+                given_up.give_up(&mut sys)?;
+            }
+            mounts::private_root(&mut sys)?;
+            mounts::Tree::begin(&mut sys)?
+        }
+        (kept, Ok(tree)) if kept == prefix.len() && plan.ops.starts_with(prefix) => tree,
+        _ => {
+            return Err(Error::refused("stage 2 kept mounts that pid 1 did not make ahead", "report this"));
+        }
+    };
+    let rest = &plan.ops[passed.kept..];
+    let mut given = passed.sources.into_iter();
+    let sources = mounts::sources(&mut sys, rest, |_, _, _| {
+        given.next().ok_or_else(|| std::io::Error::other("stage 2 passed too few mount sources"))
+    })?;
+    if given.next().is_some() {
+        return Err(Error::refused("stage 2 passed more mount sources than binds", "report this"));
+    }
+    tree.mount(&mut sys, rest, sources)?;
+    tree.finish(&mut sys)?;
+    crate::stages::mark("pid 1: mounted, root pivoted");
+    lower_nofile(soft)?;
+    confine_and_run(&req, prebuilt)
+}
+
+/// [`init_ahead`]'s mounts: a mount namespace of its own (returned open, when made), the
+/// sources cloned, the new root attached and `prefix` mounted in it. A tree that fails
+/// half-way is given up.
+fn mount_ahead(sys: &mut RealMounts, prefix: &[Op]) -> (Option<OwnedFd>, Result<mounts::Tree<OwnedFd>>) {
+    if let Err(e) = nix::sched::unshare(CloneFlags::CLONE_NEWNS) {
+        return (None, Err(Error::kernel("unshare(mount namespace)", e.into(), USERNS_FIX)));
+    }
+    let ns = std::fs::File::open("/proc/self/ns/mnt").ok().map(OwnedFd::from);
+    (ns, build_ahead(sys, prefix))
+}
+
+fn build_ahead(sys: &mut RealMounts, prefix: &[Op]) -> Result<mounts::Tree<OwnedFd>> {
+    mounts::private_root(sys)?;
+    let sources = mounts::sources(sys, prefix, |sys, src, access| sys.clone_tree(src, access))?;
+    let mut tree = mounts::Tree::begin(sys)?;
+    if let Err(e) = tree.mount(sys, prefix, sources) {
+        let _ = tree.give_up(sys);
+        return Err(e);
+    }
+    Ok(tree)
+}
+
+/// pid 1 in its tree: the working directory, the capabilities dropped, its own session and
+/// terminal, limits, keyring, `no_new_privs`, landlock and seccomp; then the command.
+fn confine_and_run(req: &Request, prebuilt: Option<landlock::Prebuilt>) -> Result<std::convert::Infallible> {
     enter_cwd(&req.cwd)?;
     if req.plan.is_some() {
         caps::drop_all()?;
@@ -493,7 +714,9 @@ fn init(
         .map_err(|e| Error::kernel("PR_SET_NO_NEW_PRIVS", e.into(), "report this"))?;
     if req.plan.is_some() {
         landlock::apply(&req.landlock, prebuilt)?;
+        crate::stages::mark("pid 1: landlock applied");
         seccomp::apply()?;
+        crate::stages::mark("pid 1: seccomp applied");
     }
     let program = resolve_program(req)?;
     let argv: Vec<CString> = req.argv.iter().map(|a| cstring(a.as_bytes())).collect::<Result<_>>()?;
@@ -502,6 +725,7 @@ fn init(
         .iter()
         .map(|(k, v)| cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
         .collect::<Result<_>>()?;
+    crate::stages::mark("pid 1: forks the command");
     // pid 1 starts no thread either; the child only resets signals and execs.
     match sys::fork_single_threaded().map_err(|e| Error::kernel("fork", e, "check RLIMIT_NPROC"))? {
         ForkResult::Child => {
@@ -566,6 +790,7 @@ fn reap(child: Pid) -> ! {
                     if st.pid() == Some(child)
                         && let Some(c) = exit_code(st)
                     {
+                        crate::stages::mark("pid 1: the command exited");
                         std::process::exit(c);
                     }
                 }

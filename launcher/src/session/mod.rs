@@ -112,7 +112,8 @@ impl<'p> Session<'p> {
             self.project.require_trusted().and_then(|()| network::netlock_for(self.network(), settings));
         let mut base = self.spec.clone();
         base.netlock = lock.ok()?;
-        Early::start(&start::handed(&base, cmd, None)).ok()
+        let spec = start::handed(&base, cmd, None);
+        Early::start(&spec).ok().map(|e| e.premount(&spec))
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use ocsb_sandbox::{Ahead, SandboxSpec};
+use ocsb_sandbox::{Ahead, Early, SandboxSpec};
 
 use super::isolated;
 use crate::error::{Error, Result};
@@ -25,11 +25,14 @@ pub fn main(spec: &Path, argv: Vec<String>) -> i32 {
         if !argv.is_empty() {
             parsed.argv = argv;
         }
+        // Stage 2 first, as `ocsb exec` starts it, with the mounts ahead: it builds its part
+        // while the project's rules are loaded and the checkouts looked at.
+        let stage2 = Early::start(&parsed).ok().map(|e| e.premount(&parsed));
         let server = isolated::server_for(&parsed, || {
             let project = Project::load(Some(&parsed.project_dir))?;
             isolated::Server::new(&project, &project.egress_policy()?)
         })?;
-        isolated::run(&parsed, server.as_ref(), Ahead::default())
+        isolated::run(&parsed, server.as_ref(), Ahead { stage2, ..Ahead::default() })
     };
     run().unwrap_or_else(|e| {
         eprintln!("ocsb: {e}");

@@ -104,7 +104,9 @@ fn tagged(chan: &mut UnixStream) -> std::io::Result<Option<([u8; 1], Vec<OwnedFd
         }
     }
     if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
-        return Err(std::io::Error::other("descriptors were cut off"));
+        return Err(std::io::Error::other(
+            "descriptors were cut off (the open files limit: raise `ulimit -n`)",
+        ));
     }
     Ok((msg.bytes > 0).then_some((tag, fds)))
 }

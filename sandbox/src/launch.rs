@@ -297,8 +297,10 @@ pub fn run_served(spec: &SandboxSpec, serve: Option<Serve<'_>>, ahead: Ahead) ->
 /// isolated sandbox's network (`ip` and `nft` runs) a quarter; started first, stage 2 builds
 /// them while the launcher is still checking the settings, the checkouts, the filter and the
 /// netlock, and then waits on fd 0 for the request ([`handover`]). Before the request there is
-/// a ruleset and, isolated, a user and network namespace holding only `lo`: no mount, no
-/// process of the sandbox, nothing it can reach. A stage 2 dropped without a request is stopped.
+/// a ruleset and, isolated, a user and network namespace holding only `lo`, and, given the
+/// mounts ahead ([`Early::premount`]), a pid 1 making them in a mount namespace of its own:
+/// nothing runs there, and nothing there can reach anything. A stage 2 dropped without a
+/// request is stopped, and pid 1 with it.
 pub struct Early {
     child: Option<Child>,
     chan: UnixStream,
@@ -364,7 +366,8 @@ impl Early {
     /// The mounts the plan of `spec` will begin with ([`plan::build_prefix`]), built on a
     /// thread and sent to stage 2, whose pid 1 makes them while the launcher is still checking:
     /// for an isolated sandbox only (the netlock's makes its namespaces after the request, on
-    /// the host's network). A build that fails sends nothing; stage 2 keeps what pid 1 made
+    /// the host's network). A build that fails, or needs a placeholder on the host, sends
+    /// nothing; stage 2 keeps what pid 1 made
     /// only where the plan of the request begins with the same mounts.
     pub fn premount(mut self, spec: &SandboxSpec) -> Early {
         if !spec.namespaces || spec.network == Network::Host {
@@ -373,9 +376,9 @@ impl Early {
         let Ok(mut chan) = self.chan.try_clone() else { return self };
         let spec = spec.clone();
         let send = move || {
-            if let Ok(json) = plan::build_prefix(&spec).and_then(|ops| {
-                serde_json::to_vec(&ops).map_err(|e| Error::failed(e.to_string(), "report this"))
-            }) {
+            if let Ok(Some(ops)) = plan::build_prefix(&spec)
+                && let Ok(json) = serde_json::to_vec(&ops)
+            {
                 let _ = handover::send_prefix(&mut chan, &json);
             }
         };

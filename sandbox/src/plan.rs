@@ -1034,13 +1034,17 @@ enum Until {
 /// mounts them while the launcher is still checking (`stage2`). A whole plan built later may
 /// begin otherwise (the host changed meanwhile, or the checkout rule stops a pin on its way),
 /// so what uses this compares it with the plan's own beginning and uses it only when the two
-/// are the same.
-pub fn build_prefix(spec: &SandboxSpec) -> Result<Vec<Op>> {
+/// are the same. `None` when they need a placeholder made on the host first (a missing
+/// directory of git's credential cache under a shared cache): pid 1 would otherwise make it
+/// as a mount point, with its own mode, before the launcher has made it private, and before
+/// the start is known to go ahead.
+pub fn build_prefix(spec: &SandboxSpec) -> Result<Option<Vec<Op>>> {
     prefix_on(spec, &RealFs)
 }
 
-fn prefix_on(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Vec<Op>> {
-    Ok(build_until(spec, &super::remembered::Remembered::new(fs), Until::Prefix)?.ops)
+fn prefix_on(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Option<Vec<Op>>> {
+    let plan = build_until(spec, &super::remembered::Remembered::new(fs), Until::Prefix)?;
+    Ok(plan.placeholders.is_empty().then_some(plan.ops))
 }
 
 fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until: Until) -> Result<Plan> {
@@ -1970,11 +1974,16 @@ mod tests {
         let fs = host()
             .with("/home/u/p/.opencode-sandbox/key", Kind::File)
             .with("/home/u/p/data", Kind::Dir)
-            .with("/home/u/p/data/key", Kind::File);
+            .with("/home/u/p/data/key", Kind::File)
+            .with("/home/u/.cache/git", Kind::Dir)
+            .with("/home/u/.cache/git/credential", Kind::Dir);
+        // The credential cache's directory missing under the shared `~/.cache`: a placeholder
+        // the launcher makes first, so nothing is made ahead.
+        assert_eq!(prefix_on(&spec(), &host()).unwrap(), None);
         let mut s = spec();
         s.hide = vec!["/home/u/p/data/key".into()];
         s.ssh_agent = Some("/home/u/.local/share/ocsb/p/ssh-agent.sock".into());
-        let ahead = prefix_on(&s, &fs).unwrap();
+        let ahead = prefix_on(&s, &fs).unwrap().unwrap();
         let whole = ruled(s.clone(), &fs).unwrap();
         assert!(!ahead.is_empty() && ahead.len() < whole.ops.len());
         assert!(whole.ops.starts_with(&ahead), "{ahead:#?}\n{:#?}", whole.ops);
@@ -1982,7 +1991,7 @@ mod tests {
         assert!(whole.ops[ahead.len()..].iter().any(|o| o.dst() == Path::new("/home/u/p/.opencode-sandbox")));
         // A hidden path beneath a read-only protection: the rule stops its pin.
         s.hide = vec!["/home/u/p/.opencode-sandbox/key".into()];
-        let ahead = prefix_on(&s, &fs).unwrap();
+        let ahead = prefix_on(&s, &fs).unwrap().unwrap();
         let whole = ruled(s, &fs).unwrap();
         assert!(!whole.ops.starts_with(&ahead), "{ahead:#?}\n{:#?}", whole.ops);
     }

@@ -197,13 +197,15 @@ fn helper() -> Result<i32> {
                 };
                 let (link, theirs) = std::os::unix::net::UnixStream::pair()
                     .map_err(|e| Error::kernel("socketpair", e, "report this"))?;
-                signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
-                    .map_err(|e| Error::kernel("sigprocmask", e.into(), "report this"))?;
                 // Stage 2 is a fresh exec that starts no thread, so the child may run any code.
                 match sys::fork_single_threaded()
                     .map_err(|e| Error::kernel("fork", e, "check RLIMIT_NPROC"))?
                 {
                     ForkResult::Child => {
+                        // The signals pid 1 forwards, blocked as stage 2 blocks them at the
+                        // request; stage 2 itself keeps the default until then (a Ctrl-C
+                        // during the checks ends it, and pid 1 with it).
+                        let _ = signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None);
                         drop(chan);
                         drop(prober);
                         drop(death_w);
@@ -325,9 +327,21 @@ impl Ahead {
     /// those after the ones it made ahead, when the plan begins with exactly those, or else
     /// all of them (pid 1 then gives up what it made). The sources are cloned here, where
     /// the host's paths still mean the host's: pid 1's tree is attached in a mount namespace
-    /// of its own. Returns pid 1; one that died meanwhile is supervised like any other (its
-    /// status is the start's, and it said why on stderr).
+    /// of its own. Returns pid 1. On any failure pid 1 is killed and reaped before the error
+    /// returns: it would otherwise wait for a request that never comes, and nothing may be
+    /// said of the start while it lives.
     fn hand(&mut self, req: &Request, raw: Vec<u8>, stdin: OwnedFd) -> Result<Pid> {
+        match self.give(req, raw, stdin) {
+            Ok(()) => Ok(self.child),
+            Err(e) => {
+                let _ = signal::kill(self.child, Signal::SIGKILL);
+                let _ = waitpid(self.child, None);
+                Err(e)
+            }
+        }
+    }
+
+    fn give(&mut self, req: &Request, raw: Vec<u8>, stdin: OwnedFd) -> Result<()> {
         let (made, ns) = handover::heard_made(&mut self.link);
         self.ns = ns;
         let plan = req.plan.as_ref().ok_or_else(|| {
@@ -339,14 +353,11 @@ impl Ahead {
         } else {
             "stage 2: pid 1's mounts given up"
         });
-        let err = |e: Errno| Error::kernel("setrlimit(RLIMIT_NOFILE)", e.into(), "report this");
-        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(err)?;
-        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(err)?;
+        raise_nofile()?;
         let sources = mounts::bind_sources(&mut RealMounts::new(), &plan.ops[kept..])?;
         let passed = handover::Passed { stdin, kept, request: raw, sources };
-        // A pid 1 that is gone takes nothing; `supervise` reaps it.
-        let _ = handover::pass(&mut self.link, &passed);
-        Ok(self.child)
+        handover::pass(&mut self.link, &passed)
+            .map_err(|e| Error::kernel("passing the request to pid 1", e, "report this"))
     }
 }
 
@@ -462,8 +473,9 @@ fn enter_namespaces(
 /// namespace is a copy of every mount of the host, which took half a millisecond of the
 /// start's path. The copy is as old as stage 2 (a mount the system adds meanwhile under a
 /// private mount is not in it; the launcher makes files, never mounts). Nothing is mounted in
-/// it until pid 1 has the request, and stage 2 starts no process before pid 1 (the first
-/// child after `CLONE_NEWPID` is the namespace's init).
+/// it: pid 1 mounts in a namespace of its own, made from this one (ahead of the request, with
+/// the plan's first mounts, or after it), and stage 2 starts no process before pid 1 (the
+/// first child after `CLONE_NEWPID` is the namespace's init).
 fn unshare_rest() -> Result<()> {
     let rest = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWIPC
@@ -631,7 +643,8 @@ fn init_ahead(
     // whole plan, and fail there, if they do, with the usual message.
     let (ns, made) = mount_ahead(&mut sys, prefix);
     crate::stages::mark("pid 1: mounts made ahead");
-    let _ = handover::say_made(&mut link, made.is_ok(), ns.as_ref().map(|f| f.as_fd()));
+    handover::say_made(&mut link, made.is_ok(), ns.as_ref().map(|f| f.as_fd()))
+        .map_err(|e| Error::kernel("telling stage 2 the mounts ahead are made", e, "report this"))?;
     drop(ns);
     let Some(passed) = handover::take(&mut link)? else {
         std::process::exit(EXIT_SETUP); // the launcher did not start the sandbox after all

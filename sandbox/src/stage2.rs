@@ -8,7 +8,7 @@
 //!
 //! An isolated sandbox's launcher may send, before the request, the mounts the plan will
 //! begin with ([`handover::send_prefix`]); stage 2 then forks pid 1 at once, which makes them
-//! in a mount namespace of its own while the launcher is still checking ([`Ahead`]). At the
+//! in a mount namespace of its own while the launcher is still checking (`Ahead`). At the
 //! request stage 2 keeps them only when the plan begins with exactly those mounts, clones the
 //! host sources of the rest, and passes them with the request; otherwise pid 1 gives its tree
 //! up and builds the whole plan.

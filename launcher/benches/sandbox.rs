@@ -370,21 +370,45 @@ fn bench_disk() {
         println!("disk: the machine's own /var/tmp (OCSB_BENCH_DISK=root)");
         return;
     }
-    let img = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-ext4.img");
-    let run = |c: &mut Command| c.status().is_ok_and(|s| s.success());
-    let made = std::fs::File::create(&img).and_then(|f| f.set_len(4 << 30)).is_ok()
-        && run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img));
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare(CLONE_NEWNS): run as root");
-    let mounted = made
-        && run(Command::new("mount").args(["--make-rprivate", "/"]))
-        && run(Command::new("mount").args(["-o", "loop"]).arg(&img).arg("/var/tmp"))
-        && run(Command::new("chmod").args(["1777", "/var/tmp"]));
-    assert!(
-        mounted,
-        "could not mount a journaled ext4 image on /var/tmp (mkfs.ext4, a loop device): \
-         OCSB_BENCH_DISK=root runs on the machine's own /var/tmp"
-    );
-    let _ = std::fs::remove_file(&img); // the mount keeps it while the benchmark runs
+    let img = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("bench-ext4-{}.img", std::process::id()));
+    let step = |what: &str, fix: &str, c: &mut Command| match c.status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("{what} failed ({s}): {fix}")),
+        Err(e) => Err(format!("{what}: {e}: {fix}")),
+    };
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&img)
+        .and_then(|f| f.set_len(4 << 30))
+        .map_err(|e| format!("cannot make {}: {e}", img.display()))
+        .and_then(|()| {
+            step("mkfs.ext4", "install e2fsprogs", Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img))
+        })
+        .and_then(|()| {
+            step(
+                "mount --make-rprivate /",
+                "run as root",
+                Command::new("mount").args(["--make-rprivate", "/"]),
+            )
+        })
+        .and_then(|()| {
+            step(
+                "mounting the image on /var/tmp",
+                "a loop device is needed: `modprobe loop` (in a container, /dev/loop-control)",
+                Command::new("mount").args(["-o", "loop"]).arg(&img).arg("/var/tmp"),
+            )
+        })
+        .and_then(|()| {
+            step("chmod 1777 /var/tmp", "run as root", Command::new("chmod").args(["1777", "/var/tmp"]))
+        });
+    // Mounted, the loop device keeps it until the benchmark's mount namespace ends.
+    let _ = std::fs::remove_file(&img);
+    if let Err(e) = made {
+        panic!("the bench's disk: {e}; or set OCSB_BENCH_DISK=root to run on the machine's own /var/tmp");
+    }
     println!(
         "disk: /var/tmp is a fresh journaled ext4 image (mkfs.ext4's defaults; OCSB_BENCH_DISK=root: the machine's own)"
     );

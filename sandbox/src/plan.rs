@@ -1034,17 +1034,39 @@ enum Until {
 /// mounts them while the launcher is still checking (`stage2`). A whole plan built later may
 /// begin otherwise (the host changed meanwhile, or the checkout rule stops a pin on its way),
 /// so what uses this compares it with the plan's own beginning and uses it only when the two
-/// are the same. `None` when they need a placeholder made on the host first (a missing
-/// directory of git's credential cache under a shared cache): pid 1 would otherwise make it
-/// as a mount point, with its own mode, before the launcher has made it private, and before
-/// the start is known to go ahead.
+/// are the same. `None` when mounting them would make anything on the host: a placeholder
+/// the launcher makes first (a missing directory of git's credential cache under a shared
+/// cache), or any mount point missing beneath a bind of a host directory ([`makes_on_host`]).
+/// *Why*: pid 1 makes a missing mount point where it mounts, and ahead of the request that is
+/// before the start is known to go ahead (and before the launcher made a placeholder private).
 pub fn build_prefix(spec: &SandboxSpec) -> Result<Option<Vec<Op>>> {
     prefix_on(spec, &RealFs)
 }
 
 fn prefix_on(spec: &SandboxSpec, fs: &dyn HostFs) -> Result<Option<Vec<Op>>> {
-    let plan = build_until(spec, &super::remembered::Remembered::new(fs), Until::Prefix)?;
-    Ok(plan.placeholders.is_empty().then_some(plan.ops))
+    let seen = super::remembered::Remembered::new(fs);
+    let plan = build_until(spec, &seen, Until::Prefix)?;
+    Ok((plan.placeholders.is_empty() && !makes_on_host(&plan.ops, &seen)).then_some(plan.ops))
+}
+
+/// Whether mounting `ops` in order makes a mount point on the host: an op whose destination
+/// the host lacks beneath a bind of a host directory mounted before it (the deepest one that
+/// holds it, the latest of those at that depth). Mount points beneath ocsb's own tmpfs mounts
+/// are made in those.
+fn makes_on_host(ops: &[Op], fs: &dyn HostFs) -> bool {
+    ops.iter().enumerate().any(|(i, op)| {
+        let dst = op.dst();
+        let holder = ops[..i]
+            .iter()
+            .filter(|o| dst.starts_with(o.dst()) && dst != o.dst())
+            .max_by_key(|o| depth(o.dst()));
+        match holder {
+            Some(Op::Bind { src, dst: at, .. }) => {
+                dst.strip_prefix(at).is_ok_and(|rest| fs.kind(&src.join(rest)) == Kind::Missing)
+            }
+            _ => false,
+        }
+    })
 }
 
 fn build_until(spec: &SandboxSpec, fs: &super::remembered::Remembered<'_>, until: Until) -> Result<Plan> {
@@ -1994,6 +2016,23 @@ mod tests {
         let ahead = prefix_on(&s, &fs).unwrap().unwrap();
         let whole = ruled(s, &fs).unwrap();
         assert!(!whole.ops.starts_with(&ahead), "{ahead:#?}\n{:#?}", whole.ops);
+    }
+
+    /// A mount point missing on the host beneath a host bind would be made there by pid 1;
+    /// beneath ocsb's own tmpfs, or present, it is not.
+    #[test]
+    fn a_missing_mount_point_beneath_a_host_bind_is_made_on_the_host() {
+        let fs = host().with("/home/u/p/.env", Kind::File);
+        let bind =
+            Op::Bind { src: "/home/u/p".into(), dst: "/home/u/p".into(), access: Access::Rw, dir: true };
+        let home = Op::Tmpfs { dst: "/home/u".into(), mode: 0o755, size: None, seal: true };
+        let mask = |p: &str| Op::Mask { dst: p.into() };
+        assert!(!makes_on_host(&[bind.clone(), mask("/home/u/p/.env")], &fs));
+        assert!(makes_on_host(&[bind.clone(), mask("/home/u/p/.netrc")], &fs));
+        assert!(!makes_on_host(&[home.clone(), mask("/home/u/.netrc")], &fs));
+        // The latest, deepest holder decides: a tmpfs over the bind takes the mount point.
+        let over = Op::Tmpfs { dst: "/home/u/p".into(), mode: 0o755, size: None, seal: true };
+        assert!(!makes_on_host(&[bind, over, mask("/home/u/p/.netrc")], &fs));
     }
 
     #[test]

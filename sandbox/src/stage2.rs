@@ -223,7 +223,7 @@ fn helper() -> Result<i32> {
                     ForkResult::Parent { child } => {
                         drop(theirs);
                         death_r = None;
-                        ahead = Some(Ahead { child, link, prefix, ns: None });
+                        ahead = Some(Ahead { child, link, prefix, ns: None, handed: false });
                     }
                 }
             }
@@ -320,6 +320,20 @@ struct Ahead {
     prefix: Vec<Op>,
     /// Its mount namespace, held until stage 2 exits ([`handover::say_made`]).
     ns: Option<OwnedFd>,
+    /// Handed the request ([`Ahead::hand`]): from then on [`supervise`] waits for it.
+    handed: bool,
+}
+
+/// A pid 1 forked ahead and never handed its request (stage 2 returns an error before) is
+/// killed and reaped here, before anything is said of the start: it waits for a request
+/// that will not come, and nothing may be reported while it lives.
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        if !self.handed {
+            let _ = signal::kill(self.child, Signal::SIGKILL);
+            let _ = waitpid(self.child, None);
+        }
+    }
 }
 
 impl Ahead {
@@ -327,18 +341,11 @@ impl Ahead {
     /// those after the ones it made ahead, when the plan begins with exactly those, or else
     /// all of them (pid 1 then gives up what it made). The sources are cloned here, where
     /// the host's paths still mean the host's: pid 1's tree is attached in a mount namespace
-    /// of its own. Returns pid 1. On any failure pid 1 is killed and reaped before the error
-    /// returns: it would otherwise wait for a request that never comes, and nothing may be
-    /// said of the start while it lives.
+    /// of its own. Returns pid 1. On a failure it is killed and reaped as `self` is dropped.
     fn hand(&mut self, req: &Request, raw: Vec<u8>, stdin: OwnedFd) -> Result<Pid> {
-        match self.give(req, raw, stdin) {
-            Ok(()) => Ok(self.child),
-            Err(e) => {
-                let _ = signal::kill(self.child, Signal::SIGKILL);
-                let _ = waitpid(self.child, None);
-                Err(e)
-            }
-        }
+        self.give(req, raw, stdin)?;
+        self.handed = true;
+        Ok(self.child)
     }
 
     fn give(&mut self, req: &Request, raw: Vec<u8>, stdin: OwnedFd) -> Result<()> {

@@ -1036,7 +1036,7 @@ enum Until {
 /// so what uses this compares it with the plan's own beginning and uses it only when the two
 /// are the same. `None` when mounting them would make anything on the host: a placeholder
 /// the launcher makes first (a missing directory of git's credential cache under a shared
-/// cache), or any mount point missing beneath a bind of a host directory ([`makes_on_host`]).
+/// cache), or any mount point missing beneath a bind of a host directory (`makes_on_host`).
 /// *Why*: pid 1 makes a missing mount point where it mounts, and ahead of the request that is
 /// before the start is known to go ahead (and before the launcher made a placeholder private).
 pub fn build_prefix(spec: &SandboxSpec) -> Result<Option<Vec<Op>>> {

@@ -366,9 +366,9 @@ impl Early {
     /// The mounts the plan of `spec` will begin with ([`plan::build_prefix`]), built on a
     /// thread and sent to stage 2, whose pid 1 makes them while the launcher is still checking:
     /// for an isolated sandbox only (the netlock's makes its namespaces after the request, on
-    /// the host's network). A build that fails, or needs a placeholder on the host, sends
-    /// nothing; stage 2 keeps what pid 1 made
-    /// only where the plan of the request begins with the same mounts.
+    /// the host's network). A build that fails, or whose mounts would make anything on the
+    /// host, sends nothing; stage 2 keeps what pid 1 made only where the plan of the request
+    /// begins with the same mounts. A start refused meanwhile does not wait for the thread.
     pub fn premount(mut self, spec: &SandboxSpec) -> Early {
         if !spec.namespaces || spec.network == Network::Host {
             return self;
